@@ -1,0 +1,280 @@
+//! The command line: `leasehold run` holds leases; `leasehold leases list` shows the lease table.
+//! This is the edge of the program: errors become one line on stderr and an exit code here.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{error, info, warn};
+
+use crate::config::{Config, ConfigFile, Overrides};
+use crate::lease::{DatabaseUrl, Driver, HolderId, open_store};
+
+/// leasehold: replicas compete for named leases; the holder runs the work bound to each lease.
+#[derive(Debug, Parser)]
+#[command(name = "leasehold", version, about)]
+pub struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Campaign for leases and hold them until stopped (SIGTERM/SIGINT release them in order).
+    Run(RunArgs),
+    /// Inspect the lease table.
+    #[command(subcommand)]
+    Leases(LeasesCommand),
+}
+
+/// Flags of `leasehold run`; each overrides the config file.
+#[derive(Debug, Args, Default)]
+pub struct RunArgs {
+    /// TOML config file.
+    #[arg(long, env = "LEASEHOLD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// postgres://USER@HOST/DB or sqlite:PATH [default: sqlite:./leasehold.db].
+    #[arg(long, env = "LEASEHOLD_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Replica id [default: $HOSTNAME]; a random suffix is added per process start.
+    #[arg(long, env = "LEASEHOLD_REPLICA_ID")]
+    pub replica_id: Option<String>,
+    /// Address for /healthz and /status [default: 127.0.0.1:9464]; port 0 picks a free port.
+    #[arg(long, env = "LEASEHOLD_HTTP")]
+    pub http: Option<SocketAddr>,
+    /// A lease to campaign for; repeat for several [default: leader].
+    #[arg(long = "lease", env = "LEASEHOLD_LEASES", value_delimiter = ',')]
+    pub leases: Vec<String>,
+    /// Lease ttl, e.g. 15s or 500ms [default: 15s]; the other intervals derive from it.
+    #[arg(long, env = "LEASEHOLD_TTL", value_parser = humantime::parse_duration)]
+    pub ttl: Option<Duration>,
+}
+
+/// `leasehold leases …`.
+#[derive(Debug, Subcommand)]
+pub enum LeasesCommand {
+    /// List lease rows in name order, page by page.
+    List(ListArgs),
+}
+
+/// Flags of `leasehold leases list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// postgres://USER@HOST/DB or sqlite:PATH [default: sqlite:./leasehold.db].
+    #[arg(long, env = "LEASEHOLD_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Start after this lease name (the last name of a previous page).
+    #[arg(long)]
+    pub after: Option<String>,
+    /// Print at most this many rows [default: all].
+    #[arg(long)]
+    pub limit: Option<u64>,
+    /// Rows fetched per query; memory stays bounded however large the table is.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub page_size: u32,
+}
+
+/// Parses the command line, runs it and turns the outcome into an exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("leasehold: error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run(args).await,
+            Command::Leases(LeasesCommand::List(args)) => {
+                list(args).await.map(|()| ExitCode::SUCCESS)
+            }
+        }
+    });
+    // Store calls abandoned at a timeout may still be parked on a socket: do not wait for them.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("leasehold: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// `leasehold run`.
+pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let file = match &args.config {
+        Some(path) => ConfigFile::load(path)?,
+        None => ConfigFile::default(),
+    };
+    let over = Overrides {
+        database_url: args.database_url,
+        replica_id: args.replica_id,
+        http: args.http,
+        leases: args.leases,
+        ttl: args.ttl,
+    };
+    let config = Config::resolve(file, over)?;
+    let holder = HolderId::generate(&config.replica_id);
+    let store = open_store(&config.database_url, config.connect_timeout).await?;
+    let listener = TcpListener::bind(config.http)
+        .await
+        .with_context(|| format!("cannot listen on {} for HTTP", config.http))?;
+    let addr = listener
+        .local_addr()
+        .context("reading the bound HTTP address")?;
+    info!(
+        holder = %holder,
+        store = %config.database_url,
+        leases = ?config.leases,
+        ttl = ?config.timing.ttl,
+        "leasehold starting"
+    );
+    info!(addr = %addr, "http listening");
+
+    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+
+    // The root of the cancellation tree: cancelling it ends every term and releases every lease.
+    let root = CancellationToken::new();
+    let (driver, engine) = Driver::new(
+        store,
+        holder,
+        config.timing,
+        config.leases.clone(),
+        root.clone(),
+    );
+    let tasks = TaskTracker::new();
+    let http_stop = CancellationToken::new();
+    let http = tasks.spawn(crate::http::serve(
+        listener,
+        engine.clone(),
+        http_stop.clone(),
+    ));
+    let mut driver = tasks.spawn(driver.run());
+    tasks.close();
+
+    tokio::select! {
+        _ = sigterm.recv() => info!("SIGTERM received"),
+        _ = sigint.recv() => info!("SIGINT received"),
+        r = &mut driver => bail!("the lease driver stopped unexpectedly: {r:?}"),
+    }
+    root.cancel();
+    let grace = tokio::time::sleep(config.shutdown_grace);
+    let code = tokio::select! {
+        r = &mut driver => {
+            r.context("the lease driver panicked")?;
+            info!("all leases released; exiting");
+            ExitCode::SUCCESS
+        }
+        _ = grace => {
+            error!(grace = ?config.shutdown_grace, "shutdown grace elapsed before every lease was released; exiting anyway");
+            ExitCode::FAILURE
+        }
+        _ = sigterm.recv() => { warn!("second signal: exiting at once"); ExitCode::from(130) }
+        _ = sigint.recv() => { warn!("second signal: exiting at once"); ExitCode::from(130) }
+    };
+    http_stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(1), http).await;
+    Ok(code)
+}
+
+/// `leasehold leases list`.
+pub async fn list(args: ListArgs) -> anyhow::Result<()> {
+    let url = match args.database_url {
+        Some(raw) => DatabaseUrl::parse(&raw)?,
+        None => DatabaseUrl::default_sqlite(),
+    };
+    let store = open_store(&url, crate::config::DEFAULT_CONNECT_TIMEOUT).await?;
+    let mut out = std::io::stdout().lock();
+    let mut after = args.after;
+    let mut remaining = args.limit.unwrap_or(u64::MAX);
+    let mut first = true;
+    if args.json {
+        write!(out, "[")?;
+    } else {
+        writeln!(
+            out,
+            "{:<32} {:<40} {:>8} {:>12}",
+            "NAME", "HOLDER", "EPOCH", "EXPIRES_IN"
+        )?;
+    }
+    while remaining > 0 {
+        let page =
+            u32::try_from(remaining.min(u64::from(args.page_size))).unwrap_or(args.page_size);
+        let rows = store.list(after.as_deref(), page).await?;
+        for row in &rows {
+            if args.json {
+                write!(
+                    out,
+                    "{}{}",
+                    if first { "\n  " } else { ",\n  " },
+                    serde_json::to_string(row)?
+                )?;
+            } else {
+                let expires = if row.is_held() {
+                    format!("{}ms", row.expires_in_ms)
+                } else {
+                    "expired".into()
+                };
+                writeln!(
+                    out,
+                    "{:<32} {:<40} {:>8} {:>12}",
+                    row.name, row.holder, row.epoch, expires
+                )?;
+            }
+            first = false;
+        }
+        remaining -= rows.len() as u64;
+        match rows.last() {
+            Some(last) if rows.len() as u32 == page => after = Some(last.name.clone()),
+            _ => break,
+        }
+    }
+    if args.json {
+        writeln!(out, "{}]", if first { "" } else { "\n" })?;
+    }
+    Ok(())
+}

@@ -1,0 +1,796 @@
+//! The coordinator: one pure state machine for every lease this replica campaigns for
+//! (DESIGN §1.2, §1.4, §1.6).
+//!
+//! [`Coordinator::step`] takes an [`Event`] and the monotonic `now` and returns the [`Effect`]s to
+//! carry out; [`Coordinator::next_deadline`] says when to step again with [`Event::Tick`]. Nothing
+//! here does I/O or reads a clock, so every transition is tested without a database or a runtime.
+//!
+//! Per lease: `Standby` → (campaign won) `Held` → (renewal rejected, or expired while failing)
+//! `Standby`; `Held` → (shutdown or step-down) `Stopping` → (term drained) `Releasing` → `Done` or
+//! `Standby`. While `Held`, the term runs until `safe_until = sent + ttl − margin`, measured from
+//! the moment the last landed renewal (or the campaign) was *sent*; reaching it ends the term
+//! whatever the store is doing.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+
+use super::leadership::Role;
+use super::store::{Epoch, RenewRequest};
+use super::timing::Timing;
+
+/// Something that happened, fed to [`Coordinator::step`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Time passed; deadlines up to `now` are due.
+    Tick,
+    /// A campaign for `lease` finished: the new epoch, `None` when someone else holds it, or the error.
+    CampaignDone {
+        /// The lease.
+        lease: String,
+        /// The outcome.
+        result: Result<Option<Epoch>, String>,
+    },
+    /// The batched renewal finished: the names that landed, or the error.
+    RenewDone {
+        /// The outcome.
+        result: Result<Vec<String>, String>,
+    },
+    /// The release of `lease` finished.
+    ReleaseDone {
+        /// The lease.
+        lease: String,
+        /// The outcome (`Ok(false)`: the row was no longer ours).
+        result: Result<bool, String>,
+    },
+    /// Every task of the term of `lease` at `epoch` has finished.
+    TermStopped {
+        /// The lease.
+        lease: String,
+        /// The epoch of the term.
+        epoch: Epoch,
+    },
+    /// Another replica released `lease`: campaign now.
+    ReleasedElsewhere {
+        /// The lease.
+        lease: String,
+    },
+    /// The release listener reconnected; notifications may have been lost, so campaign now.
+    Resubscribed,
+    /// Give up `lease` in order (stop plugins, release) and campaign again later.
+    StepDown {
+        /// The lease.
+        lease: String,
+    },
+    /// Release every lease in order and finish.
+    Shutdown,
+}
+
+/// Something the driver must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Run a campaign for `lease`, giving up after `timeout`; report [`Event::CampaignDone`].
+    Campaign {
+        /// The lease.
+        lease: String,
+        /// The call's timeout.
+        timeout: Duration,
+    },
+    /// Renew these leases in one statement; report [`Event::RenewDone`].
+    Renew {
+        /// The leases, each with its epoch and ttl.
+        batch: Vec<RenewRequest>,
+        /// The call's timeout: never beyond the time left on any of them.
+        timeout: Duration,
+    },
+    /// Release `lease` at `epoch`; report [`Event::ReleaseDone`].
+    Release {
+        /// The lease.
+        lease: String,
+        /// The epoch held.
+        epoch: Epoch,
+        /// The call's timeout.
+        timeout: Duration,
+    },
+    /// Start a term for `lease` at `epoch`, to end no later than `safe_until`.
+    StartTerm {
+        /// The lease.
+        lease: String,
+        /// The epoch.
+        epoch: Epoch,
+        /// The term's deadline.
+        safe_until: Instant,
+    },
+    /// A renewal landed: the running term of `lease` may run until `safe_until`.
+    ExtendTerm {
+        /// The lease.
+        lease: String,
+        /// The new deadline.
+        safe_until: Instant,
+    },
+    /// End the term of `lease` now; when `confirm` is set, report [`Event::TermStopped`] once its
+    /// tasks are gone.
+    EndTerm {
+        /// The lease.
+        lease: String,
+        /// The epoch of the term.
+        epoch: Epoch,
+        /// Why the term ends.
+        reason: EndReason,
+        /// Whether the coordinator waits for [`Event::TermStopped`].
+        confirm: bool,
+    },
+    /// A transition worth logging.
+    Announce(Announcement),
+}
+
+/// Why a term ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    /// `safe_until` passed without a landed renewal.
+    SafeUntil,
+    /// A renewal was rejected: someone else holds the lease now, or it expired.
+    Lost,
+    /// This replica is giving the lease up (shutdown or step-down).
+    Releasing,
+}
+
+/// A transition, for the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Announcement {
+    /// `lease` acquired at `epoch`.
+    Acquired {
+        /// The lease.
+        lease: String,
+        /// The new epoch.
+        epoch: Epoch,
+    },
+    /// A renewal failed; the leases are uncertain until one lands or they expire.
+    RenewFailing {
+        /// The leases and epochs that were in the batch.
+        leases: Vec<(String, Epoch)>,
+        /// The store's error.
+        error: String,
+    },
+    /// A renewal landed again after failures.
+    Recovered {
+        /// The lease.
+        lease: String,
+        /// The epoch, unchanged.
+        epoch: Epoch,
+    },
+    /// `safe_until` passed without a landed renewal: the term was ended.
+    SafeUntilReached {
+        /// The lease.
+        lease: String,
+        /// The epoch.
+        epoch: Epoch,
+    },
+    /// The lease is no longer ours.
+    Lost {
+        /// The lease.
+        lease: String,
+        /// The epoch we had.
+        epoch: Epoch,
+        /// `true` when a renewal was rejected, `false` when it expired while renewals failed.
+        rejected: bool,
+    },
+    /// The lease was released (or found no longer ours when releasing).
+    Released {
+        /// The lease.
+        lease: String,
+        /// The epoch released.
+        epoch: Epoch,
+        /// The error if the release statement failed; the lease then expires by its ttl.
+        error: Option<String>,
+    },
+    /// A campaign failed with a store error (not merely lost to another holder).
+    CampaignFailed {
+        /// The lease.
+        lease: String,
+        /// The store's error.
+        error: String,
+    },
+}
+
+/// Where a lease goes once its release is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum After {
+    Standby,
+    Done,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Phase {
+    /// Not held; campaign at `next_campaign` (unless one is in flight).
+    Standby { next_campaign: Instant },
+    /// Held at `epoch`.
+    Held {
+        epoch: Epoch,
+        /// The term's local deadline.
+        safe_until: Instant,
+        /// By this local time the database has expired the lease unless a renewal landed.
+        expires_by: Instant,
+        /// Whether a term is running.
+        term: bool,
+        /// Whether the last renewal failed.
+        failing: bool,
+    },
+    /// The term was ended for a release; waiting for its tasks to finish.
+    Stopping {
+        epoch: Epoch,
+        expires_by: Instant,
+        then: After,
+    },
+    /// The release statement is in flight.
+    Releasing { epoch: Epoch, then: After },
+    /// Released at shutdown; nothing more to do.
+    Done,
+}
+
+#[derive(Debug, Clone)]
+struct LeaseState {
+    phase: Phase,
+    /// When the in-flight campaign was sent.
+    campaign_sent: Option<Instant>,
+}
+
+/// The renewal cadence, shared by all held leases so that one statement renews them all.
+#[derive(Debug, Clone, Default)]
+struct Renewal {
+    /// When the next batch is due.
+    next_at: Option<Instant>,
+    /// The batch in flight: when it was sent and which leases at which epochs it carries.
+    in_flight: Option<(Instant, Vec<(String, Epoch)>)>,
+}
+
+/// The state of every lease this replica campaigns for. See the module docs.
+#[derive(Debug, Clone)]
+pub struct Coordinator {
+    timing: Timing,
+    leases: BTreeMap<String, LeaseState>,
+    renewal: Renewal,
+    shutting_down: bool,
+    /// Jitter for standby polls, seeded so that a test replays exactly.
+    rng: SmallRng,
+}
+
+impl Coordinator {
+    /// A coordinator for `leases`, all in standby and due to campaign at `now`.
+    pub fn new(
+        timing: Timing,
+        leases: impl IntoIterator<Item = String>,
+        now: Instant,
+        seed: u64,
+    ) -> Self {
+        let leases = leases
+            .into_iter()
+            .map(|name| {
+                let state = LeaseState {
+                    phase: Phase::Standby { next_campaign: now },
+                    campaign_sent: None,
+                };
+                (name, state)
+            })
+            .collect();
+        Coordinator {
+            timing,
+            leases,
+            renewal: Renewal::default(),
+            shutting_down: false,
+            rng: SmallRng::seed_from_u64(seed),
+        }
+    }
+
+    /// The timing in force.
+    pub fn timing(&self) -> &Timing {
+        &self.timing
+    }
+
+    /// The names of the leases, in order.
+    pub fn lease_names(&self) -> impl Iterator<Item = &str> {
+        self.leases.keys().map(String::as_str)
+    }
+
+    /// The role and held epoch of `lease`, as `/status` and subscribers see it.
+    pub fn view(&self, lease: &str) -> Option<(Role, Option<Epoch>)> {
+        let state = self.leases.get(lease)?;
+        Some(match state.phase {
+            Phase::Standby { .. } | Phase::Done => (Role::Standby, None),
+            Phase::Held {
+                epoch,
+                term: true,
+                failing: false,
+                ..
+            } => (Role::Leader, Some(epoch)),
+            Phase::Held { epoch, .. }
+            | Phase::Stopping { epoch, .. }
+            | Phase::Releasing { epoch, .. } => (Role::Uncertain, Some(epoch)),
+        })
+    }
+
+    /// True once a shutdown has released (or given up) every lease.
+    pub fn is_finished(&self) -> bool {
+        self.shutting_down
+            && self
+                .leases
+                .values()
+                .all(|l| l.phase == Phase::Done && l.campaign_sent.is_none())
+    }
+
+    /// When to step with [`Event::Tick`] next, if any deadline is pending.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let mut consider = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
+        let mut holds_any = false;
+        for state in self.leases.values() {
+            match state.phase {
+                Phase::Standby { next_campaign } => {
+                    if state.campaign_sent.is_none() && !self.shutting_down {
+                        consider(next_campaign);
+                    }
+                }
+                Phase::Held {
+                    safe_until,
+                    expires_by,
+                    term,
+                    ..
+                } => {
+                    holds_any = true;
+                    consider(if term { safe_until } else { expires_by });
+                }
+                Phase::Stopping { expires_by, .. } => {
+                    holds_any = true;
+                    consider(expires_by);
+                }
+                Phase::Releasing { .. } | Phase::Done => {}
+            }
+        }
+        if holds_any && self.renewal.in_flight.is_none() {
+            if let Some(at) = self.renewal.next_at {
+                consider(at);
+            }
+        }
+        next
+    }
+
+    /// Applies `event` at monotonic time `now`; returns what to do.
+    pub fn step(&mut self, event: Event, now: Instant) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        match event {
+            Event::Tick => {}
+            Event::CampaignDone { lease, result } => self.on_campaign(&lease, result, now, &mut fx),
+            Event::RenewDone { result } => self.on_renew(result, now, &mut fx),
+            Event::ReleaseDone { lease, result } => self.on_release(&lease, result, now, &mut fx),
+            Event::TermStopped { lease, epoch } => self.on_term_stopped(&lease, epoch, &mut fx),
+            Event::ReleasedElsewhere { lease } => {
+                if let Some(Phase::Standby { next_campaign }) =
+                    self.leases.get_mut(&lease).map(|l| &mut l.phase)
+                {
+                    *next_campaign = now;
+                }
+            }
+            Event::Resubscribed => {
+                for state in self.leases.values_mut() {
+                    if let Phase::Standby { next_campaign } = &mut state.phase {
+                        *next_campaign = now;
+                    }
+                }
+            }
+            Event::StepDown { lease } => self.give_up(&lease, After::Standby, &mut fx),
+            Event::Shutdown => {
+                self.shutting_down = true;
+                let names: Vec<String> = self.leases.keys().cloned().collect();
+                for name in names {
+                    self.give_up(&name, After::Done, &mut fx);
+                }
+            }
+        }
+        self.run_due(now, &mut fx);
+        fx
+    }
+
+    fn jittered_poll(&mut self, now: Instant) -> Instant {
+        // Up to 20% jitter so that standbys started together do not campaign in lockstep.
+        let poll = self.timing.poll_interval;
+        let jitter = poll.mul_f64(self.rng.random_range(0.0..0.2));
+        now + poll + jitter
+    }
+
+    fn on_campaign(
+        &mut self,
+        lease: &str,
+        result: Result<Option<Epoch>, String>,
+        now: Instant,
+        fx: &mut Vec<Effect>,
+    ) {
+        let next_campaign = self.jittered_poll(now);
+        let timing = self.timing;
+        let shutting_down = self.shutting_down;
+        let Some(state) = self.leases.get_mut(lease) else {
+            return;
+        };
+        let Some(sent) = state.campaign_sent.take() else {
+            return;
+        };
+        match result {
+            Ok(Some(epoch)) if shutting_down => {
+                // Won a campaign sent before the shutdown: hand it straight back.
+                fx.push(Effect::Announce(Announcement::Acquired {
+                    lease: lease.to_string(),
+                    epoch,
+                }));
+                state.phase = Phase::Releasing {
+                    epoch,
+                    then: After::Done,
+                };
+                fx.push(Effect::Release {
+                    lease: lease.to_string(),
+                    epoch,
+                    timeout: timing.store_timeout,
+                });
+            }
+            Ok(Some(epoch)) => {
+                let safe_until = sent + timing.ttl - timing.margin;
+                let term = safe_until > now;
+                state.phase = Phase::Held {
+                    epoch,
+                    safe_until,
+                    expires_by: now + timing.ttl + timing.margin,
+                    term,
+                    failing: false,
+                };
+                fx.push(Effect::Announce(Announcement::Acquired {
+                    lease: lease.to_string(),
+                    epoch,
+                }));
+                if term {
+                    fx.push(Effect::StartTerm {
+                        lease: lease.to_string(),
+                        epoch,
+                        safe_until,
+                    });
+                }
+                let due = sent + timing.renew_interval;
+                self.renewal.next_at = Some(self.renewal.next_at.map_or(due, |n| n.min(due)));
+            }
+            Ok(None) => {
+                if shutting_down {
+                    state.phase = Phase::Done;
+                } else {
+                    state.phase = Phase::Standby { next_campaign };
+                }
+            }
+            Err(error) => {
+                fx.push(Effect::Announce(Announcement::CampaignFailed {
+                    lease: lease.to_string(),
+                    error,
+                }));
+                state.phase = if shutting_down {
+                    Phase::Done
+                } else {
+                    Phase::Standby { next_campaign }
+                };
+            }
+        }
+    }
+
+    fn on_renew(
+        &mut self,
+        result: Result<Vec<String>, String>,
+        now: Instant,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Some((sent, batch)) = self.renewal.in_flight.take() else {
+            return;
+        };
+        let timing = self.timing;
+        match result {
+            Ok(landed) => {
+                self.renewal.next_at = Some(sent + timing.renew_interval);
+                for (name, epoch) in batch {
+                    let next_campaign = now;
+                    let Some(state) = self.leases.get_mut(&name) else {
+                        continue;
+                    };
+                    let ok = landed.contains(&name);
+                    match &mut state.phase {
+                        Phase::Held {
+                            epoch: held,
+                            safe_until,
+                            expires_by,
+                            term,
+                            failing,
+                        } if *held == epoch => {
+                            if ok {
+                                *safe_until = sent + timing.ttl - timing.margin;
+                                *expires_by = now + timing.ttl + timing.margin;
+                                let was_failing = std::mem::replace(failing, false);
+                                if *term {
+                                    fx.push(Effect::ExtendTerm {
+                                        lease: name.clone(),
+                                        safe_until: *safe_until,
+                                    });
+                                } else if *safe_until > now {
+                                    *term = true;
+                                    fx.push(Effect::StartTerm {
+                                        lease: name.clone(),
+                                        epoch,
+                                        safe_until: *safe_until,
+                                    });
+                                }
+                                if was_failing {
+                                    fx.push(Effect::Announce(Announcement::Recovered {
+                                        lease: name.clone(),
+                                        epoch,
+                                    }));
+                                }
+                            } else {
+                                if *term {
+                                    fx.push(Effect::EndTerm {
+                                        lease: name.clone(),
+                                        epoch,
+                                        reason: EndReason::Lost,
+                                        confirm: false,
+                                    });
+                                }
+                                fx.push(Effect::Announce(Announcement::Lost {
+                                    lease: name.clone(),
+                                    epoch,
+                                    rejected: true,
+                                }));
+                                state.phase = Phase::Standby { next_campaign };
+                            }
+                        }
+                        Phase::Stopping {
+                            epoch: held,
+                            expires_by,
+                            then,
+                        } if *held == epoch => {
+                            if ok {
+                                *expires_by = now + timing.ttl + timing.margin;
+                            } else {
+                                // Nothing left to release: the lease is already gone.
+                                let then = *then;
+                                fx.push(Effect::Announce(Announcement::Lost {
+                                    lease: name.clone(),
+                                    epoch,
+                                    rejected: true,
+                                }));
+                                state.phase = self::after(then, now);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Err(error) => {
+                self.renewal.next_at = Some(now + timing.retry_interval);
+                let mut newly_failing = Vec::new();
+                for (name, epoch) in &batch {
+                    if let Some(Phase::Held {
+                        epoch: held,
+                        failing,
+                        ..
+                    }) = self.leases.get_mut(name).map(|l| &mut l.phase)
+                    {
+                        if held == epoch && !*failing {
+                            *failing = true;
+                            newly_failing.push((name.clone(), *epoch));
+                        }
+                    }
+                }
+                if !newly_failing.is_empty() {
+                    fx.push(Effect::Announce(Announcement::RenewFailing {
+                        leases: newly_failing,
+                        error,
+                    }));
+                }
+            }
+        }
+    }
+
+    fn on_release(
+        &mut self,
+        lease: &str,
+        result: Result<bool, String>,
+        now: Instant,
+        fx: &mut Vec<Effect>,
+    ) {
+        let next_campaign = self.jittered_poll(now);
+        let Some(state) = self.leases.get_mut(lease) else {
+            return;
+        };
+        let Phase::Releasing { epoch, then } = state.phase else {
+            return;
+        };
+        fx.push(Effect::Announce(Announcement::Released {
+            lease: lease.to_string(),
+            epoch,
+            error: result.err(),
+        }));
+        state.phase = match then {
+            After::Done => Phase::Done,
+            // After a step-down, wait a poll before campaigning so another replica gets a chance.
+            After::Standby => Phase::Standby { next_campaign },
+        };
+    }
+
+    fn on_term_stopped(&mut self, lease: &str, epoch: Epoch, fx: &mut Vec<Effect>) {
+        let timeout = self.timing.store_timeout;
+        let Some(state) = self.leases.get_mut(lease) else {
+            return;
+        };
+        if let Phase::Stopping {
+            epoch: held, then, ..
+        } = state.phase
+        {
+            if held == epoch {
+                state.phase = Phase::Releasing { epoch, then };
+                fx.push(Effect::Release {
+                    lease: lease.to_string(),
+                    epoch,
+                    timeout,
+                });
+            }
+        }
+    }
+
+    /// Begins the ordered release of `lease` (DESIGN §1.4): end the term and wait for it, then
+    /// release. A lease not held goes straight to `then`.
+    fn give_up(&mut self, lease: &str, then: After, fx: &mut Vec<Effect>) {
+        let timeout = self.timing.store_timeout;
+        let Some(state) = self.leases.get_mut(lease) else {
+            return;
+        };
+        match state.phase {
+            Phase::Held {
+                epoch,
+                term: true,
+                expires_by,
+                ..
+            } => {
+                fx.push(Effect::EndTerm {
+                    lease: lease.to_string(),
+                    epoch,
+                    reason: EndReason::Releasing,
+                    confirm: true,
+                });
+                state.phase = Phase::Stopping {
+                    epoch,
+                    expires_by,
+                    then,
+                };
+            }
+            Phase::Held {
+                epoch, term: false, ..
+            } => {
+                state.phase = Phase::Releasing { epoch, then };
+                fx.push(Effect::Release {
+                    lease: lease.to_string(),
+                    epoch,
+                    timeout,
+                });
+            }
+            Phase::Standby { .. } if then == After::Done && state.campaign_sent.is_none() => {
+                state.phase = Phase::Done;
+            }
+            // A step-down of a lease not held, a campaign in flight (its result decides), or a
+            // release already under way: nothing to add.
+            _ => {
+                if let Phase::Stopping { then: t, .. } | Phase::Releasing { then: t, .. } =
+                    &mut state.phase
+                {
+                    if then == After::Done {
+                        *t = After::Done;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Emits whatever is due at `now`: term deadlines, expiries, the renewal, campaigns.
+    fn run_due(&mut self, now: Instant, fx: &mut Vec<Effect>) {
+        let timing = self.timing;
+        let mut batch = Vec::new();
+        let mut renew_timeout = timing.store_timeout;
+        for (name, state) in self.leases.iter_mut() {
+            match &mut state.phase {
+                Phase::Held {
+                    epoch,
+                    safe_until,
+                    expires_by,
+                    term,
+                    ..
+                } => {
+                    let epoch = *epoch;
+                    if *term && now >= *safe_until {
+                        *term = false;
+                        fx.push(Effect::EndTerm {
+                            lease: name.clone(),
+                            epoch,
+                            reason: EndReason::SafeUntil,
+                            confirm: false,
+                        });
+                        fx.push(Effect::Announce(Announcement::SafeUntilReached {
+                            lease: name.clone(),
+                            epoch,
+                        }));
+                    }
+                    if !*term && now >= *expires_by {
+                        fx.push(Effect::Announce(Announcement::Lost {
+                            lease: name.clone(),
+                            epoch,
+                            rejected: false,
+                        }));
+                        state.phase = Phase::Standby { next_campaign: now };
+                        continue;
+                    }
+                    let left = if *term { *safe_until } else { *expires_by };
+                    renew_timeout = renew_timeout.min(left.saturating_duration_since(now));
+                    batch.push((name.clone(), epoch));
+                }
+                Phase::Stopping {
+                    epoch,
+                    expires_by,
+                    then,
+                } => {
+                    if now >= *expires_by {
+                        // The lease has lapsed while the term drained: no release needed.
+                        let (epoch, then) = (*epoch, *then);
+                        fx.push(Effect::Announce(Announcement::Lost {
+                            lease: name.clone(),
+                            epoch,
+                            rejected: false,
+                        }));
+                        state.phase = after(then, now);
+                        continue;
+                    }
+                    renew_timeout = renew_timeout.min(expires_by.saturating_duration_since(now));
+                    batch.push((name.clone(), *epoch));
+                }
+                Phase::Standby { next_campaign } => {
+                    if !self.shutting_down && state.campaign_sent.is_none() && now >= *next_campaign
+                    {
+                        state.campaign_sent = Some(now);
+                        fx.push(Effect::Campaign {
+                            lease: name.clone(),
+                            timeout: timing.store_timeout,
+                        });
+                    }
+                }
+                Phase::Releasing { .. } | Phase::Done => {}
+            }
+        }
+        let due = self.renewal.next_at.is_some_and(|at| now >= at);
+        if due && self.renewal.in_flight.is_none() && !batch.is_empty() {
+            let requests = batch
+                .iter()
+                .map(|(name, epoch)| RenewRequest {
+                    name: name.clone(),
+                    epoch: *epoch,
+                    ttl: timing.ttl,
+                })
+                .collect();
+            self.renewal.in_flight = Some((now, batch));
+            fx.push(Effect::Renew {
+                batch: requests,
+                // Never wait past the time left on the lease; a floor keeps the call meaningful.
+                timeout: renew_timeout.max(Duration::from_millis(1)),
+            });
+        }
+    }
+}
+
+fn after(then: After, now: Instant) -> Phase {
+    match then {
+        After::Done => Phase::Done,
+        After::Standby => Phase::Standby { next_campaign: now },
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,423 @@
+//! The thin async loop around the [`Coordinator`]: it waits for the next deadline, a store result,
+//! a release notification or the shutdown, steps the machine and carries out the effects.
+//!
+//! Store calls run as their own tasks with the timeouts the coordinator chose, so a hung query
+//! never delays a deadline: a term is ended at `safe_until` whatever the store is doing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, debug, error, info, info_span, warn};
+
+use super::coordinator::{Announcement, Coordinator, Effect, EndReason, Event};
+use super::identity::HolderId;
+use super::leadership::{Leadership, Term};
+use super::store::{LeaseStore, ReleaseNotice, StoreError};
+use super::timing::Timing;
+
+/// What the rest of the host holds of the lease engine: the identity, the store and a leadership
+/// watch per lease. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct LeaseEngine {
+    /// This process's holder id.
+    holder: HolderId,
+    /// The store, for read-only views such as `/status`.
+    store: Arc<dyn LeaseStore>,
+    /// The timing in force.
+    timing: Timing,
+    /// Leadership of each lease, as published by the driver.
+    leaderships: BTreeMap<String, watch::Receiver<Leadership>>,
+    /// Requests to give a lease up in order (e.g. after failed health checks).
+    step_down: mpsc::UnboundedSender<String>,
+}
+
+impl LeaseEngine {
+    /// This process's holder id.
+    pub fn holder(&self) -> &HolderId {
+        &self.holder
+    }
+
+    /// The lease store.
+    pub fn store(&self) -> &Arc<dyn LeaseStore> {
+        &self.store
+    }
+
+    /// The timing in force.
+    pub fn timing(&self) -> &Timing {
+        &self.timing
+    }
+
+    /// The names of the leases this replica campaigns for.
+    pub fn lease_names(&self) -> impl Iterator<Item = &str> {
+        self.leaderships.keys().map(String::as_str)
+    }
+
+    /// Follows the leadership of `lease`.
+    pub fn subscribe(&self, lease: &str) -> Option<watch::Receiver<Leadership>> {
+        self.leaderships.get(lease).cloned()
+    }
+
+    /// The current leadership of `lease`.
+    pub fn leadership(&self, lease: &str) -> Option<Leadership> {
+        self.leaderships.get(lease).map(|rx| rx.borrow().clone())
+    }
+
+    /// Asks the driver to give `lease` up in order and campaign again later.
+    pub fn step_down(&self, lease: &str) {
+        // The driver is gone only after shutdown, when there is nothing to step down from.
+        let _ = self.step_down.send(lease.to_string());
+    }
+}
+
+/// A running term as the driver keeps it.
+struct ActiveTerm {
+    term: Term,
+    token: CancellationToken,
+    tracker: TaskTracker,
+    safe_until: watch::Sender<Instant>,
+}
+
+/// Drives the [`Coordinator`] for every lease of this replica. Build with [`Driver::new`] and run
+/// with [`Driver::run`].
+pub struct Driver {
+    /// The state machine.
+    coordinator: Coordinator,
+    /// The store the effects go to.
+    store: Arc<dyn LeaseStore>,
+    /// This process's holder id.
+    holder: HolderId,
+    /// The process's root token: cancelling it starts the ordered shutdown; terms are its children.
+    root: CancellationToken,
+    /// Publishers of each lease's leadership.
+    publishers: BTreeMap<String, watch::Sender<Leadership>>,
+    /// Running terms by lease.
+    terms: BTreeMap<String, ActiveTerm>,
+    /// Store results and term confirmations come back here.
+    events_tx: mpsc::UnboundedSender<Event>,
+    events_rx: mpsc::UnboundedReceiver<Event>,
+    /// Step-down requests from the rest of the host.
+    step_down_rx: mpsc::UnboundedReceiver<String>,
+    /// Store calls in flight, so shutdown can wait for them.
+    calls: TaskTracker,
+}
+
+impl Driver {
+    /// A driver for `leases`, and the engine handle the rest of the host uses. Cancelling `root`
+    /// releases every lease in order and makes [`Driver::run`] return.
+    pub fn new(
+        store: Arc<dyn LeaseStore>,
+        holder: HolderId,
+        timing: Timing,
+        leases: impl IntoIterator<Item = String>,
+        root: CancellationToken,
+    ) -> (Driver, Arc<LeaseEngine>) {
+        let leases: Vec<String> = leases.into_iter().collect();
+        let seed = {
+            use std::hash::{BuildHasher, RandomState};
+            RandomState::new().hash_one(holder.as_str())
+        };
+        let coordinator = Coordinator::new(timing, leases.iter().cloned(), Instant::now(), seed);
+        let mut publishers = BTreeMap::new();
+        let mut leaderships = BTreeMap::new();
+        for name in leases {
+            let (tx, rx) = watch::channel(Leadership::standby());
+            publishers.insert(name.clone(), tx);
+            leaderships.insert(name, rx);
+        }
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let (step_down_tx, step_down_rx) = mpsc::unbounded_channel();
+        let engine = Arc::new(LeaseEngine {
+            holder: holder.clone(),
+            store: store.clone(),
+            timing,
+            leaderships,
+            step_down: step_down_tx,
+        });
+        let driver = Driver {
+            coordinator,
+            store,
+            holder,
+            root,
+            publishers,
+            terms: BTreeMap::new(),
+            events_tx,
+            events_rx,
+            step_down_rx,
+            calls: TaskTracker::new(),
+        };
+        (driver, engine)
+    }
+
+    /// Runs until the root token is cancelled and every lease has been released in order.
+    pub async fn run(mut self) {
+        let mut notices = self.store.listen_releases(self.root.child_token());
+        let mut shutdown_seen = false;
+        loop {
+            let deadline = self.coordinator.next_deadline();
+            let event = tokio::select! {
+                _ = self.root.cancelled(), if !shutdown_seen => {
+                    shutdown_seen = true;
+                    info!(holder = %self.holder, "shutting down: releasing leases in order");
+                    Event::Shutdown
+                }
+                Some(event) = self.events_rx.recv() => event,
+                notice = next_notice(&mut notices) => match notice {
+                    Some(ReleaseNotice::Released(lease)) => Event::ReleasedElsewhere { lease },
+                    Some(ReleaseNotice::Resubscribed) => Event::Resubscribed,
+                    None => { notices = None; Event::Tick }
+                },
+                Some(lease) = self.step_down_rx.recv() => Event::StepDown { lease },
+                _ = sleep_until(deadline) => Event::Tick,
+            };
+            let effects = self.coordinator.step(event, Instant::now());
+            for effect in effects {
+                self.execute(effect);
+            }
+            self.publish();
+            if self.coordinator.is_finished() {
+                break;
+            }
+        }
+        self.calls.close();
+        self.calls.wait().await;
+        info!(holder = %self.holder, "lease driver stopped");
+    }
+
+    fn execute(&mut self, effect: Effect) {
+        let ttl = self.coordinator.timing().ttl;
+        match effect {
+            Effect::Campaign { lease, timeout } => {
+                let (store, holder) = (self.store.clone(), self.holder.clone());
+                let span = info_span!("campaign", lease = %lease, holder = %holder);
+                self.call(span, async move {
+                    let result = within(
+                        timeout,
+                        "campaign",
+                        store.campaign(&lease, holder.as_str(), ttl),
+                    )
+                    .await;
+                    Event::CampaignDone {
+                        lease,
+                        result: result.map_err(|e| e.to_string()),
+                    }
+                });
+            }
+            Effect::Renew { batch, timeout } => {
+                let (store, holder) = (self.store.clone(), self.holder.clone());
+                let span = info_span!("renew", holder = %holder, leases = batch.len());
+                self.call(span, async move {
+                    let started = Instant::now();
+                    let result =
+                        within(timeout, "renew", store.renew(holder.as_str(), &batch)).await;
+                    debug!(elapsed = ?started.elapsed(), ok = result.is_ok(), "renewal returned");
+                    Event::RenewDone {
+                        result: result.map_err(|e| e.to_string()),
+                    }
+                });
+            }
+            Effect::Release {
+                lease,
+                epoch,
+                timeout,
+            } => {
+                let (store, holder) = (self.store.clone(), self.holder.clone());
+                let span = info_span!("release", lease = %lease, epoch, holder = %holder);
+                self.call(span, async move {
+                    let result = within(
+                        timeout,
+                        "release",
+                        store.release(&lease, holder.as_str(), epoch),
+                    )
+                    .await;
+                    Event::ReleaseDone {
+                        lease,
+                        result: result.map_err(|e| e.to_string()),
+                    }
+                });
+            }
+            Effect::StartTerm {
+                lease,
+                epoch,
+                safe_until,
+            } => {
+                let token = self.root.child_token();
+                let tracker = TaskTracker::new();
+                let (safe_tx, safe_rx) = watch::channel(safe_until);
+                let term = Term::new(
+                    lease.clone(),
+                    epoch,
+                    token.clone(),
+                    tracker.clone(),
+                    safe_rx,
+                );
+                debug!(lease = %lease, epoch, "term started");
+                self.terms.insert(
+                    lease,
+                    ActiveTerm {
+                        term,
+                        token,
+                        tracker,
+                        safe_until: safe_tx,
+                    },
+                );
+            }
+            Effect::ExtendTerm { lease, safe_until } => {
+                if let Some(active) = self.terms.get(&lease) {
+                    active.safe_until.send_replace(safe_until);
+                }
+            }
+            Effect::EndTerm {
+                lease,
+                epoch,
+                reason,
+                confirm,
+            } => {
+                let active = self.terms.remove(&lease);
+                if let Some(active) = &active {
+                    active.token.cancel();
+                    active.tracker.close();
+                }
+                let why = match reason {
+                    EndReason::SafeUntil => "safe_until reached without a landed renewal",
+                    EndReason::Lost => "lease lost",
+                    EndReason::Releasing => "releasing",
+                };
+                info!(lease = %lease, epoch, holder = %self.holder, reason = why, "term ended: plugins stopped");
+                if confirm {
+                    let events = self.events_tx.clone();
+                    let tracker = active.map(|a| a.tracker);
+                    self.calls.spawn(async move {
+                        if let Some(tracker) = tracker {
+                            tracker.wait().await;
+                        }
+                        let _ = events.send(Event::TermStopped { lease, epoch });
+                    });
+                }
+            }
+            Effect::Announce(announcement) => self.announce(announcement),
+        }
+    }
+
+    /// Runs one store call as its own task and feeds its result back as an event.
+    fn call<F>(&self, span: tracing::Span, work: F)
+    where
+        F: Future<Output = Event> + Send + 'static,
+    {
+        let events = self.events_tx.clone();
+        self.calls.spawn(
+            async move {
+                let _ = events.send(work.await);
+            }
+            .instrument(span),
+        );
+    }
+
+    fn announce(&self, announcement: Announcement) {
+        let holder = &self.holder;
+        match announcement {
+            Announcement::Acquired { lease, epoch } => {
+                info!(lease = %lease, epoch, holder = %holder, "lease acquired")
+            }
+            Announcement::RenewFailing { leases, error } => {
+                for (lease, epoch) in leases {
+                    warn!(lease = %lease, epoch, holder = %holder, error = %error, "renewal failing: lease uncertain");
+                }
+            }
+            Announcement::Recovered { lease, epoch } => {
+                info!(lease = %lease, epoch, holder = %holder, "renewal landed again: lease recovered")
+            }
+            Announcement::SafeUntilReached { lease, epoch } => {
+                warn!(lease = %lease, epoch, holder = %holder, "no renewal landed before safe_until: plugins stopped")
+            }
+            Announcement::Lost {
+                lease,
+                epoch,
+                rejected,
+            } => {
+                let how = if rejected {
+                    "renewal rejected"
+                } else {
+                    "expired while renewals failed"
+                };
+                warn!(lease = %lease, epoch, holder = %holder, reason = how, "lease lost")
+            }
+            Announcement::Released {
+                lease,
+                epoch,
+                error: None,
+            } => {
+                info!(lease = %lease, epoch, holder = %holder, "lease released")
+            }
+            Announcement::Released {
+                lease,
+                epoch,
+                error: Some(error),
+            } => {
+                error!(lease = %lease, epoch, holder = %holder, error = %error, "release failed: the lease will expire by its ttl")
+            }
+            Announcement::CampaignFailed { lease, error } => {
+                warn!(lease = %lease, holder = %holder, error = %error, "campaign failed")
+            }
+        }
+    }
+
+    /// Publishes each lease's leadership where it changed.
+    fn publish(&self) {
+        for (name, tx) in &self.publishers {
+            let Some((role, epoch)) = self.coordinator.view(name) else {
+                continue;
+            };
+            let term = self.terms.get(name).map(|a| a.term.clone());
+            tx.send_if_modified(|current| {
+                let same_term = match (&current.term, &term) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => a.epoch == b.epoch && !a.is_cancelled(),
+                    _ => false,
+                };
+                if current.role == role && current.epoch == epoch && same_term {
+                    return false;
+                }
+                *current = Leadership {
+                    role,
+                    epoch,
+                    term: term.clone(),
+                };
+                true
+            });
+        }
+    }
+}
+
+/// Bounds a store call by `timeout`; the caller treats a timeout like any other failure.
+async fn within<T>(
+    timeout: Duration,
+    op: &'static str,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(result) => result,
+        Err(_) => Err(StoreError::Timeout { op, after: timeout }),
+    }
+}
+
+async fn next_notice(notices: &mut Option<mpsc::Receiver<ReleaseNotice>>) -> Option<ReleaseNotice> {
+    match notices {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,218 @@
+//! An in-memory [`LeaseStore`] for unit tests: the same protocol with `tokio::time` as the
+//! "database clock" (so paused-time tests work), release notifications within the process, and
+//! injectable outages.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{broadcast, mpsc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::store::{Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, StoreError};
+
+#[derive(Debug, Clone)]
+struct Row {
+    holder: String,
+    epoch: Epoch,
+    ttl: Duration,
+    expires_at: Instant,
+}
+
+/// How the store answers, for fault injection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Health {
+    /// Every call works.
+    Up = 0,
+    /// Every call fails at once.
+    Failing = 1,
+    /// Every call hangs until its caller gives up.
+    Hanging = 2,
+}
+
+/// The in-memory store. Share it between drivers with an `Arc` to simulate several replicas.
+#[derive(Debug)]
+pub struct MemoryStore {
+    rows: Mutex<BTreeMap<String, Row>>,
+    health: AtomicU8,
+    releases: broadcast::Sender<String>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore {
+            rows: Mutex::new(BTreeMap::new()),
+            health: AtomicU8::new(Health::Up as u8),
+            releases: broadcast::channel(1024).0,
+        }
+    }
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes every later call succeed, fail or hang.
+    pub fn set_health(&self, health: Health) {
+        self.health.store(health as u8, Ordering::SeqCst);
+    }
+
+    async fn gate(&self, op: &'static str) -> Result<(), StoreError> {
+        match self.health.load(Ordering::SeqCst) {
+            0 => Ok(()),
+            1 => Err(StoreError::Unavailable(format!("{op}: injected outage"))),
+            _ => std::future::pending().await,
+        }
+    }
+
+    fn rows(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Row>> {
+        // A panic while holding the lock cannot leave a row half-written: every update is one assignment.
+        self.rows
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn record(name: &str, row: &Row, now: Instant) -> LeaseRecord {
+        let left = if row.expires_at > now {
+            i64::try_from((row.expires_at - now).as_millis()).unwrap_or(i64::MAX)
+        } else {
+            -i64::try_from((now - row.expires_at).as_millis()).unwrap_or(i64::MAX)
+        };
+        LeaseRecord {
+            name: name.to_string(),
+            holder: row.holder.clone(),
+            epoch: row.epoch,
+            ttl_ms: i64::try_from(row.ttl.as_millis()).unwrap_or(i64::MAX),
+            expires_in_ms: left,
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseStore for MemoryStore {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn campaign(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Epoch>, StoreError> {
+        self.gate("campaign").await?;
+        super::store::ttl_ms(ttl)?;
+        let now = Instant::now();
+        let mut rows = self.rows();
+        let epoch = match rows.get(name) {
+            Some(row) if row.expires_at > now => return Ok(None),
+            Some(row) => row.epoch + 1,
+            None => 1,
+        };
+        let row = Row {
+            holder: holder.to_string(),
+            epoch,
+            ttl,
+            expires_at: now + ttl,
+        };
+        rows.insert(name.to_string(), row);
+        Ok(Some(epoch))
+    }
+
+    async fn renew(
+        &self,
+        holder: &str,
+        leases: &[RenewRequest],
+    ) -> Result<Vec<String>, StoreError> {
+        self.gate("renew").await?;
+        let now = Instant::now();
+        let mut rows = self.rows();
+        let mut landed = Vec::new();
+        for req in leases {
+            if let Some(row) = rows.get_mut(&req.name) {
+                if row.holder == holder && row.epoch == req.epoch && row.expires_at > now {
+                    row.expires_at = now + req.ttl;
+                    row.ttl = req.ttl;
+                    landed.push(req.name.clone());
+                }
+            }
+        }
+        Ok(landed)
+    }
+
+    async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
+        self.gate("release").await?;
+        let now = Instant::now();
+        let released = match self.rows().get_mut(name) {
+            Some(row) if row.holder == holder && row.epoch == epoch && row.expires_at > now => {
+                row.expires_at = now;
+                true
+            }
+            _ => false,
+        };
+        if released {
+            let _ = self.releases.send(name.to_string());
+        }
+        Ok(released)
+    }
+
+    async fn get(&self, names: &[String]) -> Result<Vec<LeaseRecord>, StoreError> {
+        self.gate("get").await?;
+        let now = Instant::now();
+        let rows = self.rows();
+        Ok(names
+            .iter()
+            .filter_map(|n| rows.get(n).map(|row| Self::record(n, row, now)))
+            .collect())
+    }
+
+    async fn list(&self, after: Option<&str>, limit: u32) -> Result<Vec<LeaseRecord>, StoreError> {
+        self.gate("list").await?;
+        let now = Instant::now();
+        let rows = self.rows();
+        let range = match after {
+            Some(a) => {
+                rows.range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))
+            }
+            None => rows.range::<str, _>(..),
+        };
+        Ok(range
+            .take(limit as usize)
+            .map(|(n, row)| Self::record(n, row, now))
+            .collect())
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.gate("ping").await
+    }
+
+    fn listen_releases(
+        &self,
+        shutdown: CancellationToken,
+    ) -> Option<mpsc::Receiver<ReleaseNotice>> {
+        let mut sub = self.releases.subscribe();
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            loop {
+                let notice = tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    r = sub.recv() => match r {
+                        Ok(name) => ReleaseNotice::Released(name),
+                        Err(broadcast::error::RecvError::Lagged(_)) => ReleaseNotice::Resubscribed,
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    },
+                };
+                if tx.send(notice).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Some(rx)
+    }
+}

@@ -1,0 +1,274 @@
+//! The PostgreSQL [`LeaseStore`]: the store for replicas on several machines. Every statement
+//! judges expiry by `now()` of the database; releases `NOTIFY` standbys, which `LISTEN`.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::store::{
+    Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, StoreError, ttl_ms,
+};
+use super::url::DatabaseUrl;
+
+/// The channel releases are announced on; the payload is the lease name.
+pub const RELEASE_CHANNEL: &str = "leasehold_released";
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// A pool of connections to the lease database.
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+impl PostgresStore {
+    /// Connects (the first connection within `connect_timeout`) and migrates the schema. Safe
+    /// when many replicas start at once: the migrator holds an advisory lock.
+    pub async fn connect(url: &DatabaseUrl, connect_timeout: Duration) -> Result<Self, StoreError> {
+        let DatabaseUrl::Postgres(raw) = url else {
+            return Err(StoreError::Invalid {
+                what: "database URL",
+                reason: format!("{url} is not a PostgreSQL URL"),
+            });
+        };
+        let redacted = url.to_string();
+        let connect_err = |source| StoreError::Connect {
+            url: redacted.clone(),
+            source,
+        };
+        let options = PgConnectOptions::from_str(raw)
+            .map_err(connect_err)?
+            .application_name("leasehold");
+        let pool = PgPoolOptions::new()
+            // Campaigns for several leases may run at once; renewals are one statement.
+            .max_connections(8)
+            .acquire_timeout(connect_timeout)
+            .connect_with(options)
+            .await
+            .map_err(connect_err)?;
+        migrate(&pool, &redacted).await?;
+        Ok(PostgresStore { pool })
+    }
+
+    /// The pool, for tests and tools that inspect the table.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+async fn migrate(pool: &PgPool, url: &str) -> Result<(), StoreError> {
+    // The advisory lock serialises concurrent migrators; a retry covers the rare race on creating
+    // the bookkeeping table itself.
+    let mut attempt = 0;
+    loop {
+        match MIGRATOR.run(pool).await {
+            Ok(()) => return Ok(()),
+            Err(e) if attempt < 5 => {
+                attempt += 1;
+                debug!(error = %e, attempt, "migration raced another replica; retrying");
+                tokio::time::sleep(Duration::from_millis(50 * attempt)).await;
+            }
+            Err(source) => {
+                return Err(StoreError::Migrate {
+                    url: url.to_string(),
+                    source,
+                });
+            }
+        }
+    }
+}
+
+const RECORD_COLUMNS: &str = "name, holder, epoch, ttl_ms, \
+    (extract(epoch FROM (expires_at - now())) * 1000)::bigint AS expires_in_ms";
+
+type RecordRow = (String, String, i64, i64, i64);
+
+fn to_record((name, holder, epoch, ttl_ms, expires_in_ms): RecordRow) -> LeaseRecord {
+    LeaseRecord {
+        name,
+        holder,
+        epoch,
+        ttl_ms,
+        expires_in_ms,
+    }
+}
+
+#[async_trait]
+impl LeaseStore for PostgresStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn campaign(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Epoch>, StoreError> {
+        let ttl_ms = ttl_ms(ttl)?;
+        sqlx::query_scalar(
+            "INSERT INTO leasehold_leases AS l (name, holder, epoch, acquired_at, renewed_at, expires_at, ttl_ms)
+             VALUES ($1, $2, 1, now(), now(), now() + $3 * interval '1 millisecond', $3)
+             ON CONFLICT (name) DO UPDATE
+                SET holder = EXCLUDED.holder, epoch = l.epoch + 1, acquired_at = now(),
+                    renewed_at = now(), expires_at = EXCLUDED.expires_at, ttl_ms = EXCLUDED.ttl_ms
+                WHERE l.expires_at <= now()
+             RETURNING epoch",
+        )
+        .bind(name)
+        .bind(holder)
+        .bind(ttl_ms)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("campaign"))
+    }
+
+    async fn renew(
+        &self,
+        holder: &str,
+        leases: &[RenewRequest],
+    ) -> Result<Vec<String>, StoreError> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names: Vec<&str> = leases.iter().map(|r| r.name.as_str()).collect();
+        let epochs: Vec<i64> = leases.iter().map(|r| r.epoch).collect();
+        let ttls = leases
+            .iter()
+            .map(|r| ttl_ms(r.ttl))
+            .collect::<Result<Vec<_>, _>>()?;
+        sqlx::query_scalar(
+            "UPDATE leasehold_leases AS l
+                SET renewed_at = now(), expires_at = now() + r.ttl_ms * interval '1 millisecond', ttl_ms = r.ttl_ms
+               FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS r(name, epoch, ttl_ms)
+              WHERE l.name = r.name AND l.holder = $1 AND l.epoch = r.epoch AND l.expires_at > now()
+             RETURNING l.name",
+        )
+        .bind(holder)
+        .bind(&names)
+        .bind(&epochs)
+        .bind(&ttls)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("renew"))
+    }
+
+    async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
+        // One statement: the notification is sent when (and only if) the expiry commits.
+        let released: Option<String> = sqlx::query_scalar(
+            "WITH released AS (
+                UPDATE leasehold_leases SET expires_at = now()
+                 WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > now()
+                RETURNING name)
+             SELECT name FROM released, pg_notify($4, released.name) AS n",
+        )
+        .bind(name)
+        .bind(holder)
+        .bind(epoch)
+        .bind(RELEASE_CHANNEL)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("release"))?;
+        Ok(released.is_some())
+    }
+
+    async fn get(&self, names: &[String]) -> Result<Vec<LeaseRecord>, StoreError> {
+        let rows: Vec<RecordRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {RECORD_COLUMNS} FROM leasehold_leases WHERE name = ANY($1) ORDER BY name"
+        )))
+        .bind(names)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("get"))?;
+        Ok(rows.into_iter().map(to_record).collect())
+    }
+
+    async fn list(&self, after: Option<&str>, limit: u32) -> Result<Vec<LeaseRecord>, StoreError> {
+        let rows: Vec<RecordRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {RECORD_COLUMNS} FROM leasehold_leases
+              WHERE $1::text IS NULL OR name > $1 ORDER BY name LIMIT $2"
+        )))
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list"))?;
+        Ok(rows.into_iter().map(to_record).collect())
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("ping"))?;
+        Ok(())
+    }
+
+    fn listen_releases(
+        &self,
+        shutdown: CancellationToken,
+    ) -> Option<mpsc::Receiver<ReleaseNotice>> {
+        let (tx, rx) = mpsc::channel(256);
+        tokio::spawn(listen(self.pool.clone(), tx, shutdown));
+        Some(rx)
+    }
+}
+
+/// Forwards release notifications until `shutdown`, reconnecting with backoff after a lost
+/// connection and reporting [`ReleaseNotice::Resubscribed`] each time it is listening again.
+async fn listen(pool: PgPool, tx: mpsc::Sender<ReleaseNotice>, shutdown: CancellationToken) {
+    let mut backoff = Duration::from_millis(100);
+    let mut first = true;
+    while !shutdown.is_cancelled() {
+        let subscribed = async {
+            let mut listener = PgListener::connect_with(&pool).await?;
+            listener.listen(RELEASE_CHANNEL).await?;
+            Ok::<_, sqlx::Error>(listener)
+        };
+        let mut listener = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = subscribed => match r {
+                Ok(l) => l,
+                Err(e) => {
+                    warn!(error = %e, retry_in = ?backoff, "release listener cannot subscribe");
+                    tokio::select! { _ = shutdown.cancelled() => return, _ = tokio::time::sleep(backoff) => {} }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    continue;
+                }
+            },
+        };
+        backoff = Duration::from_millis(100);
+        if !first && tx.send(ReleaseNotice::Resubscribed).await.is_err() {
+            return;
+        }
+        first = false;
+        loop {
+            let received = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                r = listener.try_recv() => r,
+            };
+            match received {
+                Ok(Some(n)) => {
+                    if tx
+                        .send(ReleaseNotice::Released(n.payload().to_string()))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                // The connection dropped (None) or failed: subscribe afresh on a new one.
+                Ok(None) => break,
+                Err(e) => {
+                    warn!(error = %e, "release listener lost its connection; resubscribing");
+                    break;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! The [`LeaseStore`] trait: the few statements the lease protocol needs, each judged by the
+//! database's own clock (DESIGN §1.1–1.4).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// The fencing token: +1 on every acquisition of a lease, never reset, never reused.
+pub type Epoch = i64;
+
+/// One lease row as an admin or `/status` sees it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LeaseRecord {
+    /// The lease name (primary key).
+    pub name: String,
+    /// The holder id written by the last acquisition (kept after expiry and release).
+    pub holder: String,
+    /// The epoch of the last acquisition.
+    pub epoch: Epoch,
+    /// The TTL the holder asked for, in milliseconds.
+    pub ttl_ms: i64,
+    /// Milliseconds until the lease expires by the database clock; zero or negative once expired.
+    pub expires_in_ms: i64,
+}
+
+impl LeaseRecord {
+    /// True while the database still counts the lease as held.
+    pub fn is_held(&self) -> bool {
+        self.expires_in_ms > 0
+    }
+}
+
+/// One lease in a batched renewal: renewed only if this holder still holds it at this epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenewRequest {
+    /// The lease name.
+    pub name: String,
+    /// The epoch this holder acquired it with.
+    pub epoch: Epoch,
+    /// The TTL to extend by, measured from the database's now.
+    pub ttl: Duration,
+}
+
+/// What a store's release listener reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseNotice {
+    /// Another replica released this lease: campaign now instead of waiting for the next poll.
+    Released(String),
+    /// The listener (re)connected; notifications may have been missed, so campaign for everything.
+    Resubscribed,
+}
+
+/// Why a store call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The first connection could not be made.
+    #[error("cannot connect to {url}: {source}")]
+    Connect {
+        /// The redacted URL.
+        url: String,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The schema migrations failed.
+    #[error("cannot prepare the lease schema in {url}: {source}")]
+    Migrate {
+        /// The redacted URL.
+        url: String,
+        /// The migrator's error.
+        #[source]
+        source: sqlx::migrate::MigrateError,
+    },
+    /// A statement failed.
+    #[error("{op} failed: {source}")]
+    Query {
+        /// The operation, e.g. `campaign`.
+        op: &'static str,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A call did not answer in time; the caller treats this like any other failure (fail closed).
+    #[error("{op} timed out after {after:?}")]
+    Timeout {
+        /// The operation.
+        op: &'static str,
+        /// The timeout that ran out.
+        after: Duration,
+    },
+    /// The store is unreachable (the in-memory store's injected outage).
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A value cannot be stored as given.
+    #[error("invalid {what}: {reason}")]
+    Invalid {
+        /// What was invalid.
+        what: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl StoreError {
+    /// Wraps a driver error for operation `op`.
+    pub fn query(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+        move |source| StoreError::Query { op, source }
+    }
+}
+
+/// Milliseconds of a TTL as stored; refuses values a BIGINT interval cannot express.
+pub(crate) fn ttl_ms(ttl: Duration) -> Result<i64, StoreError> {
+    match i64::try_from(ttl.as_millis()) {
+        Ok(ms) if ms > 0 => Ok(ms),
+        _ => Err(StoreError::Invalid {
+            what: "ttl",
+            reason: format!("{ttl:?} must be at least 1 ms and fit in 64 bits of milliseconds"),
+        }),
+    }
+}
+
+/// A backend that keeps lease rows. Every method is one statement (or one short transaction) whose
+/// notion of "now" is the database's, never the caller's.
+#[async_trait]
+pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
+    /// The backend's short name (`postgres`, `sqlite`, `memory`).
+    fn backend(&self) -> &'static str;
+
+    /// Acquires `name` for `holder` if the row is absent or expired by the database clock.
+    /// Returns the new epoch (previous + 1, or 1 for a new row), or `None` if someone holds it.
+    async fn campaign(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Epoch>, StoreError>;
+
+    /// Extends every lease in `leases` that `holder` still holds at the given epoch and that has
+    /// not expired, in one statement. Returns the names whose renewal landed.
+    async fn renew(&self, holder: &str, leases: &[RenewRequest])
+    -> Result<Vec<String>, StoreError>;
+
+    /// Expires `name` now if `holder` holds it at `epoch`, keeping the row and its epoch, and tells
+    /// listening standbys. Returns whether the row was ours to release.
+    async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError>;
+
+    /// The rows for `names` that exist.
+    async fn get(&self, names: &[String]) -> Result<Vec<LeaseRecord>, StoreError>;
+
+    /// Up to `limit` rows with names after `after`, in name order (keyset pagination).
+    async fn list(&self, after: Option<&str>, limit: u32) -> Result<Vec<LeaseRecord>, StoreError>;
+
+    /// A cheap round trip, for readiness.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Starts a listener for releases by other replicas, if the backend can notify. It runs until
+    /// `shutdown` and reconnects by itself; backends without notifications return `None` and
+    /// standbys rely on polling.
+    fn listen_releases(&self, shutdown: CancellationToken)
+    -> Option<mpsc::Receiver<ReleaseNotice>>;
+}

@@ -1,0 +1,14 @@
+//! leasehold: replicas of one host binary compete for named leases in PostgreSQL (or an embedded
+//! SQLite file); the holder of a lease runs the work bound to it, and stops it before any other
+//! replica can take the lease over.
+//!
+//! The crate is a map of the design (DESIGN.md):
+//! - [`lease`]: lease rows, the stores that keep them, the coordinator state machine and its driver;
+//! - [`config`]: the settings of `leasehold run`, from file, environment and flags;
+//! - [`http`]: `/healthz` and `/status`;
+//! - [`cli`]: the command line (`run`, `leases list`).
+
+pub mod cli;
+pub mod config;
+pub mod http;
+pub mod lease;
