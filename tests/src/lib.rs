@@ -1,1 +1,10 @@
-//! x
+//! The test harness of leasehold: a real PostgreSQL started on demand ([`pg`]), real `leasehold`
+//! processes ([`host`]), and the store backends opened fresh for each test ([`stores`]).
+//! Integration tests live in `tests/`; the benchmarks are binaries in `src/bin/`.
+
+#![allow(clippy::unwrap_used)]
+
+pub mod host;
+pub mod pg;
+pub mod stats;
+pub mod stores;

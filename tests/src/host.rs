@@ -1,0 +1,199 @@
+//! Real `leasehold` processes: spawn one, read its log, ask its `/status`, signal it.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+/// The `leasehold` binary beside the running test executable (`target/<profile>/leasehold`),
+/// or `LEASEHOLD_BIN`. `make test` builds it first.
+pub fn binary() -> anyhow::Result<PathBuf> {
+    if let Ok(bin) = std::env::var("LEASEHOLD_BIN") {
+        return Ok(PathBuf::from(bin));
+    }
+    let exe = std::env::current_exe()?;
+    // target/<profile>/deps/<test> or target/<profile>/<bench>
+    for dir in exe.ancestors().skip(1).take(2) {
+        let candidate = dir.join("leasehold");
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    bail!(
+        "the leasehold binary is not built next to {}: run `cargo build -p leasehold` (make test does)",
+        exe.display()
+    )
+}
+
+/// A running `leasehold run` process; killed when dropped.
+#[derive(Debug)]
+pub struct Host {
+    /// A name for messages.
+    pub name: String,
+    /// The HTTP address it bound.
+    pub addr: SocketAddr,
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+    client: reqwest::Client,
+}
+
+impl Host {
+    /// Starts `leasehold run ARGS --http 127.0.0.1:0` and waits until it serves HTTP.
+    pub fn start(name: &str, args: &[&str]) -> anyhow::Result<Host> {
+        Self::start_with_env(name, args, &[])
+    }
+
+    /// [`Host::start`] with extra environment variables.
+    pub fn start_with_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Host> {
+        let mut cmd = Command::new(binary()?);
+        cmd.arg("run")
+            .args(args)
+            .args(["--http", "127.0.0.1:0", "--replica-id", name]);
+        cmd.envs(env.iter().copied())
+            .env("RUST_LOG", "info")
+            .env("RUST_BACKTRACE", "0");
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().context("spawning leasehold")?;
+        let stderr = child.stderr.take().context("no stderr")?;
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = line.split("addr=").nth(1) {
+                    if line.contains("http listening") {
+                        let _ = addr_tx.send(addr.trim().to_string());
+                    }
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let mut host = Host {
+            name: name.to_string(),
+            addr: "127.0.0.1:0".parse()?,
+            child,
+            log,
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(5))
+                .build()?,
+        };
+        match addr_rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(addr) => {
+                host.addr = addr
+                    .parse()
+                    .with_context(|| format!("bad address {addr:?}"))?
+            }
+            Err(_) => bail!(
+                "{name} did not start serving HTTP; log:\n{}",
+                host.log_text()
+            ),
+        }
+        Ok(host)
+    }
+
+    /// Everything the process logged so far.
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// `GET /status` as JSON.
+    pub async fn status(&self) -> anyhow::Result<Value> {
+        let url = format!("http://{}/status", self.addr);
+        Ok(self
+            .client
+            .get(url)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?)
+    }
+
+    /// The role of `lease` in `/status`, or `None` if the process does not answer.
+    pub async fn role(&self, lease: &str) -> Option<String> {
+        let status = self.status().await.ok()?;
+        status["leases"]
+            .as_array()?
+            .iter()
+            .find(|l| l["name"] == lease)
+            .and_then(|l| l["role"].as_str())
+            .map(str::to_string)
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (e.g. "TERM", "KILL", "STOP", "CONT").
+    pub fn signal(&self, signal: &str) -> anyhow::Result<()> {
+        let ok = Command::new("kill")
+            .arg("-s")
+            .arg(signal)
+            .arg(self.pid().to_string())
+            .status()?
+            .success();
+        if !ok {
+            bail!("kill -s {signal} {} failed", self.pid());
+        }
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{} did not exit within {timeout:?}; log:\n{}",
+                    self.name,
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls the hosts' `/status` until exactly one reports `leader` for `lease`; returns its index.
+pub async fn wait_for_single_leader(
+    hosts: &[&Host],
+    lease: &str,
+    timeout: Duration,
+) -> anyhow::Result<usize> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut leaders = Vec::new();
+        for (i, h) in hosts.iter().enumerate() {
+            if h.role(lease).await.as_deref() == Some("leader") {
+                leaders.push(i);
+            }
+        }
+        if leaders.len() == 1 {
+            return Ok(leaders[0]);
+        }
+        // Polls are sequential, so a handoff between two polls can show the old and the new
+        // leader together: that is not a double holder, so keep polling.
+        if Instant::now() > deadline {
+            bail!("no single leader of {lease} within {timeout:?}: leaders {leaders:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}

@@ -1,0 +1,321 @@
+//! A real PostgreSQL for tests: `DATABASE_URL` when given, otherwise a private server started with
+//! initdb + pg_ctl on a free port in a temporary directory (installing Debian's `postgresql`
+//! package when no server binaries are found). One server per test process; a watchdog stops it
+//! and removes its directory when the process exits, however it exits.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use anyhow::{Context, bail};
+use sqlx::Connection;
+
+/// A PostgreSQL server the tests may create databases in.
+#[derive(Debug)]
+pub struct Postgres {
+    /// URL of the maintenance database, used to create per-test databases.
+    admin_url: String,
+    /// Set when this process started the server.
+    local: Option<LocalServer>,
+}
+
+#[derive(Debug)]
+struct LocalServer {
+    bin: PathBuf,
+    data: PathBuf,
+    port: u16,
+    /// Run server commands as this user (initdb refuses root).
+    run_as: Option<String>,
+}
+
+static SERVER: OnceLock<Postgres> = OnceLock::new();
+static NEXT_DB: AtomicU32 = AtomicU32::new(0);
+
+/// The shared server of this test process, started on first use.
+pub fn server() -> &'static Postgres {
+    SERVER.get_or_init(|| match Postgres::start() {
+        Ok(pg) => pg,
+        Err(e) => panic!("cannot provide a PostgreSQL server for the tests: {e:#}"),
+    })
+}
+
+impl Postgres {
+    fn start() -> anyhow::Result<Postgres> {
+        if let Ok(url) = std::env::var("DATABASE_URL") {
+            return Ok(Postgres {
+                admin_url: url,
+                local: None,
+            });
+        }
+        let bin = find_bin_dir().or_else(|_| {
+            install_postgres()?;
+            find_bin_dir()
+        })?;
+        let run_as = is_root().then(|| "postgres".to_string());
+        let dir = tempfile::Builder::new()
+            .prefix("leasehold-pg-")
+            .tempdir()?
+            .keep();
+        let data = dir.join("data");
+        if let Some(user) = &run_as {
+            ensure_user(user)?;
+            run(Command::new("chown").arg("-R").arg(user).arg(&dir))?;
+        }
+        let mut initdb = server_command(&run_as, &bin.join("initdb"));
+        initdb
+            .args([
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "-D",
+            ])
+            .arg(&data);
+        run(&mut initdb).context("initdb")?;
+        // The watchdog outlives nothing: it stops the server once this process is gone.
+        spawn_watchdog(&run_as, &bin, &dir)?;
+        let mut last_err = None;
+        for _ in 0..5 {
+            let port = free_port()?;
+            let mut ctl = server_command(&run_as, &bin.join("pg_ctl"));
+            ctl.arg("-D")
+                .arg(&data)
+                .arg("-l")
+                .arg(dir.join("server.log"))
+                .arg("-w")
+                .arg("-t")
+                .arg("60");
+            ctl.arg("-o").arg(server_options(port, &dir));
+            ctl.arg("start");
+            match run(&mut ctl) {
+                Ok(()) => {
+                    let local = LocalServer {
+                        bin,
+                        data,
+                        port,
+                        run_as,
+                    };
+                    return Ok(Postgres {
+                        admin_url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+                        local: Some(local),
+                    });
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+        bail!("pg_ctl start failed: {last_err:?}\n{log}")
+    }
+
+    /// The maintenance database's URL.
+    pub fn admin_url(&self) -> &str {
+        &self.admin_url
+    }
+
+    /// A new empty database for one test, as a URL.
+    pub async fn fresh_database(&self) -> anyhow::Result<String> {
+        let name = format!(
+            "lh_{}_{}",
+            std::process::id(),
+            NEXT_DB.fetch_add(1, Ordering::SeqCst)
+        );
+        let mut conn = sqlx::PgConnection::connect(&self.admin_url)
+            .await
+            .context("connecting to the test server")?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut conn)
+            .await?;
+        conn.close().await?;
+        Ok(database_url(&self.admin_url, &name))
+    }
+
+    /// Stops the server (fast shutdown); only for a server this process started.
+    pub fn stop(&self) -> anyhow::Result<()> {
+        let local = self
+            .local
+            .as_ref()
+            .context("DATABASE_URL was given: the tests do not own that server")?;
+        let mut ctl = server_command(&local.run_as, &local.bin.join("pg_ctl"));
+        ctl.arg("-D")
+            .arg(&local.data)
+            .args(["-m", "fast", "-w", "stop"]);
+        run(&mut ctl)
+    }
+
+    /// Starts the server again after [`Postgres::stop`], on the same port.
+    pub fn restart(&self) -> anyhow::Result<()> {
+        let local = self
+            .local
+            .as_ref()
+            .context("DATABASE_URL was given: the tests do not own that server")?;
+        let mut ctl = server_command(&local.run_as, &local.bin.join("pg_ctl"));
+        let dir = local.data.parent().unwrap_or(Path::new("/tmp"));
+        ctl.arg("-D")
+            .arg(&local.data)
+            .arg("-l")
+            .arg(dir.join("server.log"))
+            .args(["-w", "-o"]);
+        ctl.arg(server_options(local.port, dir));
+        ctl.arg("start");
+        run(&mut ctl)
+    }
+}
+
+/// Loopback only, sockets in the private directory, room for many test processes' pools.
+fn server_options(port: u16, dir: &Path) -> String {
+    format!(
+        "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=400",
+        dir.display()
+    )
+}
+
+/// `base` with its database name replaced by `name`.
+fn database_url(base: &str, name: &str) -> String {
+    let (head, query) = base
+        .split_once('?')
+        .map_or((base, None), |(h, q)| (h, Some(q)));
+    let authority_end = head.find("://").map_or(0, |i| i + 3);
+    let head = match head[authority_end..].find('/') {
+        Some(slash) => &head[..authority_end + slash],
+        None => head,
+    };
+    match query {
+        Some(q) => format!("{head}/{name}?{q}"),
+        None => format!("{head}/{name}"),
+    }
+}
+
+fn find_bin_dir() -> anyhow::Result<PathBuf> {
+    let mut candidates: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|dir| dir.flatten().map(|e| e.path().join("bin")).collect())
+        .unwrap_or_default();
+    // Newest major version first.
+    candidates.sort_by_key(|p| {
+        std::cmp::Reverse(
+            p.parent()
+                .and_then(|v| v.file_name())
+                .and_then(|v| v.to_str())
+                .and_then(|v| v.parse::<u32>().ok()),
+        )
+    });
+    if let Ok(path) = std::env::var("PATH") {
+        candidates.extend(std::env::split_paths(&path));
+    }
+    candidates
+        .into_iter()
+        .find(|dir| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file())
+        .context(
+            "no PostgreSQL server binaries (initdb, pg_ctl) in /usr/lib/postgresql/*/bin or PATH",
+        )
+}
+
+fn install_postgres() -> anyhow::Result<()> {
+    if !is_root() {
+        bail!(
+            "PostgreSQL server binaries are missing; install Debian's `postgresql` package or set DATABASE_URL"
+        );
+    }
+    eprintln!("installing Debian's postgresql package for the tests");
+    run(Command::new("apt-get").arg("update").arg("-q"))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-q", "postgresql"])
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
+}
+
+fn ensure_user(user: &str) -> anyhow::Result<()> {
+    if Command::new("id")
+        .arg(user)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?
+        .success()
+    {
+        return Ok(());
+    }
+    run(Command::new("useradd").args(["--system", "--no-create-home", user]))
+}
+
+fn server_command(run_as: &Option<String>, program: &Path) -> Command {
+    match run_as {
+        Some(user) => {
+            let mut c = Command::new("runuser");
+            c.args(["-u", user, "--"]).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
+fn spawn_watchdog(run_as: &Option<String>, bin: &Path, dir: &Path) -> anyhow::Result<()> {
+    let stop = match run_as {
+        Some(user) => format!("runuser -u {user} -- {}/pg_ctl", bin.display()),
+        None => format!("{}/pg_ctl", bin.display()),
+    };
+    let script = format!(
+        "while kill -0 {parent} 2>/dev/null; do sleep 0.5; done; \
+         {stop} -D {dir}/data -m immediate stop >/dev/null 2>&1; rm -rf {dir}",
+        parent = std::process::id(),
+        dir = dir.display(),
+    );
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting the PostgreSQL watchdog")?;
+    Ok(())
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn run(cmd: &mut Command) -> anyhow::Result<()> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn replaces_the_database_name() {
+        assert_eq!(
+            super::database_url("postgres://u@h:1/postgres", "x"),
+            "postgres://u@h:1/x"
+        );
+        assert_eq!(
+            super::database_url("postgres://u@h:1/postgres?sslmode=disable", "x"),
+            "postgres://u@h:1/x?sslmode=disable"
+        );
+        assert_eq!(
+            super::database_url("postgres://u@h:1", "x"),
+            "postgres://u@h:1/x"
+        );
+    }
+}

@@ -1,0 +1,338 @@
+//! One conformance suite for every `LeaseStore` backend (DESIGN §1.1–1.4, §1.7): the same
+//! assertions against the in-memory store, a real SQLite file and a real PostgreSQL database.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold::lease::{LeaseStore, ReleaseNotice, RenewRequest};
+use leasehold_tests::stores::{Backend, Db};
+
+const LONG: Duration = Duration::from_secs(60);
+const SHORT: Duration = Duration::from_millis(300);
+
+async fn expire(ttl: Duration) {
+    tokio::time::sleep(ttl + Duration::from_millis(50)).await;
+}
+
+fn renew_req(name: &str, epoch: i64) -> RenewRequest {
+    RenewRequest {
+        name: name.to_string(),
+        epoch,
+        ttl: LONG,
+    }
+}
+
+async fn concurrent_campaigns_have_one_winner(backend: Backend) {
+    let db = Db::new(backend).await.unwrap();
+    let mut stores: Vec<Arc<dyn LeaseStore>> = Vec::new();
+    for _ in 0..16 {
+        stores.push(db.open().await.unwrap());
+    }
+    // Every contender campaigns at once, from its own connection pool, for several rounds of
+    // fresh lease names (a new row) and for an expired row (the update path).
+    for round in 0..3 {
+        let name = format!("contested-{round}");
+        let tasks: Vec<_> = stores
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let (s, name) = (s.clone(), name.clone());
+                tokio::spawn(
+                    async move { s.campaign(&name, &format!("h{i}"), SHORT).await.unwrap() },
+                )
+            })
+            .collect();
+        let results: Vec<_> = futures_join(tasks).await;
+        let winners: Vec<_> = results.iter().flatten().collect();
+        assert_eq!(
+            winners.len(),
+            1,
+            "{backend:?} round {round}: winners {results:?}"
+        );
+        assert_eq!(*winners[0], 1);
+        expire(SHORT).await;
+        let tasks: Vec<_> = stores
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let (s, name) = (s.clone(), name.clone());
+                tokio::spawn(
+                    async move { s.campaign(&name, &format!("g{i}"), LONG).await.unwrap() },
+                )
+            })
+            .collect();
+        let results: Vec<_> = futures_join(tasks).await;
+        let winners: Vec<_> = results.iter().flatten().collect();
+        assert_eq!(
+            winners.len(),
+            1,
+            "{backend:?} round {round} (expired row): winners {results:?}"
+        );
+        assert_eq!(*winners[0], 2);
+    }
+}
+
+async fn futures_join<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+async fn epochs_strictly_increase(backend: Backend) {
+    let db = Db::new(backend).await.unwrap();
+    let s = db.open().await.unwrap();
+    let mut epochs = Vec::new();
+    // acquire
+    epochs.push(s.campaign("e", "a", SHORT).await.unwrap().unwrap());
+    assert_eq!(
+        s.campaign("e", "b", SHORT).await.unwrap(),
+        None,
+        "held lease must not be taken"
+    );
+    // expire, then steal
+    expire(SHORT).await;
+    epochs.push(s.campaign("e", "b", LONG).await.unwrap().unwrap());
+    // release, then re-acquire by another
+    assert!(s.release("e", "b", epochs[1]).await.unwrap());
+    epochs.push(s.campaign("e", "a", LONG).await.unwrap().unwrap());
+    // release, then re-acquire by the same holder: still a new epoch
+    assert!(s.release("e", "a", epochs[2]).await.unwrap());
+    epochs.push(s.campaign("e", "a", LONG).await.unwrap().unwrap());
+    assert_eq!(epochs, vec![1, 2, 3, 4], "{backend:?}");
+    let row = &s.get(&["e".to_string()]).await.unwrap()[0];
+    assert_eq!((row.holder.as_str(), row.epoch), ("a", 4));
+    assert!(row.is_held());
+}
+
+async fn stale_epoch_cannot_renew(backend: Backend) {
+    let db = Db::new(backend).await.unwrap();
+    let s = db.open().await.unwrap();
+    let old = s.campaign("r", "a", SHORT).await.unwrap().unwrap();
+    assert_eq!(
+        s.renew("a", &[renew_req("r", old)]).await.unwrap(),
+        vec!["r"]
+    );
+    // The renewal above extended the lease by LONG: give it back by releasing, then take it over.
+    assert!(s.release("r", "a", old).await.unwrap());
+    let new = s.campaign("r", "b", LONG).await.unwrap().unwrap();
+    assert_eq!(new, old + 1);
+    assert!(
+        s.renew("a", &[renew_req("r", old)])
+            .await
+            .unwrap()
+            .is_empty(),
+        "old holder, old epoch"
+    );
+    assert!(
+        s.renew("a", &[renew_req("r", new)])
+            .await
+            .unwrap()
+            .is_empty(),
+        "old holder, new epoch"
+    );
+    assert!(
+        s.renew("b", &[renew_req("r", old)])
+            .await
+            .unwrap()
+            .is_empty(),
+        "new holder, old epoch"
+    );
+    assert_eq!(
+        s.renew("b", &[renew_req("r", new)]).await.unwrap(),
+        vec!["r"]
+    );
+    // An expired lease cannot be renewed, even by its holder at its epoch: it must be re-campaigned.
+    let e = s.campaign("x", "a", SHORT).await.unwrap().unwrap();
+    expire(SHORT).await;
+    assert!(
+        s.renew("a", &[renew_req("x", e)]).await.unwrap().is_empty(),
+        "expired lease renewed"
+    );
+    assert!(
+        !s.release("x", "a", e).await.unwrap(),
+        "expired lease released"
+    );
+}
+
+async fn release_lets_a_standby_in_at_once(backend: Backend) {
+    let db = Db::new(backend).await.unwrap();
+    let holder = db.open().await.unwrap();
+    let standby = db.open().await.unwrap();
+    let stop = tokio_util_token();
+    let mut notices = standby.listen_releases(stop.clone());
+    let e = holder.campaign("l", "a", LONG).await.unwrap().unwrap();
+    assert_eq!(standby.campaign("l", "b", LONG).await.unwrap(), None);
+    assert!(
+        !standby.release("l", "b", e).await.unwrap(),
+        "a non-holder must not release"
+    );
+    assert!(
+        !holder.release("l", "a", e + 1).await.unwrap(),
+        "a wrong epoch must not release"
+    );
+    assert_eq!(
+        standby.campaign("l", "b", LONG).await.unwrap(),
+        None,
+        "lease still held"
+    );
+    let started = Instant::now();
+    assert!(holder.release("l", "a", e).await.unwrap());
+    if let Some(rx) = notices.as_mut() {
+        let notice = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("release notification")
+            .unwrap();
+        assert_eq!(notice, ReleaseNotice::Released("l".into()), "{backend:?}");
+        println!(
+            "{backend:?}: release -> notification in {:?}",
+            started.elapsed()
+        );
+    }
+    assert_eq!(
+        standby.campaign("l", "b", LONG).await.unwrap(),
+        Some(e + 1),
+        "{backend:?}"
+    );
+    stop.cancel();
+}
+
+fn tokio_util_token() -> tokio_util::sync::CancellationToken {
+    tokio_util::sync::CancellationToken::new()
+}
+
+async fn rows_are_never_deleted(backend: Backend) {
+    let db = Db::new(backend).await.unwrap();
+    let s = db.open().await.unwrap();
+    let e = s.campaign("kept", "a", SHORT).await.unwrap().unwrap();
+    assert!(s.release("kept", "a", e).await.unwrap());
+    s.campaign("lapsed", "a", SHORT).await.unwrap().unwrap();
+    expire(SHORT).await;
+    let rows = s.list(None, 10).await.unwrap();
+    let names: Vec<_> = rows
+        .iter()
+        .map(|r| (r.name.as_str(), r.epoch, r.is_held()))
+        .collect();
+    assert_eq!(
+        names,
+        vec![("kept", 1, false), ("lapsed", 1, false)],
+        "{backend:?}"
+    );
+    // The schema itself refuses deletes and epoch rewinds.
+    let url = db.url();
+    match backend {
+        Backend::Postgres => {
+            let pool = sqlx::PgPool::connect(&url.unwrap()).await.unwrap();
+            let err = sqlx::query("DELETE FROM leasehold_leases")
+                .execute(&pool)
+                .await
+                .unwrap_err();
+            assert!(err.to_string().contains("cannot be deleted"), "{err}");
+            let err = sqlx::query("UPDATE leasehold_leases SET epoch = 0")
+                .execute(&pool)
+                .await
+                .unwrap_err();
+            assert!(err.to_string().contains("epoch"), "{err}");
+        }
+        Backend::Sqlite => {
+            let pool = sqlx::SqlitePool::connect(&url.unwrap()).await.unwrap();
+            let err = sqlx::query("DELETE FROM leasehold_leases")
+                .execute(&pool)
+                .await
+                .unwrap_err();
+            assert!(err.to_string().contains("cannot be deleted"), "{err}");
+            let err = sqlx::query("UPDATE leasehold_leases SET epoch = 1 - epoch")
+                .execute(&pool)
+                .await
+                .unwrap_err();
+            assert!(err.to_string().contains("epoch"), "{err}");
+        }
+        Backend::Memory => {}
+    }
+    assert_eq!(s.list(None, 10).await.unwrap().len(), 2);
+}
+
+async fn batch_renew_reports_each_of_1000(backend: Backend) {
+    let db = Db::new(backend).await.unwrap();
+    let s = db.open().await.unwrap();
+    let mut batch = Vec::new();
+    let started = Instant::now();
+    for i in 0..1000 {
+        let name = format!("lease-{i:04}");
+        let epoch = s.campaign(&name, "me", LONG).await.unwrap().unwrap();
+        batch.push(renew_req(&name, epoch));
+    }
+    let acquire = started.elapsed();
+    // Some requests must not land: wrong epochs, and names nobody acquired.
+    let mut expected: BTreeSet<String> = batch.iter().map(|r| r.name.clone()).collect();
+    for r in batch.iter_mut().step_by(97) {
+        r.epoch += 1;
+        expected.remove(&r.name);
+    }
+    for i in 0..5 {
+        batch.push(renew_req(&format!("missing-{i}"), 1));
+    }
+    let started = Instant::now();
+    let landed: BTreeSet<String> = s.renew("me", &batch).await.unwrap().into_iter().collect();
+    let renew = started.elapsed();
+    assert_eq!(landed, expected, "{backend:?}");
+    assert_eq!(landed.len(), 989);
+    println!(
+        "{backend:?}: 1,000 campaigns in {acquire:?}; one batched renewal of 1,005 requests in {renew:?}"
+    );
+    // Another holder's batch renews nothing.
+    assert!(s.renew("other", &batch).await.unwrap().is_empty());
+}
+
+async fn listing_is_paginated(backend: Backend) {
+    let db = Db::new(backend).await.unwrap();
+    let s = db.open().await.unwrap();
+    for i in 0..25 {
+        s.campaign(&format!("p{i:02}"), "a", LONG)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = s.list(after.as_deref(), 10).await.unwrap();
+        assert!(page.len() <= 10);
+        seen.extend(page.iter().map(|r| r.name.clone()));
+        if page.len() < 10 {
+            break;
+        }
+        after = page.last().map(|r| r.name.clone());
+    }
+    let expected: Vec<String> = (0..25).map(|i| format!("p{i:02}")).collect();
+    assert_eq!(seen, expected, "{backend:?}");
+    let got = s.get(&["p03".into(), "nope".into()]).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert!(
+        got[0].expires_in_ms > 50_000 && got[0].expires_in_ms <= 60_000,
+        "{got:?}"
+    );
+    s.ping().await.unwrap();
+}
+
+macro_rules! conformance {
+    ($($test:ident),* $(,)?) => {
+        mod memory { $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn $test() { super::$test(super::Backend::Memory).await } )* }
+        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn $test() { super::$test(super::Backend::Sqlite).await } )* }
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn $test() { super::$test(super::Backend::Postgres).await } )* }
+    };
+}
+
+conformance!(
+    concurrent_campaigns_have_one_winner,
+    epochs_strictly_increase,
+    stale_epoch_cannot_renew,
+    release_lets_a_standby_in_at_once,
+    rows_are_never_deleted,
+    batch_renew_reports_each_of_1000,
+    listing_is_paginated,
+);
