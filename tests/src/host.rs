@@ -197,3 +197,32 @@ pub async fn wait_for_single_leader(
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
+
+/// Runs `leasehold ARGS` to completion (at most `timeout`) and returns its exit status and stderr.
+pub fn run_to_exit(args: &[&str], timeout: Duration) -> anyhow::Result<(ExitStatus, String)> {
+    let mut child = Command::new(binary()?)
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut stderr = child.stderr.take().context("no stderr")?;
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
+        s
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            bail!("leasehold {args:?} still running after {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Ok((status, reader.join().unwrap_or_default()))
+}

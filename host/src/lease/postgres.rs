@@ -5,7 +5,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -44,6 +45,16 @@ impl PostgresStore {
         let options = PgConnectOptions::from_str(raw)
             .map_err(connect_err)?
             .application_name("leasehold");
+        // One direct connection first: a pool would hide "connection refused" or a bad password
+        // behind a generic acquire timeout.
+        let probe = tokio::time::timeout(connect_timeout, PgConnection::connect_with(&options))
+            .await
+            .map_err(|_| StoreError::ConnectTimeout {
+                url: redacted.clone(),
+                after: connect_timeout,
+            })?
+            .map_err(connect_err)?;
+        probe.close().await.map_err(connect_err)?;
         let pool = PgPoolOptions::new()
             // Campaigns for several leases may run at once; renewals are one statement.
             .max_connections(8)

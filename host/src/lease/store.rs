@@ -64,6 +64,14 @@ pub enum StoreError {
         #[source]
         source: sqlx::Error,
     },
+    /// The first connection did not complete in time.
+    #[error("cannot connect to {url}: no answer within {after:?}")]
+    ConnectTimeout {
+        /// The redacted URL.
+        url: String,
+        /// The connect timeout.
+        after: Duration,
+    },
     /// The schema migrations failed.
     #[error("cannot prepare the lease schema in {url}: {source}")]
     Migrate {

@@ -1,0 +1,281 @@
+//! Real `leasehold run` processes against a real PostgreSQL and real SQLite files.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use leasehold_tests::host::{Host, run_to_exit, wait_for_single_leader};
+use leasehold_tests::stores::{Backend, Db};
+use serde_json::Value;
+
+fn lease_entry(status: &Value) -> Value {
+    status["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "leader")
+        .unwrap()
+        .clone()
+}
+
+async fn start_replicas(url: &str, ttl: &str, n: usize) -> Vec<Host> {
+    (0..n)
+        .map(|i| Host::start(&format!("r{i}"), &["--database-url", url, "--ttl", ttl]).unwrap())
+        .collect()
+}
+
+/// Every replica's `/status` names the same holder and epoch for `leader`; returns them.
+async fn agreed_holder(hosts: &[&Host]) -> (String, i64) {
+    let mut seen = Vec::new();
+    for h in hosts {
+        let entry = lease_entry(&h.status().await.unwrap());
+        seen.push((
+            entry["holder"].as_str().unwrap().to_string(),
+            entry["epoch"].as_i64().unwrap(),
+        ));
+    }
+    assert!(
+        seen.windows(2).all(|w| w[0] == w[1]),
+        "replicas disagree: {seen:?}"
+    );
+    seen.remove(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_replicas_on_postgres_elect_one_and_survive_kill_9() {
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let url = db.url().unwrap();
+    let ttl = Duration::from_secs(2);
+    let mut hosts = start_replicas(&url, "2s", 3).await;
+    let refs: Vec<&Host> = hosts.iter().collect();
+    let leader = wait_for_single_leader(&refs, "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let (holder, epoch) = agreed_holder(&refs).await;
+    let status = hosts[leader].status().await.unwrap();
+    assert_eq!(status["replica"].as_str().unwrap(), holder);
+    assert!(hosts[leader].log_text().contains(&format!(
+        "lease acquired lease=leader epoch={epoch} holder={holder}"
+    )));
+    for (i, h) in hosts.iter().enumerate().filter(|(i, _)| *i != leader) {
+        assert_eq!(
+            lease_entry(&h.status().await.unwrap())["role"],
+            "standby",
+            "host {i}"
+        );
+    }
+
+    // kill -9: no release, so the others must wait out the ttl and then one poll.
+    let mut dead = hosts.remove(leader);
+    let killed = Instant::now();
+    dead.signal("KILL").unwrap();
+    dead.wait_exit(Duration::from_secs(5)).unwrap();
+    let refs: Vec<&Host> = hosts.iter().collect();
+    let next = wait_for_single_leader(&refs, "leader", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let took = killed.elapsed();
+    // ttl + one poll (ttl/5 plus up to 20% jitter), plus slack for a loaded machine.
+    let bound = ttl + ttl / 5 + ttl / 25 + Duration::from_millis(1500);
+    assert!(took < bound, "failover took {took:?}, bound {bound:?}");
+    let (new_holder, new_epoch) = agreed_holder(&refs).await;
+    assert_ne!(new_holder, holder);
+    assert_eq!(new_epoch, epoch + 1);
+    assert_eq!(
+        hosts[next].status().await.unwrap()["replica"]
+            .as_str()
+            .unwrap(),
+        new_holder
+    );
+    println!("kill -9 failover with ttl {ttl:?}: {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_hands_the_lease_over_at_once() {
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let url = db.url().unwrap();
+    // A long ttl: a handoff in milliseconds can only come from the release + NOTIFY path.
+    let mut hosts = start_replicas(&url, "10s", 3).await;
+    let refs: Vec<&Host> = hosts.iter().collect();
+    let leader = wait_for_single_leader(&refs, "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let (holder, epoch) = agreed_holder(&refs).await;
+    // Let the standbys finish their first campaigns so they are idle, listening.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let mut old = hosts.remove(leader);
+    let sent = Instant::now();
+    old.signal("TERM").unwrap();
+    let refs: Vec<&Host> = hosts.iter().collect();
+    wait_for_single_leader(&refs, "leader", Duration::from_secs(5))
+        .await
+        .unwrap();
+    let took = sent.elapsed();
+    let status = old.wait_exit(Duration::from_secs(10)).unwrap();
+    assert!(
+        status.success(),
+        "SIGTERM exit: {status:?}; log:\n{}",
+        old.log_text()
+    );
+    let log = old.log_text();
+    let ended = log.find("term ended").expect("term ended logged");
+    let released = log.find("lease released").expect("release logged");
+    assert!(
+        ended < released,
+        "plugins must stop before the release:\n{log}"
+    );
+    let (new_holder, new_epoch) = agreed_holder(&refs).await;
+    assert_ne!(new_holder, holder);
+    assert_eq!(new_epoch, epoch + 1);
+    assert!(
+        took < Duration::from_millis(200),
+        "graceful handoff took {took:?}"
+    );
+    println!("SIGTERM handoff with ttl 10s: {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_processes_on_one_sqlite_file_elect_one() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let url = db.url().unwrap();
+    let hosts = start_replicas(&url, "2s", 2).await;
+    let refs: Vec<&Host> = hosts.iter().collect();
+    let leader = wait_for_single_leader(&refs, "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    // Hold for a few renewals: still exactly one leader, the same one.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            wait_for_single_leader(&refs, "leader", Duration::from_secs(2))
+                .await
+                .unwrap(),
+            leader
+        );
+    }
+    let (holder, epoch) = agreed_holder(&refs).await;
+    assert_eq!(epoch, 1, "no spurious re-acquisitions");
+    assert!(holder.starts_with(&hosts[leader].name));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_exits_at_once() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let url = db.url().unwrap();
+    let mut host = Host::start("solo", &["--database-url", &url, "--ttl", "10s"]).unwrap();
+    wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    // Hold the file's write lock so the release cannot commit and the shutdown hangs in it.
+    let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN EXCLUSIVE")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    host.signal("TERM").unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        host.wait_exit(Duration::from_millis(1)).is_err(),
+        "first signal should still be releasing"
+    );
+    let second = Instant::now();
+    host.signal("TERM").unwrap();
+    let status = host.wait_exit(Duration::from_secs(5)).unwrap();
+    assert!(
+        second.elapsed() < Duration::from_secs(1),
+        "second signal took {:?}",
+        second.elapsed()
+    );
+    assert!(!status.success());
+    assert!(host.log_text().contains("second signal"));
+    sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap();
+}
+
+#[test]
+fn bad_database_urls_fail_at_start_with_one_clear_line() {
+    let cases = [
+        (
+            "postgres://leasehold:hunter2@127.0.0.1:1/nowhere",
+            "cannot connect to postgres://leasehold:***@127.0.0.1:1/nowhere",
+        ),
+        (
+            "postgres://leasehold:hunter2@[::1/x",
+            "cannot connect to postgres://leasehold:***@[::1/x",
+        ),
+        (
+            "mysql://root:hunter2@localhost/db",
+            "unsupported database URL",
+        ),
+        (
+            "sqlite:/nonexistent-dir/leases.db",
+            "cannot connect to sqlite:/nonexistent-dir/leases.db",
+        ),
+    ];
+    for (url, expected) in cases {
+        let started = Instant::now();
+        let (status, stderr) = run_to_exit(
+            &["run", "--database-url", url, "--http", "127.0.0.1:0"],
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        assert!(!status.success(), "{url}: {status:?}");
+        let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("error")).collect();
+        assert_eq!(lines.len(), 1, "{url}: one error line expected:\n{stderr}");
+        assert!(
+            lines[0].starts_with("leasehold: error: "),
+            "{url}: {stderr}"
+        );
+        assert!(lines[0].contains(expected), "{url}: {stderr}");
+        assert!(
+            !stderr.contains("hunter2"),
+            "{url}: password leaked:\n{stderr}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{url}: took {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+#[test]
+fn bad_settings_are_rejected_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite:{}", dir.path().join("x.db").display());
+    let (status, stderr) = run_to_exit(
+        &["run", "--database-url", &db, "--ttl", "10ms"],
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    assert!(!status.success());
+    assert!(stderr.contains("ttl = 10ms"), "{stderr}");
+    let config = dir.path().join("bad.toml");
+    std::fs::write(&config, "database_url = 'sqlite:x.db'\nttll = '5s'\n").unwrap();
+    let (status, stderr) = run_to_exit(
+        &["run", "--config", config.to_str().unwrap()],
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    assert!(!status.success());
+    assert!(
+        stderr.contains("bad.toml") && stderr.contains("ttll"),
+        "{stderr}"
+    );
+    std::fs::write(&config, "[timing]\nttl = '3s'\nrenew_interval = '3s'\n").unwrap();
+    let (status, stderr) = run_to_exit(
+        &[
+            "run",
+            "--config",
+            config.to_str().unwrap(),
+            "--database-url",
+            &db,
+        ],
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    assert!(!status.success());
+    assert!(stderr.contains("renew_interval"), "{stderr}");
+}
