@@ -67,10 +67,10 @@ impl Host {
         let sink = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(addr) = line.split("addr=").nth(1) {
-                    if line.contains("http listening") {
-                        let _ = addr_tx.send(addr.trim().to_string());
-                    }
+                if let Some(addr) = line.split("addr=").nth(1)
+                    && line.contains("http listening")
+                {
+                    let _ = addr_tx.send(addr.trim().to_string());
                 }
                 sink.lock().unwrap().push(line);
             }

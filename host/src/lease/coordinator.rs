@@ -236,6 +236,23 @@ struct LeaseState {
     phase: Phase,
     /// When the in-flight campaign was sent.
     campaign_sent: Option<Instant>,
+    /// After a step-down, no campaign before this, whatever release notifications say: our own
+    /// release is announced to our own listener too, and would otherwise make us take straight
+    /// back the lease we just gave up.
+    hold_off: Option<Instant>,
+}
+
+impl LeaseState {
+    /// A release was announced (or notifications may have been lost): a standby campaigns now,
+    /// unless it is holding off after its own step-down.
+    fn campaign_now(&mut self, now: Instant) {
+        if self.hold_off.is_some_and(|until| now < until) {
+            return;
+        }
+        if let Phase::Standby { next_campaign } = &mut self.phase {
+            *next_campaign = now;
+        }
+    }
 }
 
 /// The renewal cadence, shared by all held leases so that one statement renews them all.
@@ -272,6 +289,7 @@ impl Coordinator {
                 let state = LeaseState {
                     phase: Phase::Standby { next_campaign: now },
                     campaign_sent: None,
+                    hold_off: None,
                 };
                 (name, state)
             })
@@ -349,10 +367,11 @@ impl Coordinator {
                 Phase::Releasing { .. } | Phase::Done => {}
             }
         }
-        if holds_any && self.renewal.in_flight.is_none() {
-            if let Some(at) = self.renewal.next_at {
-                consider(at);
-            }
+        if holds_any
+            && self.renewal.in_flight.is_none()
+            && let Some(at) = self.renewal.next_at
+        {
+            consider(at);
         }
         next
     }
@@ -367,17 +386,13 @@ impl Coordinator {
             Event::ReleaseDone { lease, result } => self.on_release(&lease, result, now, &mut fx),
             Event::TermStopped { lease, epoch } => self.on_term_stopped(&lease, epoch, &mut fx),
             Event::ReleasedElsewhere { lease } => {
-                if let Some(Phase::Standby { next_campaign }) =
-                    self.leases.get_mut(&lease).map(|l| &mut l.phase)
-                {
-                    *next_campaign = now;
+                if let Some(state) = self.leases.get_mut(&lease) {
+                    state.campaign_now(now);
                 }
             }
             Event::Resubscribed => {
                 for state in self.leases.values_mut() {
-                    if let Phase::Standby { next_campaign } = &mut state.phase {
-                        *next_campaign = now;
-                    }
+                    state.campaign_now(now);
                 }
             }
             Event::StepDown { lease } => self.give_up(&lease, After::Standby, &mut fx),
@@ -576,11 +591,11 @@ impl Coordinator {
                         failing,
                         ..
                     }) = self.leases.get_mut(name).map(|l| &mut l.phase)
+                        && held == epoch
+                        && !*failing
                     {
-                        if held == epoch && !*failing {
-                            *failing = true;
-                            newly_failing.push((name.clone(), *epoch));
-                        }
+                        *failing = true;
+                        newly_failing.push((name.clone(), *epoch));
                     }
                 }
                 if !newly_failing.is_empty() {
@@ -615,7 +630,10 @@ impl Coordinator {
         state.phase = match then {
             After::Done => Phase::Done,
             // After a step-down, wait a poll before campaigning so another replica gets a chance.
-            After::Standby => Phase::Standby { next_campaign },
+            After::Standby => {
+                state.hold_off = Some(next_campaign);
+                Phase::Standby { next_campaign }
+            }
         };
     }
 
@@ -627,15 +645,14 @@ impl Coordinator {
         if let Phase::Stopping {
             epoch: held, then, ..
         } = state.phase
+            && held == epoch
         {
-            if held == epoch {
-                state.phase = Phase::Releasing { epoch, then };
-                fx.push(Effect::Release {
-                    lease: lease.to_string(),
-                    epoch,
-                    timeout,
-                });
-            }
+            state.phase = Phase::Releasing { epoch, then };
+            fx.push(Effect::Release {
+                lease: lease.to_string(),
+                epoch,
+                timeout,
+            });
         }
     }
 
@@ -683,10 +700,9 @@ impl Coordinator {
             _ => {
                 if let Phase::Stopping { then: t, .. } | Phase::Releasing { then: t, .. } =
                     &mut state.phase
+                    && then == After::Done
                 {
-                    if then == After::Done {
-                        *t = After::Done;
-                    }
+                    *t = After::Done;
                 }
             }
         }

@@ -167,7 +167,10 @@ impl Driver {
                 }
                 Some(event) = self.events_rx.recv() => event,
                 notice = next_notice(&mut notices) => match notice {
-                    Some(ReleaseNotice::Released(lease)) => Event::ReleasedElsewhere { lease },
+                    Some(ReleaseNotice::Released(lease)) => {
+                        debug!(lease = %lease, "release notified");
+                        Event::ReleasedElsewhere { lease }
+                    }
                     Some(ReleaseNotice::Resubscribed) => Event::Resubscribed,
                     None => { notices = None; Event::Tick }
                 },

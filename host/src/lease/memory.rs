@@ -135,12 +135,14 @@ impl LeaseStore for MemoryStore {
         let mut rows = self.rows();
         let mut landed = Vec::new();
         for req in leases {
-            if let Some(row) = rows.get_mut(&req.name) {
-                if row.holder == holder && row.epoch == req.epoch && row.expires_at > now {
-                    row.expires_at = now + req.ttl;
-                    row.ttl = req.ttl;
-                    landed.push(req.name.clone());
-                }
+            if let Some(row) = rows.get_mut(&req.name)
+                && row.holder == holder
+                && row.epoch == req.epoch
+                && row.expires_at > now
+            {
+                row.expires_at = now + req.ttl;
+                row.ttl = req.ttl;
+                landed.push(req.name.clone());
             }
         }
         Ok(landed)

@@ -1,1 +1,845 @@
+#![allow(clippy::unwrap_used)]
+//! Transitions of the pure coordinator, with hand-made instants. Timing throughout is
+//! `Timing::from_ttl(3s)`: renew every 1 s, retry every 200 ms, poll every 600 ms (+ up to 20%
+//! jitter), margin 250 ms, store calls time out after 600 ms.
 
+use super::*;
+
+const TTL: Duration = Duration::from_secs(3);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn timing() -> Timing {
+    let t = Timing::from_ttl(TTL);
+    assert_eq!(
+        (
+            t.renew_interval,
+            t.retry_interval,
+            t.poll_interval,
+            t.margin,
+            t.store_timeout
+        ),
+        (ms(1000), ms(200), ms(600), ms(250), ms(600)),
+        "the numbers these tests are written with"
+    );
+    t
+}
+
+fn coordinator(leases: &[&str], t0: Instant) -> Coordinator {
+    Coordinator::new(timing(), leases.iter().map(|s| s.to_string()), t0, 7)
+}
+
+fn campaigns(fx: &[Effect]) -> Vec<&str> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Campaign { lease, .. } => Some(lease.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn renewals(fx: &[Effect]) -> Vec<(Vec<RenewRequest>, Duration)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Renew { batch, timeout } => Some((batch.clone(), *timeout)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The single renewal among `fx`.
+fn renewal(fx: &[Effect]) -> (Vec<RenewRequest>, Duration) {
+    let mut all = renewals(fx);
+    assert_eq!(all.len(), 1, "expected exactly one renewal in {fx:?}");
+    all.remove(0)
+}
+
+fn releases(fx: &[Effect]) -> Vec<(&str, Epoch)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Release { lease, epoch, .. } => Some((lease.as_str(), *epoch)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn end_terms(fx: &[Effect]) -> Vec<(&str, Epoch, EndReason, bool)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::EndTerm {
+                lease,
+                epoch,
+                reason,
+                confirm,
+            } => Some((lease.as_str(), *epoch, *reason, *confirm)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn start_terms(fx: &[Effect]) -> Vec<(&str, Epoch, Instant)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::StartTerm {
+                lease,
+                epoch,
+                safe_until,
+            } => Some((lease.as_str(), *epoch, *safe_until)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn extensions(fx: &[Effect]) -> Vec<(&str, Instant)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::ExtendTerm { lease, safe_until } => Some((lease.as_str(), *safe_until)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn announced(fx: &[Effect], want: &Announcement) -> bool {
+    fx.contains(&Effect::Announce(want.clone()))
+}
+
+fn req(name: &str, epoch: Epoch) -> RenewRequest {
+    RenewRequest {
+        name: name.to_string(),
+        epoch,
+        ttl: TTL,
+    }
+}
+
+fn campaign_done(lease: &str, result: Result<Option<Epoch>, String>) -> Event {
+    Event::CampaignDone {
+        lease: lease.to_string(),
+        result,
+    }
+}
+
+fn renew_done(landed: &[&str]) -> Event {
+    Event::RenewDone {
+        result: Ok(landed.iter().map(|s| s.to_string()).collect()),
+    }
+}
+
+fn renew_failed() -> Event {
+    Event::RenewDone {
+        result: Err("store unavailable".into()),
+    }
+}
+
+/// A coordinator for `lease` alone that campaigned at `t0` and won `epoch` at `t0 + took`.
+fn leader(lease: &str, epoch: Epoch, t0: Instant, took: Duration) -> Coordinator {
+    let mut c = coordinator(&[lease], t0);
+    assert_eq!(campaigns(&c.step(Event::Tick, t0)), [lease]);
+    let fx = c.step(campaign_done(lease, Ok(Some(epoch))), t0 + took);
+    assert_eq!(start_terms(&fx).len(), 1, "{fx:?}");
+    assert_eq!(c.view(lease), Some((Role::Leader, Some(epoch))));
+    c
+}
+
+/// Steps through every deadline before `until`, failing each renewal at once; returns the last
+/// deadline stepped, checking along the way that no term ends and that no renewal waits past
+/// `safe_until` (while the term runs).
+fn fail_renewals_before(c: &mut Coordinator, until: Instant, safe_until: Instant) -> Instant {
+    let mut last = None;
+    while let Some(at) = c.next_deadline().filter(|&at| at < until) {
+        let fx = c.step(Event::Tick, at);
+        assert!(end_terms(&fx).is_empty(), "{fx:?}");
+        let (_, timeout) = renewal(&fx);
+        if at < safe_until {
+            assert!(timeout <= safe_until - at, "timeout {timeout:?} at {at:?}");
+        }
+        c.step(renew_failed(), at);
+        last = Some(at);
+    }
+    last.unwrap()
+}
+
+#[test]
+fn first_tick_campaigns_every_lease() {
+    let t0 = Instant::now();
+    let mut c = coordinator(&["a", "b", "c"], t0);
+    assert_eq!(c.next_deadline(), Some(t0));
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    assert_eq!(c.view("nope"), None);
+    let fx = c.step(Event::Tick, t0);
+    assert_eq!(campaigns(&fx), ["a", "b", "c"]);
+    assert!(fx.iter().all(|e| matches!(
+        e,
+        Effect::Campaign { timeout, .. } if *timeout == ms(600)
+    )));
+    // Campaigns in flight: nothing more is due and a second tick sends nothing twice.
+    assert_eq!(c.next_deadline(), None);
+    assert!(c.step(Event::Tick, t0 + ms(10)).is_empty());
+}
+
+#[test]
+fn won_campaign_starts_a_term_until_sent_plus_ttl_minus_margin() {
+    let t0 = Instant::now();
+    let mut c = coordinator(&["a"], t0);
+    c.step(Event::Tick, t0);
+    // The campaign took 400 ms: the term is measured from when it was sent.
+    let fx = c.step(campaign_done("a", Ok(Some(5))), t0 + ms(400));
+    assert_eq!(start_terms(&fx), [("a", 5, t0 + ms(2750))]);
+    assert!(announced(
+        &fx,
+        &Announcement::Acquired {
+            lease: "a".into(),
+            epoch: 5
+        }
+    ));
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(5))));
+    // First renewal one renew interval after the campaign was sent.
+    assert_eq!(c.next_deadline(), Some(t0 + ms(1000)));
+}
+
+#[test]
+fn lost_campaign_stays_standby_and_polls_with_jitter() {
+    let t0 = Instant::now();
+    let mut c = coordinator(&["a"], t0);
+    c.step(Event::Tick, t0);
+    let done = t0 + ms(50);
+    let fx = c.step(campaign_done("a", Ok(None)), done);
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    let next = c.next_deadline().unwrap();
+    assert!(
+        next >= done + ms(600) && next < done + ms(720),
+        "next campaign {:?} after the result",
+        next - done
+    );
+    assert!(c.step(Event::Tick, next - ms(1)).is_empty());
+    assert_eq!(campaigns(&c.step(Event::Tick, next)), ["a"]);
+
+    // A store error is announced and retried on the same cadence.
+    let fx = c.step(campaign_done("a", Err("boom".into())), next + ms(5));
+    assert!(announced(
+        &fx,
+        &Announcement::CampaignFailed {
+            lease: "a".into(),
+            error: "boom".into()
+        }
+    ));
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    let again = c.next_deadline().unwrap();
+    assert!(again >= next + ms(605) && again < next + ms(725));
+}
+
+#[test]
+fn jitter_spreads_polls_but_replays_with_the_same_seed() {
+    let t0 = Instant::now();
+    let polls = |seed: u64| {
+        let mut c = Coordinator::new(timing(), ["a".to_string()], t0, seed);
+        let mut now = t0;
+        let mut out = Vec::new();
+        for _ in 0..20 {
+            c.step(Event::Tick, now);
+            c.step(campaign_done("a", Ok(None)), now);
+            let next = c.next_deadline().unwrap();
+            let wait = next - now;
+            assert!(wait >= ms(600) && wait < ms(720), "{wait:?}");
+            out.push(wait);
+            now = next;
+        }
+        out
+    };
+    let (a, b) = (polls(1), polls(1));
+    assert_eq!(a, b);
+    assert!(a.iter().any(|w| *w != a[0]), "no jitter at all: {a:?}");
+}
+
+#[test]
+fn renewals_of_held_leases_go_out_as_one_batch() {
+    let t0 = Instant::now();
+    let mut c = coordinator(&["a", "b"], t0);
+    assert_eq!(campaigns(&c.step(Event::Tick, t0)), ["a", "b"]);
+    c.step(campaign_done("a", Ok(Some(1))), t0 + ms(10));
+    c.step(campaign_done("b", Ok(Some(4))), t0 + ms(20));
+    assert_eq!(c.next_deadline(), Some(t0 + ms(1000)));
+    assert!(renewals(&c.step(Event::Tick, t0 + ms(999))).is_empty());
+
+    let sent = t0 + ms(1000);
+    let fx = c.step(Event::Tick, sent);
+    assert_eq!(renewal(&fx), (vec![req("a", 1), req("b", 4)], ms(600)));
+    // In flight: nothing more due until the result (the terms end at safe_until regardless).
+    assert_eq!(c.next_deadline(), Some(t0 + ms(2750)));
+    assert!(renewals(&c.step(Event::Tick, sent + ms(30))).is_empty());
+
+    let fx = c.step(renew_done(&["a", "b"]), sent + ms(50));
+    assert_eq!(
+        extensions(&fx),
+        [("a", sent + ms(2750)), ("b", sent + ms(2750))]
+    );
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+    assert_eq!(c.view("b"), Some((Role::Leader, Some(4))));
+    // The cadence runs from the send, not the answer.
+    assert_eq!(c.next_deadline(), Some(sent + ms(1000)));
+}
+
+#[test]
+fn a_lease_won_later_joins_the_shared_renewal() {
+    let t0 = Instant::now();
+    let mut c = coordinator(&["a", "b"], t0);
+    c.step(Event::Tick, t0);
+    c.step(campaign_done("a", Ok(Some(1))), t0 + ms(10));
+    c.step(campaign_done("b", Ok(None)), t0 + ms(10));
+    // b wins on its next poll, a few hundred ms later.
+    let poll = c.next_deadline().unwrap();
+    assert_eq!(campaigns(&c.step(Event::Tick, poll)), ["b"]);
+    c.step(campaign_done("b", Ok(Some(2))), poll + ms(5));
+    // One statement at a's cadence renews both.
+    assert_eq!(c.next_deadline(), Some(t0 + ms(1000)));
+    let (batch, _) = renewal(&c.step(Event::Tick, t0 + ms(1000)));
+    assert_eq!(batch, [req("a", 1), req("b", 2)]);
+}
+
+#[test]
+fn safe_until_counts_from_when_the_renewal_was_sent() {
+    let t0 = Instant::now();
+    let mut c = leader("a", 1, t0, ms(10));
+    let sent = t0 + ms(1000);
+    renewal(&c.step(Event::Tick, sent));
+    // A slow renewal (500 ms) gives a term 500 ms shorter than its answer time suggests.
+    let fx = c.step(renew_done(&["a"]), sent + ms(500));
+    assert_eq!(extensions(&fx), [("a", sent + ms(2750))]);
+    assert_eq!(c.next_deadline(), Some(sent + ms(1000)));
+
+    // A fast one a second later.
+    let sent2 = sent + ms(1000);
+    renewal(&c.step(Event::Tick, sent2));
+    let fx = c.step(renew_done(&["a"]), sent2 + ms(1));
+    assert_eq!(extensions(&fx), [("a", sent2 + ms(2750))]);
+}
+
+#[test]
+fn renew_failure_makes_uncertain_then_ends_term_at_safe_until_then_standby() {
+    let t0 = Instant::now();
+    let done = t0 + ms(10);
+    let mut c = leader("a", 1, t0, ms(10));
+    let safe_until = t0 + ms(2750);
+
+    let sent = t0 + ms(1000);
+    renewal(&c.step(Event::Tick, sent));
+    let fx = c.step(renew_failed(), sent + ms(20));
+    assert!(announced(
+        &fx,
+        &Announcement::RenewFailing {
+            leases: vec![("a".into(), 1)],
+            error: "store unavailable".into()
+        }
+    ));
+    assert!(end_terms(&fx).is_empty(), "the term runs on: {fx:?}");
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+    // Retried after the retry interval.
+    assert_eq!(c.next_deadline(), Some(sent + ms(220)));
+
+    // Retries keep failing (announced once only) right up to safe_until...
+    let last = fail_renewals_before(&mut c, safe_until, safe_until);
+    assert!(last > safe_until - ms(200));
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+    // ...which is the next deadline, exactly, and ends the term.
+    assert_eq!(c.next_deadline(), Some(safe_until));
+    let fx = c.step(Event::Tick, safe_until);
+    assert_eq!(end_terms(&fx), [("a", 1, EndReason::SafeUntil, false)]);
+    assert!(announced(
+        &fx,
+        &Announcement::SafeUntilReached {
+            lease: "a".into(),
+            epoch: 1
+        }
+    ));
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+
+    // Still uncertain (and still retrying with the same epoch) until the lease has surely expired.
+    let expires_by = done + TTL + ms(250);
+    let last = fail_renewals_before(&mut c, expires_by, safe_until);
+    assert!(last > safe_until);
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+    assert_eq!(c.next_deadline(), Some(expires_by));
+    let fx = c.step(Event::Tick, expires_by);
+    assert!(announced(
+        &fx,
+        &Announcement::Lost {
+            lease: "a".into(),
+            epoch: 1,
+            rejected: false
+        }
+    ));
+    assert!(end_terms(&fx).is_empty(), "already ended: {fx:?}");
+    assert!(renewals(&fx).is_empty());
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    // ...and campaigns again at once: the campaign is due now (the driver steps again without
+    // waiting).
+    assert_eq!(c.next_deadline(), Some(expires_by));
+    assert_eq!(campaigns(&c.step(Event::Tick, expires_by)), ["a"]);
+}
+
+#[test]
+fn renewal_landing_while_uncertain_recovers_the_running_term() {
+    let t0 = Instant::now();
+    let mut c = leader("a", 1, t0, ms(10));
+    renewal(&c.step(Event::Tick, t0 + ms(1000)));
+    c.step(renew_failed(), t0 + ms(1000));
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+
+    let sent = c.next_deadline().unwrap();
+    assert_eq!(sent, t0 + ms(1200));
+    assert_eq!(renewal(&c.step(Event::Tick, sent)).0, [req("a", 1)]);
+    let fx = c.step(renew_done(&["a"]), sent + ms(10));
+    assert_eq!(extensions(&fx), [("a", sent + ms(2750))]);
+    assert!(start_terms(&fx).is_empty());
+    assert!(announced(
+        &fx,
+        &Announcement::Recovered {
+            lease: "a".into(),
+            epoch: 1
+        }
+    ));
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+    assert_eq!(c.next_deadline(), Some(sent + ms(1000)));
+}
+
+#[test]
+fn renewal_landing_after_safe_until_starts_a_new_term_with_the_same_epoch() {
+    let t0 = Instant::now();
+    let mut c = leader("a", 3, t0, ms(10));
+    let safe_until = t0 + ms(2750);
+    renewal(&c.step(Event::Tick, t0 + ms(1000)));
+    c.step(renew_failed(), t0 + ms(1000));
+    fail_renewals_before(&mut c, safe_until, safe_until);
+    let fx = c.step(Event::Tick, safe_until);
+    assert_eq!(end_terms(&fx), [("a", 3, EndReason::SafeUntil, false)]);
+
+    // The next retry lands (the database had not expired the lease yet).
+    let sent = c.next_deadline().unwrap();
+    assert!(sent > safe_until);
+    let (batch, timeout) = renewal(&c.step(Event::Tick, sent));
+    assert_eq!(batch, [req("a", 3)]);
+    assert!(timeout <= ms(600));
+    let fx = c.step(renew_done(&["a"]), sent + ms(30));
+    assert_eq!(start_terms(&fx), [("a", 3, sent + ms(2750))]);
+    assert!(extensions(&fx).is_empty());
+    assert!(announced(
+        &fx,
+        &Announcement::Recovered {
+            lease: "a".into(),
+            epoch: 3
+        }
+    ));
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(3))));
+}
+
+#[test]
+fn renewal_landing_too_late_for_a_term_renews_again_at_once() {
+    let t0 = Instant::now();
+    let mut c = leader("a", 1, t0, ms(10));
+    let safe_until = t0 + ms(2750);
+    renewal(&c.step(Event::Tick, t0 + ms(1000)));
+    c.step(renew_failed(), t0 + ms(1000));
+    fail_renewals_before(&mut c, safe_until, safe_until);
+    c.step(Event::Tick, safe_until);
+    let sent = c.next_deadline().unwrap();
+    renewal(&c.step(Event::Tick, sent));
+    // Landed, but so late that its own safe_until is already behind us: no term, and the next
+    // renewal (whose cadence is already due) goes out at once.
+    let late = sent + ms(2750);
+    let fx = c.step(renew_done(&["a"]), late);
+    assert!(start_terms(&fx).is_empty(), "{fx:?}");
+    assert_eq!(renewal(&fx).0, [req("a", 1)]);
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+    let fx = c.step(renew_done(&["a"]), late + ms(5));
+    assert_eq!(start_terms(&fx), [("a", 1, late + ms(2750))]);
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+}
+
+#[test]
+fn rejected_renewal_ends_the_term_and_campaigns_at_once() {
+    let t0 = Instant::now();
+    let mut c = coordinator(&["a", "b"], t0);
+    c.step(Event::Tick, t0);
+    c.step(campaign_done("a", Ok(Some(1))), t0 + ms(10));
+    c.step(campaign_done("b", Ok(Some(2))), t0 + ms(10));
+    let sent = t0 + ms(1000);
+    renewal(&c.step(Event::Tick, sent));
+    // b landed, a did not: someone else holds a now.
+    let fx = c.step(renew_done(&["b"]), sent + ms(10));
+    assert_eq!(end_terms(&fx), [("a", 1, EndReason::Lost, false)]);
+    assert!(announced(
+        &fx,
+        &Announcement::Lost {
+            lease: "a".into(),
+            epoch: 1,
+            rejected: true
+        }
+    ));
+    assert_eq!(campaigns(&fx), ["a"]);
+    assert_eq!(extensions(&fx), [("b", sent + ms(2750))]);
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    assert_eq!(c.view("b"), Some((Role::Leader, Some(2))));
+    // Next batch carries b only.
+    c.step(campaign_done("a", Ok(None)), sent + ms(20));
+    let (batch, _) = renewal(&c.step(Event::Tick, sent + ms(1000)));
+    assert_eq!(batch, [req("b", 2)]);
+}
+
+#[test]
+fn renew_timeout_never_exceeds_the_time_left() {
+    let t0 = Instant::now();
+    let mut c = leader("a", 1, t0, ms(10));
+    let safe_until = t0 + ms(2750);
+    // Comfortably early: the store timeout.
+    assert_eq!(renewal(&c.step(Event::Tick, t0 + ms(1000))).1, ms(600));
+    c.step(renew_failed(), t0 + ms(1000));
+    for at in [1200, 1400, 1600, 1800, 2000, 2200, 2400, 2600] {
+        let now = t0 + ms(at);
+        assert_eq!(c.next_deadline(), Some(now));
+        let (_, timeout) = renewal(&c.step(Event::Tick, now));
+        assert_eq!(timeout, ms(600).min(safe_until - now), "at {at} ms");
+        c.step(renew_failed(), now);
+    }
+    // At 2600 ms only 150 ms were left.
+    assert_eq!(safe_until - (t0 + ms(2600)), ms(150));
+
+    // A timing whose store timeout exceeds a whole term is still cut to the time left.
+    let mut timing = timing();
+    timing.store_timeout = ms(10_000);
+    let mut c = Coordinator::new(timing, ["a".to_string()], t0, 1);
+    c.step(Event::Tick, t0);
+    c.step(campaign_done("a", Ok(Some(1))), t0);
+    assert_eq!(renewal(&c.step(Event::Tick, t0 + ms(1000))).1, ms(1750));
+}
+
+#[test]
+fn shutdown_while_leader_releases_only_after_the_term_stopped() {
+    let t0 = Instant::now();
+    let mut c = leader("a", 1, t0, ms(10));
+    let at = t0 + ms(500);
+    let fx = c.step(Event::Shutdown, at);
+    assert_eq!(end_terms(&fx), [("a", 1, EndReason::Releasing, true)]);
+    assert!(releases(&fx).is_empty());
+    assert!(campaigns(&fx).is_empty());
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+    assert!(!c.is_finished());
+
+    // The term drains for a while: nothing is released, the lease is kept renewed meanwhile.
+    let fx = c.step(Event::Tick, t0 + ms(1000));
+    assert!(releases(&fx).is_empty());
+    assert_eq!(renewal(&fx).0, [req("a", 1)]);
+    c.step(renew_done(&["a"]), t0 + ms(1010));
+    // A confirmation for another epoch is not this term's.
+    assert!(
+        c.step(
+            Event::TermStopped {
+                lease: "a".into(),
+                epoch: 9
+            },
+            t0 + ms(1100)
+        )
+        .is_empty()
+    );
+
+    let fx = c.step(
+        Event::TermStopped {
+            lease: "a".into(),
+            epoch: 1,
+        },
+        t0 + ms(1200),
+    );
+    assert_eq!(releases(&fx), [("a", 1)]);
+    assert!(fx.contains(&Effect::Release {
+        lease: "a".into(),
+        epoch: 1,
+        timeout: ms(600)
+    }));
+    assert!(!c.is_finished());
+    assert_eq!(c.next_deadline(), None);
+
+    let fx = c.step(
+        Event::ReleaseDone {
+            lease: "a".into(),
+            result: Ok(true),
+        },
+        t0 + ms(1210),
+    );
+    assert!(announced(
+        &fx,
+        &Announcement::Released {
+            lease: "a".into(),
+            epoch: 1,
+            error: None
+        }
+    ));
+    assert!(c.is_finished());
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    assert_eq!(c.next_deadline(), None);
+    assert!(c.step(Event::Tick, t0 + ms(5000)).is_empty());
+}
+
+#[test]
+fn shutdown_in_standby_finishes_at_once() {
+    let t0 = Instant::now();
+    let mut c = coordinator(&["a"], t0);
+    c.step(Event::Tick, t0);
+    c.step(campaign_done("a", Ok(None)), t0);
+    assert!(c.step(Event::Shutdown, t0 + ms(1)).is_empty());
+    assert!(c.is_finished());
+    assert_eq!(c.next_deadline(), None);
+}
+
+#[test]
+fn shutdown_with_a_campaign_in_flight_that_wins_releases_at_once() {
+    let t0 = Instant::now();
+    let mut c = coordinator(&["a", "b"], t0);
+    c.step(Event::Tick, t0);
+    assert!(c.step(Event::Shutdown, t0 + ms(5)).is_empty());
+    assert!(!c.is_finished(), "campaigns still in flight");
+    let fx = c.step(campaign_done("a", Ok(Some(7))), t0 + ms(10));
+    assert_eq!(releases(&fx), [("a", 7)]);
+    assert!(start_terms(&fx).is_empty());
+    assert!(!c.is_finished());
+    c.step(campaign_done("b", Ok(None)), t0 + ms(11));
+    assert!(!c.is_finished());
+    c.step(
+        Event::ReleaseDone {
+            lease: "a".into(),
+            result: Ok(true),
+        },
+        t0 + ms(20),
+    );
+    assert!(c.is_finished());
+}
+
+#[test]
+fn shutdown_releases_an_uncertain_lease_without_a_term_at_once() {
+    let t0 = Instant::now();
+    let mut c = leader("a", 1, t0, ms(10));
+    let safe_until = t0 + ms(2750);
+    renewal(&c.step(Event::Tick, t0 + ms(1000)));
+    c.step(renew_failed(), t0 + ms(1000));
+    fail_renewals_before(&mut c, safe_until, safe_until);
+    c.step(Event::Tick, safe_until);
+    let fx = c.step(Event::Shutdown, safe_until + ms(10));
+    assert!(end_terms(&fx).is_empty());
+    assert_eq!(releases(&fx), [("a", 1)]);
+    // A failed release still finishes: the lease expires by its ttl.
+    let fx = c.step(
+        Event::ReleaseDone {
+            lease: "a".into(),
+            result: Err("down".into()),
+        },
+        safe_until + ms(20),
+    );
+    assert!(announced(
+        &fx,
+        &Announcement::Released {
+            lease: "a".into(),
+            epoch: 1,
+            error: Some("down".into())
+        }
+    ));
+    assert!(c.is_finished());
+}
+
+#[test]
+fn step_down_releases_then_campaigns_again_after_a_poll() {
+    let t0 = Instant::now();
+    let mut c = leader("a", 2, t0, ms(10));
+    let fx = c.step(Event::StepDown { lease: "a".into() }, t0 + ms(300));
+    assert_eq!(end_terms(&fx), [("a", 2, EndReason::Releasing, true)]);
+    assert!(releases(&fx).is_empty());
+    let fx = c.step(
+        Event::TermStopped {
+            lease: "a".into(),
+            epoch: 2,
+        },
+        t0 + ms(400),
+    );
+    assert_eq!(releases(&fx), [("a", 2)]);
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(2))));
+
+    let released = t0 + ms(410);
+    let fx = c.step(
+        Event::ReleaseDone {
+            lease: "a".into(),
+            result: Ok(true),
+        },
+        released,
+    );
+    assert!(campaigns(&fx).is_empty(), "{fx:?}");
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    assert!(!c.is_finished());
+    let next = c.next_deadline().unwrap();
+    assert!(next >= released + ms(600) && next < released + ms(720));
+    assert!(campaigns(&c.step(Event::Tick, next - ms(1))).is_empty());
+    assert_eq!(campaigns(&c.step(Event::Tick, next)), ["a"]);
+    // It may win it back, with whatever epoch the store hands out.
+    let fx = c.step(campaign_done("a", Ok(Some(3))), next + ms(5));
+    assert_eq!(start_terms(&fx), [("a", 3, next + ms(2750))]);
+}
+
+#[test]
+fn after_a_step_down_our_own_release_notice_does_not_make_us_campaign() {
+    let t0 = Instant::now();
+    let mut c = leader("a", 2, t0, ms(10));
+    c.step(Event::StepDown { lease: "a".into() }, t0 + ms(300));
+    c.step(
+        Event::TermStopped {
+            lease: "a".into(),
+            epoch: 2,
+        },
+        t0 + ms(300),
+    );
+    let released = t0 + ms(310);
+    c.step(
+        Event::ReleaseDone {
+            lease: "a".into(),
+            result: Ok(true),
+        },
+        released,
+    );
+    let next = c.next_deadline().unwrap();
+    // The store announces our own release to our own listener: that is no reason to campaign.
+    let echo = Event::ReleasedElsewhere { lease: "a".into() };
+    assert!(campaigns(&c.step(echo.clone(), released + ms(1))).is_empty());
+    assert!(campaigns(&c.step(Event::Resubscribed, released + ms(2))).is_empty());
+    assert_eq!(
+        c.next_deadline(),
+        Some(next),
+        "the poll is not put off either"
+    );
+    assert_eq!(campaigns(&c.step(Event::Tick, next)), ["a"]);
+    // Once the hold-off is over, notifications work as usual again.
+    c.step(campaign_done("a", Ok(None)), next + ms(5));
+    assert_eq!(campaigns(&c.step(echo, next + ms(6))), ["a"]);
+}
+
+#[test]
+fn step_down_of_a_lease_not_held_does_nothing() {
+    let t0 = Instant::now();
+    let mut c = coordinator(&["a"], t0);
+    c.step(Event::Tick, t0);
+    c.step(campaign_done("a", Ok(None)), t0);
+    let before = c.next_deadline();
+    assert!(
+        c.step(Event::StepDown { lease: "a".into() }, t0 + ms(1))
+            .is_empty()
+    );
+    assert_eq!(c.next_deadline(), before);
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+}
+
+#[test]
+fn released_elsewhere_makes_a_standby_campaign_at_once() {
+    let t0 = Instant::now();
+    let mut c = coordinator(&["a", "b"], t0);
+    c.step(Event::Tick, t0);
+    c.step(campaign_done("a", Ok(None)), t0 + ms(5));
+    c.step(campaign_done("b", Ok(None)), t0 + ms(5));
+    let fx = c.step(Event::ReleasedElsewhere { lease: "a".into() }, t0 + ms(100));
+    assert_eq!(campaigns(&fx), ["a"]);
+    // An unknown lease is ignored.
+    assert!(
+        c.step(
+            Event::ReleasedElsewhere {
+                lease: "zzz".into()
+            },
+            t0 + ms(101)
+        )
+        .is_empty()
+    );
+    // A campaign already in flight is not doubled.
+    assert!(
+        c.step(Event::ReleasedElsewhere { lease: "a".into() }, t0 + ms(102))
+            .is_empty()
+    );
+}
+
+#[test]
+fn released_elsewhere_leaves_a_held_lease_alone() {
+    let t0 = Instant::now();
+    let mut c = leader("a", 1, t0, ms(10));
+    let fx = c.step(Event::ReleasedElsewhere { lease: "a".into() }, t0 + ms(100));
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+}
+
+#[test]
+fn resubscribed_makes_every_standby_campaign_at_once() {
+    let t0 = Instant::now();
+    let mut c = coordinator(&["a", "b", "c"], t0);
+    c.step(Event::Tick, t0);
+    c.step(campaign_done("a", Ok(None)), t0 + ms(5));
+    c.step(campaign_done("b", Ok(Some(1))), t0 + ms(5));
+    c.step(campaign_done("c", Ok(None)), t0 + ms(5));
+    let fx = c.step(Event::Resubscribed, t0 + ms(100));
+    assert_eq!(campaigns(&fx), ["a", "c"]);
+    assert_eq!(c.view("b"), Some((Role::Leader, Some(1))));
+}
+
+#[test]
+fn late_campaign_result_gives_no_term_and_renews_at_once() {
+    let t0 = Instant::now();
+    let mut c = coordinator(&["a"], t0);
+    c.step(Event::Tick, t0);
+    // The answer came after what would have been safe_until: no term may start on it.
+    let fx = c.step(campaign_done("a", Ok(Some(1))), t0 + ms(2750));
+    assert!(start_terms(&fx).is_empty(), "{fx:?}");
+    assert_eq!(renewal(&fx).0, [req("a", 1)]);
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+    let fx = c.step(renew_done(&["a"]), t0 + ms(2760));
+    assert_eq!(start_terms(&fx), [("a", 1, t0 + ms(5500))]);
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+}
+
+#[test]
+fn a_renewal_result_with_nothing_in_flight_is_ignored() {
+    let t0 = Instant::now();
+    let mut c = leader("a", 1, t0, ms(10));
+    renewal(&c.step(Event::Tick, t0 + ms(1000)));
+    let fx = c.step(renew_done(&["a"]), t0 + ms(1010));
+    assert_eq!(extensions(&fx).len(), 1);
+    assert!(c.step(renew_done(&[]), t0 + ms(1020)).is_empty());
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+}
+
+#[test]
+fn a_renewal_for_an_older_epoch_does_not_touch_the_new_one() {
+    let t0 = Instant::now();
+    let mut c = leader("a", 1, t0, ms(10));
+    let safe_until = t0 + ms(2750);
+    let expires_by = t0 + ms(10) + TTL + ms(250);
+    renewal(&c.step(Event::Tick, t0 + ms(1000)));
+    c.step(renew_failed(), t0 + ms(1000));
+    fail_renewals_before(&mut c, safe_until, safe_until);
+    c.step(Event::Tick, safe_until);
+    // The last retry goes out just before the lease surely expired...
+    let mut sent = c.next_deadline().unwrap();
+    while sent < expires_by {
+        renewal(&c.step(Event::Tick, sent));
+        if c.next_deadline() == Some(expires_by) {
+            break;
+        }
+        c.step(renew_failed(), sent);
+        sent = c.next_deadline().unwrap();
+    }
+    // ...and is still in flight when it has: the lease is given up and won again at epoch 2.
+    c.step(Event::Tick, expires_by);
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    assert_eq!(campaigns(&c.step(Event::Tick, expires_by)), ["a"]);
+    let fx = c.step(campaign_done("a", Ok(Some(2))), expires_by + ms(5));
+    let (_, _, new_safe_until) = start_terms(&fx)[0];
+    assert_eq!(new_safe_until, expires_by + ms(2750));
+    // The old renewal (epoch 1) now answers "landed": it says nothing about epoch 2.
+    let fx = c.step(renew_done(&["a"]), expires_by + ms(10));
+    assert!(
+        extensions(&fx).is_empty() && start_terms(&fx).is_empty(),
+        "{fx:?}"
+    );
+    assert!(end_terms(&fx).is_empty(), "{fx:?}");
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(2))));
+}
