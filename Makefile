@@ -1,0 +1,39 @@
+# The two commands a newcomer needs: `make run` and `make test` (see README.md).
+# Everything builds with the dev profile: a release build of this workspace takes ~20 minutes on
+# two cores, and CI must not build two profiles.
+
+CARGO ?= cargo
+BIN := target/debug/leasehold
+
+.PHONY: deps build run test bench lint fmt clean
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	$(CARGO) build -p leasehold
+
+# The main job: hold the lease `leader` on the embedded SQLite file ./leasehold.db.
+run: build
+	$(BIN) run
+
+# The whole suite: unit tests, the store conformance suite (memory, SQLite, a PostgreSQL the
+# harness starts itself unless DATABASE_URL is set) and the process tests.
+test: build
+	$(CARGO) test --workspace
+
+# Handoff and failover figures between real processes on PostgreSQL.
+bench: build
+	$(CARGO) build -p leasehold-tests --bins
+	RUST_BACKTRACE=0 target/debug/handoff-bench
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+clean:
+	$(CARGO) clean
+	rm -f leasehold.db leasehold.db-shm leasehold.db-wal

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what building and testing leasehold needs on a Debian machine. Idempotent: it only
+# calls apt-get when something is missing, and never downloads toolchains itself.
+set -euo pipefail
+
+need_pkgs=()
+# gcc builds the bundled SQLite; the PostgreSQL server runs the integration tests.
+command -v cc >/dev/null 2>&1 || need_pkgs+=(build-essential)
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+  need_pkgs+=(postgresql)
+fi
+command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
+
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || { echo "install-deps: need root or sudo to install: ${need_pkgs[*]}" >&2; exit 1; }
+    sudo="sudo"
+  fi
+  echo "install-deps: installing ${need_pkgs[*]}"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${need_pkgs[@]}"
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "install-deps: cargo is missing: install a Rust toolchain >= 1.95 (rustup) first" >&2
+  exit 1
+fi
+rustc_minor=$(rustc --version | sed -E 's/^rustc 1\.([0-9]+).*/\1/')
+if [ "${rustc_minor:-0}" -lt 95 ]; then
+  echo "install-deps: rustc $(rustc --version) is too old: leasehold needs 1.95 or newer" >&2
+  exit 1
+fi

@@ -1,0 +1,184 @@
+//! Measures leadership handoff between real `leasehold` processes on a real PostgreSQL:
+//! - graceful: SIGTERM to the leader → a standby reports `leader` in `/status`;
+//! - crash: SIGKILL to the leader → a standby reports `leader` (the ttl must run out first).
+//!
+//! Three replicas; after each trial the stopped one is started again. Prints median, p99 and
+//! worst per kind. `BENCH_TRIALS` (default 20) and `BENCH_TTL` (default 2s) change the run.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use leasehold_tests::host::Host;
+use leasehold_tests::stats::summary;
+use leasehold_tests::stores::{Backend, Db};
+
+async fn leader_index(client: &reqwest::Client, hosts: &[Host]) -> Option<usize> {
+    let roles = futures_roles(client, hosts).await;
+    let leaders: Vec<usize> = roles
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.as_deref() == Some("leader"))
+        .map(|(i, _)| i)
+        .collect();
+    (leaders.len() == 1).then(|| leaders[0])
+}
+
+async fn futures_roles(client: &reqwest::Client, hosts: &[Host]) -> Vec<Option<String>> {
+    let mut handles = Vec::new();
+    for h in hosts {
+        let (addr, client) = (h.addr, client.clone());
+        handles.push(tokio::spawn(async move {
+            let status: serde_json::Value = client
+                .get(format!("http://{addr}/status"))
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            status["leases"][0]["role"].as_str().map(str::to_string)
+        }));
+    }
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.ok().flatten());
+    }
+    out
+}
+
+async fn wait_leader(
+    client: &reqwest::Client,
+    hosts: &[Host],
+    timeout: Duration,
+) -> anyhow::Result<usize> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(i) = leader_index(client, hosts).await {
+            return Ok(i);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "no single leader within {timeout:?}"
+        );
+        // A light poll: on two cores a hot loop would slow the very handoff it measures.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let trials: usize = std::env::var("BENCH_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let ttl_text = std::env::var("BENCH_TTL").unwrap_or_else(|_| "2s".into());
+    let ttl =
+        humantime::parse_duration(&ttl_text).with_context(|| format!("BENCH_TTL {ttl_text:?}"))?;
+    let db = Db::new(Backend::Postgres).await?;
+    let url = db.url().context("postgres url")?;
+    let args = ["--database-url", url.as_str(), "--ttl", ttl_text.as_str()];
+    let mut hosts: Vec<Host> = (0..3)
+        .map(|i| Host::start(&format!("r{i}"), &args))
+        .collect::<Result<_, _>>()?;
+    let mut next_name = 3;
+    let client = reqwest::Client::new();
+    println!("handoff benchmark: 3 replicas on PostgreSQL, ttl {ttl:?}, {trials} trials per kind");
+
+    let mut graceful = Vec::new();
+    let mut crash = Vec::new();
+    // From the processes' own log timestamps: the old holder's release, the new holder's campaign.
+    let mut release_part = Vec::new();
+    let mut takeover_part = Vec::new();
+    for kind in ["TERM", "KILL"] {
+        for trial in 0..trials {
+            let leader = wait_leader(&client, &hosts, ttl * 5).await?;
+            // Let the replacement replica finish its first campaign so every standby is idle.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let mut old = hosts.remove(leader);
+            let sent = Instant::now();
+            old.signal(kind)?;
+            let new = wait_leader(&client, &hosts, ttl * 5)
+                .await
+                .with_context(|| format!("{kind} trial {trial}"))?;
+            let took = sent.elapsed();
+            old.wait_exit(Duration::from_secs(30))?;
+            if kind == "TERM" {
+                graceful.push(took);
+                let old_log = old.log_text();
+                let new_log = hosts[new].log_text();
+                if let (Some(sig), Some(rel), Some(acq)) = (
+                    log_time(&old_log, "SIGTERM received"),
+                    log_time(&old_log, "lease released"),
+                    last_log_time(&new_log, "lease acquired"),
+                ) {
+                    release_part.push(Duration::from_secs_f64((rel - sig).max(0.0)));
+                    takeover_part.push(Duration::from_secs_f64((acq - rel).max(0.0)));
+                }
+            } else {
+                crash.push(took);
+            }
+            hosts.push(Host::start(&format!("r{next_name}"), &args)?);
+            next_name += 1;
+        }
+    }
+    println!(
+        "{}",
+        summary(
+            "graceful handoff (SIGTERM -> new leader in /status)",
+            &mut graceful
+        )
+    );
+    println!(
+        "{}",
+        summary(
+            "  of which signal -> released  (old holder's log)",
+            &mut release_part
+        )
+    );
+    println!(
+        "{}",
+        summary(
+            "  of which released -> acquired (new holder's log)",
+            &mut takeover_part
+        )
+    );
+    println!(
+        "{}",
+        summary(
+            "crash failover   (SIGKILL -> new leader in /status)",
+            &mut crash
+        )
+    );
+    Ok(())
+}
+
+/// Seconds since midnight of the first log line containing `needle` (RFC 3339 timestamps).
+fn log_time(log: &str, needle: &str) -> Option<f64> {
+    log.lines()
+        .find(|l| l.contains(needle))
+        .and_then(time_of_day)
+}
+
+fn last_log_time(log: &str, needle: &str) -> Option<f64> {
+    log.lines()
+        .rev()
+        .find(|l| l.contains(needle))
+        .and_then(time_of_day)
+}
+
+fn time_of_day(line: &str) -> Option<f64> {
+    // 2026-11-22T04:11:59.302550Z ...
+    let t = line
+        .split_whitespace()
+        .next()?
+        .split('T')
+        .nth(1)?
+        .trim_end_matches('Z');
+    let mut parts = t.split(':');
+    let h: f64 = parts.next()?.parse().ok()?;
+    let m: f64 = parts.next()?.parse().ok()?;
+    let s: f64 = parts.next()?.parse().ok()?;
+    Some(h * 3600.0 + m * 60.0 + s)
+}
