@@ -319,6 +319,65 @@ async fn listing_is_paginated(backend: Backend) {
     s.ping().await.unwrap();
 }
 
+async fn replicas_starting_at_once_migrate_safely(backend: Backend) {
+    // Eight replicas open the same brand-new database at the same moment: every one must come up,
+    // and the schema must be created exactly once.
+    let db = Arc::new(Db::new(backend).await.unwrap());
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let db = db.clone();
+            tokio::spawn(async move { db.open().await.map_err(|e| e.to_string()) })
+        })
+        .collect();
+    let stores: Vec<_> = futures_join(tasks)
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let e = stores[3].campaign("m", "a", LONG).await.unwrap().unwrap();
+    assert_eq!(stores[5].get(&["m".to_string()]).await.unwrap()[0].epoch, e);
+}
+
+/// The release listener survives the loss of its connection and reports that it resubscribed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_listener_reconnects_after_its_connection_is_killed() {
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let holder = db.open().await.unwrap();
+    let standby = db.open().await.unwrap();
+    let stop = tokio_util_token();
+    let mut rx = standby.listen_releases(stop.clone()).unwrap();
+    let admin = sqlx::PgPool::connect(&db.url().unwrap()).await.unwrap();
+    // Wait until the listener is subscribed, then kill its backend.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let killed = loop {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+              WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+        )
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+        if n > 0 || Instant::now() > deadline {
+            break n;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(killed, 1, "the listener's backend was not found");
+    let notice = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("resubscribed")
+        .unwrap();
+    assert_eq!(notice, ReleaseNotice::Resubscribed);
+    let e = holder.campaign("n", "a", LONG).await.unwrap().unwrap();
+    assert!(holder.release("n", "a", e).await.unwrap());
+    let notice = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("notification after reconnect")
+        .unwrap();
+    assert_eq!(notice, ReleaseNotice::Released("n".into()));
+    stop.cancel();
+}
+
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         mod memory { $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn $test() { super::$test(super::Backend::Memory).await } )* }
@@ -335,4 +394,5 @@ conformance!(
     rows_are_never_deleted,
     batch_renew_reports_each_of_1000,
     listing_is_paginated,
+    replicas_starting_at_once_migrate_safely,
 );
