@@ -1,0 +1,86 @@
+//! A PostgreSQL outage under running `leasehold` processes: the holder fails closed (its term ends
+//! by `safe_until`, nobody leads), no process exits, and leadership returns with a new epoch when
+//! the database does. Its own test binary, because it stops the server its tests share.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use leasehold_tests::host::{Host, wait_for_single_leader};
+use leasehold_tests::pg;
+use leasehold_tests::stores::{Backend, Db};
+use serde_json::Value;
+
+async fn roles(hosts: &[&Host]) -> Vec<String> {
+    let mut out = Vec::new();
+    for h in hosts {
+        let status: Value = h.status().await.unwrap();
+        out.push(status["leases"][0]["role"].as_str().unwrap().to_string());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_database_outage_fails_closed_and_recovers() {
+    if std::env::var("DATABASE_URL").is_ok() {
+        eprintln!(
+            "skipped: DATABASE_URL is given, and this test must stop and start its own server"
+        );
+        return;
+    }
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let url = db.url().unwrap();
+    let ttl = Duration::from_secs(2);
+    let a = Host::start("a", &["--database-url", &url, "--ttl", "2s"]).unwrap();
+    let b = Host::start("b", &["--database-url", &url, "--ttl", "2s"]).unwrap();
+    let hosts = [&a, &b];
+    let leader = wait_for_single_leader(&hosts, "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let epoch = a.status().await.unwrap()["leases"][0]["epoch"]
+        .as_i64()
+        .unwrap();
+
+    pg::server().stop().unwrap();
+    let stopped = Instant::now();
+    // Within ttl (safe_until is earlier still) nobody may lead any more.
+    let deadline = stopped + ttl + Duration::from_secs(3);
+    loop {
+        let now = roles(&hosts).await;
+        if now.iter().all(|r| r != "leader") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still leading {:?} after the database stopped: {now:?}",
+            stopped.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let fail_closed = stopped.elapsed();
+    assert!(
+        fail_closed < ttl,
+        "the holder stopped leading only after {fail_closed:?}, ttl {ttl:?}"
+    );
+    let status = hosts[leader].status().await.unwrap();
+    assert!(status["store_error"].is_string(), "{status}");
+    // Ride out the outage for a few ttls: nobody exits, nobody leads.
+    tokio::time::sleep(ttl * 2).await;
+    assert!(roles(&hosts).await.iter().all(|r| r != "leader"));
+
+    pg::server().restart().unwrap();
+    wait_for_single_leader(&hosts, "leader", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let status = a.status().await.unwrap();
+    let new_epoch = status["leases"][0]["epoch"].as_i64().unwrap();
+    assert_eq!(new_epoch, epoch + 1, "{status}");
+    for h in hosts {
+        let log = h.log_text();
+        assert!(!log.contains("panicked"), "{log}");
+    }
+    let log = hosts[leader].log_text();
+    assert!(log.contains("renewal failing"), "{log}");
+    assert!(log.contains("no renewal landed before safe_until"), "{log}");
+    println!("database stopped -> no leader after {fail_closed:?} (ttl {ttl:?})");
+}
