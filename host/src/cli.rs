@@ -44,9 +44,21 @@ pub enum LogFormat {
 pub enum Command {
     /// Campaign for leases and hold them until stopped (SIGTERM/SIGINT release them in order).
     Run(RunArgs),
+    /// Validate a plugin: compile it and report the world it implements, or what is wrong.
+    Check(CheckArgs),
     /// Inspect the lease table.
     #[command(subcommand)]
     Leases(LeasesCommand),
+}
+
+/// Flags of `leasehold check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The component to check.
+    pub file: PathBuf,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Flags of `leasehold run`; each overrides the config file.
@@ -113,6 +125,7 @@ pub fn main() -> ExitCode {
     let outcome = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run(args).await,
+            Command::Check(args) => check(args),
             Command::Leases(LeasesCommand::List(args)) => {
                 list(args).await.map(|()| ExitCode::SUCCESS)
             }
@@ -219,6 +232,40 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     http_stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(1), http).await;
     Ok(code)
+}
+
+/// `leasehold check`: exit 0 only for a loadable plugin.
+pub fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    use crate::runtime::{Runtime, WIT_PACKAGE, cache, engine::EngineOptions};
+    let runtime = Runtime::new(EngineOptions::default(), &cache::default_dir())?;
+    let file = args.file.display().to_string();
+    match runtime.load_file(&args.file) {
+        Ok(loaded) => {
+            let world = loaded.prepared.world();
+            if args.json {
+                let report = serde_json::json!({
+                    "file": file, "ok": true, "package": WIT_PACKAGE, "world": world,
+                    "imports": loaded.imports, "exports": loaded.exports,
+                });
+                println!("{report}");
+            } else {
+                println!("{file}: ok: {WIT_PACKAGE} world {}", world.name());
+                println!("  imports: {}", loaded.imports.join(", "));
+                println!("  exports: {}", loaded.exports.join(", "));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(error) => {
+            if args.json {
+                let report =
+                    serde_json::json!({ "file": file, "ok": false, "error": error.to_string() });
+                println!("{report}");
+            } else {
+                eprintln!("leasehold: error: {error}");
+            }
+            Ok(ExitCode::FAILURE)
+        }
+    }
 }
 
 /// `leasehold leases list`.

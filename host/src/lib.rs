@@ -5,10 +5,14 @@
 //! The crate is a map of the design (DESIGN.md):
 //! - [`lease`]: lease rows, the stores that keep them, the coordinator state machine and its driver;
 //! - [`config`]: the settings of `leasehold run`, from file, environment and flags;
+//! - [`plugin`]: plugin files and their manifests;
+//! - [`runtime`]: the WebAssembly engine, compiled components, stores and guarded calls;
 //! - [`http`]: `/healthz` and `/status`;
-//! - [`cli`]: the command line (`run`, `leases list`).
+//! - [`cli`]: the command line (`run`, `check`, `leases list`).
 
 pub mod cli;
 pub mod config;
 pub mod http;
 pub mod lease;
+pub mod plugin;
+pub mod runtime;

@@ -1,0 +1,154 @@
+//! The host side of the plugin interfaces: the state each `Store` carries and the implementations
+//! of the `lease` and `log` imports. WASI p2 is linked in full but grants nothing.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
+use wasmtime::component::ResourceTable;
+use wasmtime::{StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::{lease, log};
+
+/// What a plugin may learn of its lease through the `lease` import.
+#[derive(Debug, Clone)]
+pub struct LeaseView {
+    /// The lease name.
+    pub name: String,
+    /// This replica's holder id.
+    pub holder: String,
+    /// The epoch held, or `None` on a standby.
+    pub epoch: Option<u64>,
+    /// When this replica acquired the lease (host wall clock), or `None` on a standby.
+    pub acquired_at: Option<SystemTime>,
+    /// The term's local deadline, or `None` on a standby.
+    pub safe_until: Option<Instant>,
+}
+
+/// Per-store limits and budgets of one plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallLimits {
+    /// Wall-clock deadline of one call.
+    pub call_timeout: Duration,
+    /// Linear-memory cap in bytes (per memory).
+    pub memory_bytes: usize,
+    /// Fuel per call, when the engine meters fuel.
+    pub fuel: Option<u64>,
+}
+
+/// The data of one plugin's `Store`: WASI state, limits and what the imports answer.
+pub struct HostState {
+    /// The plugin's name, for logs.
+    pub plugin: Arc<str>,
+    /// The lease as the plugin sees it.
+    pub lease: LeaseView,
+    /// When the running call must end (checked at each epoch tick).
+    pub call_deadline: Option<std::time::Instant>,
+    /// Memory and table limits; growth beyond them traps.
+    pub limits: StoreLimits,
+    /// Log lines the guest may still write in this call; reset by the caller before each call.
+    pub log_budget: u32,
+    /// Log lines dropped in this call for want of budget.
+    pub logs_dropped: u64,
+    wasi: WasiCtx,
+    table: ResourceTable,
+}
+
+impl HostState {
+    /// State for `plugin` under `lease` with a WASI context that grants nothing.
+    pub fn new(plugin: Arc<str>, lease: LeaseView, limits: &CallLimits, wasi: WasiCtx) -> Self {
+        HostState {
+            plugin,
+            lease,
+            call_deadline: None,
+            limits: StoreLimitsBuilder::new()
+                .memory_size(limits.memory_bytes)
+                .table_elements(100_000)
+                .instances(16)
+                .tables(16)
+                .memories(4)
+                .trap_on_grow_failure(true)
+                .build(),
+            log_budget: LOG_LINES_PER_CALL,
+            logs_dropped: 0,
+            wasi,
+            table: ResourceTable::new(),
+        }
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl lease::Host for HostState {
+    fn name(&mut self) -> String {
+        self.lease.name.clone()
+    }
+
+    fn holder(&mut self) -> String {
+        self.lease.holder.clone()
+    }
+
+    fn epoch(&mut self) -> Option<u64> {
+        self.lease.epoch
+    }
+
+    fn acquired_at_ms(&mut self) -> Option<u64> {
+        let at = self.lease.acquired_at?;
+        at.duration_since(UNIX_EPOCH)
+            .ok()
+            .and_then(|d| u64::try_from(d.as_millis()).ok())
+    }
+
+    fn time_left_ms(&mut self) -> Option<u64> {
+        let left = self
+            .lease
+            .safe_until?
+            .saturating_duration_since(Instant::now());
+        u64::try_from(left.as_millis()).ok()
+    }
+}
+
+/// Log lines a guest may write per call: plenty for diagnostics, too few to drown the host's log.
+pub const LOG_LINES_PER_CALL: u32 = 1_000;
+
+/// The longest log message kept from a guest; longer ones are cut so a guest cannot flood a line.
+const MAX_LOG_MESSAGE: usize = 8 * 1024;
+
+impl log::Host for HostState {
+    fn log(&mut self, level: log::Level, message: String) {
+        if self.log_budget == 0 {
+            self.logs_dropped += 1;
+            return;
+        }
+        self.log_budget -= 1;
+        let mut message = message;
+        if message.len() > MAX_LOG_MESSAGE {
+            let mut cut = MAX_LOG_MESSAGE;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            message.push_str("… (truncated)");
+        }
+        let plugin = &*self.plugin;
+        let lease = &self.lease.name;
+        let epoch = self.lease.epoch;
+        match level {
+            log::Level::Trace => tracing::trace!(plugin, lease, epoch, "{message}"),
+            log::Level::Debug => tracing::debug!(plugin, lease, epoch, "{message}"),
+            log::Level::Info => tracing::info!(plugin, lease, epoch, "{message}"),
+            log::Level::Warn => tracing::warn!(plugin, lease, epoch, "{message}"),
+            log::Level::Error => tracing::error!(plugin, lease, epoch, "{message}"),
+        }
+    }
+}
+
+impl super::bindings::types::Host for HostState {}

@@ -1,0 +1,460 @@
+//! The WebAssembly runtime (DESIGN §2.3–2.4): one wasmtime engine per process, components
+//! compiled once (cached on disk) and pre-linked at load, a fresh `Store` per leadership term,
+//! and calls bounded by a wall-clock deadline, memory limits and optional fuel.
+//!
+//! - [`bindings`]: the generated bindings of the WIT worlds;
+//! - [`host`]: the store data and the host side of the `lease` and `log` imports;
+//! - [`engine`]: the engine and its epoch ticker;
+//! - [`cache`]: compiled components on disk.
+
+pub mod bindings;
+pub mod cache;
+pub mod engine;
+pub mod host;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::Linker;
+use wasmtime::{Engine, Store, Trap, UpdateDeadline};
+use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+
+use self::bindings::health::HealthCheckPre;
+use self::bindings::reconciler::ReconcilerPre;
+use self::cache::{CacheOutcome, ComponentCache};
+use self::engine::{Allocator, EngineOptions};
+use self::host::{CallLimits, HostState, LeaseView};
+
+/// The WIT package version this host implements.
+pub const WIT_PACKAGE: &str = "leasehold:plugin@0.1.0";
+
+/// Bytes of guest stdout/stderr kept per term; a guest that prints more gets write errors.
+const OUTPUT_CAPACITY: usize = 1 << 20;
+
+/// Why loading or running a plugin failed. Each variant names the file or plugin at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The engine could not be built.
+    #[error("cannot build the WebAssembly engine: {0}")]
+    Engine(String),
+    /// The file could not be read.
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bytes are not WebAssembly at all.
+    #[error("{path}: not a WebAssembly file ({reason})")]
+    NotWasm {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A core module where a component was expected.
+    #[error(
+        "{path}: a core WebAssembly module, not a component: build it for wasm32-wasip2 (or wrap it with `wasm-tools component new`)"
+    )]
+    CoreModule {
+        /// The file.
+        path: String,
+    },
+    /// The component does not compile (truncated, invalid, or using unsupported features).
+    #[error("{path}: invalid component: {reason}")]
+    Compile {
+        /// The file.
+        path: String,
+        /// wasmtime's reason.
+        reason: String,
+    },
+    /// The component's imports or exports match no world of the WIT package.
+    #[error("{path}: matches no {WIT_PACKAGE} world: {reason}")]
+    NoWorld {
+        /// The file.
+        path: String,
+        /// What is missing or mistyped.
+        reason: String,
+    },
+    /// Instantiation failed.
+    #[error("plugin {plugin}: cannot instantiate: {reason}")]
+    Instantiate {
+        /// The plugin.
+        plugin: String,
+        /// wasmtime's reason.
+        reason: String,
+    },
+}
+
+/// The world a component implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum World {
+    /// `reconciler`.
+    Reconciler,
+    /// `health-check`.
+    HealthCheck,
+}
+
+impl World {
+    /// The WIT name.
+    pub fn name(self) -> &'static str {
+        match self {
+            World::Reconciler => "reconciler",
+            World::HealthCheck => "health-check",
+        }
+    }
+}
+
+/// A component compiled and linked against its world, ready to instantiate in microseconds.
+#[derive(Clone)]
+pub enum Prepared {
+    /// A reconciler.
+    Reconciler(ReconcilerPre<HostState>),
+    /// A health check.
+    HealthCheck(HealthCheckPre<HostState>),
+}
+
+impl Prepared {
+    /// The world.
+    pub fn world(&self) -> World {
+        match self {
+            Prepared::Reconciler(_) => World::Reconciler,
+            Prepared::HealthCheck(_) => World::HealthCheck,
+        }
+    }
+}
+
+/// A loaded plugin file.
+#[derive(Clone)]
+pub struct Loaded {
+    /// The pre-linked component.
+    pub prepared: Prepared,
+    /// The component's imports, by name, for reports.
+    pub imports: Vec<String>,
+    /// The component's exports, by name, for reports.
+    pub exports: Vec<String>,
+    /// Whether the compile was served from the cache.
+    pub cache: CacheOutcome,
+    /// How long compiling (or loading the cached artifact) took.
+    pub load_time: Duration,
+}
+
+/// How a call ended when it did not return normally.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallFailure {
+    /// The guest returned an error value.
+    #[error("returned an error: {0}")]
+    Returned(String),
+    /// The call outlived its deadline and was interrupted.
+    #[error("interrupted after its {0:?} deadline")]
+    Timeout(Duration),
+    /// The call ran out of fuel.
+    #[error("ran out of fuel")]
+    OutOfFuel,
+    /// Memory or table growth beyond the plugin's limits.
+    #[error("exceeded its memory limit: {0}")]
+    Memory(String),
+    /// The guest's stack overflowed.
+    #[error("overflowed its stack")]
+    StackOverflow,
+    /// Any other trap (unreachable, a panic, out-of-bounds access, ...).
+    #[error("trapped: {0}")]
+    Trap(String),
+}
+
+impl CallFailure {
+    /// A short label for metrics and `/status`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CallFailure::Returned(_) => "error",
+            CallFailure::Timeout(_) => "timeout",
+            CallFailure::OutOfFuel => "fuel",
+            CallFailure::Memory(_) => "memory",
+            CallFailure::StackOverflow => "stack",
+            CallFailure::Trap(_) => "trap",
+        }
+    }
+
+    /// True when the store must be discarded (any trap poisons it).
+    pub fn poisons_store(&self) -> bool {
+        !matches!(self, CallFailure::Returned(_))
+    }
+
+    fn classify(error: wasmtime::Error, timeout: Duration) -> CallFailure {
+        match error.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => CallFailure::Timeout(timeout),
+            Some(Trap::OutOfFuel) => CallFailure::OutOfFuel,
+            Some(Trap::StackOverflow) => CallFailure::StackOverflow,
+            Some(Trap::AllocationTooLarge) => CallFailure::Memory(format!("{error:#}")),
+            _ => {
+                let text = format!("{error:#}");
+                // The resource limiter's refusal surfaces as an error, not a trap code.
+                if text.contains("forcing trap when growing")
+                    || text.contains("memory") && text.contains("limit")
+                {
+                    CallFailure::Memory(text)
+                } else {
+                    CallFailure::Trap(text)
+                }
+            }
+        }
+    }
+}
+
+/// The engine, the linker with every host import, and the compile cache.
+pub struct Runtime {
+    engine: Engine,
+    allocator: Allocator,
+    options: EngineOptions,
+    linker: Linker<HostState>,
+    cache: ComponentCache,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("allocator", &self.allocator)
+            .field("options", &self.options)
+            .field("cache", &self.cache.dir())
+            .finish()
+    }
+}
+
+impl Runtime {
+    /// Builds the engine (starting its epoch ticker) and links WASI p2 and the leasehold imports.
+    pub fn new(options: EngineOptions, cache_dir: &Path) -> Result<Arc<Self>, RuntimeError> {
+        let err = |e: wasmtime::Error| RuntimeError::Engine(format!("{e:#}"));
+        let (engine, allocator) = engine::build(&options).map_err(err)?;
+        engine::start_ticker(&engine, options.tick)
+            .map_err(|e| RuntimeError::Engine(e.to_string()))?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(err)?;
+        type Data = wasmtime::component::HasSelf<HostState>;
+        bindings::lease::add_to_linker::<HostState, Data>(&mut linker, |s| s).map_err(err)?;
+        bindings::log::add_to_linker::<HostState, Data>(&mut linker, |s| s).map_err(err)?;
+        bindings::types::add_to_linker::<HostState, Data>(&mut linker, |s| s).map_err(err)?;
+        let cache = ComponentCache::new(cache_dir.to_path_buf(), &engine);
+        Ok(Arc::new(Runtime {
+            engine,
+            allocator,
+            options,
+            linker,
+            cache,
+        }))
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Which allocator the engine uses.
+    pub fn allocator(&self) -> Allocator {
+        self.allocator
+    }
+
+    /// Whether the engine meters fuel.
+    pub fn meters_fuel(&self) -> bool {
+        self.options.fuel
+    }
+
+    /// Reads, compiles (or loads from cache) and links the component at `path`.
+    pub fn load_file(&self, path: &Path) -> Result<Loaded, RuntimeError> {
+        let shown = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|source| RuntimeError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        self.load_bytes(&shown, &bytes)
+    }
+
+    /// Compiles (or loads from cache) and links a component; `path` only names it in errors.
+    pub fn load_bytes(&self, path: &str, bytes: &[u8]) -> Result<Loaded, RuntimeError> {
+        match bytes.get(..8) {
+            Some([0, b'a', b's', b'm', 0x0d, 0x00, 0x01, 0x00]) => {}
+            Some([0, b'a', b's', b'm', 0x01, 0x00, 0x00, 0x00]) => {
+                return Err(RuntimeError::CoreModule {
+                    path: path.to_string(),
+                });
+            }
+            Some([0, b'a', b's', b'm', ..]) => {
+                return Err(RuntimeError::NotWasm {
+                    path: path.to_string(),
+                    reason: "unknown WebAssembly version or layer".into(),
+                });
+            }
+            _ => {
+                let reason = if bytes.len() < 8 {
+                    format!("only {} bytes", bytes.len())
+                } else {
+                    "no \\0asm header".to_string()
+                };
+                return Err(RuntimeError::NotWasm {
+                    path: path.to_string(),
+                    reason,
+                });
+            }
+        }
+        let started = Instant::now();
+        let (component, cache) =
+            self.cache
+                .load(&self.engine, bytes)
+                .map_err(|e| RuntimeError::Compile {
+                    path: path.to_string(),
+                    reason: format!("{e:#}"),
+                })?;
+        let load_time = started.elapsed();
+        let ty = component.component_type();
+        let imports = ty
+            .imports(&self.engine)
+            .map(|(name, _)| name.to_string())
+            .collect();
+        let exports: Vec<String> = ty
+            .exports(&self.engine)
+            .map(|(name, _)| name.to_string())
+            .collect();
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| RuntimeError::NoWorld {
+                path: path.to_string(),
+                reason: format!("{e:#} (this host provides {WIT_PACKAGE} and wasi@0.2)"),
+            })?;
+        let prepared = match ReconcilerPre::new(pre.clone()) {
+            Ok(p) => Prepared::Reconciler(p),
+            Err(as_reconciler) => match HealthCheckPre::new(pre) {
+                Ok(p) => Prepared::HealthCheck(p),
+                Err(as_health) => {
+                    return Err(RuntimeError::NoWorld {
+                        path: path.to_string(),
+                        reason: format!(
+                            "as a reconciler: {as_reconciler:#}; as a health-check: {as_health:#} (exports found: {})",
+                            if exports.is_empty() {
+                                "none".to_string()
+                            } else {
+                                exports.join(", ")
+                            }
+                        ),
+                    });
+                }
+            },
+        };
+        Ok(Loaded {
+            prepared,
+            imports,
+            exports,
+            cache,
+            load_time,
+        })
+    }
+
+    /// A fresh store for one term of `plugin`: WASI granting nothing, its limits, and an epoch
+    /// callback that yields at every tick (so the call can be cancelled) and traps past the deadline.
+    pub fn new_store(
+        &self,
+        plugin: Arc<str>,
+        lease: LeaseView,
+        limits: &CallLimits,
+    ) -> PluginStore {
+        let stdout = MemoryOutputPipe::new(OUTPUT_CAPACITY);
+        let stderr = MemoryOutputPipe::new(OUTPUT_CAPACITY);
+        let wasi = WasiCtxBuilder::new()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .socket_addr_check(|_, _| Box::pin(async { false }))
+            .build();
+        let mut store = Store::new(&self.engine, HostState::new(plugin, lease, limits, wasi));
+        store.limiter(|state| &mut state.limits);
+        store.epoch_deadline_callback(|ctx| match ctx.data().call_deadline {
+            Some(deadline) if std::time::Instant::now() >= deadline => Err(Trap::Interrupt.into()),
+            _ => Ok(UpdateDeadline::Yield(1)),
+        });
+        // The deadline must be set before the first call: the default traps at once.
+        store.set_epoch_deadline(1);
+        PluginStore {
+            store,
+            limits: *limits,
+            meters_fuel: self.options.fuel,
+            stdout,
+            stderr,
+            seen: (0, 0),
+        }
+    }
+}
+
+/// One term's store with its captured output.
+pub struct PluginStore {
+    /// The wasmtime store.
+    pub store: Store<HostState>,
+    limits: CallLimits,
+    meters_fuel: bool,
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+    /// How many bytes of stdout and stderr have been logged already.
+    seen: (usize, usize),
+}
+
+impl PluginStore {
+    /// Runs one guest call under the plugin's deadline and fuel budget, then logs what the guest
+    /// printed. A failure says what went wrong; after a trap the store must be dropped.
+    pub async fn call<T, F>(&mut self, f: F) -> Result<T, CallFailure>
+    where
+        F: AsyncFnOnce(&mut Store<HostState>) -> wasmtime::Result<Result<T, String>>,
+    {
+        let timeout = self.limits.call_timeout;
+        {
+            let data = self.store.data_mut();
+            data.call_deadline = Some(std::time::Instant::now() + timeout);
+            data.log_budget = host::LOG_LINES_PER_CALL;
+            data.logs_dropped = 0;
+        }
+        if self.meters_fuel {
+            // Without a configured budget a metering engine still needs fuel to run at all.
+            let _ = self.store.set_fuel(self.limits.fuel.unwrap_or(u64::MAX));
+        }
+        let outcome = f(&mut self.store).await;
+        self.store.data_mut().call_deadline = None;
+        self.flush_output();
+        let dropped = self.store.data().logs_dropped;
+        if dropped > 0 {
+            let state = self.store.data();
+            tracing::warn!(plugin = &*state.plugin, lease = %state.lease.name, dropped, "guest log lines dropped: over the per-call budget");
+        }
+        match outcome {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(message)) => Err(CallFailure::Returned(message)),
+            Err(error) => Err(CallFailure::classify(error, timeout)),
+        }
+    }
+
+    /// Fuel consumed by the last call, when metered with a budget.
+    pub fn fuel_left(&self) -> Option<u64> {
+        self.store.get_fuel().ok()
+    }
+
+    fn flush_output(&mut self) {
+        let state = self.store.data();
+        for (name, pipe, seen) in [
+            ("stdout", &self.stdout, &mut self.seen.0),
+            ("stderr", &self.stderr, &mut self.seen.1),
+        ] {
+            let contents = pipe.contents();
+            if contents.len() <= *seen {
+                continue;
+            }
+            let fresh = String::from_utf8_lossy(&contents[*seen..]);
+            *seen = contents.len();
+            for line in fresh.lines().filter(|l| !l.trim().is_empty()).take(200) {
+                tracing::info!(plugin = &*state.plugin, lease = %state.lease.name, stream = name, "{line}");
+            }
+        }
+    }
+}
