@@ -226,3 +226,33 @@ pub fn run_to_exit(args: &[&str], timeout: Duration) -> anyhow::Result<(ExitStat
     };
     Ok((status, reader.join().unwrap_or_default()))
 }
+
+/// Seconds since midnight of the first log line containing `needle` (RFC 3339 timestamps).
+pub fn log_time(log: &str, needle: &str) -> Option<f64> {
+    log.lines()
+        .find(|l| l.contains(needle))
+        .and_then(time_of_day)
+}
+
+/// Seconds since midnight of the last log line containing `needle`.
+pub fn last_log_time(log: &str, needle: &str) -> Option<f64> {
+    log.lines()
+        .rev()
+        .find(|l| l.contains(needle))
+        .and_then(time_of_day)
+}
+
+fn time_of_day(line: &str) -> Option<f64> {
+    // 2026-11-22T04:11:59.302550Z ...
+    let t = line
+        .split_whitespace()
+        .next()?
+        .split('T')
+        .nth(1)?
+        .trim_end_matches('Z');
+    let mut parts = t.split(':');
+    let h: f64 = parts.next()?.parse().ok()?;
+    let m: f64 = parts.next()?.parse().ok()?;
+    let s: f64 = parts.next()?.parse().ok()?;
+    Some(h * 3600.0 + m * 60.0 + s)
+}
