@@ -82,6 +82,9 @@ pub struct RunArgs {
     /// Lease ttl, e.g. 15s or 500ms [default: 15s]; the other intervals derive from it.
     #[arg(long, env = "LEASEHOLD_TTL", value_parser = humantime::parse_duration)]
     pub ttl: Option<Duration>,
+    /// Plugin directory: NAME.wasm components with optional NAME.toml manifests.
+    #[arg(long, env = "LEASEHOLD_PLUGINS")]
+    pub plugins: Option<PathBuf>,
 }
 
 /// `leasehold leases …`.
@@ -168,6 +171,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         http: args.http,
         leases: args.leases,
         ttl: args.ttl,
+        plugins: args.plugins,
     };
     let config = Config::resolve(file, over)?;
     let holder = HolderId::generate(&config.replica_id);
@@ -200,12 +204,26 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         root.clone(),
     );
     let tasks = TaskTracker::new();
+    // Plugins are compiled and pre-linked before the first campaign, so that an acquisition
+    // only has to instantiate them.
+    // The plugin set's sender lives as long as `run`; hot reload will publish through it.
+    let mut _plugin_set = None;
+    let plugins = match &config.plugins {
+        Some(dir) => {
+            let (supervisor, set) = start_plugins(dir, &config, engine.clone())?;
+            _plugin_set = Some(set);
+            let board = supervisor.board().clone();
+            tasks.spawn(supervisor.run(root.clone()));
+            Some(board)
+        }
+        None => None,
+    };
     let http_stop = CancellationToken::new();
-    let http = tasks.spawn(crate::http::serve(
-        listener,
-        engine.clone(),
-        http_stop.clone(),
-    ));
+    let state = crate::http::AppState {
+        leases: engine.clone(),
+        plugins,
+    };
+    let http = tasks.spawn(crate::http::serve(listener, state, http_stop.clone()));
     let mut driver = tasks.spawn(driver.run());
     tasks.close();
 
@@ -232,6 +250,35 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     http_stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(1), http).await;
     Ok(code)
+}
+
+/// Builds the runtime, loads the plugin directory and returns the supervisor to run.
+fn start_plugins(
+    dir: &std::path::Path,
+    config: &Config,
+    leases: std::sync::Arc<crate::lease::LeaseEngine>,
+) -> anyhow::Result<(
+    crate::supervisor::Supervisor,
+    tokio::sync::watch::Sender<std::sync::Arc<crate::plugin::PluginSet>>,
+)> {
+    use crate::runtime::{Runtime, engine::EngineOptions};
+    if !dir.is_dir() {
+        bail!(
+            "plugin directory {} does not exist or is not a directory",
+            dir.display()
+        );
+    }
+    let runtime = Runtime::new(EngineOptions::default(), &config.cache_dir)?;
+    let set = crate::plugin::scan(dir, &runtime, &Default::default())
+        .with_context(|| format!("reading plugin directory {}", dir.display()))?;
+    for entry in set.values().filter(|e| e.loaded.is_ok()) {
+        if !config.leases.contains(&entry.manifest.lease) {
+            warn!(plugin = %entry.name, lease = %entry.manifest.lease, "plugin bound to a lease this replica does not campaign for: it will stay idle");
+        }
+    }
+    info!(dir = %dir.display(), plugins = set.len(), allocator = ?runtime.allocator(), "plugins loaded");
+    let (tx, rx) = tokio::sync::watch::channel(std::sync::Arc::new(set));
+    Ok((crate::supervisor::Supervisor::new(runtime, leases, rx), tx))
 }
 
 /// `leasehold check`: exit 0 only for a loadable plugin.

@@ -91,6 +91,10 @@ pub struct ConfigFile {
     /// How long the first database connection may take at start-up.
     #[serde(default, with = "humantime_serde")]
     pub connect_timeout: Option<Duration>,
+    /// The plugin directory (`NAME.wasm` + optional `NAME.toml`).
+    pub plugins: Option<PathBuf>,
+    /// Where compiled components are cached.
+    pub cache_dir: Option<PathBuf>,
     /// The lease timing.
     #[serde(default)]
     pub timing: TimingFile,
@@ -123,6 +127,8 @@ pub struct Overrides {
     pub leases: Vec<String>,
     /// `--ttl` / `LEASEHOLD_TTL`.
     pub ttl: Option<Duration>,
+    /// `--plugins` / `LEASEHOLD_PLUGINS`.
+    pub plugins: Option<PathBuf>,
 }
 
 /// The effective configuration of `leasehold run`.
@@ -142,6 +148,10 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// How long the first database connection may take.
     pub connect_timeout: Duration,
+    /// The plugin directory, if plugins are enabled.
+    pub plugins: Option<PathBuf>,
+    /// Where compiled components are cached.
+    pub cache_dir: PathBuf,
 }
 
 /// The default HTTP address: loopback only, so a fresh install exposes nothing; 9464 is free of
@@ -213,6 +223,10 @@ impl Config {
             timing,
             shutdown_grace: file.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
             connect_timeout: file.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+            plugins: over.plugins.or(file.plugins),
+            cache_dir: file
+                .cache_dir
+                .unwrap_or_else(crate::runtime::cache::default_dir),
         })
     }
 }

@@ -7,6 +7,7 @@
 //! - [`config`]: the settings of `leasehold run`, from file, environment and flags;
 //! - [`plugin`]: plugin files and their manifests;
 //! - [`runtime`]: the WebAssembly engine, compiled components, stores and guarded calls;
+//! - [`supervisor`]: plugins bound to the lifecycle of their lease;
 //! - [`http`]: `/healthz` and `/status`;
 //! - [`cli`]: the command line (`run`, `check`, `leases list`).
 
@@ -16,3 +17,4 @@ pub mod http;
 pub mod lease;
 pub mod plugin;
 pub mod runtime;
+pub mod supervisor;

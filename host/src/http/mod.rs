@@ -12,6 +12,16 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::lease::{Epoch, LeaseEngine, Role};
+use crate::supervisor::status::{PluginStatus, StatusBoard};
+
+/// What the handlers read.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The lease engine.
+    pub leases: Arc<LeaseEngine>,
+    /// The plugin statuses, when plugins are enabled.
+    pub plugins: Option<StatusBoard>,
+}
 
 /// `/status`: who this replica is and what it knows of each lease.
 #[derive(Debug, Serialize)]
@@ -25,6 +35,8 @@ pub struct Status {
     pub store_error: Option<String>,
     /// One entry per lease this replica campaigns for.
     pub leases: Vec<LeaseStatus>,
+    /// One entry per plugin file.
+    pub plugins: Vec<PluginStatus>,
 }
 
 /// One lease in `/status`.
@@ -43,20 +55,20 @@ pub struct LeaseStatus {
 }
 
 /// The router, for tests that serve it themselves.
-pub fn router(engine: Arc<LeaseEngine>) -> Router {
+pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/status", get(status))
-        .with_state(engine)
+        .with_state(state)
 }
 
 /// Serves the router on `listener` until `shutdown` is cancelled.
 pub async fn serve(
     listener: TcpListener,
-    engine: Arc<LeaseEngine>,
+    state: AppState,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(engine))
+    axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
 }
@@ -105,9 +117,14 @@ pub async fn status_of(engine: &LeaseEngine) -> Status {
         store: engine.store().backend(),
         store_error: rows.err(),
         leases,
+        plugins: Vec::new(),
     }
 }
 
-async fn status(State(engine): State<Arc<LeaseEngine>>) -> Json<Status> {
-    Json(status_of(&engine).await)
+async fn status(State(state): State<AppState>) -> Json<Status> {
+    let mut status = status_of(&state.leases).await;
+    if let Some(board) = &state.plugins {
+        status.plugins = board.snapshot();
+    }
+    Json(status)
 }

@@ -10,6 +10,7 @@ use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{lease, log};
+use crate::lease::Term;
 
 /// What a plugin may learn of its lease through the `lease` import.
 #[derive(Debug, Clone)]
@@ -18,12 +19,10 @@ pub struct LeaseView {
     pub name: String,
     /// This replica's holder id.
     pub holder: String,
-    /// The epoch held, or `None` on a standby.
-    pub epoch: Option<u64>,
+    /// The running term, or `None` on a standby; its deadline moves forward with each renewal.
+    pub term: Option<Term>,
     /// When this replica acquired the lease (host wall clock), or `None` on a standby.
     pub acquired_at: Option<SystemTime>,
-    /// The term's local deadline, or `None` on a standby.
-    pub safe_until: Option<Instant>,
 }
 
 /// Per-store limits and budgets of one plugin.
@@ -97,7 +96,10 @@ impl lease::Host for HostState {
     }
 
     fn epoch(&mut self) -> Option<u64> {
-        self.lease.epoch
+        self.lease
+            .term
+            .as_ref()
+            .and_then(|t| u64::try_from(t.epoch).ok())
     }
 
     fn acquired_at_ms(&mut self) -> Option<u64> {
@@ -108,10 +110,8 @@ impl lease::Host for HostState {
     }
 
     fn time_left_ms(&mut self) -> Option<u64> {
-        let left = self
-            .lease
-            .safe_until?
-            .saturating_duration_since(Instant::now());
+        let term = self.lease.term.as_ref()?;
+        let left = term.safe_until().saturating_duration_since(Instant::now());
         u64::try_from(left.as_millis()).ok()
     }
 }
@@ -140,7 +140,7 @@ impl log::Host for HostState {
         }
         let plugin = &*self.plugin;
         let lease = &self.lease.name;
-        let epoch = self.lease.epoch;
+        let epoch = self.lease.term.as_ref().map(|t| t.epoch);
         match level {
             log::Level::Trace => tracing::trace!(plugin, lease, epoch, "{message}"),
             log::Level::Debug => tracing::debug!(plugin, lease, epoch, "{message}"),

@@ -1,0 +1,140 @@
+//! The plugin directory: every `NAME.wasm` (with its optional `NAME.toml`) validated on load. A
+//! bad file is reported with its path and reason and kept as `invalid`; it never disturbs the
+//! other plugins.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use super::manifest::Manifest;
+use crate::runtime::{Loaded, Runtime};
+
+/// One plugin file as loaded.
+pub struct PluginEntry {
+    /// The plugin name: the file name without `.wasm`.
+    pub name: String,
+    /// The component file.
+    pub path: PathBuf,
+    /// The manifest (defaults when there is no `.toml`, or when it did not parse).
+    pub manifest: Manifest,
+    /// The pre-linked component, or why the file or its manifest did not load.
+    pub loaded: Result<Loaded, String>,
+    /// Hash of the component and manifest bytes: a change means the plugin was replaced.
+    pub digest: String,
+}
+
+impl std::fmt::Debug for PluginEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginEntry")
+            .field("name", &self.name)
+            .field("path", &self.path)
+            .field("lease", &self.manifest.lease)
+            .field("loaded", &self.loaded.as_ref().map(|l| l.prepared.world()))
+            .finish()
+    }
+}
+
+/// Every plugin of the directory, by name.
+pub type PluginSet = BTreeMap<String, Arc<PluginEntry>>;
+
+/// Loads every `*.wasm` in `dir`, reusing entries of `previous` whose files did not change.
+pub fn scan(dir: &Path, runtime: &Runtime, previous: &PluginSet) -> std::io::Result<PluginSet> {
+    let mut set = PluginSet::new();
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wasm") && p.is_file())
+        .collect();
+    paths.sort();
+    for path in paths {
+        let Some(name) = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .map(str::to_string)
+        else {
+            continue;
+        };
+        let manifest_path = path.with_extension("toml");
+        let wasm = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                tracing::warn!(plugin = %name, path = %path.display(), error = %e, "cannot read plugin");
+                continue;
+            }
+        };
+        let manifest_text = std::fs::read(&manifest_path).ok();
+        let mut hasher = Sha256::new();
+        hasher.update(&wasm);
+        hasher.update(manifest_text.as_deref().unwrap_or_default());
+        let digest = format!("{:x}", hasher.finalize());
+        if let Some(old) = previous.get(&name).filter(|old| old.digest == digest) {
+            set.insert(name, old.clone());
+            continue;
+        }
+        let entry = load_one(
+            runtime,
+            name.clone(),
+            path,
+            &manifest_path,
+            manifest_text,
+            &wasm,
+            digest,
+        );
+        match &entry.loaded {
+            Ok(l) => tracing::info!(
+                plugin = %entry.name, lease = %entry.manifest.lease, world = l.prepared.world().name(),
+                cache = ?l.cache, load_time = ?l.load_time, "plugin loaded"
+            ),
+            Err(reason) => tracing::error!(plugin = %entry.name, "invalid plugin: {reason}"),
+        }
+        set.insert(name, Arc::new(entry));
+    }
+    Ok(set)
+}
+
+fn load_one(
+    runtime: &Runtime,
+    name: String,
+    path: PathBuf,
+    manifest_path: &Path,
+    manifest_text: Option<Vec<u8>>,
+    wasm: &[u8],
+    digest: String,
+) -> PluginEntry {
+    let manifest = match manifest_text {
+        None => Ok(Manifest::defaults()),
+        Some(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => Manifest::parse(&manifest_path.display().to_string(), &text)
+                .map_err(|e| e.to_string()),
+            Err(_) => Err(format!("{}: not UTF-8 text", manifest_path.display())),
+        },
+    };
+    let (manifest, loaded) = match manifest {
+        Ok(m) => {
+            let loaded = runtime
+                .load_bytes(&path.display().to_string(), wasm)
+                .map_err(|e| e.to_string());
+            let loaded = loaded.and_then(|l| {
+                if m.limits.fuel.is_some() && !runtime.meters_fuel() {
+                    Err(format!(
+                        "{}: limits.fuel is set but this host does not meter fuel",
+                        manifest_path.display()
+                    ))
+                } else {
+                    Ok(l)
+                }
+            });
+            (m, loaded)
+        }
+        Err(e) => (Manifest::defaults(), Err(e)),
+    };
+    PluginEntry {
+        name,
+        path,
+        manifest,
+        loaded,
+        digest,
+    }
+}

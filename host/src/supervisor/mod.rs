@@ -1,0 +1,378 @@
+//! The supervisor (DESIGN §2.3): plugins bound to the lifecycle of their lease. On each term it
+//! instantiates every reconciler bound to the lease, calls `init`, then `reconcile` on the
+//! schedule, one call at a time. When the term ends — lease lost, released, or `safe_until`
+//! reached — the running call is interrupted and the store dropped; the term's tracker makes the
+//! release wait for that.
+//!
+//! - [`status`]: what `/status` shows of each plugin.
+
+pub mod status;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::lease::{LeaseEngine, Term};
+use crate::plugin::{PluginEntry, PluginSet};
+use crate::runtime::bindings::types::ReconcileContext;
+use crate::runtime::host::LeaseView;
+use crate::runtime::{CallFailure, Prepared, Runtime};
+use status::{PluginState, PluginStatus, StatusBoard};
+
+/// Consecutive failures before a plugin is quarantined until its next term or a new file.
+pub const QUARANTINE_AFTER: u32 = 5;
+/// First retry delay after a failure; doubles per consecutive failure.
+pub const BACKOFF_BASE: Duration = Duration::from_millis(500);
+/// The longest retry delay.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// The delay before retrying after `failures` consecutive failures.
+pub fn backoff(failures: u32) -> Duration {
+    let factor = 1u32 << failures.saturating_sub(1).min(16);
+    BACKOFF_BASE.saturating_mul(factor).min(BACKOFF_MAX)
+}
+
+/// Runs the plugins of every lease of this replica.
+#[derive(Debug, Clone)]
+pub struct Supervisor {
+    /// The WebAssembly runtime.
+    runtime: Arc<Runtime>,
+    /// The lease engine, for leadership and holder id.
+    leases: Arc<LeaseEngine>,
+    /// The current plugin set, replaced whole when the directory changes.
+    plugins: watch::Receiver<Arc<PluginSet>>,
+    /// What `/status` shows.
+    board: StatusBoard,
+}
+
+impl Supervisor {
+    /// A supervisor over `plugins`.
+    pub fn new(
+        runtime: Arc<Runtime>,
+        leases: Arc<LeaseEngine>,
+        plugins: watch::Receiver<Arc<PluginSet>>,
+    ) -> Self {
+        let board = StatusBoard::default();
+        let sup = Supervisor {
+            runtime,
+            leases,
+            plugins,
+            board,
+        };
+        sup.publish_set(&sup.plugins.borrow().clone());
+        sup
+    }
+
+    /// The plugin status board.
+    pub fn board(&self) -> &StatusBoard {
+        &self.board
+    }
+
+    /// Follows every lease until `shutdown`.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let tasks = TaskTracker::new();
+        for lease in self.leases.lease_names() {
+            let (sup, lease, stop) = (self.clone(), lease.to_string(), shutdown.clone());
+            tasks.spawn(async move { sup.follow_lease(&lease, stop).await });
+        }
+        let mut plugins = self.plugins.clone();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                changed = plugins.changed() => {
+                    if changed.is_err() { break }
+                    let set = plugins.borrow_and_update().clone();
+                    self.publish_set(&set);
+                }
+            }
+        }
+        tasks.close();
+        tasks.wait().await;
+    }
+
+    /// Adds new plugins to the board and drops removed ones; running ones keep their state.
+    fn publish_set(&self, set: &PluginSet) {
+        for old in self.board.snapshot() {
+            if !set.contains_key(&old.name) {
+                self.board.remove(&old.name);
+            }
+        }
+        for entry in set.values() {
+            let (world, state, last_error) = match &entry.loaded {
+                Ok(l) => (Some(l.prepared.world()), PluginState::Idle, None),
+                Err(e) => (None, PluginState::Invalid, Some(e.clone())),
+            };
+            let known = self
+                .board
+                .snapshot()
+                .into_iter()
+                .find(|s| s.name == entry.name);
+            let keep = known
+                .as_ref()
+                .is_some_and(|k| k.world == world && state != PluginState::Invalid);
+            if !keep {
+                self.board.put(PluginStatus {
+                    name: entry.name.clone(),
+                    lease: entry.manifest.lease.clone(),
+                    world,
+                    state,
+                    last_error,
+                    calls: known.as_ref().map_or(0, |k| k.calls),
+                    traps: known.as_ref().map_or(0, |k| k.traps),
+                });
+            }
+        }
+    }
+
+    async fn follow_lease(&self, lease: &str, shutdown: CancellationToken) {
+        let Some(mut leadership) = self.leases.subscribe(lease) else {
+            return;
+        };
+        loop {
+            let term = leadership.borrow_and_update().term.clone();
+            if let Some(term) = term.filter(|t| !t.is_cancelled()) {
+                self.run_term(lease, term, &shutdown).await;
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                changed = leadership.changed() => if changed.is_err() { return },
+            }
+        }
+    }
+
+    /// Keeps one task per reconciler of `lease` running under `term`, following plugin changes.
+    async fn run_term(&self, lease: &str, term: Term, shutdown: &CancellationToken) {
+        // Whoever ends the term, bump the epoch at once so a spinning guest yields now rather
+        // than at the next tick, and its call is dropped.
+        let engine = self.runtime.engine().clone();
+        let ended = term.cancelled();
+        tokio::spawn(async move {
+            ended.await;
+            engine.increment_epoch();
+        });
+        let acquired_at = SystemTime::now();
+        let mut plugins = self.plugins.clone();
+        // name -> (digest, token that retires the task after its current call)
+        let mut running: std::collections::BTreeMap<String, (String, CancellationToken)> =
+            Default::default();
+        loop {
+            let set = plugins.borrow_and_update().clone();
+            running.retain(|name, (digest, retire)| {
+                let current = set.get(name).is_some_and(|e| &e.digest == digest);
+                if !current {
+                    retire.cancel();
+                }
+                current
+            });
+            for entry in set.values() {
+                let ours = entry.manifest.lease == lease
+                    && matches!(entry.loaded, Ok(ref l) if matches!(l.prepared, Prepared::Reconciler(_)));
+                if !ours || running.contains_key(&entry.name) {
+                    continue;
+                }
+                let retire = term.child_token();
+                running.insert(entry.name.clone(), (entry.digest.clone(), retire.clone()));
+                let view = LeaseView {
+                    name: lease.to_string(),
+                    holder: self.leases.holder().to_string(),
+                    term: Some(term.clone()),
+                    acquired_at: Some(acquired_at),
+                };
+                let span =
+                    info_span!("plugin", plugin = %entry.name, lease = %lease, epoch = term.epoch);
+                let task = reconcile_loop(
+                    self.runtime.clone(),
+                    entry.clone(),
+                    term.clone(),
+                    retire,
+                    view,
+                    self.board.clone(),
+                );
+                term.spawn(task.instrument(span));
+            }
+            tokio::select! {
+                _ = term.cancelled() => return,
+                _ = shutdown.cancelled() => return,
+                changed = plugins.changed() => if changed.is_err() { return },
+            }
+        }
+    }
+}
+
+/// Runs `call` unless the term ends first; `None` means the term ended (the call was dropped).
+async fn guarded<T>(term: &Term, call: impl Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        biased;
+        _ = term.cancelled() => None,
+        result = call => Some(result),
+    }
+}
+
+/// One reconciler for one term: instantiate, `init`, then `reconcile` on its schedule, with
+/// backoff after failures and quarantine after [`QUARANTINE_AFTER`] in a row.
+async fn reconcile_loop(
+    runtime: Arc<Runtime>,
+    entry: Arc<PluginEntry>,
+    term: Term,
+    retire: CancellationToken,
+    view: LeaseView,
+    board: StatusBoard,
+) {
+    let Ok(loaded) = &entry.loaded else { return };
+    let Prepared::Reconciler(pre) = &loaded.prepared else {
+        return;
+    };
+    let name: Arc<str> = Arc::from(entry.name.as_str());
+    let config: Vec<(String, String)> = entry.manifest.config.clone().into_iter().collect();
+    let mut failures = 0u32;
+    let mut tick = 0u64;
+    let fail = |failures: &mut u32, failure: &CallFailure| {
+        *failures += 1;
+        let trapped = failure.poisons_store();
+        warn!(
+            kind = failure.kind(),
+            failures = *failures,
+            "plugin call failed: {failure}"
+        );
+        board.update(&name, |s| {
+            s.last_error = Some(failure.to_string());
+            s.traps += u64::from(trapped);
+            s.state = if *failures >= QUARANTINE_AFTER {
+                PluginState::Quarantined
+            } else {
+                PluginState::Backoff
+            };
+        });
+    };
+    'instance: loop {
+        // A fresh store per instance: after any trap the old one is poisoned and dropped.
+        let mut store = runtime.new_store(name.clone(), view.clone(), &entry.manifest.limits);
+        let instance = match guarded(&term, pre.instantiate_async(&mut store.store)).await {
+            None => return,
+            Some(Ok(instance)) => instance,
+            Some(Err(e)) => {
+                fail(
+                    &mut failures,
+                    &CallFailure::Trap(format!("instantiation failed: {e:#}")),
+                );
+                if !pause(&term, &retire, &board, &name, failures).await {
+                    return;
+                }
+                continue 'instance;
+            }
+        };
+        board.update(&name, |s| s.calls += 1);
+        let init = guarded(
+            &term,
+            store.call(async |s| instance.call_init(s, &config).await),
+        )
+        .await;
+        match init {
+            None => return,
+            Some(Ok(())) => {
+                info!("plugin initialised");
+                board.update(&name, |s| s.state = PluginState::Running);
+            }
+            Some(Err(failure)) => {
+                fail(&mut failures, &failure);
+                if !pause(&term, &retire, &board, &name, failures).await {
+                    return;
+                }
+                continue 'instance;
+            }
+        }
+        loop {
+            let ctx = ReconcileContext {
+                lease: view.name.clone(),
+                epoch: u64::try_from(term.epoch).unwrap_or_default(),
+                tick,
+            };
+            tick += 1;
+            board.update(&name, |s| s.calls += 1);
+            let delay = match guarded(
+                &term,
+                store.call(async |s| instance.call_reconcile(s, &ctx).await),
+            )
+            .await
+            {
+                None => return,
+                Some(Ok(outcome)) => {
+                    if failures > 0 {
+                        board.update(&name, |s| s.state = PluginState::Running);
+                    }
+                    failures = 0;
+                    outcome
+                        .requeue_after_ms
+                        .map_or(entry.manifest.interval, Duration::from_millis)
+                }
+                Some(Err(failure)) => {
+                    fail(&mut failures, &failure);
+                    if failure.poisons_store() {
+                        if !pause(&term, &retire, &board, &name, failures).await {
+                            return;
+                        }
+                        continue 'instance;
+                    }
+                    if failures >= QUARANTINE_AFTER {
+                        quarantine(&term, &retire).await;
+                        return;
+                    }
+                    backoff(failures)
+                }
+            };
+            tokio::select! {
+                _ = term.cancelled() => return,
+                _ = retire.cancelled() => return,
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+}
+
+/// Waits out the backoff; false when the plugin should stop (term over, retired, quarantined).
+async fn pause(
+    term: &Term,
+    retire: &CancellationToken,
+    board: &StatusBoard,
+    name: &str,
+    failures: u32,
+) -> bool {
+    if failures >= QUARANTINE_AFTER {
+        warn!(
+            failures,
+            "plugin quarantined until the next term or a new file"
+        );
+        board.update(name, |s| s.state = PluginState::Quarantined);
+        quarantine(term, retire).await;
+        return false;
+    }
+    tokio::select! {
+        _ = term.cancelled() => false,
+        _ = retire.cancelled() => false,
+        _ = tokio::time::sleep(backoff(failures)) => true,
+    }
+}
+
+async fn quarantine(term: &Term, retire: &CancellationToken) {
+    tokio::select! {
+        _ = term.cancelled() => {}
+        _ = retire.cancelled() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        assert_eq!(backoff(1), Duration::from_millis(500));
+        assert_eq!(backoff(2), Duration::from_secs(1));
+        assert_eq!(backoff(4), Duration::from_secs(4));
+        assert_eq!(backoff(40), BACKOFF_MAX);
+    }
+}

@@ -1,0 +1,76 @@
+//! What `/status` shows of each plugin, shared between the supervisor and the HTTP handler.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use crate::runtime::World;
+
+/// A plugin's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PluginState {
+    /// Loaded; its lease is held elsewhere (or not at all) so it is not running here.
+    Idle,
+    /// Instantiated under a term on this replica.
+    Running,
+    /// Waiting to retry after a failure.
+    Backoff,
+    /// Stopped after too many consecutive failures, until the next term or a new file.
+    Quarantined,
+    /// The file or its manifest did not load.
+    Invalid,
+}
+
+/// One plugin in `/status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PluginStatus {
+    /// The plugin name (its file name without `.wasm`).
+    pub name: String,
+    /// The lease it is bound to.
+    pub lease: String,
+    /// Its world, when it loaded.
+    pub world: Option<World>,
+    /// Its state.
+    pub state: PluginState,
+    /// The last failure, if any.
+    pub last_error: Option<String>,
+    /// Calls made (init, reconcile and check).
+    pub calls: u64,
+    /// Calls that trapped (including timeouts and limit breaches).
+    pub traps: u64,
+}
+
+/// The shared table of plugin statuses.
+#[derive(Debug, Clone, Default)]
+pub struct StatusBoard(Arc<Mutex<BTreeMap<String, PluginStatus>>>);
+
+impl StatusBoard {
+    /// Applies `f` to the plugin's entry, if it exists.
+    pub fn update(&self, name: &str, f: impl FnOnce(&mut PluginStatus)) {
+        if let Some(entry) = self.lock().get_mut(name) {
+            f(entry);
+        }
+    }
+
+    /// Inserts or replaces an entry.
+    pub fn put(&self, status: PluginStatus) {
+        self.lock().insert(status.name.clone(), status);
+    }
+
+    /// Removes an entry.
+    pub fn remove(&self, name: &str) {
+        self.lock().remove(name);
+    }
+
+    /// Every entry, in name order.
+    pub fn snapshot(&self) -> Vec<PluginStatus> {
+        self.lock().values().cloned().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, PluginStatus>> {
+        // Entries are replaced whole, so a panic elsewhere cannot leave one half-written.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
