@@ -1,0 +1,69 @@
+//! The lease as this replica sees it.
+//!
+//! A lease is a named lock kept in the host's database: one replica at a time holds it, for a
+//! limited time that it keeps renewing. These functions ask the host about the lease this plugin
+//! is bound to (the `lease` key of its manifest).
+//!
+//! They are only available inside a host: outside a WebAssembly build they panic.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+#[cfg(target_arch = "wasm32")]
+use crate::__private::wit_lease as host;
+
+#[cfg(not(target_arch = "wasm32"))]
+mod host {
+    const OUTSIDE: &str = "leasehold_guest::lease is only available to a plugin running in a host";
+    pub fn name() -> String {
+        panic!("{OUTSIDE}")
+    }
+    pub fn holder() -> String {
+        panic!("{OUTSIDE}")
+    }
+    pub fn epoch() -> Option<u64> {
+        panic!("{OUTSIDE}")
+    }
+    pub fn acquired_at_ms() -> Option<u64> {
+        panic!("{OUTSIDE}")
+    }
+    pub fn time_left_ms() -> Option<u64> {
+        panic!("{OUTSIDE}")
+    }
+}
+
+/// The lease's name.
+pub fn name() -> String {
+    host::name()
+}
+
+/// This replica's identity as a lease holder (unique to one run of the host process).
+pub fn holder() -> String {
+    host::holder()
+}
+
+/// The fencing epoch this replica holds the lease with, or `None` when it does not hold the
+/// lease (a health check running on a standby replica). See
+/// [`Context::epoch`](crate::Context::epoch).
+pub fn epoch() -> Option<u64> {
+    host::epoch()
+}
+
+/// Whether this replica holds the lease.
+pub fn is_held() -> bool {
+    epoch().is_some()
+}
+
+/// When this replica acquired the lease, or `None` when it does not hold it.
+pub fn acquired_at() -> Option<SystemTime> {
+    host::acquired_at_ms().map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
+}
+
+/// How long this replica may still act as the holder, or `None` when it does not hold the
+/// lease.
+///
+/// The host renews the lease well before this runs out, so the value normally stays well above
+/// zero; if renewals keep failing, the plugin is stopped when it reaches zero. Work that cannot
+/// finish in this time should not be started.
+pub fn time_left() -> Option<Duration> {
+    host::time_left_ms().map(Duration::from_millis)
+}

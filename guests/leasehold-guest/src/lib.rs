@@ -1,0 +1,150 @@
+//! Write leasehold plugins in Rust.
+//!
+//! leasehold runs plugins on the replica that holds a *lease* (a named lock kept in a database
+//! that one replica at a time may hold). A plugin is a WebAssembly component built from a Rust
+//! library crate for the `wasm32-wasip2` target. This crate hides the component plumbing: a
+//! plugin author writes one trait implementation and one macro call.
+//!
+//! There are two kinds of plugins:
+//!
+//! - a **reconciler** ([`Reconciler`], exported with [`export_reconciler!`]) is started when its
+//!   replica acquires the lease and called on a schedule until the lease is lost; each call
+//!   brings some part of the world closer to its desired state;
+//! - a **health check** ([`HealthCheck`], exported with [`export_health_check!`]) is asked, on
+//!   the holder, whether the holder should keep the lease and, on the other replicas, whether
+//!   they may compete for it.
+//!
+//! ```no_run
+//! use leasehold_guest::{log, Config, Context, Outcome, Reconciler};
+//!
+//! struct Hello {
+//!     greeting: String,
+//! }
+//!
+//! impl Reconciler for Hello {
+//!     fn init(config: Config) -> Result<Self, String> {
+//!         Ok(Hello { greeting: config.get_or("greeting", "hello").to_string() })
+//!     }
+//!
+//!     fn reconcile(&mut self, ctx: Context) -> Result<Outcome, String> {
+//!         log::info(&format!("{} from epoch {}", self.greeting, ctx.epoch()));
+//!         Ok(Outcome::default())
+//!     }
+//! }
+//!
+//! leasehold_guest::export_reconciler!(Hello);
+//! ```
+//!
+//! The crate must be a `cdylib` (`[lib] crate-type = ["cdylib"]` in its `Cargo.toml`) and a
+//! `NAME.toml` manifest beside the built `NAME.wasm` tells the host which lease the plugin is
+//! bound to, how often to call it, its limits and its [`Config`] values (see the README of the
+//! `guests/` directory).
+//!
+//! Besides the trait, a plugin can read the state of its lease with the functions of [`lease`]
+//! and write to the host's log with the functions of [`log`]. Text printed to stdout or stderr
+//! also reaches the host's log, and so does the message of a panic.
+
+#![deny(missing_docs)]
+
+#[doc(hidden)]
+pub mod __private;
+mod config;
+mod context;
+pub mod lease;
+pub mod log;
+
+pub use config::Config;
+pub use context::{Context, Outcome, Role};
+
+/// A plugin that reconciles on a schedule while its replica holds the lease.
+///
+/// The host creates a fresh plugin instance each time its replica acquires the lease (a new
+/// *term*), calls [`init`](Reconciler::init) once, then calls
+/// [`reconcile`](Reconciler::reconcile) on the manifest's schedule until the lease is lost, when
+/// the instance is stopped (interrupted if need be) and thrown away. Nothing survives from one
+/// term to the next: keep durable state outside the plugin and fence writes to it with
+/// [`Context::epoch`].
+///
+/// Export the implementing type with [`export_reconciler!`].
+pub trait Reconciler: Sized + 'static {
+    /// Builds the plugin from its manifest's `[config]` values, once per term, before the first
+    /// call to [`reconcile`](Reconciler::reconcile).
+    ///
+    /// An error is reported by the host as a failure to start the plugin.
+    fn init(config: Config) -> Result<Self, String>;
+
+    /// Does one round of work.
+    ///
+    /// Return [`Outcome::default()`] to be called again after the interval of the manifest's
+    /// `[schedule]`, or [`Outcome::requeue_after`] to be called again sooner or later than that.
+    /// An error counts as a failure: the host logs it and retries with backoff, and stops
+    /// calling a plugin that keeps failing.
+    ///
+    /// Each call has a deadline (`call_timeout` in the manifest): a call still running then is
+    /// interrupted, the instance is discarded and the plugin is restarted with a new
+    /// [`init`](Reconciler::init). Keep calls short and requeue instead of waiting.
+    fn reconcile(&mut self, ctx: Context) -> Result<Outcome, String>;
+}
+
+/// A plugin that says whether its replica is fit to hold the lease.
+///
+/// On the replica holding the lease the host calls [`check`](HealthCheck::check) with
+/// [`Role::Active`] before renewals; after `failure_threshold` consecutive failures (see the
+/// manifest's `[health]` section) the replica gives the lease up. On the other replicas it calls
+/// it with [`Role::Standby`]; a replica whose standby check fails does not compete for the lease.
+///
+/// Export the implementing type with [`export_health_check!`].
+pub trait HealthCheck: Sized + 'static {
+    /// Builds the check from its manifest's `[config]` values, once per instance, before the
+    /// first call to [`check`](HealthCheck::check).
+    ///
+    /// An error is reported by the host as a failure to start the plugin. If the host never
+    /// calls it, the check is built with an empty [`Config`] on the first call.
+    fn init(config: Config) -> Result<Self, String>;
+
+    /// Returns `Ok(())` when healthy, or an error message saying what is wrong (shown in the
+    /// host's status page and log).
+    fn check(&mut self, role: Role) -> Result<(), String>;
+}
+
+/// Makes a type implementing [`Reconciler`] the plugin of this crate.
+///
+/// Call it once, at the top level of the crate, with the type's name:
+///
+/// ```ignore
+/// leasehold_guest::export_reconciler!(MyReconciler);
+/// ```
+///
+/// A crate exports exactly one plugin: one `export_reconciler!` or one `export_health_check!`.
+#[macro_export]
+macro_rules! export_reconciler {
+    ($plugin:ty $(,)?) => {
+        const _: () = {
+            type __LeaseholdReconciler = $crate::__private::ReconcilerExport<$plugin>;
+            $crate::__private::reconciler::__leasehold_export_reconciler_world!(
+                __LeaseholdReconciler with_types_in $crate::__private::reconciler
+            );
+        };
+    };
+}
+
+/// Makes a type implementing [`HealthCheck`] the plugin of this crate.
+///
+/// Call it once, at the top level of the crate, with the type's name:
+///
+/// ```ignore
+/// leasehold_guest::export_health_check!(MyCheck);
+/// ```
+///
+/// A crate exports exactly one plugin: one `export_reconciler!` or one `export_health_check!`.
+#[macro_export]
+macro_rules! export_health_check {
+    ($plugin:ty $(,)?) => {
+        const _: () = {
+            type __LeaseholdHealthCheck = $crate::__private::HealthCheckExport<$plugin>;
+            $crate::__private::health_check::__leasehold_export_health_check_world!(
+                __LeaseholdHealthCheck with_types_in $crate::__private::health_check
+            );
+        };
+    };
+}
