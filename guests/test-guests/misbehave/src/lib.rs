@@ -1,0 +1,179 @@
+//! A reconciler that misbehaves on demand, for testing how the host contains a bad plugin.
+//!
+//! Config:
+//! - `verb`: what to do (default `"ok"`):
+//!   - `ok`: return `Ok` (on the manifest's schedule);
+//!   - `loop`: spin forever without calling the host;
+//!   - `alloc`: allocate (and write to) memory without bound;
+//!   - `recurse`: recurse without bound until the stack overflows; with `frame = "large"`
+//!     (default) each frame keeps a buffer on Rust's stack, which lives in linear memory, and
+//!     the call ends with an out-of-bounds memory access; with `frame = "small"` frames hold
+//!     only WebAssembly locals and the call ends when the engine's stack limit is reached;
+//!   - `trap`: execute `unreachable`;
+//!   - `panic`: `panic!("misbehave: deliberate panic")` (the message goes to stderr and the log);
+//!   - `sleep`: block in `std::thread::sleep` for `ms` milliseconds (default 60000);
+//!   - `log-flood`: write `lines` lines (default 1,000,000) through the host's log;
+//!   - `print`: write `lines` lines (default 100,000, about 10 MB) to stdout and as many to
+//!     stderr, ignoring write errors (a host may cap the output it keeps);
+//!   - `fail`: return `Err("deliberate failure")`;
+//!   - `requeue`: return `Ok`, asking for the next call after `ms` milliseconds (default 1000);
+//! - `when`: `"reconcile"` (default) or `"init"`: where the verb runs; in `reconcile` mode `init`
+//!   returns `Ok` and vice versa;
+//! - `from_tick`: in `reconcile` mode, behave (`ok`) on ticks before this one (default 0).
+
+use std::hint::black_box;
+use std::io::Write;
+use std::time::Duration;
+
+use leasehold_guest::{Config, Context, Outcome, Reconciler, log};
+
+const VERBS: &[&str] = &[
+    "ok",
+    "loop",
+    "alloc",
+    "recurse",
+    "trap",
+    "panic",
+    "sleep",
+    "log-flood",
+    "print",
+    "fail",
+    "requeue",
+];
+
+struct Misbehave {
+    verb: String,
+    in_init: bool,
+    from_tick: u64,
+    ms: Option<u64>,
+    lines: Option<u64>,
+    small_frames: bool,
+}
+
+impl Reconciler for Misbehave {
+    fn init(config: Config) -> Result<Self, String> {
+        config.deny_unknown(&["verb", "when", "from_tick", "ms", "lines", "frame"])?;
+        let plugin = Misbehave {
+            verb: config.choice("verb", VERBS, "ok")?.to_string(),
+            in_init: config.choice("when", &["reconcile", "init"], "reconcile")? == "init",
+            from_tick: config.parse_or("from_tick", 0)?,
+            ms: config.parse("ms")?,
+            lines: config.parse("lines")?,
+            small_frames: config.choice("frame", &["large", "small"], "large")? == "small",
+        };
+        if plugin.in_init {
+            plugin.act()?;
+        }
+        Ok(plugin)
+    }
+
+    fn reconcile(&mut self, ctx: Context) -> Result<Outcome, String> {
+        if self.in_init || ctx.tick() < self.from_tick {
+            return Ok(Outcome::default());
+        }
+        self.act()
+    }
+}
+
+impl Misbehave {
+    fn act(&self) -> Result<Outcome, String> {
+        match self.verb.as_str() {
+            "ok" => Ok(Outcome::default()),
+            "loop" => spin(),
+            "alloc" => alloc_forever(),
+            "recurse" => {
+                let depth = if self.small_frames {
+                    recurse_small(black_box(0))
+                } else {
+                    recurse(black_box(0))
+                };
+                Err(format!(
+                    "recursion ended at depth {depth}, which it never should"
+                ))
+            }
+            "trap" => trap(),
+            "panic" => panic!("misbehave: deliberate panic"),
+            "sleep" => {
+                std::thread::sleep(Duration::from_millis(self.ms.unwrap_or(60_000)));
+                Ok(Outcome::default())
+            }
+            "log-flood" => {
+                for i in 0..self.lines.unwrap_or(1_000_000) {
+                    log::info(&format!("misbehave: log flood line {i}"));
+                }
+                Ok(Outcome::default())
+            }
+            "print" => {
+                print_flood(self.lines.unwrap_or(100_000));
+                Ok(Outcome::default())
+            }
+            "fail" => Err("deliberate failure".to_string()),
+            "requeue" => Ok(Outcome::requeue_after(Duration::from_millis(
+                self.ms.unwrap_or(1000),
+            ))),
+            other => Err(format!("unknown verb {other:?}")),
+        }
+    }
+}
+
+/// Spins forever without calling the host: only an interruption from outside can stop it.
+fn spin() -> ! {
+    let mut n: u64 = 0;
+    loop {
+        n = black_box(n.wrapping_add(1));
+    }
+}
+
+/// Allocates 1 MiB blocks, writing to every page of each, and keeps them all.
+fn alloc_forever() -> ! {
+    let mut kept: Vec<Vec<u8>> = Vec::new();
+    loop {
+        let block = vec![0xA5u8; 1 << 20];
+        kept.push(black_box(block));
+    }
+}
+
+/// Recurses until the stack overflows; each frame keeps a buffer alive so it cannot be folded.
+#[allow(unconditional_recursion)] // on purpose: this is the `recurse` verb
+fn recurse(depth: u64) -> u64 {
+    let frame = black_box([depth; 32]);
+    let deeper = recurse(black_box(depth + 1));
+    deeper.wrapping_add(frame[(depth % 32) as usize])
+}
+
+/// Recurses until the engine's stack limit: nothing here lives in linear memory, and the
+/// `black_box` around the result keeps the call from being turned into a loop.
+#[allow(unconditional_recursion)] // on purpose: this is the `recurse` verb
+fn recurse_small(depth: u64) -> u64 {
+    black_box(recurse_small(black_box(depth.wrapping_add(1)))) ^ depth
+}
+
+#[cfg(target_arch = "wasm32")]
+fn trap() -> ! {
+    core::arch::wasm32::unreachable()
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn trap() -> ! {
+    std::process::abort()
+}
+
+/// Writes `lines` lines of about 100 bytes to stdout and to stderr, ignoring write errors.
+fn print_flood(lines: u64) {
+    let filler = "x".repeat(80);
+    let mut out = std::io::stdout().lock();
+    for i in 0..lines {
+        if writeln!(out, "misbehave stdout {i:08} {filler}").is_err() {
+            break;
+        }
+    }
+    let _ = out.flush();
+    let mut err = std::io::stderr().lock();
+    for i in 0..lines {
+        if writeln!(err, "misbehave stderr {i:08} {filler}").is_err() {
+            break;
+        }
+    }
+}
+
+leasehold_guest::export_reconciler!(Misbehave);
