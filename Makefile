@@ -5,7 +5,7 @@
 CARGO ?= cargo
 BIN := target/debug/leasehold
 
-.PHONY: deps build run test bench lint fmt clean
+.PHONY: deps build run test bench lint fmt clean guests
 
 deps:
 	@scripts/install-deps.sh
@@ -26,6 +26,11 @@ test: build
 bench: build
 	$(CARGO) build -p leasehold-tests --bins
 	RUST_BACKTRACE=0 target/debug/handoff-bench
+
+# The guest SDK, example plugins and test plugins, as components in guests/dist/ (NAME.wasm with
+# its NAME.toml manifest). Picks a wasm32-wasip2 toolchain itself (DESIGN §5).
+guests: deps
+	scripts/build-guests.sh
 
 lint:
 	$(CARGO) fmt --all -- --check
