@@ -190,9 +190,10 @@ impl CallFailure {
             Some(Trap::Interrupt) => CallFailure::Timeout(timeout),
             Some(Trap::OutOfFuel) => CallFailure::OutOfFuel,
             Some(Trap::StackOverflow) => CallFailure::StackOverflow,
-            Some(Trap::AllocationTooLarge) => CallFailure::Memory(format!("{error:#}")),
+            Some(Trap::AllocationTooLarge) => CallFailure::Memory(error.root_cause().to_string()),
             _ => {
-                let text = format!("{error:#}");
+                // The root cause alone: the outer layers only say "error while executing".
+                let text = error.root_cause().to_string();
                 // The resource limiter's refusal surfaces as an error, not a trap code.
                 if text.contains("forcing trap when growing")
                     || text.contains("memory") && text.contains("limit")
