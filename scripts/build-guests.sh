@@ -69,7 +69,7 @@ debian)
     fi
     say "installing ${missing[*]} (rustup has no $target standard library)"
     $sudo apt-get update -q >&2 || die "apt-get update failed"
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 ||
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q -o Dpkg::Use-Pty=0 --no-install-recommends "${missing[@]}" >&2 ||
       die "apt-get install ${missing[*]} failed"
   fi
 

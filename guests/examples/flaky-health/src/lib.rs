@@ -5,7 +5,7 @@
 //!   (only on the other replicas);
 //! - `fail_every`: fail only every N-th check of the chosen role(s) (default 1: every one).
 
-use leasehold_guest::{Config, HealthCheck, Role, log};
+use leasehold_guest::{Config, HealthCheck, Role, lease, log};
 
 struct Flaky {
     fail: Fail,
@@ -64,8 +64,10 @@ impl HealthCheck for Flaky {
                 self.counted
             ));
             Err(format!(
-                "deliberate {role} failure (check #{} of this role, fail_every = {})",
-                self.counted, self.every
+                "deliberate {role} failure on lease {:?} (check #{} of the failing roles, fail_every = {})",
+                lease::name(),
+                self.counted,
+                self.every
             ))
         } else {
             log::debug(&format!("{role} check #{}: healthy", self.counted));

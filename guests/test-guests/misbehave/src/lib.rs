@@ -25,7 +25,7 @@ use std::hint::black_box;
 use std::io::Write;
 use std::time::Duration;
 
-use leasehold_guest::{Config, Context, Outcome, Reconciler, log};
+use leasehold_guest::{Config, Context, Outcome, Reconciler, lease, log};
 
 const VERBS: &[&str] = &[
     "ok",
@@ -61,6 +61,13 @@ impl Reconciler for Misbehave {
             lines: config.parse("lines")?,
             small_frames: config.choice("frame", &["large", "small"], "large")? == "small",
         };
+        log::info(&format!(
+            "misbehave: verb {:?} in {} on lease {:?} (epoch {:?})",
+            plugin.verb,
+            if plugin.in_init { "init" } else { "reconcile" },
+            lease::name(),
+            lease::epoch(),
+        ));
         if plugin.in_init {
             plugin.act()?;
         }
