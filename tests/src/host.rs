@@ -256,3 +256,36 @@ fn time_of_day(line: &str) -> Option<f64> {
     let s: f64 = parts.next()?.parse().ok()?;
     Some(h * 3600.0 + m * 60.0 + s)
 }
+
+/// The directory of built guest components (`make guests`).
+pub fn guests_dist() -> PathBuf {
+    let dist = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../guests/dist");
+    assert!(
+        dist.join("hello-reconciler.wasm").is_file(),
+        "guest components are missing in {}: run `make guests` (make test does)",
+        dist.display()
+    );
+    dist
+}
+
+/// A plugin directory holding guest `name` from `guests/dist` with the given manifest.
+pub fn plugin_dir(plugins: &[(&str, &str)]) -> anyhow::Result<tempfile::TempDir> {
+    let dir = tempfile::tempdir()?;
+    for (name, manifest) in plugins {
+        let from = guests_dist().join(format!("{name}.wasm"));
+        std::fs::copy(&from, dir.path().join(format!("{name}.wasm")))
+            .with_context(|| format!("copying {}", from.display()))?;
+        std::fs::write(dir.path().join(format!("{name}.toml")), manifest)?;
+    }
+    Ok(dir)
+}
+
+/// The `/status` entry of plugin `name`.
+pub async fn plugin_status(host: &Host, name: &str) -> Option<Value> {
+    let status = host.status().await.ok()?;
+    status["plugins"]
+        .as_array()?
+        .iter()
+        .find(|p| p["name"] == name)
+        .cloned()
+}

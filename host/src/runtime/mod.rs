@@ -421,7 +421,13 @@ impl PluginStore {
             // Without a configured budget a metering engine still needs fuel to run at all.
             let _ = self.store.set_fuel(self.limits.fuel.unwrap_or(u64::MAX));
         }
-        let outcome = f(&mut self.store).await;
+        // The epoch callback stops a guest that computes past its deadline; a guest blocked in a
+        // host call (a WASI sleep or poll) runs no wasm to check it, so the future is also
+        // bounded here. Dropping it poisons the store, as a trap does.
+        let outcome = match tokio::time::timeout(timeout, f(&mut self.store)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(Trap::Interrupt.into()),
+        };
         self.store.data_mut().call_deadline = None;
         self.flush_output();
         let dropped = self.store.data().logs_dropped;

@@ -207,7 +207,10 @@ impl Supervisor {
 async fn guarded<T>(term: &Term, call: impl Future<Output = T>) -> Option<T> {
     tokio::select! {
         biased;
-        _ = term.cancelled() => None,
+        _ = term.cancelled() => {
+            info!("call interrupted: the term ended; dropping the instance");
+            None
+        }
         result = call => Some(result),
     }
 }

@@ -1,0 +1,95 @@
+//! A guest spinning forever is stopped when its replica loses the lease, before the database lease
+//! expires. The lease is lost by stopping PostgreSQL under the holder, so renewals fail and the
+//! term ends at `safe_until`. Its own test binary, because it stops the server its tests share.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use leasehold_tests::host::{Host, log_time, plugin_dir, plugin_status, wait_for_single_leader};
+use leasehold_tests::pg;
+use leasehold_tests::stores::{Backend, Db};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_spinning_guest_is_stopped_before_the_database_lease_expires() {
+    if std::env::var("DATABASE_URL").is_ok() {
+        eprintln!(
+            "skipped: DATABASE_URL is given, and this test must stop and start its own server"
+        );
+        return;
+    }
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let url = db.url().unwrap();
+    // A call deadline far beyond the ttl: only the end of the term can stop this guest.
+    let manifest = "[schedule]\ninterval = \"100ms\"\n[limits]\ncall_timeout = \"10m\"\n[config]\nverb = \"loop\"\n";
+    let dir = plugin_dir(&[("misbehave", manifest)]).unwrap();
+    let host = Host::start(
+        "spin",
+        &[
+            "--database-url",
+            &url,
+            "--ttl",
+            "2s",
+            "--plugins",
+            dir.path().to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    // Wait until the guest is inside its endless reconcile (init and one reconcile call counted).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while plugin_status(&host, "misbehave")
+        .await
+        .and_then(|s| s["calls"].as_u64())
+        .unwrap_or(0)
+        < 2
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the guest never started spinning"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Watch the row's expiry, by the database clock, right up to the outage. Renewals only move
+    // it forward, so the last value seen is a lower bound of when the database lets anyone else in.
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let mut last_expiry = 0.0f64;
+    for _ in 0..20 {
+        let e: f64 = sqlx::query_scalar("SELECT extract(epoch FROM expires_at)::float8 FROM leasehold_leases WHERE name = 'leader'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        last_expiry = last_expiry.max(e);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    pool.close().await;
+    pg::server().stop().unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !host.log_text().contains("call interrupted: the term ended") {
+        assert!(
+            Instant::now() < deadline,
+            "the spinning call was never interrupted:\n{}",
+            host.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let log = host.log_text();
+    let interrupted = log_time(&log, "call interrupted: the term ended").unwrap();
+    let expiry_of_day = last_expiry.rem_euclid(86_400.0);
+    assert!(
+        interrupted < expiry_of_day,
+        "the guest was stopped at {interrupted:.3}s of the day, after the lease expired at {expiry_of_day:.3}s"
+    );
+    println!(
+        "spinning guest stopped {:.0} ms before the database lease expired",
+        (expiry_of_day - interrupted) * 1000.0
+    );
+    // The host survives: it answers and reports the lease as no longer led.
+    let status = host.status().await.unwrap();
+    assert_ne!(status["leases"][0]["role"], "leader", "{status}");
+    pg::server().restart().unwrap();
+}

@@ -1,0 +1,325 @@
+//! Plugins in real `leasehold` processes, with real compiled guest components (`make guests`).
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use leasehold_tests::host::{
+    Host, guests_dist, plugin_dir, plugin_status, run_to_exit, wait_for_single_leader,
+};
+use leasehold_tests::stores::{Backend, Db};
+
+fn manifest(interval: &str, call_timeout: &str, config: &str) -> String {
+    format!(
+        "lease = \"leader\"\n[schedule]\ninterval = \"{interval}\"\n[limits]\ncall_timeout = \"{call_timeout}\"\nmemory = \"16MiB\"\n[config]\n{config}\n"
+    )
+}
+
+async fn wait_until<F: AsyncFnMut() -> bool>(what: &str, timeout: Duration, mut cond: F) {
+    let deadline = Instant::now() + timeout;
+    while !cond().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reconcilers_run_only_on_the_holder_and_follow_a_failover() {
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let url = db.url().unwrap();
+    let dir = plugin_dir(&[(
+        "hello-reconciler",
+        &manifest("100ms", "1s", "greeting = \"hi\""),
+    )])
+    .unwrap();
+    let plugins = dir.path().to_str().unwrap();
+    let args = [
+        "--database-url",
+        url.as_str(),
+        "--ttl",
+        "2s",
+        "--plugins",
+        plugins,
+    ];
+    let mut hosts = vec![
+        Host::start("a", &args).unwrap(),
+        Host::start("b", &args).unwrap(),
+    ];
+    let refs: Vec<&Host> = hosts.iter().collect();
+    let leader = wait_for_single_leader(&refs, "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let standby = 1 - leader;
+    wait_until(
+        "reconcile calls on the leader",
+        Duration::from_secs(10),
+        async || hosts[leader].log_text().matches("hi from epoch 1").count() >= 3,
+    )
+    .await;
+    assert!(
+        !hosts[standby].log_text().contains("hi from epoch"),
+        "the standby ran the reconciler"
+    );
+    let status = plugin_status(&hosts[leader], "hello-reconciler")
+        .await
+        .unwrap();
+    assert_eq!(status["state"], "running", "{status}");
+    assert_eq!(status["world"], "reconciler");
+    assert_eq!(
+        plugin_status(&hosts[standby], "hello-reconciler")
+            .await
+            .unwrap()["state"],
+        "idle"
+    );
+
+    let mut old = hosts.remove(leader);
+    old.signal("KILL").unwrap();
+    old.wait_exit(Duration::from_secs(5)).unwrap();
+    wait_until(
+        "reconcile calls after the failover",
+        Duration::from_secs(10),
+        async || hosts[0].log_text().contains("hi from epoch 2"),
+    )
+    .await;
+    assert!(!hosts[0].log_text().contains("hi from epoch 1"));
+}
+
+/// Each verb of the misbehave guest, the failure kind it must end as, and words of its message.
+const VERBS: &[(&str, &str, &str)] = &[
+    ("loop", "timeout", "interrupted after its 300ms deadline"),
+    ("sleep", "timeout", "interrupted after its 300ms deadline"),
+    ("alloc", "memory", "exceeded its memory limit"),
+    ("recurse", "trap", "trapped"),
+    ("trap", "trap", "unreachable"),
+    ("panic", "trap", "unreachable"),
+    ("fail", "error", "deliberate failure"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_misbehaving_verb_ends_as_a_classified_failure() {
+    let mut running = Vec::new();
+    for (verb, _, _) in VERBS {
+        let db = Db::new(Backend::Sqlite).await.unwrap();
+        let dir = plugin_dir(&[(
+            "misbehave",
+            &manifest("100ms", "300ms", &format!("verb = \"{verb}\"")),
+        )])
+        .unwrap();
+        let host = Host::start(
+            verb,
+            &[
+                "--database-url",
+                &db.url().unwrap(),
+                "--ttl",
+                "2s",
+                "--plugins",
+                dir.path().to_str().unwrap(),
+            ],
+        )
+        .unwrap();
+        running.push((db, dir, host));
+    }
+    for ((verb, kind, words), (_, _, host)) in VERBS.iter().zip(&running) {
+        wait_until(
+            &format!("{verb} to fail"),
+            Duration::from_secs(20),
+            async || {
+                plugin_status(host, "misbehave")
+                    .await
+                    .is_some_and(|s| s["last_error"].is_string())
+            },
+        )
+        .await;
+        let status = plugin_status(host, "misbehave").await.unwrap();
+        let error = status["last_error"].as_str().unwrap();
+        assert!(error.contains(words), "{verb}: {status}");
+        let state = status["state"].as_str().unwrap();
+        assert!(
+            ["backoff", "quarantined", "running"].contains(&state),
+            "{verb}: {status}"
+        );
+        let traps = status["traps"].as_u64().unwrap();
+        assert_eq!(traps > 0, *kind != "error", "{verb}: {status}");
+        assert!(
+            host.log_text().contains(&format!("kind=\"{kind}\"")),
+            "{verb}: log lacks kind {kind}"
+        );
+        // The host and its lease are unharmed: still the leader at the first epoch.
+        let lease = &host.status().await.unwrap()["leases"][0];
+        assert_eq!(
+            (lease["role"].as_str(), lease["epoch"].as_i64()),
+            (Some("leader"), Some(1)),
+            "{verb}"
+        );
+    }
+    // A panic's message reaches the host log beside the trap.
+    let panic_host = &running[VERBS.iter().position(|v| v.0 == "panic").unwrap()].2;
+    assert!(
+        panic_host
+            .log_text()
+            .contains("misbehave: deliberate panic")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn repeated_failures_quarantine_the_plugin_not_the_host() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let dir = plugin_dir(&[
+        ("misbehave", &manifest("10ms", "200ms", "verb = \"fail\"")),
+        ("hello-reconciler", &manifest("100ms", "1s", "")),
+    ])
+    .unwrap();
+    let host = Host::start(
+        "q",
+        &[
+            "--database-url",
+            &db.url().unwrap(),
+            "--ttl",
+            "2s",
+            "--plugins",
+            dir.path().to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    // Backoff 0.5 + 1 + 2 + 4 s before the fifth failure quarantines it.
+    wait_until("quarantine", Duration::from_secs(20), async || {
+        plugin_status(&host, "misbehave")
+            .await
+            .is_some_and(|s| s["state"] == "quarantined")
+    })
+    .await;
+    let status = plugin_status(&host, "misbehave").await.unwrap();
+    assert_eq!(
+        status["last_error"],
+        "returned an error: deliberate failure"
+    );
+    assert_eq!(
+        plugin_status(&host, "hello-reconciler").await.unwrap()["state"],
+        "running"
+    );
+    let calls = status["calls"].as_u64().unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        plugin_status(&host, "misbehave").await.unwrap()["calls"]
+            .as_u64()
+            .unwrap(),
+        calls,
+        "quarantined plugin still called"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_plugin_files_are_reported_and_isolated() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let dir = plugin_dir(&[("hello-reconciler", &manifest("100ms", "1s", ""))]).unwrap();
+    let hello = std::fs::read(guests_dist().join("hello-reconciler.wasm")).unwrap();
+    let bad: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "garbage",
+            b"this is not wasm".to_vec(),
+            "not a WebAssembly file",
+        ),
+        (
+            "core",
+            b"\0asm\x01\0\0\0".to_vec(),
+            "core WebAssembly module",
+        ),
+        (
+            "truncated",
+            hello[..hello.len() / 2].to_vec(),
+            "invalid component",
+        ),
+    ];
+    for (name, bytes, _) in &bad {
+        std::fs::write(dir.path().join(format!("{name}.wasm")), bytes).unwrap();
+    }
+    // A good component with a manifest that has a typo.
+    std::fs::write(dir.path().join("typo.wasm"), &hello).unwrap();
+    std::fs::write(
+        dir.path().join("typo.toml"),
+        "[schedule]\nintervall = \"1s\"\n",
+    )
+    .unwrap();
+
+    let host = Host::start(
+        "bad",
+        &[
+            "--database-url",
+            &db.url().unwrap(),
+            "--ttl",
+            "2s",
+            "--plugins",
+            dir.path().to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    wait_until("hello to run", Duration::from_secs(15), async || {
+        plugin_status(&host, "hello-reconciler")
+            .await
+            .is_some_and(|s| s["state"] == "running")
+    })
+    .await;
+    for (name, _, reason) in &bad {
+        let status = plugin_status(&host, name).await.unwrap();
+        assert_eq!(status["state"], "invalid", "{status}");
+        let error = status["last_error"].as_str().unwrap();
+        assert!(
+            error.contains(&format!("{name}.wasm")) && error.contains(reason),
+            "{name}: {error}"
+        );
+        // The same file through `leasehold check`: one line naming the file, exit 1.
+        let path = dir.path().join(format!("{name}.wasm"));
+        let (exit, stderr) =
+            run_to_exit(&["check", path.to_str().unwrap()], Duration::from_secs(30)).unwrap();
+        assert!(!exit.success());
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains(&format!("{name}.wasm")) && stderr.contains(reason),
+            "{stderr}"
+        );
+    }
+    let typo = plugin_status(&host, "typo").await.unwrap();
+    assert_eq!(typo["state"], "invalid");
+    assert!(
+        typo["last_error"].as_str().unwrap().contains("typo.toml"),
+        "{typo}"
+    );
+    assert!(
+        typo["last_error"].as_str().unwrap().contains("intervall"),
+        "{typo}"
+    );
+    // Every bad file was logged with its path and reason.
+    let log = host.log_text();
+    assert_eq!(log.matches("invalid plugin").count(), 4, "{log}");
+}
+
+#[test]
+fn check_reports_the_world_of_good_plugins() {
+    for (name, world) in [
+        ("hello-reconciler", "reconciler"),
+        ("flaky-health", "health-check"),
+        ("misbehave", "reconciler"),
+    ] {
+        let path = guests_dist().join(format!("{name}.wasm"));
+        let out = std::process::Command::new(leasehold_tests::host::binary().unwrap())
+            .args(["check", "--json", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["world"], world, "{report}");
+        assert_eq!(report["package"], "leasehold:plugin@0.1.0");
+        assert!(
+            report["imports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i == "leasehold:plugin/log@0.1.0"),
+            "{report}"
+        );
+    }
+}
