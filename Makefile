@@ -13,13 +13,17 @@ deps:
 build: deps
 	$(CARGO) build -p leasehold
 
-# The main job: hold the lease `leader` on the embedded SQLite file ./leasehold.db.
-run: build
-	$(BIN) run
+# The main job: hold the lease `leader` on the embedded SQLite file ./leasehold.db and run the
+# example plugins from ./plugins (drop more NAME.wasm + NAME.toml files there).
+run: build guests
+	mkdir -p plugins
+	cp -u guests/dist/hello-reconciler.wasm guests/dist/hello-reconciler.toml plugins/ 2>/dev/null || true
+	$(BIN) run --plugins plugins
 
 # The whole suite: unit tests, the store conformance suite (memory, SQLite, a PostgreSQL the
-# harness starts itself unless DATABASE_URL is set) and the process tests.
-test: build
+# harness starts itself unless DATABASE_URL is set), the process tests and the plugin tests with
+# real compiled guests.
+test: build guests
 	$(CARGO) test --workspace
 
 # Handoff and failover figures between real processes on PostgreSQL.
