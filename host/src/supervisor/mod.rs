@@ -96,35 +96,42 @@ impl Supervisor {
 
     /// Adds new plugins to the board and drops removed ones; running ones keep their state.
     fn publish_set(&self, set: &PluginSet) {
-        for old in self.board.snapshot() {
-            if !set.contains_key(&old.name) {
-                self.board.remove(&old.name);
-            }
+        let known: std::collections::BTreeMap<String, PluginStatus> = self
+            .board
+            .snapshot()
+            .into_iter()
+            .map(|s| (s.name.clone(), s))
+            .collect();
+        for name in known.keys().filter(|name| !set.contains_key(*name)) {
+            self.board.remove(name);
         }
         for entry in set.values() {
             let (world, state, last_error) = match &entry.loaded {
                 Ok(l) => (Some(l.prepared.world()), PluginState::Idle, None),
                 Err(e) => (None, PluginState::Invalid, Some(e.clone())),
             };
-            let known = self
-                .board
-                .snapshot()
-                .into_iter()
-                .find(|s| s.name == entry.name);
-            let keep = known
-                .as_ref()
-                .is_some_and(|k| k.world == world && state != PluginState::Invalid);
-            if !keep {
-                self.board.put(PluginStatus {
+            let lease = entry.manifest.lease.clone();
+            let status = match known.get(&entry.name) {
+                // A plugin that still loads keeps its live state and counters; what it is bound
+                // to comes from the (possibly replaced) file.
+                Some(old) if old.state != PluginState::Invalid && state != PluginState::Invalid => {
+                    PluginStatus {
+                        lease,
+                        world,
+                        ..old.clone()
+                    }
+                }
+                old => PluginStatus {
                     name: entry.name.clone(),
-                    lease: entry.manifest.lease.clone(),
+                    lease,
                     world,
                     state,
                     last_error,
-                    calls: known.as_ref().map_or(0, |k| k.calls),
-                    traps: known.as_ref().map_or(0, |k| k.traps),
-                });
-            }
+                    calls: old.map_or(0, |o| o.calls),
+                    traps: old.map_or(0, |o| o.traps),
+                },
+            };
+            self.board.put(status);
         }
     }
 
