@@ -35,44 +35,38 @@ async fn concurrent_campaigns_have_one_winner(backend: Backend) {
     // fresh lease names (a new row) and for an expired row (the update path).
     for round in 0..3 {
         let name = format!("contested-{round}");
-        let tasks: Vec<_> = stores
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let (s, name) = (s.clone(), name.clone());
-                tokio::spawn(
-                    async move { s.campaign(&name, &format!("h{i}"), SHORT).await.unwrap() },
-                )
-            })
-            .collect();
-        let results: Vec<_> = futures_join(tasks).await;
-        let winners: Vec<_> = results.iter().flatten().collect();
+        let winners = campaign_all(&stores, &name, "h", SHORT).await;
         assert_eq!(
-            winners.len(),
-            1,
-            "{backend:?} round {round}: winners {results:?}"
+            winners,
+            vec![1],
+            "{backend:?} round {round}: one winner, epoch 1"
         );
-        assert_eq!(*winners[0], 1);
         expire(SHORT).await;
-        let tasks: Vec<_> = stores
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let (s, name) = (s.clone(), name.clone());
-                tokio::spawn(
-                    async move { s.campaign(&name, &format!("g{i}"), LONG).await.unwrap() },
-                )
-            })
-            .collect();
-        let results: Vec<_> = futures_join(tasks).await;
-        let winners: Vec<_> = results.iter().flatten().collect();
+        let winners = campaign_all(&stores, &name, "g", LONG).await;
         assert_eq!(
-            winners.len(),
-            1,
-            "{backend:?} round {round} (expired row): winners {results:?}"
+            winners,
+            vec![2],
+            "{backend:?} round {round} (expired row): one winner, epoch 2"
         );
-        assert_eq!(*winners[0], 2);
     }
+}
+
+/// Every store campaigns for `name` at the same moment; returns the epochs won.
+async fn campaign_all(
+    stores: &[Arc<dyn LeaseStore>],
+    name: &str,
+    holder: &str,
+    ttl: Duration,
+) -> Vec<i64> {
+    let tasks: Vec<_> = stores
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let (s, name, holder) = (s.clone(), name.to_string(), format!("{holder}{i}"));
+            tokio::spawn(async move { s.campaign(&name, &holder, ttl).await.unwrap() })
+        })
+        .collect();
+    futures_join(tasks).await.into_iter().flatten().collect()
 }
 
 async fn futures_join<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
