@@ -17,7 +17,7 @@ build: deps
 # example plugins from ./plugins (drop more NAME.wasm + NAME.toml files there).
 run: build guests
 	mkdir -p plugins
-	cp -u guests/dist/hello-reconciler.wasm guests/dist/hello-reconciler.toml plugins/ 2>/dev/null || true
+	cp -u guests/dist/hello-reconciler.wasm guests/dist/hello-reconciler.toml guests/dist/flaky-health.wasm guests/dist/flaky-health.toml plugins/
 	$(BIN) run --plugins plugins
 
 # The whole suite: unit tests, the store conformance suite (memory, SQLite, a PostgreSQL the

@@ -323,3 +323,118 @@ fn check_reports_the_world_of_good_plugins() {
         );
     }
 }
+
+fn health_manifest(fail: &str) -> String {
+    format!(
+        "[schedule]\ninterval = \"100ms\"\n[health]\nfailure_threshold = 2\n[config]\nfail = \"{fail}\"\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failing_active_health_check_makes_the_holder_step_down() {
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let url = db.url().unwrap();
+    let sick = plugin_dir(&[("flaky-health", &health_manifest("active"))]).unwrap();
+    let healthy = plugin_dir(&[("flaky-health", &health_manifest("never"))]).unwrap();
+    let a = Host::start(
+        "sick",
+        &[
+            "--database-url",
+            &url,
+            "--ttl",
+            "10s",
+            "--plugins",
+            sick.path().to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    wait_for_single_leader(&[&a], "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let b = Host::start(
+        "healthy",
+        &[
+            "--database-url",
+            &url,
+            "--ttl",
+            "10s",
+            "--plugins",
+            healthy.path().to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    // Two failed checks, an ordered release, and the healthy standby takes over long before the
+    // 10 s ttl could have expired.
+    wait_until(
+        "the healthy replica to lead",
+        Duration::from_secs(5),
+        async || b.role("leader").await.as_deref() == Some("leader"),
+    )
+    .await;
+    let log = a.log_text();
+    let stepped = log.find("stepping down").expect("step-down logged");
+    let released = log.find("lease released").expect("release logged");
+    assert!(stepped < released, "{log}");
+    let status = plugin_status(&a, "flaky-health").await.unwrap();
+    assert!(
+        status["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("deliberate active failure"),
+        "{status}"
+    );
+    // The healthy holder keeps it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(b.role("leader").await.as_deref(), Some("leader"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_standby_whose_check_fails_does_not_campaign() {
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let url = db.url().unwrap();
+    let healthy = plugin_dir(&[("flaky-health", &health_manifest("never"))]).unwrap();
+    let sick = plugin_dir(&[("flaky-health", &health_manifest("standby"))]).unwrap();
+    let mut a = Host::start(
+        "holder",
+        &[
+            "--database-url",
+            &url,
+            "--ttl",
+            "1s",
+            "--plugins",
+            healthy.path().to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    wait_for_single_leader(&[&a], "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let b = Host::start(
+        "sick-standby",
+        &[
+            "--database-url",
+            &url,
+            "--ttl",
+            "1s",
+            "--plugins",
+            sick.path().to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    wait_until(
+        "the standby check to fail",
+        Duration::from_secs(5),
+        async || b.log_text().contains("not campaigning until it passes"),
+    )
+    .await;
+    a.signal("KILL").unwrap();
+    a.wait_exit(Duration::from_secs(5)).unwrap();
+    // Well past ttl + poll the lease is free, yet the failing standby never takes it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(b.role("leader").await.as_deref(), Some("standby"));
+    let lease = &b.status().await.unwrap()["leases"][0];
+    assert!(
+        lease["holder"].is_null(),
+        "the lease should be free: {lease}"
+    );
+}

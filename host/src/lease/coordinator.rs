@@ -60,6 +60,14 @@ pub enum Event {
     },
     /// The release listener reconnected; notifications may have been lost, so campaign now.
     Resubscribed,
+    /// Allow or forbid campaigning for `lease` (a standby whose health check fails must not
+    /// take the lease); opening the gate campaigns at once.
+    CampaignGate {
+        /// The lease.
+        lease: String,
+        /// Whether campaigns are allowed.
+        open: bool,
+    },
     /// Give up `lease` in order (stop plugins, release) and campaign again later.
     StepDown {
         /// The lease.
@@ -240,6 +248,8 @@ struct LeaseState {
     /// release is announced to our own listener too, and would otherwise make us take straight
     /// back the lease we just gave up.
     hold_off: Option<Instant>,
+    /// Campaigns are forbidden (a failing standby health check).
+    gated: bool,
 }
 
 impl LeaseState {
@@ -290,6 +300,7 @@ impl Coordinator {
                     phase: Phase::Standby { next_campaign: now },
                     campaign_sent: None,
                     hold_off: None,
+                    gated: false,
                 };
                 (name, state)
             })
@@ -347,7 +358,7 @@ impl Coordinator {
         for state in self.leases.values() {
             match state.phase {
                 Phase::Standby { next_campaign } => {
-                    if state.campaign_sent.is_none() && !self.shutting_down {
+                    if state.campaign_sent.is_none() && !self.shutting_down && !state.gated {
                         consider(next_campaign);
                     }
                 }
@@ -393,6 +404,14 @@ impl Coordinator {
             Event::Resubscribed => {
                 for state in self.leases.values_mut() {
                     state.campaign_now(now);
+                }
+            }
+            Event::CampaignGate { lease, open } => {
+                if let Some(state) = self.leases.get_mut(&lease) {
+                    let was_gated = std::mem::replace(&mut state.gated, !open);
+                    if was_gated && open {
+                        state.campaign_now(now);
+                    }
                 }
             }
             Event::StepDown { lease } => self.give_up(&lease, After::Standby, &mut fx),
@@ -769,7 +788,10 @@ impl Coordinator {
                     batch.push((name.clone(), *epoch));
                 }
                 Phase::Standby { next_campaign } => {
-                    if !self.shutting_down && state.campaign_sent.is_none() && now >= *next_campaign
+                    if !self.shutting_down
+                        && !state.gated
+                        && state.campaign_sent.is_none()
+                        && now >= *next_campaign
                     {
                         state.campaign_sent = Some(now);
                         fx.push(Effect::Campaign {

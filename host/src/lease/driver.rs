@@ -32,8 +32,8 @@ pub struct LeaseEngine {
     timing: Timing,
     /// Leadership of each lease, as published by the driver.
     leaderships: BTreeMap<String, watch::Receiver<Leadership>>,
-    /// Requests to give a lease up in order (e.g. after failed health checks).
-    step_down: mpsc::UnboundedSender<String>,
+    /// Requests from the rest of the host: step-downs and campaign gates.
+    requests: mpsc::UnboundedSender<Event>,
 }
 
 impl LeaseEngine {
@@ -70,7 +70,18 @@ impl LeaseEngine {
     /// Asks the driver to give `lease` up in order and campaign again later.
     pub fn step_down(&self, lease: &str) {
         // The driver is gone only after shutdown, when there is nothing to step down from.
-        let _ = self.step_down.send(lease.to_string());
+        let _ = self.requests.send(Event::StepDown {
+            lease: lease.to_string(),
+        });
+    }
+
+    /// Allows or forbids campaigning for `lease` (a standby whose health check fails must not
+    /// take it over).
+    pub fn allow_campaigns(&self, lease: &str, allowed: bool) {
+        let _ = self.requests.send(Event::CampaignGate {
+            lease: lease.to_string(),
+            open: allowed,
+        });
     }
 }
 
@@ -100,8 +111,8 @@ pub struct Driver {
     /// Store results and term confirmations come back here.
     events_tx: mpsc::UnboundedSender<Event>,
     events_rx: mpsc::UnboundedReceiver<Event>,
-    /// Step-down requests from the rest of the host.
-    step_down_rx: mpsc::UnboundedReceiver<String>,
+    /// Step-downs and campaign gates from the rest of the host.
+    requests_rx: mpsc::UnboundedReceiver<Event>,
     /// Store calls in flight, so shutdown can wait for them.
     calls: TaskTracker,
 }
@@ -130,13 +141,13 @@ impl Driver {
             leaderships.insert(name, rx);
         }
         let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let (step_down_tx, step_down_rx) = mpsc::unbounded_channel();
+        let (requests_tx, requests_rx) = mpsc::unbounded_channel();
         let engine = Arc::new(LeaseEngine {
             holder: holder.clone(),
             store: store.clone(),
             timing,
             leaderships,
-            step_down: step_down_tx,
+            requests: requests_tx,
         });
         let driver = Driver {
             coordinator,
@@ -147,7 +158,7 @@ impl Driver {
             terms: BTreeMap::new(),
             events_tx,
             events_rx,
-            step_down_rx,
+            requests_rx,
             calls: TaskTracker::new(),
         };
         (driver, engine)
@@ -174,7 +185,7 @@ impl Driver {
                     Some(ReleaseNotice::Resubscribed) => Event::Resubscribed,
                     None => { notices = None; Event::Tick }
                 },
-                Some(lease) = self.step_down_rx.recv() => Event::StepDown { lease },
+                Some(request) = self.requests_rx.recv() => request,
                 _ = sleep_until(deadline) => Event::Tick,
             };
             let effects = self.coordinator.step(event, Instant::now());

@@ -843,3 +843,50 @@ fn a_renewal_for_an_older_epoch_does_not_touch_the_new_one() {
     assert!(end_terms(&fx).is_empty(), "{fx:?}");
     assert_eq!(c.view("a"), Some((Role::Leader, Some(2))));
 }
+
+#[test]
+fn a_closed_campaign_gate_keeps_a_standby_from_campaigning() {
+    let t0 = Instant::now();
+    let timing = Timing::from_ttl(Duration::from_secs(3));
+    let mut c = Coordinator::new(timing, ["g".to_string()], t0, 7);
+    let fx = c.step(
+        Event::CampaignGate {
+            lease: "g".into(),
+            open: false,
+        },
+        t0,
+    );
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(
+        c.next_deadline(),
+        None,
+        "a gated standby has nothing to wake up for"
+    );
+    for s in 1..20 {
+        let fx = c.step(Event::Tick, t0 + Duration::from_secs(s));
+        assert!(
+            !fx.iter().any(|e| matches!(e, Effect::Campaign { .. })),
+            "{fx:?}"
+        );
+        let fx = c.step(
+            Event::ReleasedElsewhere { lease: "g".into() },
+            t0 + Duration::from_secs(s),
+        );
+        assert!(
+            !fx.iter().any(|e| matches!(e, Effect::Campaign { .. })),
+            "{fx:?}"
+        );
+    }
+    let at = t0 + Duration::from_secs(30);
+    let fx = c.step(
+        Event::CampaignGate {
+            lease: "g".into(),
+            open: true,
+        },
+        at,
+    );
+    assert!(
+        fx.iter().any(|e| matches!(e, Effect::Campaign { .. })),
+        "opening the gate campaigns at once: {fx:?}"
+    );
+}
