@@ -206,11 +206,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let tasks = TaskTracker::new();
     // Plugins are compiled and pre-linked before the first campaign, so that an acquisition
     // only has to instantiate them.
-    // The plugin set's sender lives as long as `run`; hot reload will publish through it.
+    // The plugin set's sender lives as long as `run`; the directory watcher publishes through a clone.
     let mut _plugin_set = None;
     let plugins = match &config.plugins {
         Some(dir) => {
-            let (supervisor, set) = start_plugins(dir, &config, engine.clone())?;
+            let (supervisor, set) = start_plugins(dir, &config, engine.clone(), &root)?;
             _plugin_set = Some(set);
             let board = supervisor.board().clone();
             tasks.spawn(supervisor.run(root.clone()));
@@ -257,6 +257,7 @@ fn start_plugins(
     dir: &std::path::Path,
     config: &Config,
     leases: std::sync::Arc<crate::lease::LeaseEngine>,
+    root: &CancellationToken,
 ) -> anyhow::Result<(
     crate::supervisor::Supervisor,
     tokio::sync::watch::Sender<std::sync::Arc<crate::plugin::PluginSet>>,
@@ -278,6 +279,8 @@ fn start_plugins(
     }
     info!(dir = %dir.display(), plugins = set.len(), allocator = ?runtime.allocator(), "plugins loaded");
     let (tx, rx) = tokio::sync::watch::channel(std::sync::Arc::new(set));
+    crate::plugin::watch::spawn(dir.to_path_buf(), runtime.clone(), tx.clone(), root.clone())
+        .with_context(|| format!("watching plugin directory {}", dir.display()))?;
     Ok((crate::supervisor::Supervisor::new(runtime, leases, rx), tx))
 }
 

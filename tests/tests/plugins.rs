@@ -438,3 +438,87 @@ async fn a_standby_whose_check_fails_does_not_campaign() {
         "the lease should be free: {lease}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn plugins_are_added_replaced_and_removed_without_a_restart() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let host = Host::start(
+        "reload",
+        &[
+            "--database-url",
+            &db.url().unwrap(),
+            "--ttl",
+            "2s",
+            "--plugins",
+            dir.path().to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let wasm = std::fs::read(guests_dist().join("hello-reconciler.wasm")).unwrap();
+    let put = |greeting: &str| {
+        std::fs::write(
+            dir.path().join("hello.toml"),
+            manifest("100ms", "1s", &format!("greeting = \"{greeting}\"")),
+        )
+        .unwrap();
+    };
+
+    // Add: the manifest first, then the component in two halves with a pause shorter than the
+    // quiet period, as a slow copy would; it must never be loaded half-written.
+    put("first");
+    let path = dir.path().join("hello.wasm");
+    std::fs::write(&path, &wasm[..wasm.len() / 2]).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    std::fs::write(&path, &wasm).unwrap();
+    wait_until(
+        "the added plugin to run",
+        Duration::from_secs(15),
+        async || host.log_text().contains("first from epoch 1"),
+    )
+    .await;
+    assert!(
+        !host.log_text().contains("invalid plugin"),
+        "a half-written file was loaded:\n{}",
+        host.log_text()
+    );
+
+    // Replace: the new version takes over after the current call.
+    put("second");
+    wait_until(
+        "the replaced plugin to run",
+        Duration::from_secs(15),
+        async || host.log_text().contains("second from epoch 1"),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = host.log_text();
+    let last_first = log.rfind("first from epoch").unwrap();
+    let first_second = log.find("second from epoch").unwrap();
+    assert!(
+        last_first < first_second,
+        "the old version ran after the new one started"
+    );
+
+    // Remove: it stops and leaves /status.
+    std::fs::remove_file(&path).unwrap();
+    wait_until(
+        "the removed plugin to leave /status",
+        Duration::from_secs(15),
+        async || plugin_status(&host, "hello").await.is_none(),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let calls_then = host.log_text().matches("second from epoch").count();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        host.log_text().matches("second from epoch").count(),
+        calls_then,
+        "a removed plugin still runs"
+    );
+    // The lease was never disturbed.
+    assert_eq!(host.status().await.unwrap()["leases"][0]["epoch"], 1);
+}

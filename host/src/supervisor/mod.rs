@@ -165,18 +165,22 @@ impl Supervisor {
         });
         let acquired_at = SystemTime::now();
         let mut plugins = self.plugins.clone();
-        // name -> (digest, token that retires the task after its current call)
-        let mut running: std::collections::BTreeMap<String, (String, CancellationToken)> =
-            Default::default();
+        // name -> the running task: its file's digest, the token that retires it after its
+        // current call, and its handle (a replacement waits for it: one version at a time).
+        let mut running: std::collections::BTreeMap<String, Running> = Default::default();
         loop {
             let set = plugins.borrow_and_update().clone();
-            running.retain(|name, (digest, retire)| {
-                let current = set.get(name).is_some_and(|e| &e.digest == digest);
-                if !current {
-                    retire.cancel();
-                }
-                current
-            });
+            // Removed or replaced files: retire their tasks after the current call.
+            let mut retired: std::collections::BTreeMap<String, tokio::task::JoinHandle<()>> =
+                running
+                    .extract_if(.., |name, task| {
+                        set.get(name).is_none_or(|e| e.digest != task.digest)
+                    })
+                    .map(|(name, task)| {
+                        task.retire.cancel();
+                        (name, task.handle)
+                    })
+                    .collect();
             for entry in set.values() {
                 let ours = entry.manifest.lease == lease
                     && matches!(entry.loaded, Ok(ref l) if matches!(l.prepared, Prepared::Reconciler(_)));
@@ -184,7 +188,6 @@ impl Supervisor {
                     continue;
                 }
                 let retire = term.child_token();
-                running.insert(entry.name.clone(), (entry.digest.clone(), retire.clone()));
                 let view = LeaseView {
                     name: lease.to_string(),
                     holder: self.leases.holder().to_string(),
@@ -193,15 +196,34 @@ impl Supervisor {
                 };
                 let span =
                     info_span!("plugin", plugin = %entry.name, lease = %lease, epoch = term.epoch);
+                let predecessor = retired.remove(&entry.name);
                 let task = reconcile_loop(
                     self.runtime.clone(),
                     entry.clone(),
                     term.clone(),
-                    retire,
+                    retire.clone(),
                     view,
                     self.board.clone(),
                 );
-                term.spawn(task.instrument(span));
+                let handle = term.spawn(
+                    async move {
+                        // A replaced plugin swaps after its current call, never beside it.
+                        if let Some(old) = predecessor {
+                            let _ = old.await;
+                        }
+                        task.await;
+                    }
+                    .instrument(span),
+                );
+                let digest = entry.digest.clone();
+                running.insert(
+                    entry.name.clone(),
+                    Running {
+                        digest,
+                        retire,
+                        handle,
+                    },
+                );
             }
             tokio::select! {
                 _ = term.cancelled() => return,
@@ -368,6 +390,13 @@ async fn health_loop(
     if gated {
         sup.leases.allow_campaigns(&lease, true);
     }
+}
+
+/// A reconciler task of the current term.
+struct Running {
+    digest: String,
+    retire: CancellationToken,
+    handle: tokio::task::JoinHandle<()>,
 }
 
 /// Runs `call` unless the term ends first; `None` means the term ended (the call was dropped).
