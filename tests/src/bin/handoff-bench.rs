@@ -78,7 +78,24 @@ async fn main() -> anyhow::Result<()> {
         humantime::parse_duration(&ttl_text).with_context(|| format!("BENCH_TTL {ttl_text:?}"))?;
     let db = Db::new(Backend::Postgres).await?;
     let url = db.url().context("postgres url")?;
-    let args = ["--database-url", url.as_str(), "--ttl", ttl_text.as_str()];
+    // Every replica runs the hello reconciler, so a takeover also measures plugin activation.
+    let plugins = leasehold_tests::host::plugin_dir(&[(
+        "hello-reconciler",
+        "[schedule]\ninterval = \"5s\"\n[config]\ngreeting = \"bench\"\n",
+    )])?;
+    let plugin_path = plugins
+        .path()
+        .to_str()
+        .context("plugin dir path")?
+        .to_string();
+    let args = [
+        "--database-url",
+        url.as_str(),
+        "--ttl",
+        ttl_text.as_str(),
+        "--plugins",
+        plugin_path.as_str(),
+    ];
     let mut hosts: Vec<Host> = (0..3)
         .map(|i| Host::start(&format!("r{i}"), &args))
         .collect::<Result<_, _>>()?;
@@ -91,6 +108,8 @@ async fn main() -> anyhow::Result<()> {
     // From the processes' own log timestamps: the old holder's release, the new holder's campaign.
     let mut release_part = Vec::new();
     let mut takeover_part = Vec::new();
+    // From the new holder's log: lease acquired -> its first reconcile call running.
+    let mut activation = Vec::new();
     for kind in ["TERM", "KILL"] {
         for trial in 0..trials {
             let leader = wait_leader(&client, &hosts, ttl * 5).await?;
@@ -108,6 +127,22 @@ async fn main() -> anyhow::Result<()> {
                 graceful.push(took);
                 let old_log = old.log_text();
                 let new_log = hosts[new].log_text();
+                let epoch_line = new_log
+                    .lines()
+                    .rev()
+                    .find(|l| l.contains("lease acquired"))
+                    .unwrap_or_default();
+                let epoch = epoch_line
+                    .split("epoch=")
+                    .nth(1)
+                    .and_then(|r| r.split_whitespace().next())
+                    .unwrap_or("?");
+                if let (Some(acq), Some(first)) = (
+                    last_log_time(&new_log, "lease acquired"),
+                    log_time(&new_log, &format!("bench from epoch {epoch},")),
+                ) {
+                    activation.push(Duration::from_secs_f64((first - acq).max(0.0)));
+                }
                 if let (Some(sig), Some(rel), Some(acq)) = (
                     log_time(&old_log, "SIGTERM received"),
                     log_time(&old_log, "lease released"),
@@ -142,6 +177,13 @@ async fn main() -> anyhow::Result<()> {
         summary(
             "  of which released -> acquired (new holder's log)",
             &mut takeover_part
+        )
+    );
+    println!(
+        "{}",
+        summary(
+            "activation (lease acquired -> first reconcile, new holder's log)",
+            &mut activation
         )
     );
     println!(
