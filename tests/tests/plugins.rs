@@ -93,6 +93,12 @@ const VERBS: &[(&str, &str, &str)] = &[
     ("trap", "trap", "unreachable"),
     ("panic", "trap", "unreachable"),
     ("fail", "error", "deliberate failure"),
+    // A million log lines outlast the deadline; all but the per-call budget are dropped.
+    (
+        "log-flood",
+        "timeout",
+        "interrupted after its 300ms deadline",
+    ),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -152,6 +158,11 @@ async fn every_misbehaving_verb_ends_as_a_classified_failure() {
             "{verb}"
         );
     }
+    let flood = &running[VERBS.iter().position(|v| v.0 == "log-flood").unwrap()].2;
+    assert!(
+        flood.log_text().contains("guest log lines dropped"),
+        "the log budget was not applied"
+    );
     // A panic's message reaches the host log beside the trap.
     let panic_host = &running[VERBS.iter().position(|v| v.0 == "panic").unwrap()].2;
     assert!(
@@ -521,4 +532,48 @@ async fn plugins_are_added_replaced_and_removed_without_a_restart() {
     );
     // The lease was never disturbed.
     assert_eq!(host.status().await.unwrap()["leases"][0]["epoch"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guest_output_is_captured_capped_and_tagged() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let dir = plugin_dir(&[("misbehave", &manifest("200ms", "1s", "verb = \"print\""))]).unwrap();
+    let host = Host::start(
+        "print",
+        &[
+            "--database-url",
+            &db.url().unwrap(),
+            "--ttl",
+            "2s",
+            "--plugins",
+            dir.path().to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    wait_until(
+        "guest output in the log",
+        Duration::from_secs(15),
+        async || host.log_text().contains("stream=\"stdout\""),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let log = host.log_text();
+    let out: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("stream=\"stdout\"") || l.contains("stream=\"stderr\""))
+        .collect();
+    assert!(
+        out.iter().all(|l| l.contains("plugin=\"misbehave\"")),
+        "untagged guest output"
+    );
+    let calls = plugin_status(&host, "misbehave").await.unwrap()["calls"]
+        .as_u64()
+        .unwrap();
+    // At most 200 lines per stream per call reach the log, however much the guest prints.
+    assert!(
+        out.len() as u64 <= calls * 400,
+        "{} output lines for {calls} calls",
+        out.len()
+    );
+    assert_eq!(host.status().await.unwrap()["leases"][0]["role"], "leader");
 }
