@@ -240,6 +240,16 @@ async fn bad_plugin_files_are_reported_and_isolated() {
             hello[..hello.len() / 2].to_vec(),
             "invalid component",
         ),
+        (
+            "other-world",
+            std::fs::read(guests_dist().join("other-world.wasm")).unwrap(),
+            "matches no leasehold:plugin@0.1.0 world: as a reconciler: no export `init` found",
+        ),
+        (
+            "wrong-version",
+            std::fs::read(guests_dist().join("wrong-version.wasm")).unwrap(),
+            "imports leasehold:plugin/log@0.2.0); this host implements leasehold:plugin@0.1.0",
+        ),
     ];
     for (name, bytes, _) in &bad {
         std::fs::write(dir.path().join(format!("{name}.wasm")), bytes).unwrap();
@@ -301,7 +311,7 @@ async fn bad_plugin_files_are_reported_and_isolated() {
     );
     // Every bad file was logged with its path and reason.
     let log = host.log_text();
-    assert_eq!(log.matches("invalid plugin").count(), 4, "{log}");
+    assert_eq!(log.matches("invalid plugin").count(), 6, "{log}");
 }
 
 #[test]

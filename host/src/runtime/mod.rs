@@ -311,7 +311,7 @@ impl Runtime {
                 })?;
         let load_time = started.elapsed();
         let ty = component.component_type();
-        let imports = ty
+        let imports: Vec<String> = ty
             .imports(&self.engine)
             .map(|(name, _)| name.to_string())
             .collect();
@@ -319,6 +319,30 @@ impl Runtime {
             .exports(&self.engine)
             .map(|(name, _)| name.to_string())
             .collect();
+        // A plugin built against another version of the package: say so plainly, rather than
+        // let the linker report a missing function.
+        let expected = WIT_PACKAGE
+            .rsplit_once('@')
+            .map_or("", |(_, version)| version);
+        let foreign: Vec<&str> = imports
+            .iter()
+            .map(String::as_str)
+            .filter(|import| {
+                import
+                    .strip_prefix("leasehold:plugin/")
+                    .and_then(|rest| rest.rsplit_once('@'))
+                    .is_some_and(|(_, version)| version != expected)
+            })
+            .collect();
+        if !foreign.is_empty() {
+            return Err(RuntimeError::NoWorld {
+                path: path.to_string(),
+                reason: format!(
+                    "built against another version of the package (imports {}); this host implements {WIT_PACKAGE}",
+                    foreign.join(", ")
+                ),
+            });
+        }
         let pre = self
             .linker
             .instantiate_pre(&component)
