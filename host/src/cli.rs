@@ -269,7 +269,11 @@ fn start_plugins(
             dir.display()
         );
     }
-    let runtime = Runtime::new(EngineOptions::default(), &config.cache_dir)?;
+    let options = EngineOptions {
+        fuel: config.fuel,
+        ..EngineOptions::default()
+    };
+    let runtime = Runtime::new(options, &config.cache_dir)?;
     let set = crate::plugin::scan(dir, &runtime, &Default::default())
         .with_context(|| format!("reading plugin directory {}", dir.display()))?;
     for entry in set.values().filter(|e| e.loaded.is_ok()) {

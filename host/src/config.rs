@@ -73,6 +73,14 @@ pub struct TimingFile {
     pub store_timeout: Option<Duration>,
 }
 
+/// The `[runtime]` table: the WebAssembly engine.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeFile {
+    /// Meter fuel so that plugins may set `limits.fuel` (costs ~18% in tight loops; off by default).
+    pub fuel: Option<bool>,
+}
+
 /// The config file, as written by an operator. Every key is optional.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -98,6 +106,9 @@ pub struct ConfigFile {
     /// The lease timing.
     #[serde(default)]
     pub timing: TimingFile,
+    /// The WebAssembly engine.
+    #[serde(default)]
+    pub runtime: RuntimeFile,
 }
 
 impl ConfigFile {
@@ -152,6 +163,8 @@ pub struct Config {
     pub plugins: Option<PathBuf>,
     /// Where compiled components are cached.
     pub cache_dir: PathBuf,
+    /// Whether the engine meters fuel.
+    pub fuel: bool,
 }
 
 /// The default HTTP address: loopback only, so a fresh install exposes nothing; 9464 is free of
@@ -227,6 +240,7 @@ impl Config {
             cache_dir: file
                 .cache_dir
                 .unwrap_or_else(crate::runtime::cache::default_dir),
+            fuel: file.runtime.fuel.unwrap_or(false),
         })
     }
 }

@@ -587,3 +587,95 @@ async fn guest_output_is_captured_capped_and_tagged() {
     );
     assert_eq!(host.status().await.unwrap()["leases"][0]["role"], "leader");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fuel_budgets_stop_a_spinning_guest_when_the_host_meters_fuel() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let manifest = "[schedule]\ninterval = \"100ms\"\n[limits]\ncall_timeout = \"60s\"\nfuel = 1000000\n[config]\nverb = \"loop\"\n";
+    let dir = plugin_dir(&[("misbehave", manifest)]).unwrap();
+    let plugins = dir.path().to_str().unwrap();
+    // Without metering the manifest is refused, saying why.
+    let off = Host::start(
+        "nofuel",
+        &[
+            "--database-url",
+            &db.url().unwrap(),
+            "--ttl",
+            "2s",
+            "--plugins",
+            plugins,
+        ],
+    )
+    .unwrap();
+    let status = plugin_status(&off, "misbehave").await.unwrap();
+    assert_eq!(status["state"], "invalid");
+    assert!(
+        status["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("does not meter fuel"),
+        "{status}"
+    );
+    drop(off);
+    // With metering, the budget ends the call long before its 60 s deadline.
+    let config = dir.path().join("host.toml");
+    std::fs::write(&config, "[runtime]\nfuel = true\n").unwrap();
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let host = Host::start(
+        "fuel",
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--database-url",
+            &db.url().unwrap(),
+            "--ttl",
+            "2s",
+            "--plugins",
+            plugins,
+        ],
+    )
+    .unwrap();
+    wait_until(
+        "the fuel budget to run out",
+        Duration::from_secs(10),
+        async || {
+            plugin_status(&host, "misbehave")
+                .await
+                .is_some_and(|s| s["last_error"] == "ran out of fuel")
+        },
+    )
+    .await;
+    assert!(host.log_text().contains("kind=\"fuel\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_can_ask_to_run_again_sooner() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    // Interval 10 s, but each call asks for the next in 50 ms.
+    let dir = plugin_dir(&[(
+        "misbehave",
+        &manifest("10s", "1s", "verb = \"requeue\"\nms = \"50\""),
+    )])
+    .unwrap();
+    let host = Host::start(
+        "requeue",
+        &[
+            "--database-url",
+            &db.url().unwrap(),
+            "--ttl",
+            "2s",
+            "--plugins",
+            dir.path().to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    wait_until("requeued calls", Duration::from_secs(10), async || {
+        plugin_status(&host, "misbehave")
+            .await
+            .and_then(|s| s["calls"].as_u64())
+            .unwrap_or(0)
+            >= 10
+    })
+    .await;
+    assert!(plugin_status(&host, "misbehave").await.unwrap()["last_error"].is_null());
+}

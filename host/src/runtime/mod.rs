@@ -404,6 +404,11 @@ impl Runtime {
         });
         // The deadline must be set before the first call: the default traps at once.
         store.set_epoch_deadline(1);
+        if self.options.fuel {
+            // Instantiation runs start functions, which burn fuel too; each call then gets its
+            // own budget.
+            let _ = store.set_fuel(u64::MAX);
+        }
         PluginStore {
             store,
             limits: *limits,
