@@ -243,7 +243,7 @@ async fn bad_plugin_files_are_reported_and_isolated() {
         (
             "other-world",
             std::fs::read(guests_dist().join("other-world.wasm")).unwrap(),
-            "matches no leasehold:plugin@0.1.0 world: as a reconciler: no export `init` found",
+            "matches no leasehold:plugin@0.1.0 world: as a reconciler: missing exports init, reconcile; as a health-check: missing exports init, check (exports found: greet)",
         ),
         (
             "wrong-version",

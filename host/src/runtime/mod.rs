@@ -358,7 +358,9 @@ impl Runtime {
                     return Err(RuntimeError::NoWorld {
                         path: path.to_string(),
                         reason: format!(
-                            "as a reconciler: {as_reconciler:#}; as a health-check: {as_health:#} (exports found: {})",
+                            "as a reconciler: {}; as a health-check: {} (exports found: {})",
+                            world_mismatch(&exports, &["init", "reconcile"], &as_reconciler),
+                            world_mismatch(&exports, &["init", "check"], &as_health),
                             if exports.is_empty() {
                                 "none".to_string()
                             } else {
@@ -417,6 +419,24 @@ impl Runtime {
             stderr,
             seen: (0, 0),
         }
+    }
+}
+
+/// Why a component is not of a world: every missing export by name, else the type error.
+fn world_mismatch(exports: &[String], expected: &[&str], error: &wasmtime::Error) -> String {
+    let missing: Vec<&str> = expected
+        .iter()
+        .copied()
+        .filter(|e| !exports.iter().any(|x| x == e))
+        .collect();
+    if missing.is_empty() {
+        format!("{error:#}")
+    } else {
+        format!(
+            "missing export{} {}",
+            if missing.len() > 1 { "s" } else { "" },
+            missing.join(", ")
+        )
     }
 }
 
