@@ -679,3 +679,28 @@ async fn a_reconcile_can_ask_to_run_again_sooner() {
     .await;
     assert!(plugin_status(&host, "misbehave").await.unwrap()["last_error"].is_null());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wasi_grants_a_plugin_nothing() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let dir = plugin_dir(&[("misbehave", &manifest("100ms", "1s", "verb = \"escape\""))]).unwrap();
+    let host = Host::start_with_env(
+        "sandbox",
+        &[
+            "--database-url",
+            &db.url().unwrap(),
+            "--ttl",
+            "2s",
+            "--plugins",
+            dir.path().to_str().unwrap(),
+        ],
+        &[("LEASEHOLD_TEST_SECRET", "must-not-leak")],
+    )
+    .unwrap();
+    wait_until("the escape attempt", Duration::from_secs(10), async || {
+        host.log_text().contains("sandbox held")
+    })
+    .await;
+    let status = plugin_status(&host, "misbehave").await.unwrap();
+    assert!(status["last_error"].is_null(), "{status}");
+}

@@ -17,6 +17,8 @@
 //!     stderr, ignoring write errors (a host may cap the output it keeps);
 //!   - `fail`: return `Err("deliberate failure")`;
 //!   - `requeue`: return `Ok`, asking for the next call after `ms` milliseconds (default 1000);
+//!   - `escape`: try to leave the sandbox — list `/`, read `/etc/passwd`, read the environment and
+//!     the arguments — and return `Err` naming whatever worked;
 //! - `when`: `"reconcile"` (default) or `"init"`: where the verb runs; in `reconcile` mode `init`
 //!   returns `Ok` and vice versa;
 //! - `from_tick`: in `reconcile` mode, behave (`ok`) on ticks before this one (default 0).
@@ -38,6 +40,7 @@ const VERBS: &[&str] = &[
     "log-flood",
     "print",
     "fail",
+    "escape",
     "requeue",
 ];
 
@@ -118,8 +121,33 @@ impl Misbehave {
             "requeue" => Ok(Outcome::requeue_after(Duration::from_millis(
                 self.ms.unwrap_or(1000),
             ))),
+            "escape" => escape(),
             other => Err(format!("unknown verb {other:?}")),
         }
+    }
+}
+
+/// Tries every way out of the sandbox a plugin should not have; `Ok` only if all of them fail.
+fn escape() -> Result<Outcome, String> {
+    let mut escaped = Vec::new();
+    if std::fs::read_dir("/").is_ok() {
+        escaped.push("listed /");
+    }
+    if std::fs::read("/etc/passwd").is_ok() {
+        escaped.push("read /etc/passwd");
+    }
+    if std::env::vars().next().is_some() {
+        escaped.push("saw environment variables");
+    }
+    if std::env::args().next().is_some() {
+        escaped.push("saw arguments");
+    }
+    // No socket probe: guests built on Debian's (preview1) wasi-libc cannot link socket calls.
+    if escaped.is_empty() {
+        log::info("misbehave: sandbox held: no files, environment or arguments");
+        Ok(Outcome::default())
+    } else {
+        Err(format!("escaped the sandbox: {}", escaped.join(", ")))
     }
 }
 
