@@ -50,7 +50,27 @@ impl Host {
 
     /// [`Host::start`] with extra environment variables.
     pub fn start_with_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Host> {
-        let mut cmd = Command::new(binary()?);
+        Self::spawn(name, Command::new(binary()?), args, env)
+    }
+
+    /// [`Host::start`] under a shell that first runs `prefix` (e.g. `ulimit -v …`), then execs
+    /// the host.
+    pub fn start_under_shell(name: &str, prefix: &str, args: &[&str]) -> anyhow::Result<Host> {
+        let mut shell = Command::new("bash");
+        shell
+            .arg("-c")
+            .arg(format!("{prefix}; exec \"$@\""))
+            .arg("bash")
+            .arg(binary()?);
+        Self::spawn(name, shell, args, &[])
+    }
+
+    fn spawn(
+        name: &str,
+        mut cmd: Command,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Host> {
         cmd.arg("run")
             .args(args)
             .args(["--http", "127.0.0.1:0", "--replica-id", name]);

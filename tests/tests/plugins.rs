@@ -704,3 +704,36 @@ async fn wasi_grants_a_plugin_nothing() {
     let status = plugin_status(&host, "misbehave").await.unwrap();
     assert!(status["last_error"].is_null(), "{status}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugins_run_when_the_pooling_allocator_cannot_reserve_its_space() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let dir = plugin_dir(&[(
+        "hello-reconciler",
+        &manifest("100ms", "1s", "greeting = \"small\""),
+    )])
+    .unwrap();
+    // 16 GB of address space: too little for the pool's reservation, enough for one instance.
+    let host = Host::start_under_shell(
+        "no-pool",
+        "ulimit -v 16000000",
+        &[
+            "--database-url",
+            &db.url().unwrap(),
+            "--ttl",
+            "2s",
+            "--plugins",
+            dir.path().to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    wait_until("reconcile calls", Duration::from_secs(15), async || {
+        host.log_text().contains("small from epoch 1")
+    })
+    .await;
+    assert!(
+        host.log_text().contains("allocator=OnDemand"),
+        "{}",
+        host.log_text()
+    );
+}
