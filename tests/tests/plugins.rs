@@ -9,6 +9,23 @@ use leasehold_tests::host::{
 };
 use leasehold_tests::stores::{Backend, Db};
 
+/// A host on `db` (ttl 2 s) with the plugin directory `plugins`.
+fn sqlite_host(name: &str, db: &Db, plugins: &std::path::Path) -> Host {
+    let url = db.url().unwrap();
+    Host::start(
+        name,
+        &[
+            "--database-url",
+            &url,
+            "--ttl",
+            "2s",
+            "--plugins",
+            plugins.to_str().unwrap(),
+        ],
+    )
+    .unwrap()
+}
+
 fn manifest(interval: &str, call_timeout: &str, config: &str) -> String {
     format!(
         "lease = \"leader\"\n[schedule]\ninterval = \"{interval}\"\n[limits]\ncall_timeout = \"{call_timeout}\"\nmemory = \"16MiB\"\n[config]\n{config}\n"
@@ -180,18 +197,7 @@ async fn repeated_failures_quarantine_the_plugin_not_the_host() {
         ("hello-reconciler", &manifest("100ms", "1s", "")),
     ])
     .unwrap();
-    let host = Host::start(
-        "q",
-        &[
-            "--database-url",
-            &db.url().unwrap(),
-            "--ttl",
-            "2s",
-            "--plugins",
-            dir.path().to_str().unwrap(),
-        ],
-    )
-    .unwrap();
+    let host = sqlite_host("q", &db, dir.path());
     // Backoff 0.5 + 1 + 2 + 4 s before the fifth failure quarantines it.
     wait_until("quarantine", Duration::from_secs(20), async || {
         plugin_status(&host, "misbehave")
@@ -262,18 +268,7 @@ async fn bad_plugin_files_are_reported_and_isolated() {
     )
     .unwrap();
 
-    let host = Host::start(
-        "bad",
-        &[
-            "--database-url",
-            &db.url().unwrap(),
-            "--ttl",
-            "2s",
-            "--plugins",
-            dir.path().to_str().unwrap(),
-        ],
-    )
-    .unwrap();
+    let host = sqlite_host("bad", &db, dir.path());
     wait_until("hello to run", Duration::from_secs(15), async || {
         plugin_status(&host, "hello-reconciler")
             .await
@@ -464,18 +459,7 @@ async fn a_standby_whose_check_fails_does_not_campaign() {
 async fn plugins_are_added_replaced_and_removed_without_a_restart() {
     let db = Db::new(Backend::Sqlite).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let host = Host::start(
-        "reload",
-        &[
-            "--database-url",
-            &db.url().unwrap(),
-            "--ttl",
-            "2s",
-            "--plugins",
-            dir.path().to_str().unwrap(),
-        ],
-    )
-    .unwrap();
+    let host = sqlite_host("reload", &db, dir.path());
     wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
         .await
         .unwrap();
@@ -548,18 +532,7 @@ async fn plugins_are_added_replaced_and_removed_without_a_restart() {
 async fn guest_output_is_captured_capped_and_tagged() {
     let db = Db::new(Backend::Sqlite).await.unwrap();
     let dir = plugin_dir(&[("misbehave", &manifest("200ms", "1s", "verb = \"print\""))]).unwrap();
-    let host = Host::start(
-        "print",
-        &[
-            "--database-url",
-            &db.url().unwrap(),
-            "--ttl",
-            "2s",
-            "--plugins",
-            dir.path().to_str().unwrap(),
-        ],
-    )
-    .unwrap();
+    let host = sqlite_host("print", &db, dir.path());
     wait_until(
         "guest output in the log",
         Duration::from_secs(15),
@@ -657,18 +630,7 @@ async fn a_reconcile_can_ask_to_run_again_sooner() {
         &manifest("10s", "1s", "verb = \"requeue\"\nms = \"50\""),
     )])
     .unwrap();
-    let host = Host::start(
-        "requeue",
-        &[
-            "--database-url",
-            &db.url().unwrap(),
-            "--ttl",
-            "2s",
-            "--plugins",
-            dir.path().to_str().unwrap(),
-        ],
-    )
-    .unwrap();
+    let host = sqlite_host("requeue", &db, dir.path());
     wait_until("requeued calls", Duration::from_secs(10), async || {
         plugin_status(&host, "misbehave")
             .await
