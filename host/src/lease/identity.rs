@@ -16,11 +16,6 @@ impl HolderId {
         HolderId(format!("{replica_id}-{suffix:08x}"))
     }
 
-    /// Wraps an identity read back from the store.
-    pub fn from_stored(id: String) -> Self {
-        HolderId(id)
-    }
-
     /// The identity as stored.
     pub fn as_str(&self) -> &str {
         &self.0

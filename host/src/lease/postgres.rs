@@ -65,11 +65,6 @@ impl PostgresStore {
         migrate(&pool, &redacted).await?;
         Ok(PostgresStore { pool })
     }
-
-    /// The pool, for tests and tools that inspect the table.
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
 }
 
 async fn migrate(pool: &PgPool, url: &str) -> Result<(), StoreError> {

@@ -78,11 +78,6 @@ impl SqliteStore {
             tokio::time::sleep(Duration::from_millis(20 * attempt.min(10))).await;
         }
     }
-
-    /// The pool, for tests and tools that inspect the table.
-    pub fn pool(&self) -> &SqlitePool {
-        &self.pool
-    }
 }
 
 /// Lock contention (SQLITE_BUSY, SQLITE_LOCKED) and the migration race (another process recorded

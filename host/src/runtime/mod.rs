@@ -491,11 +491,6 @@ impl PluginStore {
         }
     }
 
-    /// Fuel consumed by the last call, when metered with a budget.
-    pub fn fuel_left(&self) -> Option<u64> {
-        self.store.get_fuel().ok()
-    }
-
     fn flush_output(&mut self) {
         let state = self.store.data();
         for (name, pipe, seen) in [
