@@ -4,9 +4,11 @@
 //! reached — the running call is interrupted and the store dropped; the term's tracker makes the
 //! release wait for that.
 //!
-//! - [`status`]: what `/status` shows of each plugin.
+//! - [`status`]: what `/status` shows of each plugin;
+//! - `workers`: one task per plugin file, in step with the plugin set.
 
 pub mod status;
+mod workers;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -21,7 +23,9 @@ use crate::plugin::{PluginEntry, PluginSet};
 use crate::runtime::bindings::types::ReconcileContext;
 use crate::runtime::host::LeaseView;
 use crate::runtime::{CallFailure, Prepared, Runtime};
+use futures::future::BoxFuture;
 use status::{PluginState, PluginStatus, StatusBoard};
+use workers::Workers;
 
 /// Consecutive failures before a plugin is quarantined until its next term or a new file.
 pub const QUARANTINE_AFTER: u32 = 5;
@@ -165,29 +169,17 @@ impl Supervisor {
         });
         let acquired_at = SystemTime::now();
         let mut plugins = self.plugins.clone();
-        // name -> the running task: its file's digest, the token that retires it after its
-        // current call, and its handle (a replacement waits for it: one version at a time).
-        let mut running: std::collections::BTreeMap<String, Running> = Default::default();
+        let mut workers = Workers::default();
+        let retire_parent = term.child_token();
         loop {
             let set = plugins.borrow_and_update().clone();
-            // Removed or replaced files: retire their tasks after the current call.
-            let mut retired: std::collections::BTreeMap<String, tokio::task::JoinHandle<()>> =
-                running
-                    .extract_if(.., |name, task| {
-                        set.get(name).is_none_or(|e| e.digest != task.digest)
-                    })
-                    .map(|(name, task)| {
-                        task.retire.cancel();
-                        (name, task.handle)
-                    })
-                    .collect();
-            for entry in set.values() {
-                let ours = entry.manifest.lease == lease
-                    && matches!(entry.loaded, Ok(ref l) if matches!(l.prepared, Prepared::Reconciler(_)));
-                if !ours || running.contains_key(&entry.name) {
-                    continue;
-                }
-                let retire = term.child_token();
+            // The board first, so no task can report on a plugin the board does not list yet.
+            self.publish_set(&set);
+            let wanted = |e: &PluginEntry| {
+                e.manifest.lease == lease
+                    && matches!(e.loaded, Ok(ref l) if matches!(l.prepared, Prepared::Reconciler(_)))
+            };
+            let start = |entry: Arc<PluginEntry>, retire: CancellationToken| {
                 let view = LeaseView {
                     name: lease.to_string(),
                     holder: self.leases.holder().to_string(),
@@ -196,35 +188,17 @@ impl Supervisor {
                 };
                 let span =
                     info_span!("plugin", plugin = %entry.name, lease = %lease, epoch = term.epoch);
-                let predecessor = retired.remove(&entry.name);
                 let task = reconcile_loop(
                     self.runtime.clone(),
-                    entry.clone(),
+                    entry,
                     term.clone(),
-                    retire.clone(),
+                    retire,
                     view,
                     self.board.clone(),
                 );
-                let handle = term.spawn(
-                    async move {
-                        // A replaced plugin swaps after its current call, never beside it.
-                        if let Some(old) = predecessor {
-                            let _ = old.await;
-                        }
-                        task.await;
-                    }
-                    .instrument(span),
-                );
-                let digest = entry.digest.clone();
-                running.insert(
-                    entry.name.clone(),
-                    Running {
-                        digest,
-                        retire,
-                        handle,
-                    },
-                );
-            }
+                Box::pin(task.instrument(span)) as BoxFuture<'static, ()>
+            };
+            workers.sync(&set, wanted, &retire_parent, start, |task| term.spawn(task));
             tokio::select! {
                 _ = term.cancelled() => return,
                 _ = shutdown.cancelled() => return,
@@ -239,30 +213,22 @@ impl Supervisor {
     /// changes; a retired check reopens the campaign gate it may have closed.
     async fn follow_health_checks(&self, lease: &str, shutdown: CancellationToken) {
         let mut plugins = self.plugins.clone();
-        let mut running: std::collections::BTreeMap<String, (String, CancellationToken)> =
-            Default::default();
+        let mut workers = Workers::default();
         let tasks = TaskTracker::new();
         loop {
             let set = plugins.borrow_and_update().clone();
-            running.retain(|name, (digest, retire)| {
-                let current = set.get(name).is_some_and(|e| &e.digest == digest);
-                if !current {
-                    retire.cancel();
-                }
-                current
-            });
-            for entry in set.values() {
-                let ours = entry.manifest.lease == lease
-                    && matches!(entry.loaded, Ok(ref l) if matches!(l.prepared, Prepared::HealthCheck(_)));
-                if !ours || running.contains_key(&entry.name) {
-                    continue;
-                }
-                let retire = shutdown.child_token();
-                running.insert(entry.name.clone(), (entry.digest.clone(), retire.clone()));
+            // The board first, so no task can report on a plugin the board does not list yet.
+            self.publish_set(&set);
+            let wanted = |e: &PluginEntry| {
+                e.manifest.lease == lease
+                    && matches!(e.loaded, Ok(ref l) if matches!(l.prepared, Prepared::HealthCheck(_)))
+            };
+            let start = |entry: Arc<PluginEntry>, retire: CancellationToken| {
                 let span = info_span!("health", plugin = %entry.name, lease = %lease);
-                let task = health_loop(self.clone(), entry.clone(), lease.to_string(), retire);
-                tasks.spawn(task.instrument(span));
-            }
+                let task = health_loop(self.clone(), entry, lease.to_string(), retire);
+                Box::pin(task.instrument(span)) as BoxFuture<'static, ()>
+            };
+            workers.sync(&set, wanted, &shutdown, start, |task| tasks.spawn(task));
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 changed = plugins.changed() => if changed.is_err() { break },
@@ -390,13 +356,6 @@ async fn health_loop(
     if gated {
         sup.leases.allow_campaigns(&lease, true);
     }
-}
-
-/// A reconciler task of the current term.
-struct Running {
-    digest: String,
-    retire: CancellationToken,
-    handle: tokio::task::JoinHandle<()>,
 }
 
 /// Runs `call` unless the term ends first; `None` means the term ended (the call was dropped).
