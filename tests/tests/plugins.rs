@@ -267,6 +267,9 @@ async fn bad_plugin_files_are_reported_and_isolated() {
         "[schedule]\nintervall = \"1s\"\n",
     )
     .unwrap();
+    // A manifest that exists but cannot be read: invalid, not silently defaulted.
+    std::fs::write(dir.path().join("unreadable.wasm"), &hello).unwrap();
+    std::fs::create_dir(dir.path().join("unreadable.toml")).unwrap();
 
     let host = sqlite_host("bad", &db, dir.path());
     wait_until("hello to run", Duration::from_secs(15), async || {
@@ -294,6 +297,13 @@ async fn bad_plugin_files_are_reported_and_isolated() {
             "{stderr}"
         );
     }
+    let unreadable = plugin_status(&host, "unreadable").await.unwrap();
+    assert_eq!(unreadable["state"], "invalid", "{unreadable}");
+    let reason = unreadable["last_error"].as_str().unwrap();
+    assert!(
+        reason.contains("unreadable.toml: cannot read"),
+        "{unreadable}"
+    );
     let typo = plugin_status(&host, "typo").await.unwrap();
     assert_eq!(typo["state"], "invalid");
     assert!(
@@ -306,7 +316,7 @@ async fn bad_plugin_files_are_reported_and_isolated() {
     );
     // Every bad file was logged with its path and reason.
     let log = host.log_text();
-    assert_eq!(log.matches("invalid plugin").count(), 6, "{log}");
+    assert_eq!(log.matches("invalid plugin").count(), 7, "{log}");
 }
 
 #[test]

@@ -64,10 +64,18 @@ pub fn scan(dir: &Path, runtime: &Runtime, previous: &PluginSet) -> std::io::Res
                 continue;
             }
         };
-        let manifest_text = std::fs::read(&manifest_path).ok();
+        // No manifest means defaults; a manifest that exists but cannot be read makes the plugin
+        // invalid rather than silently run with defaults.
+        let manifest_text = match std::fs::read(&manifest_path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("{}: cannot read: {e}", manifest_path.display())),
+        };
         let mut hasher = Sha256::new();
         hasher.update(&wasm);
-        hasher.update(manifest_text.as_deref().unwrap_or_default());
+        if let Ok(Some(bytes)) = &manifest_text {
+            hasher.update(bytes);
+        }
         let digest = format!("{:x}", hasher.finalize());
         if let Some(old) = previous.get(&name).filter(|old| old.digest == digest) {
             set.insert(name, old.clone());
@@ -99,13 +107,14 @@ fn load_one(
     name: String,
     path: PathBuf,
     manifest_path: &Path,
-    manifest_text: Option<Vec<u8>>,
+    manifest_text: Result<Option<Vec<u8>>, String>,
     wasm: &[u8],
     digest: String,
 ) -> PluginEntry {
     let manifest = match manifest_text {
-        None => Ok(Manifest::defaults()),
-        Some(bytes) => match String::from_utf8(bytes) {
+        Err(reason) => Err(reason),
+        Ok(None) => Ok(Manifest::defaults()),
+        Ok(Some(bytes)) => match String::from_utf8(bytes) {
             Ok(text) => Manifest::parse(&manifest_path.display().to_string(), &text)
                 .map_err(|e| e.to_string()),
             Err(_) => Err(format!("{}: not UTF-8 text", manifest_path.display())),
