@@ -44,6 +44,9 @@ pub enum ConfigError {
         /// Why.
         reason: &'static str,
     },
+    /// The lease list is empty: the replica would have nothing to do.
+    #[error("leases is empty: list at least one lease to campaign for")]
+    NoLeases,
     /// A replica id is unusable.
     #[error("invalid replica id {0:?}: use 1 to 200 characters without whitespace")]
     ReplicaId(String),
@@ -200,6 +203,9 @@ impl Config {
             file.leases
                 .unwrap_or_else(|| vec![DEFAULT_LEASE.to_string()])
         };
+        if leases.is_empty() {
+            return Err(ConfigError::NoLeases);
+        }
         let mut seen = std::collections::BTreeSet::new();
         for name in &leases {
             validate_lease_name(name)?;
@@ -326,5 +332,12 @@ mod tests {
             ..Default::default()
         };
         assert!(Config::resolve(ConfigFile::default(), over).is_err());
+    }
+
+    #[test]
+    fn an_empty_lease_list_is_refused() {
+        let file: ConfigFile = toml::from_str("leases = []").unwrap();
+        let e = Config::resolve(file, Overrides::default()).unwrap_err();
+        assert!(matches!(e, ConfigError::NoLeases), "{e}");
     }
 }

@@ -195,9 +195,7 @@ impl CallFailure {
                 // The root cause alone: the outer layers only say "error while executing".
                 let text = error.root_cause().to_string();
                 // The resource limiter's refusal surfaces as an error, not a trap code.
-                if text.contains("forcing trap when growing")
-                    || text.contains("memory") && text.contains("limit")
-                {
+                if text.contains("forcing trap when growing") {
                     CallFailure::Memory(text)
                 } else {
                     CallFailure::Trap(text)

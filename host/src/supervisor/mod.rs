@@ -85,17 +85,7 @@ impl Supervisor {
             let (sup, lease, stop) = (self.clone(), name.to_string(), shutdown.clone());
             tasks.spawn(async move { sup.follow_health_checks(&lease, stop).await });
         }
-        let mut plugins = self.plugins.clone();
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                changed = plugins.changed() => {
-                    if changed.is_err() { break }
-                    let set = plugins.borrow_and_update().clone();
-                    self.publish_set(&set);
-                }
-            }
-        }
+        // Each lease's loops publish the board on every change of the plugin set.
         tasks.close();
         tasks.wait().await;
     }
