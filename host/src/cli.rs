@@ -274,7 +274,8 @@ fn start_plugins(
         ..EngineOptions::default()
     };
     let runtime = Runtime::new(options, &config.cache_dir)?;
-    let set = crate::plugin::scan(dir, &runtime, &Default::default())
+    let capabilities = crate::capability::Capabilities::new(config.database_url.clone());
+    let set = crate::plugin::scan(dir, &runtime, &capabilities, &Default::default())
         .with_context(|| format!("reading plugin directory {}", dir.display()))?;
     for entry in set.values().filter(|e| e.loaded.is_ok()) {
         if !config.leases.contains(&entry.manifest.lease) {
@@ -283,9 +284,16 @@ fn start_plugins(
     }
     info!(dir = %dir.display(), plugins = set.len(), allocator = ?runtime.allocator(), "plugins loaded");
     let (tx, rx) = tokio::sync::watch::channel(std::sync::Arc::new(set));
-    crate::plugin::watch::spawn(dir.to_path_buf(), runtime.clone(), tx.clone(), root.clone())
-        .with_context(|| format!("watching plugin directory {}", dir.display()))?;
-    Ok((crate::supervisor::Supervisor::new(runtime, leases, rx), tx))
+    crate::plugin::watch::spawn(
+        dir.to_path_buf(),
+        runtime.clone(),
+        capabilities.clone(),
+        tx.clone(),
+        root.clone(),
+    )
+    .with_context(|| format!("watching plugin directory {}", dir.display()))?;
+    let supervisor = crate::supervisor::Supervisor::new(runtime, leases, capabilities, rx);
+    Ok((supervisor, tx))
 }
 
 /// `leasehold check`: exit 0 only for a loadable plugin.

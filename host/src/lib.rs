@@ -7,10 +7,12 @@
 //! - [`config`]: the settings of `leasehold run`, from file, environment and flags;
 //! - [`plugin`]: plugin files and their manifests;
 //! - [`runtime`]: the WebAssembly engine, compiled components, stores and guarded calls;
+//! - [`capability`]: what plugins may be granted: fenced kv, sql, events;
 //! - [`supervisor`]: plugins bound to the lifecycle of their lease;
 //! - [`http`]: `/healthz` and `/status`;
 //! - [`cli`]: the command line (`run`, `check`, `leases list`).
 
+pub mod capability;
 pub mod cli;
 pub mod config;
 pub mod http;

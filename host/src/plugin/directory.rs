@@ -9,7 +9,8 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use super::manifest::Manifest;
-use crate::runtime::{Loaded, Runtime};
+use crate::capability::{Capabilities, Grants};
+use crate::runtime::{Loaded, Runtime, World};
 
 /// One plugin file as loaded.
 pub struct PluginEntry {
@@ -21,6 +22,8 @@ pub struct PluginEntry {
     pub manifest: Manifest,
     /// The pre-linked component, or why the file or its manifest did not load.
     pub loaded: Result<Loaded, String>,
+    /// What the manifest grants, resolved (empty when the plugin is invalid).
+    pub grants: Grants,
     /// Hash of the component and manifest bytes: a change means the plugin was replaced.
     pub digest: String,
 }
@@ -40,7 +43,13 @@ impl std::fmt::Debug for PluginEntry {
 pub type PluginSet = BTreeMap<String, Arc<PluginEntry>>;
 
 /// Loads every `*.wasm` in `dir`, reusing entries of `previous` whose files did not change.
-pub fn scan(dir: &Path, runtime: &Runtime, previous: &PluginSet) -> std::io::Result<PluginSet> {
+/// Grants are resolved against `capabilities` and the process environment.
+pub fn scan(
+    dir: &Path,
+    runtime: &Runtime,
+    capabilities: &Capabilities,
+    previous: &PluginSet,
+) -> std::io::Result<PluginSet> {
     let mut set = PluginSet::new();
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(Result::ok)
@@ -83,6 +92,7 @@ pub fn scan(dir: &Path, runtime: &Runtime, previous: &PluginSet) -> std::io::Res
         }
         let entry = load_one(
             runtime,
+            capabilities,
             name.clone(),
             path,
             &manifest_path,
@@ -102,8 +112,10 @@ pub fn scan(dir: &Path, runtime: &Runtime, previous: &PluginSet) -> std::io::Res
     Ok(set)
 }
 
+#[allow(clippy::too_many_arguments)] // one call site; the arguments are the file's parts
 fn load_one(
     runtime: &Runtime,
+    capabilities: &Capabilities,
     name: String,
     path: PathBuf,
     manifest_path: &Path,
@@ -139,11 +151,33 @@ fn load_one(
         }
         Err(e) => (Manifest::defaults(), Err(e)),
     };
+    let shown = manifest_path.display();
+    let granted = loaded.as_ref().map_err(Clone::clone).and_then(|l| {
+        let world = l.prepared.world();
+        let asks = manifest.grants.kv || manifest.grants.sql.is_some() || !manifest.events.is_empty();
+        if world == World::HealthCheck && asks {
+            return Err(format!(
+                "{shown}: [grants] and [events] are for reconcilers; a health-check cannot use them"
+            ));
+        }
+        if !manifest.events.is_empty() && world != World::EventReconciler {
+            return Err(format!(
+                "{shown}: [events] lists channels but the plugin does not export handle-event (build it as an event-reconciler, e.g. with the SDK's export_event_reconciler!)"
+            ));
+        }
+        Grants::resolve(&name, &manifest, capabilities, |k| std::env::var(k).ok())
+            .map_err(|e| format!("{shown}: {e}"))
+    });
+    let (loaded, grants) = match granted {
+        Ok(grants) => (loaded, grants),
+        Err(e) => (Err(e), Grants::default()),
+    };
     PluginEntry {
         name,
         path,
         manifest,
         loaded,
+        grants,
         digest,
     }
 }

@@ -74,6 +74,43 @@ pub struct Health {
     pub failure_threshold: Option<u32>,
 }
 
+/// `[grants.sql]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqlGrantFile {
+    /// The host environment variable holding the database URL.
+    pub database_url_env: String,
+    /// Server-side bound on each statement.
+    #[serde(default, with = "humantime_serde")]
+    pub statement_timeout: Option<Duration>,
+    /// Rows per result.
+    pub max_rows: Option<u32>,
+    /// Bytes per result, e.g. `"16MiB"`.
+    pub max_bytes: Option<String>,
+    /// Connections of the grant's pool.
+    pub max_connections: Option<u32>,
+}
+
+/// `[grants]`: the capabilities the plugin may use.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrantsFile {
+    /// The fenced key-value store.
+    #[serde(default)]
+    pub kv: bool,
+    /// Statements on a database.
+    pub sql: Option<SqlGrantFile>,
+}
+
+/// `[events]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsFile {
+    /// PostgreSQL LISTEN channels.
+    #[serde(default)]
+    pub channels: Vec<String>,
+}
+
 /// The manifest as written.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -89,9 +126,49 @@ pub struct ManifestFile {
     /// Health-check settings.
     #[serde(default)]
     pub health: Health,
+    /// Capabilities granted.
+    #[serde(default)]
+    pub grants: GrantsFile,
+    /// Notifications delivered.
+    #[serde(default)]
+    pub events: EventsFile,
     /// Free-form values handed to the plugin.
     #[serde(default)]
     pub config: BTreeMap<String, String>,
+}
+
+/// A validated `[grants.sql]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqlGrantSpec {
+    /// The host environment variable holding the database URL.
+    pub database_url_env: String,
+    /// Server-side bound on each statement.
+    pub statement_timeout: Duration,
+    /// Rows per result.
+    pub max_rows: u32,
+    /// Bytes per result.
+    pub max_bytes: usize,
+    /// Connections of the grant's pool.
+    pub max_connections: u32,
+}
+
+/// 2 s per statement: on the lease database a fenced statement holds the lease row, delaying the
+/// holder's renewals, so it must stay well inside the renew interval (ttl/3, 5 s by default).
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(2);
+/// 10,000 rows per result: plenty for a reconcile batch; larger reads should page.
+pub const DEFAULT_MAX_ROWS: u32 = 10_000;
+/// 16 MiB per result: a quarter of the default guest memory, so a capped result still fits.
+pub const DEFAULT_MAX_BYTES: usize = 16 << 20;
+/// 4 connections per grant: one call at a time per plugin needs one; the rest absorb reconnects.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 4;
+
+/// What the manifest grants.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GrantSpec {
+    /// `[grants] kv`.
+    pub kv: bool,
+    /// `[grants.sql]`.
+    pub sql: Option<SqlGrantSpec>,
 }
 
 /// A validated manifest with defaults applied.
@@ -105,6 +182,10 @@ pub struct Manifest {
     pub limits: CallLimits,
     /// Consecutive failures before a holder's health check makes it step down.
     pub failure_threshold: u32,
+    /// Capabilities granted.
+    pub grants: GrantSpec,
+    /// PostgreSQL LISTEN channels whose notifications reach `handle-event`.
+    pub events: Vec<String>,
     /// Values handed to `init`.
     pub config: BTreeMap<String, String>,
 }
@@ -130,6 +211,8 @@ impl Manifest {
                 fuel: None,
             },
             failure_threshold: DEFAULT_FAILURE_THRESHOLD,
+            grants: GrantSpec::default(),
+            events: Vec::new(),
             config: BTreeMap::new(),
         }
     }
@@ -202,6 +285,27 @@ impl Manifest {
                 "must be at least 1",
             ));
         }
+        let sql = match file.grants.sql {
+            None => None,
+            Some(sql) => Some(sql_grant(sql, &invalid)?),
+        };
+        let events = file.events.channels;
+        if events.len() > MAX_CHANNELS {
+            return Err(invalid(
+                "events.channels",
+                format!("{} channels", events.len()),
+                "at most 32 channels",
+            ));
+        }
+        for channel in &events {
+            if !is_channel_name(channel) {
+                return Err(invalid(
+                    "events.channels",
+                    format!("{channel:?}"),
+                    "use 1-63 lowercase letters, digits and _, starting with a letter or _",
+                ));
+            }
+        }
         Ok(Manifest {
             lease,
             interval,
@@ -211,9 +315,88 @@ impl Manifest {
                 fuel: file.limits.fuel,
             },
             failure_threshold,
+            grants: GrantSpec {
+                kv: file.grants.kv,
+                sql,
+            },
+            events,
             config: file.config,
         })
     }
+}
+
+/// Channels one plugin may listen on: each costs the server a little per notification.
+const MAX_CHANNELS: usize = 32;
+
+/// A PostgreSQL identifier as an unquoted name would be folded: lowercase, at most 63 bytes.
+fn is_channel_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 63
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// Validates `[grants.sql]`, filling defaults.
+fn sql_grant(
+    sql: SqlGrantFile,
+    invalid: &impl Fn(&'static str, String, &'static str) -> ManifestError,
+) -> Result<SqlGrantSpec, ManifestError> {
+    let env = sql.database_url_env;
+    let env_ok = env
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !env_ok {
+        return Err(invalid(
+            "grants.sql.database_url_env",
+            format!("{env:?}"),
+            "must name an environment variable (letters, digits and _)",
+        ));
+    }
+    let statement_timeout = sql.statement_timeout.unwrap_or(DEFAULT_STATEMENT_TIMEOUT);
+    if statement_timeout < Duration::from_millis(1) {
+        return Err(invalid(
+            "grants.sql.statement_timeout",
+            format!("{statement_timeout:?}"),
+            "must be at least 1ms",
+        ));
+    }
+    let max_rows = sql.max_rows.unwrap_or(DEFAULT_MAX_ROWS);
+    if max_rows == 0 {
+        return Err(invalid(
+            "grants.sql.max_rows",
+            "0".into(),
+            "must be at least 1",
+        ));
+    }
+    let max_bytes = match sql.max_bytes {
+        None => DEFAULT_MAX_BYTES,
+        Some(text) => parse_size(&text).ok_or_else(|| {
+            invalid(
+                "grants.sql.max_bytes",
+                text.clone(),
+                "expected a size such as 16MiB or 512KiB (at least 64KiB)",
+            )
+        })?,
+    };
+    let max_connections = sql.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
+    if !(1..=64).contains(&max_connections) {
+        return Err(invalid(
+            "grants.sql.max_connections",
+            max_connections.to_string(),
+            "must be between 1 and 64",
+        ));
+    }
+    Ok(SqlGrantSpec {
+        database_url_env: env,
+        statement_timeout,
+        max_rows,
+        max_bytes,
+        max_connections,
+    })
 }
 
 /// `64MiB`, `512KiB`, `1GiB`, `65536` (bytes); at least one 64 KiB wasm page.
@@ -258,6 +441,33 @@ mod tests {
         );
         assert_eq!(m.failure_threshold, 2);
         assert_eq!(m.config["greeting"], "hi");
+    }
+
+    #[test]
+    fn grants_and_events() {
+        let m = Manifest::parse(
+            "x.toml",
+            "[grants]\nkv = true\n[grants.sql]\ndatabase_url_env = 'APP_DB'\nmax_rows = 5\n[events]\nchannels = ['jobs', 'sandbox_events']\n",
+        )
+        .unwrap();
+        assert!(m.grants.kv);
+        let sql = m.grants.sql.unwrap();
+        assert_eq!(sql.database_url_env, "APP_DB");
+        assert_eq!(sql.max_rows, 5);
+        assert_eq!(sql.statement_timeout, DEFAULT_STATEMENT_TIMEOUT);
+        assert_eq!(m.events, ["jobs", "sandbox_events"]);
+        assert_eq!(Manifest::defaults().grants, GrantSpec::default());
+        for (text, key) in [
+            ("[grants.sql]\ndatabase_url_env = 'APP DB'", "grants.sql.database_url_env"),
+            ("[grants.sql]\ndatabase_url_env = 'A'\nmax_connections = 0", "grants.sql.max_connections"),
+            ("[events]\nchannels = ['Jobs']", "events.channels"),
+            ("[events]\nchannels = ['x;drop']", "events.channels"),
+            ("[grants]\nkv = true\nsql = 3", "p.toml"),
+            ("[grants]\nkvv = true", "kvv"),
+        ] {
+            let e = Manifest::parse("p.toml", text).unwrap_err().to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::directory::{PluginSet, scan};
+use crate::capability::Capabilities;
 use crate::runtime::Runtime;
 
 /// How long the directory must be quiet before it is rescanned: long enough for a copy to finish,
@@ -23,6 +24,7 @@ pub const QUIET: Duration = Duration::from_millis(300);
 pub fn spawn(
     dir: PathBuf,
     runtime: Arc<Runtime>,
+    capabilities: Arc<Capabilities>,
     tx: watch::Sender<Arc<PluginSet>>,
     shutdown: CancellationToken,
 ) -> notify::Result<tokio::task::JoinHandle<()>> {
@@ -47,11 +49,12 @@ pub fn spawn(
             // Debounce: wait until nothing has happened for QUIET.
             while let Ok(Some(_)) = tokio::time::timeout(QUIET, events.recv()).await {}
             let previous = tx.borrow().clone();
-            let (scan_dir, scan_runtime, scan_previous) =
-                (dir.clone(), runtime.clone(), previous.clone());
-            let scanned =
-                tokio::task::spawn_blocking(move || scan(&scan_dir, &scan_runtime, &scan_previous))
-                    .await;
+            let (scan_dir, scan_runtime, scan_caps, scan_previous) =
+                (dir.clone(), runtime.clone(), capabilities.clone(), previous.clone());
+            let scanned = tokio::task::spawn_blocking(move || {
+                scan(&scan_dir, &scan_runtime, &scan_caps, &scan_previous)
+            })
+            .await;
             let set = match scanned {
                 Ok(Ok(set)) => set,
                 Ok(Err(e)) => {

@@ -1,5 +1,5 @@
-//! The host side of the plugin interfaces: the state each `Store` carries and the implementations
-//! of the `lease` and `log` imports. WASI p2 is linked in full but grants nothing.
+//! The state each `Store` carries and the host side of the `lease` and `log` imports (`kv` and
+//! `sql` are in [`super::capabilities`]). WASI p2 is linked in full but grants nothing.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -10,6 +10,7 @@ use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{lease, log};
+use crate::capability::PluginCapabilities;
 use crate::lease::Term;
 
 /// What a plugin may learn of its lease through the `lease` import.
@@ -50,13 +51,23 @@ pub struct HostState {
     pub log_budget: u32,
     /// Log lines dropped in this call for want of budget.
     pub logs_dropped: u64,
+    /// What the `kv` and `sql` imports may use; `None` grants nothing (health checks, tools).
+    pub capabilities: Option<PluginCapabilities>,
+    /// Writes the fence refused in this store's life.
+    pub fenced_refusals: u64,
     wasi: WasiCtx,
     table: ResourceTable,
 }
 
 impl HostState {
     /// State for `plugin` under `lease` with a WASI context that grants nothing.
-    pub fn new(plugin: Arc<str>, lease: LeaseView, limits: &CallLimits, wasi: WasiCtx) -> Self {
+    pub fn new(
+        plugin: Arc<str>,
+        lease: LeaseView,
+        limits: &CallLimits,
+        capabilities: Option<PluginCapabilities>,
+        wasi: WasiCtx,
+    ) -> Self {
         HostState {
             plugin,
             lease,
@@ -71,6 +82,8 @@ impl HostState {
                 .build(),
             log_budget: LOG_LINES_PER_CALL,
             logs_dropped: 0,
+            capabilities,
+            fenced_refusals: 0,
             wasi,
             table: ResourceTable::new(),
         }

@@ -4,11 +4,13 @@
 //!
 //! - [`bindings`]: the generated bindings of the WIT worlds;
 //! - [`host`]: the store data and the host side of the `lease` and `log` imports;
+//! - `capabilities`: the host side of the `kv` and `sql` imports;
 //! - [`engine`]: the engine and its epoch ticker;
 //! - [`cache`]: compiled components on disk.
 
 pub mod bindings;
 pub mod cache;
+mod capabilities;
 pub mod engine;
 pub mod host;
 
@@ -21,11 +23,13 @@ use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
+use self::bindings::event_reconciler::EventReconcilerPre;
 use self::bindings::health::HealthCheckPre;
 use self::bindings::reconciler::ReconcilerPre;
 use self::cache::{CacheOutcome, ComponentCache};
 use self::engine::{Allocator, EngineOptions};
 use self::host::{CallLimits, HostState, LeaseView};
+use crate::capability::PluginCapabilities;
 
 /// The WIT package version this host implements.
 pub const WIT_PACKAGE: &str = "leasehold:plugin@0.1.0";
@@ -96,6 +100,8 @@ pub enum RuntimeError {
 pub enum World {
     /// `reconciler`.
     Reconciler,
+    /// `event-reconciler`: a reconciler that also handles notifications.
+    EventReconciler,
     /// `health-check`.
     HealthCheck,
 }
@@ -105,8 +111,14 @@ impl World {
     pub fn name(self) -> &'static str {
         match self {
             World::Reconciler => "reconciler",
+            World::EventReconciler => "event-reconciler",
             World::HealthCheck => "health-check",
         }
+    }
+
+    /// True for both reconciler worlds.
+    pub fn is_reconciler(self) -> bool {
+        matches!(self, World::Reconciler | World::EventReconciler)
     }
 }
 
@@ -115,6 +127,8 @@ impl World {
 pub enum Prepared {
     /// A reconciler.
     Reconciler(ReconcilerPre<HostState>),
+    /// A reconciler that handles events.
+    EventReconciler(EventReconcilerPre<HostState>),
     /// A health check.
     HealthCheck(HealthCheckPre<HostState>),
 }
@@ -124,7 +138,75 @@ impl Prepared {
     pub fn world(&self) -> World {
         match self {
             Prepared::Reconciler(_) => World::Reconciler,
+            Prepared::EventReconciler(_) => World::EventReconciler,
             Prepared::HealthCheck(_) => World::HealthCheck,
+        }
+    }
+
+    /// Instantiates a reconciler of either world in `store`; `None` for a health check.
+    pub async fn instantiate_reconciler(
+        &self,
+        store: &mut Store<HostState>,
+    ) -> Option<wasmtime::Result<ReconcilerInstance>> {
+        match self {
+            Prepared::Reconciler(pre) => Some(
+                pre.instantiate_async(store)
+                    .await
+                    .map(ReconcilerInstance::Plain),
+            ),
+            Prepared::EventReconciler(pre) => Some(
+                pre.instantiate_async(store)
+                    .await
+                    .map(ReconcilerInstance::Events),
+            ),
+            Prepared::HealthCheck(_) => None,
+        }
+    }
+}
+
+/// An instance of either reconciler world.
+pub enum ReconcilerInstance {
+    /// `reconciler`.
+    Plain(bindings::reconciler::Reconciler),
+    /// `event-reconciler`.
+    Events(bindings::event_reconciler::EventReconciler),
+}
+
+impl ReconcilerInstance {
+    /// Calls `init`.
+    pub async fn init(
+        &self,
+        store: &mut Store<HostState>,
+        config: &[(String, String)],
+    ) -> wasmtime::Result<Result<(), String>> {
+        match self {
+            ReconcilerInstance::Plain(i) => i.call_init(store, config).await,
+            ReconcilerInstance::Events(i) => i.call_init(store, config).await,
+        }
+    }
+
+    /// Calls `reconcile`.
+    pub async fn reconcile(
+        &self,
+        store: &mut Store<HostState>,
+        ctx: &bindings::types::ReconcileContext,
+    ) -> wasmtime::Result<Result<bindings::types::Outcome, String>> {
+        match self {
+            ReconcilerInstance::Plain(i) => i.call_reconcile(store, ctx).await,
+            ReconcilerInstance::Events(i) => i.call_reconcile(store, ctx).await,
+        }
+    }
+
+    /// Calls `handle-event`; a plain reconciler has none and ignores the event.
+    pub async fn handle_event(
+        &self,
+        store: &mut Store<HostState>,
+        channel: &str,
+        payload: &str,
+    ) -> wasmtime::Result<Result<(), String>> {
+        match self {
+            ReconcilerInstance::Plain(_) => Ok(Ok(())),
+            ReconcilerInstance::Events(i) => i.call_handle_event(store, channel, payload).await,
         }
     }
 }
@@ -236,6 +318,8 @@ impl Runtime {
         type Data = wasmtime::component::HasSelf<HostState>;
         bindings::lease::add_to_linker::<HostState, Data>(&mut linker, |s| s).map_err(err)?;
         bindings::log::add_to_linker::<HostState, Data>(&mut linker, |s| s).map_err(err)?;
+        bindings::kv::add_to_linker::<HostState, Data>(&mut linker, |s| s).map_err(err)?;
+        bindings::sql::add_to_linker::<HostState, Data>(&mut linker, |s| s).map_err(err)?;
         bindings::types::add_to_linker::<HostState, Data>(&mut linker, |s| s).map_err(err)?;
         let cache = ComponentCache::new(cache_dir.to_path_buf(), &engine);
         Ok(Arc::new(Runtime {
@@ -348,8 +432,12 @@ impl Runtime {
                 path: path.to_string(),
                 reason: format!("{e:#} (this host provides {WIT_PACKAGE} and wasi@0.2)"),
             })?;
-        let prepared = match ReconcilerPre::new(pre.clone()) {
-            Ok(p) => Prepared::Reconciler(p),
+        // The event world first: it is the reconciler world plus one export.
+        let prepared = match EventReconcilerPre::new(pre.clone())
+            .map(Prepared::EventReconciler)
+            .or_else(|_| ReconcilerPre::new(pre.clone()).map(Prepared::Reconciler))
+        {
+            Ok(p) => p,
             Err(as_reconciler) => match HealthCheckPre::new(pre) {
                 Ok(p) => Prepared::HealthCheck(p),
                 Err(as_health) => {
@@ -385,6 +473,7 @@ impl Runtime {
         plugin: Arc<str>,
         lease: LeaseView,
         limits: &CallLimits,
+        capabilities: Option<PluginCapabilities>,
     ) -> PluginStore {
         let stdout = MemoryOutputPipe::new(OUTPUT_CAPACITY);
         let stderr = MemoryOutputPipe::new(OUTPUT_CAPACITY);
@@ -396,7 +485,7 @@ impl Runtime {
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }))
             .build();
-        let mut store = Store::new(&self.engine, HostState::new(plugin, lease, limits, wasi));
+        let mut store = Store::new(&self.engine, HostState::new(plugin, lease, limits, capabilities, wasi));
         store.limiter(|state| &mut state.limits);
         store.epoch_deadline_callback(|ctx| match ctx.data().call_deadline {
             Some(deadline) if std::time::Instant::now() >= deadline => Err(Trap::Interrupt.into()),

@@ -4,9 +4,13 @@
 //! reached — the running call is interrupted and the store dropped; the term's tracker makes the
 //! release wait for that.
 //!
+//! - `reconcile`: one reconciler for one term;
+//! - `health`: one health check, following the lease's role;
 //! - [`status`]: what `/status` shows of each plugin;
 //! - `workers`: one task per plugin file, in step with the plugin set.
 
+mod health;
+mod reconcile;
 pub mod status;
 mod workers;
 
@@ -16,15 +20,17 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, info_span};
 
 use crate::lease::{LeaseEngine, Term};
 use crate::plugin::{PluginEntry, PluginSet};
-use crate::runtime::bindings::types::ReconcileContext;
+use crate::capability::Capabilities;
 use crate::runtime::host::LeaseView;
-use crate::runtime::{CallFailure, Prepared, Runtime};
+use crate::runtime::{Prepared, Runtime};
 use futures::future::BoxFuture;
 use status::{PluginState, PluginStatus, StatusBoard};
+use health::health_loop;
+use reconcile::ReconcileTask;
 use workers::Workers;
 
 /// Consecutive failures before a plugin is quarantined until its next term or a new file.
@@ -47,6 +53,8 @@ pub struct Supervisor {
     runtime: Arc<Runtime>,
     /// The lease engine, for leadership and holder id.
     leases: Arc<LeaseEngine>,
+    /// What plugins' grants draw on.
+    capabilities: Arc<Capabilities>,
     /// The current plugin set, replaced whole when the directory changes.
     plugins: watch::Receiver<Arc<PluginSet>>,
     /// What `/status` shows.
@@ -58,12 +66,14 @@ impl Supervisor {
     pub fn new(
         runtime: Arc<Runtime>,
         leases: Arc<LeaseEngine>,
+        capabilities: Arc<Capabilities>,
         plugins: watch::Receiver<Arc<PluginSet>>,
     ) -> Self {
         let board = StatusBoard::default();
         let sup = Supervisor {
             runtime,
             leases,
+            capabilities,
             plugins,
             board,
         };
@@ -167,7 +177,7 @@ impl Supervisor {
             self.publish_set(&set);
             let wanted = |e: &PluginEntry| {
                 e.manifest.lease == lease
-                    && matches!(e.loaded, Ok(ref l) if matches!(l.prepared, Prepared::Reconciler(_)))
+                    && matches!(e.loaded, Ok(ref l) if l.prepared.world().is_reconciler())
             };
             let start = |entry: Arc<PluginEntry>, retire: CancellationToken| {
                 let view = LeaseView {
@@ -178,15 +188,16 @@ impl Supervisor {
                 };
                 let span =
                     info_span!("plugin", plugin = %entry.name, lease = %lease, epoch = term.epoch);
-                let task = reconcile_loop(
-                    self.runtime.clone(),
+                let task = ReconcileTask {
+                    runtime: self.runtime.clone(),
+                    capabilities: self.capabilities.clone(),
                     entry,
-                    term.clone(),
+                    term: term.clone(),
                     retire,
                     view,
-                    self.board.clone(),
-                );
-                Box::pin(task.instrument(span)) as BoxFuture<'static, ()>
+                    board: self.board.clone(),
+                };
+                Box::pin(task.run().instrument(span)) as BoxFuture<'static, ()>
             };
             workers.sync(&set, wanted, &retire_parent, start, |task| term.spawn(task));
             tokio::select! {
@@ -226,289 +237,6 @@ impl Supervisor {
         }
         tasks.close();
         tasks.wait().await;
-    }
-}
-
-/// One health check of `lease`: `check(active)` while this replica holds the lease, stepping down
-/// after `failure_threshold` consecutive failures; `check(standby)` otherwise, keeping the replica
-/// from campaigning while it fails. A fresh store per role.
-async fn health_loop(
-    sup: Supervisor,
-    entry: Arc<PluginEntry>,
-    lease: String,
-    retire: CancellationToken,
-) {
-    use crate::runtime::bindings::types::Role as CheckRole;
-    let Ok(loaded) = &entry.loaded else { return };
-    let Prepared::HealthCheck(pre) = &loaded.prepared else {
-        return;
-    };
-    let Some(mut leadership) = sup.leases.subscribe(&lease) else {
-        return;
-    };
-    let name: Arc<str> = Arc::from(entry.name.as_str());
-    let config: Vec<(String, String)> = entry.manifest.config.clone().into_iter().collect();
-    let threshold = entry.manifest.failure_threshold;
-    let mut gated = false;
-    let mut failures = 0u32;
-    'role: loop {
-        let term = leadership
-            .borrow_and_update()
-            .term
-            .clone()
-            .filter(|t| !t.is_cancelled());
-        let role = if term.is_some() {
-            CheckRole::Active
-        } else {
-            CheckRole::Standby
-        };
-        let view = LeaseView {
-            name: lease.clone(),
-            holder: sup.leases.holder().to_string(),
-            acquired_at: term.as_ref().map(|_| SystemTime::now()),
-            term,
-        };
-        let mut store = sup
-            .runtime
-            .new_store(name.clone(), view, &entry.manifest.limits);
-        let instance = pre.instantiate_async(&mut store.store).await;
-        let init = match &instance {
-            Ok(instance) => {
-                store
-                    .call(async |s| instance.call_init(s, &config).await)
-                    .await
-            }
-            Err(e) => Err(CallFailure::Trap(format!("instantiation failed: {e:#}"))),
-        };
-        sup.board.update(&name, |s| s.calls += 1);
-        loop {
-            let result = match (&instance, &init) {
-                (Ok(instance), Ok(())) => {
-                    store
-                        .call(async |s| instance.call_check(s, role).await)
-                        .await
-                }
-                (_, Err(failure)) => Err(failure.clone()),
-                (Err(_), Ok(())) => Err(CallFailure::Trap("not instantiated".into())),
-            };
-            sup.board.update(&name, |s| s.calls += 1);
-            let poisoned = match &result {
-                Ok(()) => {
-                    failures = 0;
-                    sup.board.update(&name, |s| s.state = PluginState::Running);
-                    if gated {
-                        info!("standby health check passes again: campaigning allowed");
-                        sup.leases.allow_campaigns(&lease, true);
-                        gated = false;
-                    }
-                    false
-                }
-                Err(failure) => {
-                    failures += 1;
-                    warn!(role = ?role, failures, kind = failure.kind(), "health check failed: {failure}");
-                    sup.board.update(&name, |s| {
-                        s.last_error = Some(failure.to_string());
-                        s.traps += u64::from(failure.poisons_store());
-                        s.state = PluginState::Backoff;
-                    });
-                    match role {
-                        CheckRole::Active if failures >= threshold => {
-                            warn!(
-                                failures,
-                                "health check failed {failures} times in a row: stepping down"
-                            );
-                            sup.leases.step_down(&lease);
-                            failures = 0;
-                        }
-                        CheckRole::Standby if !gated => {
-                            warn!("standby health check fails: not campaigning until it passes");
-                            sup.leases.allow_campaigns(&lease, false);
-                            gated = true;
-                        }
-                        _ => {}
-                    }
-                    failure.poisons_store() || init.is_err()
-                }
-            };
-            tokio::select! {
-                _ = retire.cancelled() => break 'role,
-                changed = leadership.changed() => {
-                    if changed.is_err() { break 'role }
-                    continue 'role;
-                }
-                _ = tokio::time::sleep(entry.manifest.interval) => {}
-            }
-            if poisoned {
-                continue 'role;
-            }
-        }
-    }
-    if gated {
-        sup.leases.allow_campaigns(&lease, true);
-    }
-}
-
-/// Runs `call` unless the term ends first; `None` means the term ended (the call was dropped).
-async fn guarded<T>(term: &Term, call: impl Future<Output = T>) -> Option<T> {
-    tokio::select! {
-        biased;
-        _ = term.cancelled() => {
-            info!("call interrupted: the term ended; dropping the instance");
-            None
-        }
-        result = call => Some(result),
-    }
-}
-
-/// One reconciler for one term: instantiate, `init`, then `reconcile` on its schedule, with
-/// backoff after failures and quarantine after [`QUARANTINE_AFTER`] in a row.
-async fn reconcile_loop(
-    runtime: Arc<Runtime>,
-    entry: Arc<PluginEntry>,
-    term: Term,
-    retire: CancellationToken,
-    view: LeaseView,
-    board: StatusBoard,
-) {
-    let Ok(loaded) = &entry.loaded else { return };
-    let Prepared::Reconciler(pre) = &loaded.prepared else {
-        return;
-    };
-    let name: Arc<str> = Arc::from(entry.name.as_str());
-    let config: Vec<(String, String)> = entry.manifest.config.clone().into_iter().collect();
-    let mut failures = 0u32;
-    let mut tick = 0u64;
-    let fail = |failures: &mut u32, failure: &CallFailure| {
-        *failures += 1;
-        let trapped = failure.poisons_store();
-        warn!(
-            kind = failure.kind(),
-            failures = *failures,
-            "plugin call failed: {failure}"
-        );
-        board.update(&name, |s| {
-            s.last_error = Some(failure.to_string());
-            s.traps += u64::from(trapped);
-            s.state = if *failures >= QUARANTINE_AFTER {
-                PluginState::Quarantined
-            } else {
-                PluginState::Backoff
-            };
-        });
-    };
-    'instance: loop {
-        // A fresh store per instance: after any trap the old one is poisoned and dropped.
-        let mut store = runtime.new_store(name.clone(), view.clone(), &entry.manifest.limits);
-        let instance = match guarded(&term, pre.instantiate_async(&mut store.store)).await {
-            None => return,
-            Some(Ok(instance)) => instance,
-            Some(Err(e)) => {
-                fail(
-                    &mut failures,
-                    &CallFailure::Trap(format!("instantiation failed: {e:#}")),
-                );
-                if !pause(&term, &retire, &board, &name, failures).await {
-                    return;
-                }
-                continue 'instance;
-            }
-        };
-        board.update(&name, |s| s.calls += 1);
-        let init = guarded(
-            &term,
-            store.call(async |s| instance.call_init(s, &config).await),
-        )
-        .await;
-        match init {
-            None => return,
-            Some(Ok(())) => {
-                info!("plugin initialised");
-                board.update(&name, |s| s.state = PluginState::Running);
-            }
-            Some(Err(failure)) => {
-                fail(&mut failures, &failure);
-                if !pause(&term, &retire, &board, &name, failures).await {
-                    return;
-                }
-                continue 'instance;
-            }
-        }
-        loop {
-            let ctx = ReconcileContext {
-                lease: view.name.clone(),
-                epoch: u64::try_from(term.epoch).unwrap_or_default(),
-                tick,
-            };
-            tick += 1;
-            board.update(&name, |s| s.calls += 1);
-            let delay = match guarded(
-                &term,
-                store.call(async |s| instance.call_reconcile(s, &ctx).await),
-            )
-            .await
-            {
-                None => return,
-                Some(Ok(outcome)) => {
-                    if failures > 0 {
-                        board.update(&name, |s| s.state = PluginState::Running);
-                    }
-                    failures = 0;
-                    outcome
-                        .requeue_after_ms
-                        .map_or(entry.manifest.interval, Duration::from_millis)
-                }
-                Some(Err(failure)) => {
-                    fail(&mut failures, &failure);
-                    if failure.poisons_store() {
-                        if !pause(&term, &retire, &board, &name, failures).await {
-                            return;
-                        }
-                        continue 'instance;
-                    }
-                    if failures >= QUARANTINE_AFTER {
-                        quarantine(&term, &retire).await;
-                        return;
-                    }
-                    backoff(failures)
-                }
-            };
-            tokio::select! {
-                _ = term.cancelled() => return,
-                _ = retire.cancelled() => return,
-                _ = tokio::time::sleep(delay) => {}
-            }
-        }
-    }
-}
-
-/// Waits out the backoff; false when the plugin should stop (term over, retired, quarantined).
-async fn pause(
-    term: &Term,
-    retire: &CancellationToken,
-    board: &StatusBoard,
-    name: &str,
-    failures: u32,
-) -> bool {
-    if failures >= QUARANTINE_AFTER {
-        warn!(
-            failures,
-            "plugin quarantined until the next term or a new file"
-        );
-        board.update(name, |s| s.state = PluginState::Quarantined);
-        quarantine(term, retire).await;
-        return false;
-    }
-    tokio::select! {
-        _ = term.cancelled() => false,
-        _ = retire.cancelled() => false,
-        _ = tokio::time::sleep(backoff(failures)) => true,
-    }
-}
-
-async fn quarantine(term: &Term, retire: &CancellationToken) {
-    tokio::select! {
-        _ = term.cancelled() => {}
-        _ = retire.cancelled() => {}
     }
 }
 

@@ -85,7 +85,7 @@ async fn main() -> anyhow::Result<()> {
     let mut instantiate = Vec::new();
     let mut calls = Vec::new();
     for i in 0..1000u64 {
-        let mut store = runtime.new_store(name.clone(), view(), &LIMITS);
+        let mut store = runtime.new_store(name.clone(), view(), &LIMITS, None);
         let started = Instant::now();
         let instance = pre.instantiate_async(&mut store.store).await?;
         instantiate.push(started.elapsed());
@@ -126,7 +126,7 @@ async fn main() -> anyhow::Result<()> {
     let config = vec![("verb".to_string(), "loop".to_string())];
     let mut stops = Vec::new();
     for _ in 0..trials {
-        let mut store = runtime.new_store(Arc::from("misbehave"), view(), &LIMITS);
+        let mut store = runtime.new_store(Arc::from("misbehave"), view(), &LIMITS, None);
         let instance = spin.instantiate_async(&mut store.store).await?;
         store
             .call(async |s| instance.call_init(s, &config).await)

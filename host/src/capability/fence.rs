@@ -1,0 +1,86 @@
+//! The fence (DESIGN §1.3): a write to the lease database commits only inside a transaction that
+//! first locks this lease's row `FOR SHARE` and finds `holder = me AND epoch = mine AND
+//! expires_at > now`. The share lock makes a campaign (which must update the row) wait until the
+//! write commits or rolls back, so a newer epoch cannot come into existence under a write that
+//! passed the check; a write that comes after a newer epoch fails the check and changes nothing.
+
+use tokio::time::Instant;
+
+use super::CapabilityError;
+use crate::lease::Term;
+
+/// PostgreSQL: locks the lease row for the rest of the transaction and returns it only when this
+/// replica holds the lease at this epoch. Parameters: name, holder, epoch.
+pub const POSTGRES_CHECK: &str = "SELECT 1 FROM leasehold_leases
+     WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()
+     FOR SHARE";
+
+/// SQLite, inside a `BEGIN IMMEDIATE` transaction (which already holds the only write lock).
+/// Parameters: name, holder, epoch.
+pub const SQLITE_CHECK: &str = "SELECT 1 FROM leasehold_leases
+     WHERE name = ?1 AND holder = ?2 AND epoch = ?3
+       AND expires_at_ms > CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+
+/// Who writes: the lease, this replica's holder id and the term the plugin runs under.
+#[derive(Debug, Clone)]
+pub struct Fence {
+    /// The lease name.
+    pub lease: String,
+    /// This replica's holder id.
+    pub holder: String,
+    /// The term, or `None` on a standby (which may not write).
+    term: Option<Term>,
+}
+
+impl Fence {
+    /// The fence of `holder` writing under `term` of `lease`.
+    pub fn new(lease: String, holder: String, term: Option<Term>) -> Self {
+        Fence {
+            lease,
+            holder,
+            term,
+        }
+    }
+
+    /// The epoch the plugin runs under (0 on a standby, which no lease row has).
+    pub fn epoch(&self) -> i64 {
+        self.term.as_ref().map_or(0, |t| t.epoch)
+    }
+
+    /// The error of a write refused by the fence.
+    pub fn lost(&self) -> CapabilityError {
+        CapabilityError::LeaseLost {
+            lease: self.lease.clone(),
+            epoch: self.epoch(),
+        }
+    }
+
+    /// True once the term has ended or reached its local deadline: the lease may be another
+    /// replica's by now.
+    pub fn expired_locally(&self) -> bool {
+        match &self.term {
+            None => true,
+            Some(term) => term.is_cancelled() || Instant::now() >= term.safe_until(),
+        }
+    }
+
+    /// Refuses at once, without a round trip, when the term is over by the local clock.
+    pub fn check_local(&self) -> Result<(), CapabilityError> {
+        if self.expired_locally() {
+            Err(self.lost())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A failure of a fenced write before its commit was sent: past the local deadline it is a
+    /// lost lease (the server rolled the transaction back, e.g. when it ended the session of a
+    /// holder frozen mid-transaction); before it, the driver's own error.
+    pub fn failed_before_commit(&self, what: &str, error: &sqlx::Error) -> CapabilityError {
+        if self.expired_locally() {
+            self.lost()
+        } else {
+            CapabilityError::from_driver(what, error)
+        }
+    }
+}

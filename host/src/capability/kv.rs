@@ -1,0 +1,328 @@
+//! `kv`: a key-value store scoped to the plugin, kept in the lease database (table
+//! `leasehold_kv`). Writes are fenced ([`super::fence`]); reads are not, since a stale read cannot
+//! harm anything a fenced write does not also check.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
+
+use super::fence::{self, Fence};
+use super::CapabilityError;
+use crate::lease::DatabaseUrl;
+
+/// The longest key in bytes: room for paths and ids, small enough to keep the index compact.
+pub const MAX_KEY: usize = 1024;
+/// The largest value in bytes: kv is for state and checkpoints, not blobs.
+pub const MAX_VALUE: usize = 1 << 20;
+/// The most entries one `list` call returns.
+pub const MAX_PAGE: u32 = 1000;
+/// The most value bytes one `list` page carries; a page stops early (with a `next`) beyond it.
+pub const MAX_PAGE_BYTES: usize = 4 << 20;
+/// Server-side bound on one kv statement. A write may wait for the lease row while a campaign or
+/// renewal holds it, which takes milliseconds; anything longer means the database is in trouble.
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One page of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    /// Keys and values, in byte order of the keys.
+    pub entries: Vec<(String, Vec<u8>)>,
+    /// The key to pass as `after` for the next page, when there is one.
+    pub next: Option<String>,
+}
+
+/// The store, on the lease database's backend.
+#[derive(Debug, Clone)]
+pub enum Kv {
+    /// PostgreSQL: each write is one statement that locks the lease row first.
+    Postgres(PgPool),
+    /// SQLite: each write is an immediate transaction that checks the lease row first.
+    Sqlite(SqlitePool),
+}
+
+fn unavailable(what: &str) -> impl FnOnce(sqlx::Error) -> CapabilityError + '_ {
+    move |e| CapabilityError::from_driver(what, &e)
+}
+
+impl Kv {
+    /// A pool on the lease database that connects on first use (the schema is already migrated
+    /// by the lease store). Must be called within the async runtime.
+    pub fn connect_lazy(url: &DatabaseUrl) -> Result<Kv, CapabilityError> {
+        match url {
+            DatabaseUrl::Postgres(raw) => {
+                let ms = STATEMENT_TIMEOUT.as_millis().to_string();
+                let options = PgConnectOptions::from_str(raw)
+                    .map_err(|e| CapabilityError::Unavailable(format!("kv: {e}")))?
+                    .application_name("leasehold-kv")
+                    .options([
+                        ("statement_timeout", ms.as_str()),
+                        // A holder frozen between statements must not keep the lease row locked.
+                        ("idle_in_transaction_session_timeout", "1000"),
+                    ]);
+                Ok(Kv::Postgres(
+                    PgPoolOptions::new()
+                        .max_connections(4)
+                        .acquire_timeout(STATEMENT_TIMEOUT)
+                        .connect_lazy_with(options),
+                ))
+            }
+            DatabaseUrl::Sqlite { path } => {
+                let options = SqliteConnectOptions::new()
+                    .filename(path)
+                    .busy_timeout(STATEMENT_TIMEOUT);
+                Ok(Kv::Sqlite(
+                    SqlitePoolOptions::new()
+                        .max_connections(2)
+                        .acquire_timeout(STATEMENT_TIMEOUT)
+                        .connect_lazy_with(options),
+                ))
+            }
+        }
+    }
+
+    /// The value of `key` of `plugin`.
+    pub async fn get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, CapabilityError> {
+        check_key(key)?;
+        match self {
+            Kv::Postgres(pool) => {
+                sqlx::query_scalar("SELECT value FROM leasehold_kv WHERE plugin = $1 AND key = $2")
+                    .bind(plugin)
+                    .bind(key)
+                    .fetch_optional(pool)
+                    .await
+            }
+            Kv::Sqlite(pool) => {
+                sqlx::query_scalar("SELECT value FROM leasehold_kv WHERE plugin = ?1 AND key = ?2")
+                    .bind(plugin)
+                    .bind(key)
+                    .fetch_optional(pool)
+                    .await
+            }
+        }
+        .map_err(unavailable("kv get"))
+    }
+
+    /// Sets `key` of `plugin` to `value`, fenced.
+    pub async fn put(
+        &self,
+        fence: &Fence,
+        plugin: &str,
+        key: &str,
+        value: &[u8],
+    ) -> Result<(), CapabilityError> {
+        check_key(key)?;
+        if value.len() > MAX_VALUE {
+            return Err(CapabilityError::TooLarge(format!(
+                "kv value of {} bytes: the limit is {MAX_VALUE}",
+                value.len()
+            )));
+        }
+        fence.check_local()?;
+        let written = match self {
+            Kv::Postgres(pool) => {
+                // One statement, one transaction: the CTE locks the lease row before the upsert,
+                // and no row comes out of it unless the lease is still ours.
+                let sql = format!(
+                    "WITH fence AS ({check})
+                     INSERT INTO leasehold_kv AS kv (plugin, key, value, lease, epoch, updated_at)
+                     SELECT $4, $5, $6, $1, $3, now() FROM fence
+                     ON CONFLICT (plugin, key) DO UPDATE
+                        SET value = EXCLUDED.value, lease = EXCLUDED.lease,
+                            epoch = EXCLUDED.epoch, updated_at = EXCLUDED.updated_at",
+                    check = fence::POSTGRES_CHECK
+                );
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .bind(&fence.lease)
+                    .bind(&fence.holder)
+                    .bind(fence.epoch())
+                    .bind(plugin)
+                    .bind(key)
+                    .bind(value)
+                    .execute(pool)
+                    .await
+                    .map_err(|e| fence.failed_before_commit("kv put", &e))?
+                    .rows_affected()
+            }
+            Kv::Sqlite(pool) => {
+                let mut tx = pool
+                    .begin_with("BEGIN IMMEDIATE")
+                    .await
+                    .map_err(unavailable("kv put"))?;
+                if !sqlite_fence(&mut tx, fence).await? {
+                    return Err(fence.lost());
+                }
+                let n = sqlx::query(
+                    "INSERT INTO leasehold_kv (plugin, key, value, lease, epoch, updated_at_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, CAST(unixepoch('subsec') * 1000 AS INTEGER))
+                     ON CONFLICT (plugin, key) DO UPDATE
+                        SET value = excluded.value, lease = excluded.lease,
+                            epoch = excluded.epoch, updated_at_ms = excluded.updated_at_ms",
+                )
+                .bind(plugin)
+                .bind(key)
+                .bind(value)
+                .bind(&fence.lease)
+                .bind(fence.epoch())
+                .execute(&mut *tx)
+                .await
+                .map_err(unavailable("kv put"))?
+                .rows_affected();
+                tx.commit().await.map_err(unavailable("kv put: commit"))?;
+                n
+            }
+        };
+        if written == 0 {
+            return Err(fence.lost());
+        }
+        Ok(())
+    }
+
+    /// Removes `key` of `plugin`, fenced; true when it existed.
+    pub async fn delete(
+        &self,
+        fence: &Fence,
+        plugin: &str,
+        key: &str,
+    ) -> Result<bool, CapabilityError> {
+        check_key(key)?;
+        fence.check_local()?;
+        match self {
+            Kv::Postgres(pool) => {
+                let sql = format!(
+                    "WITH fence AS ({check}),
+                          gone AS (DELETE FROM leasehold_kv
+                                    WHERE plugin = $4 AND key = $5 AND EXISTS (SELECT 1 FROM fence)
+                                   RETURNING 1)
+                     SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM gone)",
+                    check = fence::POSTGRES_CHECK
+                );
+                let (held, gone): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                    .bind(&fence.lease)
+                    .bind(&fence.holder)
+                    .bind(fence.epoch())
+                    .bind(plugin)
+                    .bind(key)
+                    .fetch_one(pool)
+                    .await
+                    .map_err(|e| fence.failed_before_commit("kv delete", &e))?;
+                if held == 0 {
+                    return Err(fence.lost());
+                }
+                Ok(gone > 0)
+            }
+            Kv::Sqlite(pool) => {
+                let mut tx = pool
+                    .begin_with("BEGIN IMMEDIATE")
+                    .await
+                    .map_err(unavailable("kv delete"))?;
+                if !sqlite_fence(&mut tx, fence).await? {
+                    return Err(fence.lost());
+                }
+                let gone = sqlx::query("DELETE FROM leasehold_kv WHERE plugin = ?1 AND key = ?2")
+                    .bind(plugin)
+                    .bind(key)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(unavailable("kv delete"))?
+                    .rows_affected();
+                tx.commit().await.map_err(unavailable("kv delete: commit"))?;
+                Ok(gone > 0)
+            }
+        }
+    }
+
+    /// Up to `limit` entries of `plugin` whose keys start with `prefix` and sort after `after`.
+    pub async fn list(
+        &self,
+        plugin: &str,
+        prefix: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Page, CapabilityError> {
+        if prefix.len() > MAX_KEY {
+            return Err(CapabilityError::Invalid(format!(
+                "kv prefix of {} bytes: keys are at most {MAX_KEY}",
+                prefix.len()
+            )));
+        }
+        let limit = limit.clamp(1, MAX_PAGE);
+        // One row more than asked tells whether another page follows.
+        let fetch = i64::from(limit) + 1;
+        let mut rows = match self {
+            Kv::Postgres(pool) => sqlx::query_as::<_, (String, Vec<u8>)>(
+                "SELECT key, value FROM leasehold_kv
+                  WHERE plugin = $1 AND key >= $2 AND starts_with(key, $2)
+                    AND ($3::text IS NULL OR key > $3)
+                  ORDER BY key LIMIT $4",
+            )
+            .bind(plugin)
+            .bind(prefix)
+            .bind(after)
+            .bind(fetch)
+            .fetch(pool),
+            Kv::Sqlite(pool) => sqlx::query_as::<_, (String, Vec<u8>)>(
+                "SELECT key, value FROM leasehold_kv
+                  WHERE plugin = ?1 AND key >= ?2 AND substr(key, 1, length(?2)) = ?2
+                    AND (?3 IS NULL OR key > ?3)
+                  ORDER BY key LIMIT ?4",
+            )
+            .bind(plugin)
+            .bind(prefix)
+            .bind(after)
+            .bind(fetch)
+            .fetch(pool),
+        };
+        let mut page = Page {
+            entries: Vec::new(),
+            next: None,
+        };
+        let mut bytes = 0usize;
+        while let Some((key, value)) = rows.try_next().await.map_err(unavailable("kv list"))? {
+            let full = page.entries.len() >= limit as usize
+                || (!page.entries.is_empty() && bytes + value.len() > MAX_PAGE_BYTES);
+            if full {
+                page.next = page.entries.last().map(|(k, _)| k.clone());
+                break;
+            }
+            bytes += value.len();
+            page.entries.push((key, value));
+        }
+        Ok(page)
+    }
+}
+
+/// Runs the fence check inside an immediate SQLite transaction; true when the lease is ours.
+async fn sqlite_fence(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    fence: &Fence,
+) -> Result<bool, CapabilityError> {
+    let held: Option<i64> = sqlx::query_scalar(fence::SQLITE_CHECK)
+        .bind(&fence.lease)
+        .bind(&fence.holder)
+        .bind(fence.epoch())
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(unavailable("kv fence"))?;
+    Ok(held.is_some())
+}
+
+fn check_key(key: &str) -> Result<(), CapabilityError> {
+    if key.is_empty() {
+        return Err(CapabilityError::Invalid("kv key is empty".into()));
+    }
+    if key.len() > MAX_KEY {
+        return Err(CapabilityError::Invalid(format!(
+            "kv key of {} bytes: the limit is {MAX_KEY}",
+            key.len()
+        )));
+    }
+    if key.contains('\0') {
+        return Err(CapabilityError::Invalid(
+            "kv key contains a NUL character".into(),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,213 @@
+//! Host capabilities granted to plugins by their manifest (DESIGN §1.3, §2.1):
+//!
+//! - [`kv`]: a key-value store scoped to the plugin, kept in the lease database;
+//! - [`sql`]: statements on a PostgreSQL database named in the grant;
+//! - [`events`]: PostgreSQL notifications delivered to the lease holder;
+//! - [`fence`]: the check every write to the lease database makes, so that a write from a stale
+//!   epoch can never commit after a newer epoch exists.
+//!
+//! [`Capabilities`] is what the process offers (the lease database); [`Grants`] is what one
+//! plugin file was granted.
+
+pub mod events;
+pub mod fence;
+pub mod kv;
+pub mod sql;
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use sqlx::postgres::PgConnectOptions;
+use tokio::sync::OnceCell;
+
+use crate::lease::DatabaseUrl;
+use crate::plugin::Manifest;
+
+pub use fence::Fence;
+
+/// Why a capability call failed; each variant maps to one case of the WIT `capability-error`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CapabilityError {
+    /// The manifest does not grant the capability.
+    #[error("{capability} is not granted: add {key} to the plugin's manifest")]
+    NotGranted {
+        /// The capability (`kv`, `sql`).
+        capability: &'static str,
+        /// The manifest entry that would grant it.
+        key: &'static str,
+    },
+    /// The write was refused, or rolled back, because this replica no longer holds the lease at
+    /// the plugin's epoch.
+    #[error(
+        "lease {lease} is no longer held at epoch {epoch}: the write was refused and nothing of it was kept"
+    )]
+    LeaseLost {
+        /// The lease.
+        lease: String,
+        /// The epoch the plugin runs under.
+        epoch: i64,
+    },
+    /// The arguments were refused.
+    #[error("{0}")]
+    Invalid(String),
+    /// A cap was reached.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The database refused the statement.
+    #[error("{0}")]
+    Database(String),
+    /// The database could not be reached or did not answer in time.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl CapabilityError {
+    /// The WIT case name, for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CapabilityError::NotGranted { .. } => "not-granted",
+            CapabilityError::LeaseLost { .. } => "lease-lost",
+            CapabilityError::Invalid(_) => "invalid",
+            CapabilityError::TooLarge(_) => "too-large",
+            CapabilityError::Database(_) => "database",
+            CapabilityError::Unavailable(_) => "unavailable",
+        }
+    }
+
+    /// A driver error as the plugin sees it: the database's own message (with its SQLSTATE) when
+    /// it refused the statement, else "unavailable". Driver errors never contain the password.
+    pub fn from_driver(what: &str, error: &sqlx::Error) -> Self {
+        match error {
+            sqlx::Error::Database(db) => {
+                let code = db.code().map(|c| format!(" (SQLSTATE {c})")).unwrap_or_default();
+                // 57014: canceled by statement_timeout; 55P03: lock_timeout. Both mean "not now".
+                if matches!(db.code().as_deref(), Some("57014" | "55P03")) {
+                    CapabilityError::Unavailable(format!("{what}: {}{code}", db.message()))
+                } else {
+                    CapabilityError::Database(format!("{what}: {}{code}", db.message()))
+                }
+            }
+            other => CapabilityError::Unavailable(format!("{what}: {other}")),
+        }
+    }
+}
+
+/// What this process offers plugins: the lease database, for `kv`, for fencing, and for `events`
+/// of plugins without a sql grant. Connections are opened on first use.
+#[derive(Debug)]
+pub struct Capabilities {
+    /// The lease database.
+    lease_url: DatabaseUrl,
+    /// The key-value store, connected on first use.
+    kv: OnceCell<kv::Kv>,
+    /// The lease database's id (PostgreSQL), read on first use; `None` for SQLite.
+    database_id: OnceCell<Option<String>>,
+}
+
+impl Capabilities {
+    /// Capabilities backed by the lease database at `lease_url`.
+    pub fn new(lease_url: DatabaseUrl) -> Arc<Self> {
+        Arc::new(Capabilities {
+            lease_url,
+            kv: OnceCell::new(),
+            database_id: OnceCell::new(),
+        })
+    }
+
+    /// The lease database.
+    pub fn lease_url(&self) -> &DatabaseUrl {
+        &self.lease_url
+    }
+
+    /// The key-value store in the lease database.
+    pub async fn kv(&self) -> Result<&kv::Kv, CapabilityError> {
+        self.kv
+            .get_or_try_init(|| async { kv::Kv::connect_lazy(&self.lease_url) })
+            .await
+    }
+
+    /// The id of the lease database (see the `leasehold_database` table), so that a sql grant can
+    /// tell whether it reaches the same database; `None` when the lease database is SQLite.
+    pub async fn database_id(&self) -> Result<Option<&str>, CapabilityError> {
+        let id = self
+            .database_id
+            .get_or_try_init(|| async {
+                match self.kv().await? {
+                    kv::Kv::Postgres(pool) => sql::database_id(pool).await,
+                    kv::Kv::Sqlite(_) => Ok(None),
+                }
+            })
+            .await?;
+        Ok(id.as_deref())
+    }
+}
+
+/// What one plugin file was granted by its manifest.
+#[derive(Debug, Clone, Default)]
+pub struct Grants {
+    /// `[grants] kv = true`.
+    pub kv: bool,
+    /// `[grants.sql]`, resolved: its pool is shared by every term of this file.
+    pub sql: Option<Arc<sql::SqlGrant>>,
+    /// `[events] channels`, with the database they are listened on.
+    pub events: Option<Arc<events::EventSource>>,
+}
+
+impl Grants {
+    /// Resolves what `manifest` grants plugin `plugin`: reads the sql grant's URL from `env` and
+    /// picks the database events are listened on. Errors name the manifest key at fault.
+    pub fn resolve(
+        plugin: &str,
+        manifest: &Manifest,
+        host: &Capabilities,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Grants, String> {
+        let sql = match &manifest.grants.sql {
+            None => None,
+            Some(spec) => Some(Arc::new(sql::SqlGrant::resolve(plugin, spec, env)?)),
+        };
+        let events = if manifest.events.is_empty() {
+            None
+        } else {
+            let (options, database) = match (&sql, host.lease_url()) {
+                (Some(grant), _) => (
+                    grant.connect_options().clone(),
+                    format!("the database of {}", grant.spec().database_url_env),
+                ),
+                (None, DatabaseUrl::Postgres(raw)) => (
+                    PgConnectOptions::from_str(raw).map_err(|e| format!("[events]: {e}"))?,
+                    "the lease database".to_string(),
+                ),
+                (None, DatabaseUrl::Sqlite { .. }) => {
+                    return Err("[events] needs PostgreSQL: the lease database is SQLite and the plugin has no [grants.sql] to listen on".into());
+                }
+            };
+            Some(Arc::new(events::EventSource::new(
+                manifest.events.clone(),
+                options,
+                database,
+            )))
+        };
+        Ok(Grants {
+            kv: manifest.grants.kv,
+            sql,
+            events,
+        })
+    }
+
+    /// True when the manifest grants anything at all.
+    pub fn any(&self) -> bool {
+        self.kv || self.sql.is_some() || self.events.is_some()
+    }
+}
+
+/// The capabilities one store (one term of one plugin) may use.
+#[derive(Debug, Clone)]
+pub struct PluginCapabilities {
+    /// The plugin, which scopes its kv keys.
+    pub plugin: Arc<str>,
+    /// The process's capabilities.
+    pub host: Arc<Capabilities>,
+    /// The plugin's grants.
+    pub grants: Grants,
+}

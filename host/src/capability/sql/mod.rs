@@ -1,0 +1,332 @@
+//! `sql`: statements on the PostgreSQL database named in a plugin's `[grants.sql]`. The host
+//! reads the URL from its own environment; the plugin never sees it. Each grant has its own small
+//! pool with a server-side statement timeout, and results are capped in rows and bytes.
+//!
+//! When the granted database is the lease database (same `leasehold_database` id, whatever URL or
+//! role reaches it), `execute` and `transaction` are fenced: they run in a transaction that first
+//! locks the lease row ([`super::fence`]). `query` always runs read-only, so writes cannot bypass
+//! the fence through it.
+//!
+//! - [`guard`]: which statements a plugin may run;
+//! - [`value`]: parameters and column values.
+
+pub mod guard;
+pub mod value;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgTypeInfo, Postgres};
+use sqlx::{Executor, SqlSafeStr, Statement as _};
+use tokio::sync::OnceCell;
+
+use super::fence::{self, Fence};
+use super::{Capabilities, CapabilityError};
+use crate::lease::DatabaseUrl;
+use crate::plugin::manifest::SqlGrantSpec;
+pub use value::SqlValue;
+
+/// One statement of a transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Statement {
+    /// The SQL: one statement.
+    pub sql: String,
+    /// Its parameters, `$1` first.
+    pub params: Vec<SqlValue>,
+}
+
+/// The result of a query.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rows {
+    /// Column names, in order.
+    pub columns: Vec<String>,
+    /// Each row's values, in column order.
+    pub rows: Vec<Vec<SqlValue>>,
+}
+
+/// A plugin's sql grant: where it points, its caps, and its pool (opened on first use and kept
+/// across terms while the plugin file is unchanged).
+pub struct SqlGrant {
+    /// The plugin, for messages and the session's application name.
+    plugin: String,
+    /// The environment variable the URL came from: how errors name the database.
+    env: String,
+    /// Connect options, holding the credentials; never printed.
+    options: PgConnectOptions,
+    /// Caps and timeouts from the manifest.
+    spec: SqlGrantSpec,
+    /// The pool.
+    pool: OnceCell<PgPool>,
+    /// Whether the database is the lease database (decided on first use).
+    fenced: OnceCell<bool>,
+}
+
+impl std::fmt::Debug for SqlGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlGrant")
+            .field("plugin", &self.plugin)
+            .field("database_url_env", &self.env)
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long a fenced session may sit inside a transaction without sending anything. The host's
+/// own transactions never pause between statements, so only a frozen holder (SIGSTOP, a paused
+/// VM) reaches it; the server then ends the session, which releases the lease row for the next
+/// holder's campaign.
+pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl SqlGrant {
+    /// Resolves `spec` for `plugin`, reading the URL with `env_lookup` (the process environment in
+    /// production). Errors name the variable, never its value.
+    pub fn resolve(
+        plugin: &str,
+        spec: &SqlGrantSpec,
+        env_lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
+        let env = &spec.database_url_env;
+        let raw = env_lookup(env).ok_or_else(|| {
+            format!("[grants.sql] database_url_env = {env:?}: the host's environment has no {env}")
+        })?;
+        let url = DatabaseUrl::parse(&raw)
+            .map_err(|e| format!("[grants.sql] database_url_env = {env:?}: {e}"))?;
+        let DatabaseUrl::Postgres(raw) = &url else {
+            return Err(format!(
+                "[grants.sql] database_url_env = {env:?}: {url} is not a PostgreSQL URL; the sql capability needs PostgreSQL"
+            ));
+        };
+        let options = PgConnectOptions::from_str(raw)
+            .map_err(|e| format!("[grants.sql] {env} ({url}): {e}"))?;
+        let timeout = spec.statement_timeout.as_millis().to_string();
+        let idle = IDLE_IN_TRANSACTION_TIMEOUT.as_millis().to_string();
+        let options = options
+            .application_name(&format!("leasehold:{plugin}"))
+            .options([
+                ("statement_timeout", timeout.as_str()),
+                ("idle_in_transaction_session_timeout", idle.as_str()),
+            ]);
+        Ok(SqlGrant {
+            plugin: plugin.to_string(),
+            env: env.clone(),
+            options,
+            spec: spec.clone(),
+            pool: OnceCell::new(),
+            fenced: OnceCell::new(),
+        })
+    }
+
+    /// The grant's settings.
+    pub fn spec(&self) -> &SqlGrantSpec {
+        &self.spec
+    }
+
+    /// The connect options (for listening on the same database).
+    pub fn connect_options(&self) -> &PgConnectOptions {
+        &self.options
+    }
+
+    async fn pool(&self) -> &PgPool {
+        self.pool
+            .get_or_init(|| async {
+                PgPoolOptions::new()
+                    .max_connections(self.spec.max_connections)
+                    .acquire_timeout(self.spec.statement_timeout.max(Duration::from_secs(2)))
+                    .connect_lazy_with(self.options.clone())
+            })
+            .await
+    }
+
+    fn driver_error(&self, what: &str) -> impl Fn(sqlx::Error) -> CapabilityError + '_ {
+        let what = format!("{what} on the database of {}", self.env);
+        move |e| CapabilityError::from_driver(&what, &e)
+    }
+
+    /// Whether writes must be fenced: the granted database is the lease database.
+    pub async fn is_fenced(&self, host: &Capabilities) -> Result<bool, CapabilityError> {
+        let fenced = self
+            .fenced
+            .get_or_try_init(|| async {
+                let Some(lease_db) = host.database_id().await? else {
+                    return Ok(false);
+                };
+                let mine = database_id(self.pool().await).await?;
+                let fenced = mine.as_deref() == Some(lease_db);
+                tracing::info!(
+                    plugin = %self.plugin, database_url_env = %self.env, fenced,
+                    "sql grant: {}",
+                    if fenced { "the lease database; writes are fenced" }
+                    else { "an application database; writes are not fenced (pass the epoch along)" }
+                );
+                Ok::<_, CapabilityError>(fenced)
+            })
+            .await?;
+        Ok(*fenced)
+    }
+
+    /// Runs one read-only statement and returns its rows, within the grant's caps.
+    pub async fn query(&self, sql: &str, params: &[SqlValue]) -> Result<Rows, CapabilityError> {
+        guard::check(sql).map_err(CapabilityError::Invalid)?;
+        let args = value::arguments(params)?;
+        let err = self.driver_error("query");
+        let mut tx = self
+            .pool()
+            .await
+            .begin_with("BEGIN READ ONLY")
+            .await
+            .map_err(&err)?;
+        let statement = (&mut *tx)
+            .prepare_with(sqlx::AssertSqlSafe(sql.to_string()).into_sql_str(), &param_types(params))
+            .await
+            .map_err(&err)?;
+        let columns: Vec<String> = statement
+            .columns()
+            .iter()
+            .map(|c| sqlx::Column::name(c).to_string())
+            .collect();
+        let mut rows = Vec::new();
+        let mut bytes = 0usize;
+        {
+            let mut stream = statement.query_with(args).fetch(&mut *tx);
+            while let Some(row) = stream.try_next().await.map_err(&err)? {
+                if rows.len() >= self.spec.max_rows as usize {
+                    return Err(CapabilityError::TooLarge(format!(
+                        "the result has more than {} rows (max_rows of [grants.sql]); page with LIMIT",
+                        self.spec.max_rows
+                    )));
+                }
+                let values = value::decode_row(&row)?;
+                bytes += values.iter().map(SqlValue::size).sum::<usize>();
+                if bytes > self.spec.max_bytes {
+                    return Err(CapabilityError::TooLarge(format!(
+                        "the result is larger than {} bytes (max_bytes of [grants.sql])",
+                        self.spec.max_bytes
+                    )));
+                }
+                rows.push(values);
+            }
+        }
+        tx.rollback().await.map_err(&err)?;
+        Ok(Rows { columns, rows })
+    }
+
+    /// Runs one statement, fenced when the database is the lease database; returns the rows it
+    /// affected.
+    pub async fn execute(
+        &self,
+        host: &Capabilities,
+        fence: &Fence,
+        sql: &str,
+        params: &[SqlValue],
+    ) -> Result<u64, CapabilityError> {
+        let statement = Statement {
+            sql: sql.to_string(),
+            params: params.to_vec(),
+        };
+        if self.is_fenced(host).await? {
+            let counts = self.transaction(host, fence, std::slice::from_ref(&statement)).await?;
+            return Ok(counts.first().copied().unwrap_or_default());
+        }
+        guard::check(sql).map_err(CapabilityError::Invalid)?;
+        fence.check_local()?;
+        let args = value::arguments(params)?;
+        let done = sqlx::query_with(sqlx::AssertSqlSafe(sql.to_string()), args)
+            .execute(self.pool().await)
+            .await
+            .map_err(self.driver_error("execute"))?;
+        Ok(done.rows_affected())
+    }
+
+    /// Runs `statements` in one transaction, all or nothing; fenced when the database is the lease
+    /// database. Returns each statement's count of affected rows.
+    pub async fn transaction(
+        &self,
+        host: &Capabilities,
+        fence: &Fence,
+        statements: &[Statement],
+    ) -> Result<Vec<u64>, CapabilityError> {
+        for (i, s) in statements.iter().enumerate() {
+            guard::check(&s.sql)
+                .map_err(|why| CapabilityError::Invalid(format!("statement {}: {why}", i + 1)))?;
+        }
+        let fenced = self.is_fenced(host).await?;
+        fence.check_local()?;
+        let err = self.driver_error("transaction");
+        // Past the local deadline, a failure before the commit is a lost lease (see Fence).
+        let before_commit = |e: sqlx::Error| {
+            if fenced {
+                fence.failed_before_commit(&format!("transaction on the database of {}", self.env), &e)
+            } else {
+                err(e)
+            }
+        };
+        let mut tx = self.pool().await.begin().await.map_err(before_commit)?;
+        if fenced {
+            let held: Option<i32> = sqlx::query_scalar(fence::POSTGRES_CHECK)
+                .bind(&fence.lease)
+                .bind(&fence.holder)
+                .bind(fence.epoch())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(before_commit)?;
+            if held.is_none() {
+                return Err(fence.lost());
+            }
+        }
+        let mut counts = Vec::with_capacity(statements.len());
+        for (i, s) in statements.iter().enumerate() {
+            let args = value::arguments(&s.params)?;
+            let done = sqlx::query_with(sqlx::AssertSqlSafe(s.sql.clone()), args)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| match before_commit(e) {
+                    CapabilityError::Database(m) => {
+                        CapabilityError::Database(format!("statement {}: {m}", i + 1))
+                    }
+                    other => other,
+                })?;
+            counts.push(done.rows_affected());
+        }
+        tx.commit().await.map_err(|e| {
+            // Once the commit is sent its outcome may be unknown: never claim nothing was kept.
+            CapabilityError::Unavailable(format!(
+                "commit on the database of {}: {e} (the outcome is unknown)",
+                self.env
+            ))
+        })?;
+        Ok(counts)
+    }
+}
+
+/// The parameter types sent with a prepared statement, matching what [`value::arguments`] binds.
+fn param_types(params: &[SqlValue]) -> Vec<PgTypeInfo> {
+    use sqlx::Type;
+    params
+        .iter()
+        .map(|p| match p {
+            SqlValue::Null => PgTypeInfo::with_oid(sqlx::postgres::types::Oid(0)),
+            SqlValue::Bool(_) => <bool as Type<Postgres>>::type_info(),
+            SqlValue::Int(_) => <i64 as Type<Postgres>>::type_info(),
+            SqlValue::Float(_) => <f64 as Type<Postgres>>::type_info(),
+            SqlValue::Text(_) => <String as Type<Postgres>>::type_info(),
+            SqlValue::Bytes(_) => <Vec<u8> as Type<Postgres>>::type_info(),
+        })
+        .collect()
+}
+
+/// The id in `leasehold_database`, or `None` when the database has no such table.
+pub(super) async fn database_id(pool: &PgPool) -> Result<Option<String>, CapabilityError> {
+    let err = |e: sqlx::Error| CapabilityError::from_driver("reading leasehold_database", &e);
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('leasehold_database') IS NOT NULL")
+        .fetch_one(pool)
+        .await
+        .map_err(err)?;
+    if !exists {
+        return Ok(None);
+    }
+    sqlx::query_scalar("SELECT id FROM leasehold_database")
+        .fetch_optional(pool)
+        .await
+        .map_err(err)
+}
