@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 pub mod host;
+pub mod leader;
 pub mod pg;
 pub mod stats;
 pub mod stores;

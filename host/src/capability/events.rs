@@ -57,7 +57,10 @@ impl EventSource {
     pub fn listen(
         &self,
         stop: CancellationToken,
-    ) -> (mpsc::Receiver<Event>, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    ) -> (
+        mpsc::Receiver<Event>,
+        std::sync::Arc<std::sync::atomic::AtomicU64>,
+    ) {
         let (tx, rx) = mpsc::channel(BUFFER);
         let dropped = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let counter = dropped.clone();

@@ -9,8 +9,8 @@ use futures::TryStreamExt;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 
-use super::fence::{self, Fence};
 use super::CapabilityError;
+use super::fence::{self, Fence};
 use crate::lease::DatabaseUrl;
 
 /// The longest key in bytes: room for paths and ids, small enough to keep the index compact.
@@ -228,7 +228,9 @@ impl Kv {
                     .await
                     .map_err(unavailable("kv delete"))?
                     .rows_affected();
-                tx.commit().await.map_err(unavailable("kv delete: commit"))?;
+                tx.commit()
+                    .await
+                    .map_err(unavailable("kv delete: commit"))?;
                 Ok(gone > 0)
             }
         }

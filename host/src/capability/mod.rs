@@ -79,7 +79,10 @@ impl CapabilityError {
     pub fn from_driver(what: &str, error: &sqlx::Error) -> Self {
         match error {
             sqlx::Error::Database(db) => {
-                let code = db.code().map(|c| format!(" (SQLSTATE {c})")).unwrap_or_default();
+                let code = db
+                    .code()
+                    .map(|c| format!(" (SQLSTATE {c})"))
+                    .unwrap_or_default();
                 // 57014: canceled by statement_timeout; 55P03: lock_timeout. Both mean "not now".
                 if matches!(db.code().as_deref(), Some("57014" | "55P03")) {
                     CapabilityError::Unavailable(format!("{what}: {}{code}", db.message()))

@@ -458,8 +458,14 @@ mod tests {
         assert_eq!(m.events, ["jobs", "sandbox_events"]);
         assert_eq!(Manifest::defaults().grants, GrantSpec::default());
         for (text, key) in [
-            ("[grants.sql]\ndatabase_url_env = 'APP DB'", "grants.sql.database_url_env"),
-            ("[grants.sql]\ndatabase_url_env = 'A'\nmax_connections = 0", "grants.sql.max_connections"),
+            (
+                "[grants.sql]\ndatabase_url_env = 'APP DB'",
+                "grants.sql.database_url_env",
+            ),
+            (
+                "[grants.sql]\ndatabase_url_env = 'A'\nmax_connections = 0",
+                "grants.sql.max_connections",
+            ),
             ("[events]\nchannels = ['Jobs']", "events.channels"),
             ("[events]\nchannels = ['x;drop']", "events.channels"),
             ("[grants]\nkv = true\nsql = 3", "p.toml"),

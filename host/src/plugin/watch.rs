@@ -49,8 +49,12 @@ pub fn spawn(
             // Debounce: wait until nothing has happened for QUIET.
             while let Ok(Some(_)) = tokio::time::timeout(QUIET, events.recv()).await {}
             let previous = tx.borrow().clone();
-            let (scan_dir, scan_runtime, scan_caps, scan_previous) =
-                (dir.clone(), runtime.clone(), capabilities.clone(), previous.clone());
+            let (scan_dir, scan_runtime, scan_caps, scan_previous) = (
+                dir.clone(),
+                runtime.clone(),
+                capabilities.clone(),
+                previous.clone(),
+            );
             let scanned = tokio::task::spawn_blocking(move || {
                 scan(&scan_dir, &scan_runtime, &scan_caps, &scan_previous)
             })

@@ -37,14 +37,10 @@ impl HostState {
 
     fn sql_grant(&self) -> Result<(PluginCapabilities, std::sync::Arc<SqlGrant>), CapabilityError> {
         let caps = self.granted("sql", "[grants.sql]", |c| c.grants.sql.is_some())?;
-        let grant = caps
-            .grants
-            .sql
-            .clone()
-            .ok_or(CapabilityError::NotGranted {
-                capability: "sql",
-                key: "[grants.sql]",
-            })?;
+        let grant = caps.grants.sql.clone().ok_or(CapabilityError::NotGranted {
+            capability: "sql",
+            key: "[grants.sql]",
+        })?;
         Ok((caps, grant))
     }
 
@@ -84,10 +80,7 @@ impl kv::Host for HostState {
     async fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, WitError> {
         let caps = self.granted("kv", KV_GRANT, |c| c.grants.kv);
         let result = match caps {
-            Ok(caps) => async move {
-                caps.host.kv().await?.get(&caps.plugin, &key).await
-            }
-            .await,
+            Ok(caps) => async move { caps.host.kv().await?.get(&caps.plugin, &key).await }.await,
             Err(e) => Err(e),
         };
         self.report("kv get", result)
@@ -97,11 +90,13 @@ impl kv::Host for HostState {
         let fence = self.fence();
         let caps = self.granted("kv", KV_GRANT, |c| c.grants.kv);
         let result = match caps {
-            Ok(caps) => async move {
-                let kv = caps.host.kv().await?;
-                kv.put(&fence, &caps.plugin, &key, &value).await
+            Ok(caps) => {
+                async move {
+                    let kv = caps.host.kv().await?;
+                    kv.put(&fence, &caps.plugin, &key, &value).await
+                }
+                .await
             }
-            .await,
             Err(e) => Err(e),
         };
         self.report("kv put", result)
@@ -111,10 +106,16 @@ impl kv::Host for HostState {
         let fence = self.fence();
         let caps = self.granted("kv", KV_GRANT, |c| c.grants.kv);
         let result = match caps {
-            Ok(caps) => async move {
-                caps.host.kv().await?.delete(&fence, &caps.plugin, &key).await
+            Ok(caps) => {
+                async move {
+                    caps.host
+                        .kv()
+                        .await?
+                        .delete(&fence, &caps.plugin, &key)
+                        .await
+                }
+                .await
             }
-            .await,
             Err(e) => Err(e),
         };
         self.report("kv delete", result)
@@ -128,11 +129,14 @@ impl kv::Host for HostState {
     ) -> Result<kv::Page, WitError> {
         let caps = self.granted("kv", KV_GRANT, |c| c.grants.kv);
         let result = match caps {
-            Ok(caps) => async move {
-                let kv = caps.host.kv().await?;
-                kv.list(&caps.plugin, &prefix, after.as_deref(), limit).await
+            Ok(caps) => {
+                async move {
+                    let kv = caps.host.kv().await?;
+                    kv.list(&caps.plugin, &prefix, after.as_deref(), limit)
+                        .await
+                }
+                .await
             }
-            .await,
             Err(e) => Err(e),
         };
         self.report("kv list", result).map(|page| kv::Page {
@@ -185,10 +189,9 @@ impl sql::Host for HostState {
         let params: Vec<SqlValue> = params.into_iter().map(from_wit).collect();
         let fence = self.fence();
         let result = match self.sql_grant() {
-            Ok((caps, grant)) => async move {
-                grant.execute(&caps.host, &fence, &sql, &params).await
+            Ok((caps, grant)) => {
+                async move { grant.execute(&caps.host, &fence, &sql, &params).await }.await
             }
-            .await,
             Err(e) => Err(e),
         };
         self.report("sql execute", result)
@@ -204,10 +207,9 @@ impl sql::Host for HostState {
             .collect();
         let fence = self.fence();
         let result = match self.sql_grant() {
-            Ok((caps, grant)) => async move {
-                grant.transaction(&caps.host, &fence, &statements).await
+            Ok((caps, grant)) => {
+                async move { grant.transaction(&caps.host, &fence, &statements).await }.await
             }
-            .await,
             Err(e) => Err(e),
         };
         self.report("sql transaction", result)

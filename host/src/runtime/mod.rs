@@ -485,7 +485,10 @@ impl Runtime {
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }))
             .build();
-        let mut store = Store::new(&self.engine, HostState::new(plugin, lease, limits, capabilities, wasi));
+        let mut store = Store::new(
+            &self.engine,
+            HostState::new(plugin, lease, limits, capabilities, wasi),
+        );
         store.limiter(|state| &mut state.limits);
         store.epoch_deadline_callback(|ctx| match ctx.data().call_deadline {
             Some(deadline) if std::time::Instant::now() >= deadline => Err(Trap::Interrupt.into()),

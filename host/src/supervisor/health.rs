@@ -130,4 +130,3 @@ pub(super) async fn health_loop(
         sup.leases.allow_campaigns(&lease, true);
     }
 }
-

@@ -22,15 +22,15 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info_span};
 
+use crate::capability::Capabilities;
 use crate::lease::{LeaseEngine, Term};
 use crate::plugin::{PluginEntry, PluginSet};
-use crate::capability::Capabilities;
 use crate::runtime::host::LeaseView;
 use crate::runtime::{Prepared, Runtime};
 use futures::future::BoxFuture;
-use status::{PluginState, PluginStatus, StatusBoard};
 use health::health_loop;
 use reconcile::ReconcileTask;
+use status::{PluginState, PluginStatus, StatusBoard};
 use workers::Workers;
 
 /// Consecutive failures before a plugin is quarantined until its next term or a new file.

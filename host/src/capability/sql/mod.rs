@@ -177,7 +177,10 @@ impl SqlGrant {
             .await
             .map_err(&err)?;
         let statement = (&mut *tx)
-            .prepare_with(sqlx::AssertSqlSafe(sql.to_string()).into_sql_str(), &param_types(params))
+            .prepare_with(
+                sqlx::AssertSqlSafe(sql.to_string()).into_sql_str(),
+                &param_types(params),
+            )
             .await
             .map_err(&err)?;
         let columns: Vec<String> = statement
@@ -225,7 +228,9 @@ impl SqlGrant {
             params: params.to_vec(),
         };
         if self.is_fenced(host).await? {
-            let counts = self.transaction(host, fence, std::slice::from_ref(&statement)).await?;
+            let counts = self
+                .transaction(host, fence, std::slice::from_ref(&statement))
+                .await?;
             return Ok(counts.first().copied().unwrap_or_default());
         }
         guard::check(sql).map_err(CapabilityError::Invalid)?;
@@ -256,7 +261,10 @@ impl SqlGrant {
         // Past the local deadline, a failure before the commit is a lost lease (see Fence).
         let before_commit = |e: sqlx::Error| {
             if fenced {
-                fence.failed_before_commit(&format!("transaction on the database of {}", self.env), &e)
+                fence.failed_before_commit(
+                    &format!("transaction on the database of {}", self.env),
+                    &e,
+                )
             } else {
                 err(e)
             }

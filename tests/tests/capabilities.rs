@@ -1,0 +1,382 @@
+//! The capabilities plugins are granted, exercised in-process against real databases with a real
+//! lease held by a real driver: the fenced kv store on PostgreSQL and SQLite, and sql grants on the
+//! lease database (fenced) and on an application database (not fenced). A lease "lost without the
+//! holder knowing" is made by expiring its row behind the holder's back, as a forced release does:
+//! the holder's local term still runs, so only the database-side fence stands between its writes
+//! and the next holder's.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::capability::sql::{SqlGrant, SqlValue, Statement};
+use leasehold::capability::{Capabilities, CapabilityError, Fence};
+use leasehold::lease::DatabaseUrl;
+use leasehold::plugin::manifest::SqlGrantSpec;
+use leasehold_tests::leader::Holding;
+use leasehold_tests::stores::{Backend, Db};
+
+/// Long enough that the holder never notices the forced expiry on its own during a test.
+const TTL: Duration = Duration::from_secs(60);
+
+fn fence(h: &Holding, lease: &str) -> Fence {
+    Fence::new(lease.into(), h.holder(), Some(h.term.clone()))
+}
+
+/// Expires `lease` now, keeping its holder and epoch: the holder is not told.
+async fn expire_behind_the_holders_back(url: &DatabaseUrl, lease: &str) {
+    match url {
+        DatabaseUrl::Postgres(raw) => {
+            let pool = sqlx::PgPool::connect(raw).await.unwrap();
+            sqlx::query("UPDATE leasehold_leases SET expires_at = now() WHERE name = $1")
+                .bind(lease)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        DatabaseUrl::Sqlite { path } => {
+            let pool = sqlx::SqlitePool::connect(&format!("sqlite:{}", path.display()))
+                .await
+                .unwrap();
+            sqlx::query(
+                "UPDATE leasehold_leases SET expires_at_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) WHERE name = ?1",
+            )
+            .bind(lease)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+    }
+}
+
+async fn kv_round_trip_and_fencing(backend: Backend) {
+    let db = Db::new(backend).await.unwrap();
+    let url = DatabaseUrl::parse(&db.url().unwrap()).unwrap();
+    let old = Holding::acquire(&url, "cap", TTL).await.unwrap();
+    let caps = Capabilities::new(url.clone());
+    let kv = caps.kv().await.unwrap();
+    let f = fence(&old, "cap");
+
+    for (k, v) in [("a/1", "one"), ("a/2", "two"), ("b/1", "x")] {
+        kv.put(&f, "p", k, v.as_bytes()).await.unwrap();
+    }
+    assert_eq!(kv.get("p", "a/1").await.unwrap(), Some(b"one".to_vec()));
+    assert_eq!(
+        kv.get("other-plugin", "a/1").await.unwrap(),
+        None,
+        "scoped by plugin"
+    );
+    let page = kv.list("p", "a/", None, 1).await.unwrap();
+    assert_eq!(page.entries, vec![("a/1".to_string(), b"one".to_vec())]);
+    assert_eq!(page.next.as_deref(), Some("a/1"));
+    let page = kv.list("p", "a/", page.next.as_deref(), 1).await.unwrap();
+    assert_eq!(page.entries, vec![("a/2".to_string(), b"two".to_vec())]);
+    assert_eq!(page.next, None);
+    assert!(kv.delete(&f, "p", "a/1").await.unwrap());
+    assert!(!kv.delete(&f, "p", "a/1").await.unwrap());
+    assert!(matches!(
+        kv.put(&f, "p", "", b"x").await,
+        Err(CapabilityError::Invalid(_))
+    ));
+    let long = "k".repeat(1025);
+    assert!(matches!(
+        kv.put(&f, "p", &long, b"x").await,
+        Err(CapabilityError::Invalid(_))
+    ));
+    let big = vec![0u8; (1 << 20) + 1];
+    assert!(matches!(
+        kv.put(&f, "p", "big", &big).await,
+        Err(CapabilityError::TooLarge(_))
+    ));
+    kv.put(&f, "p", "big", &big[1..]).await.unwrap();
+
+    // The lease is lost in the database; the holder's own term still runs.
+    expire_behind_the_holders_back(&url, "cap").await;
+    assert!(!f.expired_locally());
+    let refused = kv.put(&f, "p", "a/2", b"stale").await;
+    assert!(
+        matches!(refused, Err(CapabilityError::LeaseLost { .. })),
+        "{refused:?}"
+    );
+    let refused = kv.delete(&f, "p", "b/1").await;
+    assert!(
+        matches!(refused, Err(CapabilityError::LeaseLost { .. })),
+        "{refused:?}"
+    );
+
+    // A new holder takes over (epoch + 1) and writes; the old one still cannot.
+    let new = Holding::acquire(&url, "cap", TTL).await.unwrap();
+    assert_eq!(new.term.epoch, old.term.epoch + 1);
+    kv.put(&fence(&new, "cap"), "p", "a/2", b"new")
+        .await
+        .unwrap();
+    let refused = kv.put(&f, "p", "a/2", b"stale").await;
+    assert!(
+        matches!(refused, Err(CapabilityError::LeaseLost { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(kv.get("p", "a/2").await.unwrap(), Some(b"new".to_vec()));
+    assert_eq!(kv.get("p", "b/1").await.unwrap(), Some(b"x".to_vec()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_on_postgres_is_scoped_paginated_and_fenced() {
+    kv_round_trip_and_fencing(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_on_sqlite_is_scoped_paginated_and_fenced() {
+    kv_round_trip_and_fencing(Backend::Sqlite).await;
+}
+
+fn spec(env: &str) -> SqlGrantSpec {
+    SqlGrantSpec {
+        database_url_env: env.into(),
+        statement_timeout: Duration::from_millis(500),
+        max_rows: 10,
+        max_bytes: 1 << 20,
+        max_connections: 2,
+    }
+}
+
+fn grant(env: &str, url: &str, spec: &SqlGrantSpec) -> Arc<SqlGrant> {
+    let url = url.to_string();
+    let name = env.to_string();
+    Arc::new(SqlGrant::resolve("probe", spec, move |k| (k == name).then(|| url.clone())).unwrap())
+}
+
+fn text(s: &str) -> SqlValue {
+    SqlValue::Text(s.into())
+}
+
+fn stmt(sql: &str, params: Vec<SqlValue>) -> Statement {
+    Statement {
+        sql: sql.into(),
+        params,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_on_the_lease_database_is_fenced_and_capped() {
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let raw = db.url().unwrap();
+    let url = DatabaseUrl::parse(&raw).unwrap();
+    let holding = Holding::acquire(&url, "cap", TTL).await.unwrap();
+    let caps = Capabilities::new(url.clone());
+    // Another spelling of the same server: the grant still recognises the lease database.
+    let other_spelling = raw.replace("127.0.0.1", "localhost");
+    assert_ne!(other_spelling, raw);
+    let sql = grant("APP_URL", &other_spelling, &spec("APP_URL"));
+    assert!(sql.is_fenced(&caps).await.unwrap());
+    let f = fence(&holding, "cap");
+
+    sql.execute(
+        &caps,
+        &f,
+        "CREATE TABLE items (id bigint PRIMARY KEY, n int, note text)",
+        &[],
+    )
+    .await
+    .unwrap();
+    // A NULL parameter takes the type its place needs (here an int column).
+    let n = sql
+        .execute(
+            &caps,
+            &f,
+            "INSERT INTO items VALUES ($1, $2, $3)",
+            &[SqlValue::Int(1), SqlValue::Null, text("a")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let counts = sql
+        .transaction(
+            &caps,
+            &f,
+            &[
+                stmt("INSERT INTO items VALUES (2, 2, 'b')", vec![]),
+                stmt(
+                    "UPDATE items SET n = $1 WHERE id <= 2",
+                    vec![SqlValue::Int(7)],
+                ),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(counts, vec![1, 2]);
+
+    // All or nothing.
+    let failed = sql
+        .transaction(
+            &caps,
+            &f,
+            &[
+                stmt("INSERT INTO items VALUES (3, 3, 'c')", vec![]),
+                stmt("INSERT INTO items VALUES (1, 1, 'dup')", vec![]),
+            ],
+        )
+        .await;
+    assert!(
+        matches!(&failed, Err(CapabilityError::Database(m)) if m.contains("statement 2") && m.contains("23505")),
+        "{failed:?}"
+    );
+    let rows = sql
+        .query("SELECT count(*) AS n FROM items", &[])
+        .await
+        .unwrap();
+    assert_eq!(rows.columns, vec!["n"]);
+    assert_eq!(rows.rows, vec![vec![SqlValue::Int(2)]]);
+
+    // Values of every kind the interface carries; column names even when no row comes back.
+    let rows = sql
+        .query(
+            "SELECT $1::bigint + 1 AS n, $2::text AS t, NULL::int AS z, $3::bytea AS b, true AS flag,
+                    1.5::float8 AS f, '2026-11-22 10:11:12.5+00'::timestamptz AS ts, '2024-02-29'::date AS d,
+                    '00010203-0405-0607-0809-0a0b0c0d0e0f'::uuid AS u, '{\"a\": 1}'::jsonb AS j",
+            &[SqlValue::Int(41), text("hi"), SqlValue::Bytes(vec![1, 2, 3])],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        rows.rows[0],
+        vec![
+            SqlValue::Int(42),
+            text("hi"),
+            SqlValue::Null,
+            SqlValue::Bytes(vec![1, 2, 3]),
+            SqlValue::Bool(true),
+            SqlValue::Float(1.5),
+            text("2026-11-22T10:11:12.500000Z"),
+            text("2024-02-29"),
+            text("00010203-0405-0607-0809-0a0b0c0d0e0f"),
+            text("{\"a\": 1}"),
+        ]
+    );
+    let empty = sql
+        .query("SELECT id, note FROM items WHERE false", &[])
+        .await
+        .unwrap();
+    assert_eq!((empty.columns.len(), empty.rows.len()), (2, 0));
+    let numeric = sql.query("SELECT 1.5::numeric AS x", &[]).await;
+    assert!(
+        matches!(&numeric, Err(CapabilityError::Invalid(m)) if m.contains("::text")),
+        "{numeric:?}"
+    );
+
+    // query is read-only; transaction and session control are refused.
+    let write = sql.query("DELETE FROM items", &[]).await;
+    assert!(
+        matches!(&write, Err(CapabilityError::Database(m)) if m.contains("read-only")),
+        "{write:?}"
+    );
+    for refused in [
+        "COMMIT",
+        "/* x */ rollback",
+        "SET statement_timeout = 0",
+        "BEGIN",
+    ] {
+        let r = sql.execute(&caps, &f, refused, &[]).await;
+        assert!(
+            matches!(r, Err(CapabilityError::Invalid(_))),
+            "{refused}: {r:?}"
+        );
+    }
+    let sneaky = sql
+        .transaction(
+            &caps,
+            &f,
+            &[
+                stmt("INSERT INTO items VALUES (9, 9, 'x')", vec![]),
+                stmt("COMMIT", vec![]),
+            ],
+        )
+        .await;
+    assert!(
+        matches!(sneaky, Err(CapabilityError::Invalid(_))),
+        "{sneaky:?}"
+    );
+
+    // Caps: rows per result and the statement timeout.
+    let many = sql
+        .query("SELECT g FROM generate_series(1, 20) g", &[])
+        .await;
+    assert!(
+        matches!(&many, Err(CapabilityError::TooLarge(m)) if m.contains("max_rows")),
+        "{many:?}"
+    );
+    let slow = sql.query("SELECT pg_sleep(3)", &[]).await;
+    assert!(
+        matches!(&slow, Err(CapabilityError::Unavailable(m)) if m.contains("57014")),
+        "{slow:?}"
+    );
+
+    // The lease is lost behind the holder's back: fenced writes are refused and leave nothing.
+    expire_behind_the_holders_back(&url, "cap").await;
+    let stale = sql
+        .transaction(
+            &caps,
+            &f,
+            &[stmt("INSERT INTO items VALUES (5, 5, 'stale')", vec![])],
+        )
+        .await;
+    assert!(
+        matches!(stale, Err(CapabilityError::LeaseLost { .. })),
+        "{stale:?}"
+    );
+    let stale = sql.execute(&caps, &f, "DELETE FROM items", &[]).await;
+    assert!(
+        matches!(stale, Err(CapabilityError::LeaseLost { .. })),
+        "{stale:?}"
+    );
+    let rows = sql.query("SELECT count(*) FROM items", &[]).await.unwrap();
+    assert_eq!(rows.rows, vec![vec![SqlValue::Int(2)]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_on_an_application_database_is_not_fenced() {
+    let lease_db = Db::new(Backend::Postgres).await.unwrap();
+    let url = DatabaseUrl::parse(&lease_db.url().unwrap()).unwrap();
+    let app = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    let holding = Holding::acquire(&url, "cap", TTL).await.unwrap();
+    let caps = Capabilities::new(url.clone());
+    let sql = grant("APP_URL", &app, &spec("APP_URL"));
+    assert!(!sql.is_fenced(&caps).await.unwrap());
+    let f = fence(&holding, "cap");
+    sql.execute(&caps, &f, "CREATE TABLE t (epoch bigint)", &[])
+        .await
+        .unwrap();
+    // Not the lease database: no fence in the database, so the plugin passes its epoch along.
+    expire_behind_the_holders_back(&url, "cap").await;
+    let n = sql
+        .execute(
+            &caps,
+            &f,
+            "INSERT INTO t VALUES ($1)",
+            &[SqlValue::Int(f.epoch())],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn a_grant_names_its_variable_and_never_its_value() {
+    let secret = "postgres://app:hunter2-secret@db.example:5432/app";
+    let missing = SqlGrant::resolve("p", &spec("APP_URL"), |_| None).unwrap_err();
+    assert!(missing.contains("APP_URL"), "{missing}");
+    let sqlite =
+        SqlGrant::resolve("p", &spec("APP_URL"), |_| Some("sqlite:x.db".into())).unwrap_err();
+    assert!(sqlite.contains("PostgreSQL"), "{sqlite}");
+    let grant = SqlGrant::resolve("p", &spec("APP_URL"), |_| Some(secret.into())).unwrap();
+    let shown = format!("{grant:?}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    let bad = SqlGrant::resolve("p", &spec("APP_URL"), |_| {
+        Some("postgres://app:hunter2-secret@db.example:notaport/app".into())
+    })
+    .unwrap_err();
+    assert!(!bad.contains("hunter2"), "{bad}");
+}
