@@ -32,6 +32,7 @@ bench: build guests
 	$(CARGO) build -p leasehold-tests --bins
 	RUST_BACKTRACE=0 target/debug/handoff-bench
 	RUST_BACKTRACE=0 target/debug/plugin-bench
+	RUST_BACKTRACE=0 target/debug/fence-bench
 
 # The guest SDK, example plugins and test plugins, as components in guests/dist/ (NAME.wasm with
 # its NAME.toml manifest). Picks a wasm32-wasip2 toolchain itself (DESIGN §5).

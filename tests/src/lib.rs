@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+pub mod fencing;
 pub mod host;
 pub mod leader;
 pub mod pg;
