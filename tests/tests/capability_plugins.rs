@@ -1,0 +1,339 @@
+//! Capabilities seen from real guests in real processes: every kv and sql behaviour the probe
+//! guest checks, grants enforced, credentials kept from the guest and the logs, notifications
+//! delivered only to the holder, and the orphan-sweeper example doing its job across a failover.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use leasehold_tests::host::{Host, guests_dist, wait_for_single_leader};
+
+/// A plugin directory with `guest` copied under each name, with its manifest.
+fn plugins(guest: &str, entries: &[(&str, String)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, manifest) in entries {
+        std::fs::copy(
+            guests_dist().join(format!("{guest}.wasm")),
+            dir.path().join(format!("{name}.wasm")),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join(format!("{name}.toml")), manifest).unwrap();
+    }
+    dir
+}
+
+async fn wait_for_log(host: &Host, needle: &str, timeout: Duration) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let log = host.log_text();
+        if let Some(line) = log.lines().find(|l| l.contains(needle)) {
+            return line.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {needle:?} within {timeout:?}:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn dir_arg(dir: &Path) -> &str {
+    dir.to_str().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_pass_grants_hold_and_credentials_stay_with_the_host() {
+    let server = leasehold_tests::pg::server();
+    let url = server.fresh_database().await.unwrap();
+    // A role with a password, for the grant's URL: the password must never reach the guest or
+    // the log.
+    let secret = format!("sekrit-{}", std::process::id());
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DO $$ BEGIN
+           IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'probe_app') THEN
+             CREATE ROLE probe_app LOGIN SUPERUSER;
+           END IF;
+         END $$;
+         ALTER ROLE probe_app PASSWORD '{secret}';"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let app_url = url.replacen(
+        "postgres://postgres@",
+        &format!("postgres://probe_app:{secret}@"),
+        1,
+    );
+    assert_ne!(app_url, url);
+    let sql_grant = "[grants.sql]\ndatabase_url_env = \"LEASEHOLD_TEST_APP_URL\"\n";
+    let manifest = |verb: &str, grants: &str| {
+        format!(
+            "[schedule]\ninterval = \"1s\"\n[limits]\ncall_timeout = \"4s\"\n{grants}\n[config]\nverb = \"{verb}\"\n"
+        )
+    };
+    let dir = plugins(
+        "capability-probe",
+        &[
+            ("probe-kv", manifest("kv", "[grants]\nkv = true")),
+            ("probe-sql", manifest("sql", sql_grant)),
+            (
+                "probe-limits",
+                manifest(
+                    "limits",
+                    &format!("{sql_grant}max_rows = 10\nstatement_timeout = \"500ms\"\n"),
+                ),
+            ),
+            ("probe-denied", manifest("not-granted", "")),
+            ("probe-secrets", manifest("secrets", sql_grant)),
+        ],
+    );
+    let host = Host::start_with_env(
+        "probe",
+        &["--database-url", &url, "--plugins", dir_arg(dir.path())],
+        &[
+            ("LEASEHOLD_TEST_APP_URL", app_url.as_str()),
+            ("PROBE_HOST_SECRET", secret.as_str()),
+        ],
+    )
+    .unwrap();
+    let t = Duration::from_secs(30);
+    for verb in ["kv", "sql", "not-granted"] {
+        let line = wait_for_log(&host, &format!("probe {verb} "), t).await;
+        assert!(line.contains(&format!("probe {verb} ok")), "{line}");
+    }
+    let limits = wait_for_log(&host, "probe limits ", t).await;
+    assert!(
+        limits.contains("too-large") && limits.contains("unavailable"),
+        "{limits}"
+    );
+    let secrets = wait_for_log(&host, "probe secrets ", t).await;
+    assert!(
+        secrets.contains("env=[]"),
+        "the guest sees host environment: {secrets}"
+    );
+    assert!(secrets.contains("no_such_table_xyz"), "{secrets}");
+    let log = host.log_text();
+    assert!(
+        !log.contains(&secret),
+        "the password reached the log:\n{log}"
+    );
+    // The kv probe's keys are its own.
+    let others: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM leasehold_kv WHERE plugin <> 'probe-kv'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(others, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_reach_only_the_holder() {
+    let url = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    let manifest = "[schedule]\ninterval = \"1s\"\n[events]\nchannels = [\"probe_events\"]\n[config]\nverb = \"idle\"\n".to_string();
+    let dir = plugins("capability-probe", &[("probe-events", manifest)]);
+    let args = [
+        "--database-url",
+        &url,
+        "--ttl",
+        "1s",
+        "--plugins",
+        dir_arg(dir.path()),
+    ];
+    let mut hosts = vec![
+        Host::start("a", &args).unwrap(),
+        Host::start("b", &args).unwrap(),
+    ];
+    let leader = {
+        let refs: Vec<&Host> = hosts.iter().collect();
+        wait_for_single_leader(&refs, "leader", Duration::from_secs(20))
+            .await
+            .unwrap()
+    };
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    // The holder's listener starts with its term: notify until one arrives.
+    let deliver = async |host: &Host, tag: &str| -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for n in 0.. {
+            let payload = format!("{tag}-{n}");
+            sqlx::query("SELECT pg_notify('probe_events', $1)")
+                .bind(&payload)
+                .execute(&pool)
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            if host.log_text().contains(&format!("payload={payload}")) {
+                return payload;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no event delivered:\n{}",
+                host.log_text()
+            );
+        }
+        unreachable!()
+    };
+    let first = deliver(&hosts[leader], "first").await;
+    let line = wait_for_log(
+        &hosts[leader],
+        &format!("payload={first}"),
+        Duration::from_secs(1),
+    )
+    .await;
+    assert!(line.contains("event channel=probe_events"), "{line}");
+    let standby = 1 - leader;
+    assert!(
+        !hosts[standby].log_text().contains("payload=first"),
+        "a standby got an event"
+    );
+
+    // The holder dies; the other replica takes over and now receives them.
+    hosts[leader].signal("KILL").unwrap();
+    hosts[leader].wait_exit(Duration::from_secs(5)).unwrap();
+    let survivor = hosts.remove(standby);
+    wait_for_single_leader(&[&survivor], "leader", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let second = deliver(&survivor, "second").await;
+    let line = wait_for_log(
+        &survivor,
+        &format!("payload={second}"),
+        Duration::from_secs(1),
+    )
+    .await;
+    assert!(line.contains("epoch=2"), "{line}");
+}
+
+/// The orphan-sweeper example, driven by notifications (its interval is longer than the test),
+/// across a kill -9 of its holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_orphan_sweeper_sweeps_across_a_failover() {
+    let url = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let schema = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../guests/examples/orphan-sweeper/schema.sql"),
+    )
+    .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(schema))
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO sandboxes (id, backend, last_heartbeat) VALUES
+           ('gone-1', 'b1', now() - interval '1 hour'),
+           ('gone-2', 'b1', now() - interval '1 hour'),
+           ('alive', 'b2', now())",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let manifest = "lease = \"sweeper\"
+[schedule]
+interval = \"1h\"
+[grants]
+kv = true
+[grants.sql]
+database_url_env = \"APP_DATABASE_URL\"
+[events]
+channels = [\"sandbox_events\"]
+[config]
+orphan_after = \"2s\"
+delete_after = \"2s\"
+"
+    .to_string();
+    let dir = plugins("orphan-sweeper", &[("orphan-sweeper", manifest)]);
+    let args = [
+        "--database-url",
+        &url,
+        "--lease",
+        "sweeper",
+        "--ttl",
+        "1s",
+        "--plugins",
+        dir_arg(dir.path()),
+    ];
+    let env = [("APP_DATABASE_URL", url.as_str())];
+    let mut hosts = vec![
+        Host::start_with_env("a", &args, &env).unwrap(),
+        Host::start_with_env("b", &args, &env).unwrap(),
+    ];
+    let leader = {
+        let refs: Vec<&Host> = hosts.iter().collect();
+        wait_for_single_leader(&refs, "sweeper", Duration::from_secs(20))
+            .await
+            .unwrap()
+    };
+    // The app: "alive" heartbeats, and every change is announced.
+    let beat = async || {
+        sqlx::query("UPDATE sandboxes SET last_heartbeat = now() WHERE backend = 'b2'")
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::query("NOTIFY sandbox_events")
+            .execute(&pool)
+            .await
+            .unwrap();
+    };
+    let state = async |id: &str| -> Option<(String, Option<i64>)> {
+        sqlx::query_as("SELECT state, swept_epoch FROM sandboxes WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&pool)
+            .await
+            .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while state("gone-1").await.unwrap().0 != "orphaned" {
+        assert!(Instant::now() < deadline, "{}", hosts[leader].log_text());
+        beat().await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        state("gone-2").await.unwrap(),
+        ("orphaned".to_string(), Some(1))
+    );
+
+    // The holder dies before the second grace ends; the other replica finishes the job.
+    hosts[leader].signal("KILL").unwrap();
+    hosts[leader].wait_exit(Duration::from_secs(5)).unwrap();
+    let survivor = hosts.remove(1 - leader);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while state("gone-1").await.is_some() || state("gone-2").await.is_some() {
+        assert!(Instant::now() < deadline, "{}", survivor.log_text());
+        beat().await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(state("alive").await.unwrap().0, "active");
+    assert!(
+        survivor.log_text().contains("sweep epoch=2"),
+        "{}",
+        survivor.log_text()
+    );
+    // A backend that comes back before deletion is revived.
+    sqlx::query("INSERT INTO sandboxes (id, backend, last_heartbeat) VALUES ('flaky', 'b3', now() - interval '1 hour')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while state("flaky").await.unwrap().0 != "orphaned" {
+        assert!(Instant::now() < deadline, "{}", survivor.log_text());
+        beat().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    sqlx::query("UPDATE sandboxes SET last_heartbeat = now() WHERE id = 'flaky'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while state("flaky").await.unwrap().0 != "active" {
+        assert!(Instant::now() < deadline, "{}", survivor.log_text());
+        beat().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
