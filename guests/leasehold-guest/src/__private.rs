@@ -5,10 +5,10 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::marker::PhantomData;
 
-use crate::{Config, Context, HealthCheck, Outcome, Reconciler, Role};
+use crate::{Config, Context, EventHandler, HealthCheck, Outcome, Reconciler, Role};
 
-/// Bindings of the `reconciler` world; the shared interfaces (`types`, `lease`, `log`) are
-/// generated here once.
+/// Bindings of the `reconciler` world; the shared interfaces (`types`, `lease`, `log`, `kv`,
+/// `sql`) are generated here once.
 pub mod reconciler {
     wit_bindgen::generate!({
         world: "reconciler",
@@ -35,7 +35,28 @@ pub mod health_check {
     });
 }
 
-pub use reconciler::leasehold::plugin::{lease as wit_lease, log as wit_log, types as wit_types};
+/// Bindings of the `event-reconciler` world (the reconciler's plus `handle-event`), reusing the
+/// interfaces generated for the reconciler.
+pub mod event_reconciler {
+    wit_bindgen::generate!({
+        world: "event-reconciler",
+        path: "../../wit",
+        pub_export_macro: true,
+        export_macro_name: "__leasehold_export_event_reconciler_world",
+        default_bindings_module: "leasehold_guest::__private::event_reconciler",
+        with: {
+            "leasehold:plugin/types@0.1.0": crate::__private::reconciler::leasehold::plugin::types,
+            "leasehold:plugin/lease@0.1.0": crate::__private::reconciler::leasehold::plugin::lease,
+            "leasehold:plugin/log@0.1.0": crate::__private::reconciler::leasehold::plugin::log,
+            "leasehold:plugin/kv@0.1.0": crate::__private::reconciler::leasehold::plugin::kv,
+            "leasehold:plugin/sql@0.1.0": crate::__private::reconciler::leasehold::plugin::sql,
+        },
+    });
+}
+
+pub use reconciler::leasehold::plugin::{
+    kv as wit_kv, lease as wit_lease, log as wit_log, sql as wit_sql, types as wit_types,
+};
 pub use wit_bindgen;
 
 thread_local! {
@@ -109,6 +130,25 @@ impl<T: Reconciler> reconciler::Guest for ReconcilerExport<T> {
         Ok(wit_types::Outcome {
             requeue_after_ms: outcome.requeue_after_ms(),
         })
+    }
+}
+
+/// Adapts a [`Reconciler`] that is also an [`EventHandler`] to the generated `event-reconciler`
+/// world.
+pub struct EventReconcilerExport<T>(PhantomData<T>);
+
+impl<T: Reconciler + EventHandler> event_reconciler::Guest for EventReconcilerExport<T> {
+    fn init(config: Vec<(String, String)>) -> Result<(), String> {
+        <ReconcilerExport<T> as reconciler::Guest>::init(config)
+    }
+
+    fn reconcile(ctx: wit_types::ReconcileContext) -> Result<wit_types::Outcome, String> {
+        <ReconcilerExport<T> as reconciler::Guest>::reconcile(ctx)
+    }
+
+    fn handle_event(channel: String, payload: String) -> Result<(), String> {
+        install_panic_hook();
+        with_plugin::<T, _>(None, |plugin| plugin.handle_event(&channel, &payload))
     }
 }
 

@@ -9,7 +9,9 @@
 //!
 //! - a **reconciler** ([`Reconciler`], exported with [`export_reconciler!`]) is started when its
 //!   replica acquires the lease and called on a schedule until the lease is lost; each call
-//!   brings some part of the world closer to its desired state;
+//!   brings some part of the world closer to its desired state. A reconciler that also
+//!   implements [`EventHandler`] and is exported with [`export_event_reconciler!`] is, besides,
+//!   called for PostgreSQL notifications on the channels its manifest lists;
 //! - a **health check** ([`HealthCheck`], exported with [`export_health_check!`]) is asked, on
 //!   the holder, whether the holder should keep the lease and, on the other replicas, whether
 //!   they may compete for it.
@@ -43,6 +45,43 @@
 //! Besides the trait, a plugin can read the state of its lease with the functions of [`lease`]
 //! and write to the host's log with the functions of [`log`]. Text printed to stdout or stderr
 //! also reaches the host's log, and so does the message of a panic.
+//!
+//! # Capabilities
+//!
+//! A reconciler (either kind) may use more of the host when its manifest grants it (a health
+//! check may not: its world imports neither `kv` nor `sql`):
+//!
+//! - [`kv`]: a key-value store scoped to the plugin and kept in the lease database;
+//! - [`sql`]: statements on a PostgreSQL database whose URL the host keeps;
+//! - events: PostgreSQL notifications on the listed channels, delivered to
+//!   [`EventHandler::handle_event`] of a plugin exported with [`export_event_reconciler!`].
+//!
+//! ```toml
+//! [grants]
+//! kv = true                       # fenced key-value store in the lease database
+//!
+//! [grants.sql]
+//! database_url_env = "APP_DATABASE_URL"  # env var of the HOST holding the PostgreSQL URL; never shown to the plugin
+//! statement_timeout = "2s"        # optional
+//! max_rows = 10000                # optional, per result
+//! max_bytes = "16MiB"             # optional, per result
+//! max_connections = 4             # optional, pool size for this grant
+//!
+//! [events]
+//! channels = ["sandbox_events"]   # PostgreSQL LISTEN channels (on the sql grant's database, else the lease database)
+//! ```
+//!
+//! Calls return `Result<_, `[`Error`]`>`; without the grant they return [`Error::NotGranted`].
+//!
+//! **The lease-lost contract.** Writes to the lease database — [`kv::put`], [`kv::delete`],
+//! and [`sql::execute`] and [`sql::transaction`] when the sql grant reaches the lease
+//! database — are *fenced*: each commits only if this replica still holds the lease at the
+//! epoch the plugin runs under, checked in the same transaction. If it does not, the call
+//! returns [`Error::LeaseLost`] and **nothing of it was kept**, so a replica that lost the lease
+//! without knowing it yet can never overwrite the new holder's work. On `LeaseLost` stop
+//! writing and return: the instance is about to be stopped, and the new holder carries on.
+//! Reads ([`kv::get`], [`kv::list`], [`sql::query`]) are not fenced. Writes to a database other
+//! than the lease database are not fenced by the host: pass [`Context::epoch`] along.
 
 #![deny(missing_docs)]
 
@@ -50,11 +89,15 @@
 pub mod __private;
 mod config;
 mod context;
+mod error;
+pub mod kv;
 pub mod lease;
 pub mod log;
+pub mod sql;
 
 pub use config::Config;
 pub use context::{Context, Outcome, Role};
+pub use error::Error;
 
 /// A plugin that reconciles on a schedule while its replica holds the lease.
 ///
@@ -86,6 +129,63 @@ pub trait Reconciler: Sized + 'static {
     fn reconcile(&mut self, ctx: Context) -> Result<Outcome, String>;
 }
 
+/// A [`Reconciler`] that also reacts to PostgreSQL notifications.
+///
+/// The manifest lists the channels:
+///
+/// ```toml
+/// [events]
+/// channels = ["sandbox_events"]   # PostgreSQL LISTEN channels (on the sql grant's database, else the lease database)
+/// ```
+///
+/// While its replica holds the lease, the host listens on them and calls
+/// [`handle_event`](EventHandler::handle_event) for each notification (`NOTIFY channel,
+/// 'payload'` or `pg_notify(channel, payload)`), one call at a time, between reconciles, on the
+/// same instance. Notifications sent while no replica listens (during a handover, say) are
+/// lost: use them for latency and keep [`reconcile`](Reconciler::reconcile) as the fallback
+/// that eventually finds all the work.
+///
+/// Export the implementing type with [`export_event_reconciler!`].
+///
+/// ```no_run
+/// use leasehold_guest::{log, Config, Context, EventHandler, Outcome, Reconciler};
+///
+/// struct Sweeper;
+///
+/// impl Sweeper {
+///     fn sweep(&mut self) -> Result<(), String> {
+///         Ok(()) // ... the work ...
+///     }
+/// }
+///
+/// impl Reconciler for Sweeper {
+///     fn init(_config: Config) -> Result<Self, String> {
+///         Ok(Sweeper)
+///     }
+///
+///     fn reconcile(&mut self, _ctx: Context) -> Result<Outcome, String> {
+///         self.sweep()?;
+///         Ok(Outcome::default())
+///     }
+/// }
+///
+/// impl EventHandler for Sweeper {
+///     fn handle_event(&mut self, channel: &str, payload: &str) -> Result<(), String> {
+///         log::debug(&format!("{channel}: {payload}"));
+///         self.sweep()
+///     }
+/// }
+///
+/// leasehold_guest::export_event_reconciler!(Sweeper);
+/// ```
+pub trait EventHandler: Reconciler {
+    /// Handles one notification: its channel and its payload (`""` when it had none).
+    ///
+    /// An error counts as a failure, like a failed [`reconcile`](Reconciler::reconcile). The
+    /// call has the same deadline as a reconcile.
+    fn handle_event(&mut self, channel: &str, payload: &str) -> Result<(), String>;
+}
+
 /// A plugin that says whether its replica is fit to hold the lease.
 ///
 /// On the replica holding the lease the host calls [`check`](HealthCheck::check) with
@@ -115,7 +215,11 @@ pub trait HealthCheck: Sized + 'static {
 /// leasehold_guest::export_reconciler!(MyReconciler);
 /// ```
 ///
-/// A crate exports exactly one plugin: one `export_reconciler!` or one `export_health_check!`.
+/// The component exports the `reconciler` world: it receives no events, even if its manifest
+/// lists `[events] channels` (use [`export_event_reconciler!`] for that).
+///
+/// A crate exports exactly one plugin: one `export_reconciler!`, `export_event_reconciler!` or
+/// `export_health_check!`.
 #[macro_export]
 macro_rules! export_reconciler {
     ($plugin:ty $(,)?) => {
@@ -123,6 +227,29 @@ macro_rules! export_reconciler {
             type __LeaseholdReconciler = $crate::__private::ReconcilerExport<$plugin>;
             $crate::__private::reconciler::__leasehold_export_reconciler_world!(
                 __LeaseholdReconciler with_types_in $crate::__private::reconciler
+            );
+        };
+    };
+}
+
+/// Makes a type implementing [`Reconciler`] and [`EventHandler`] the plugin of this crate, as a
+/// component of the `event-reconciler` world.
+///
+/// Call it once, at the top level of the crate, with the type's name:
+///
+/// ```ignore
+/// leasehold_guest::export_event_reconciler!(MySweeper);
+/// ```
+///
+/// A crate exports exactly one plugin: one `export_reconciler!`, `export_event_reconciler!` or
+/// `export_health_check!`.
+#[macro_export]
+macro_rules! export_event_reconciler {
+    ($plugin:ty $(,)?) => {
+        const _: () = {
+            type __LeaseholdEventReconciler = $crate::__private::EventReconcilerExport<$plugin>;
+            $crate::__private::event_reconciler::__leasehold_export_event_reconciler_world!(
+                __LeaseholdEventReconciler with_types_in $crate::__private::event_reconciler
             );
         };
     };
@@ -136,7 +263,8 @@ macro_rules! export_reconciler {
 /// leasehold_guest::export_health_check!(MyCheck);
 /// ```
 ///
-/// A crate exports exactly one plugin: one `export_reconciler!` or one `export_health_check!`.
+/// A crate exports exactly one plugin: one `export_reconciler!`, `export_event_reconciler!` or
+/// `export_health_check!`.
 #[macro_export]
 macro_rules! export_health_check {
     ($plugin:ty $(,)?) => {
