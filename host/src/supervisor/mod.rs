@@ -135,6 +135,7 @@ impl Supervisor {
                     last_error,
                     calls: old.map_or(0, |o| o.calls),
                     traps: old.map_or(0, |o| o.traps),
+                    refused_writes: old.map_or(0, |o| o.refused_writes),
                 },
             };
             self.board.put(status);

@@ -138,6 +138,7 @@ impl ReconcileTask {
             };
             board.update(&name, |s| s.calls += 1);
             let init = guarded(&term, store.call(async |s| instance.init(s, &config).await)).await;
+            count_refusals(&mut store, &board, &name);
             match init {
                 None => return,
                 Some(Ok(())) => {
@@ -165,6 +166,7 @@ impl ReconcileTask {
                     store.call(async |s| instance.reconcile(s, &ctx).await),
                 )
                 .await
+                .inspect(|_| count_refusals(&mut store, &board, &name))
                 {
                     None => return,
                     Some(Ok(outcome)) => {
@@ -221,6 +223,7 @@ impl ReconcileTask {
                         }),
                     )
                     .await;
+                    count_refusals(&mut store, &board, &name);
                     match handled {
                         None => return,
                         Some(Ok(())) => {}
@@ -241,6 +244,14 @@ impl ReconcileTask {
                 }
             }
         }
+    }
+}
+
+/// Moves the store's count of fenced writes refused during the last call to the board.
+fn count_refusals(store: &mut crate::runtime::PluginStore, board: &StatusBoard, name: &str) {
+    let refused = std::mem::take(&mut store.store.data_mut().fenced_refusals);
+    if refused > 0 {
+        board.update(name, |s| s.refused_writes += refused);
     }
 }
 

@@ -40,6 +40,9 @@ pub struct PluginStatus {
     pub calls: u64,
     /// Calls that trapped (including timeouts and limit breaches).
     pub traps: u64,
+    /// Writes (kv, fenced sql) refused with `lease-lost`: work done after this replica lost the
+    /// lease, which the fence kept out of the database.
+    pub refused_writes: u64,
 }
 
 /// The shared table of plugin statuses.
