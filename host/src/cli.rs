@@ -196,6 +196,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     // The root of the cancellation tree: cancelling it ends every term and releases every lease.
     let root = CancellationToken::new();
+    let metrics = crate::metrics::Metrics::new();
     let (driver, engine) = Driver::new(
         store,
         holder,
@@ -203,6 +204,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         config.leases.clone(),
         root.clone(),
     );
+    let driver = driver.with_metrics(metrics.clone());
     let tasks = TaskTracker::new();
     // Plugins are compiled and pre-linked before the first campaign, so that an acquisition
     // only has to instantiate them.
@@ -210,7 +212,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut _plugin_set = None;
     let plugins = match &config.plugins {
         Some(dir) => {
-            let (supervisor, set) = start_plugins(dir, &config, engine.clone(), &root)?;
+            let (supervisor, set) =
+                start_plugins(dir, &config, engine.clone(), metrics.clone(), &root)?;
             _plugin_set = Some(set);
             let board = supervisor.board().clone();
             tasks.spawn(supervisor.run(root.clone()));
@@ -222,6 +225,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let state = crate::http::AppState {
         leases: engine.clone(),
         plugins,
+        metrics,
     };
     let http = tasks.spawn(crate::http::serve(listener, state, http_stop.clone()));
     let mut driver = tasks.spawn(driver.run());
@@ -257,6 +261,7 @@ fn start_plugins(
     dir: &std::path::Path,
     config: &Config,
     leases: std::sync::Arc<crate::lease::LeaseEngine>,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
     root: &CancellationToken,
 ) -> anyhow::Result<(
     crate::supervisor::Supervisor,
@@ -273,7 +278,7 @@ fn start_plugins(
         fuel: config.fuel,
         ..EngineOptions::default()
     };
-    let runtime = Runtime::new(options, &config.cache_dir)?;
+    let runtime = Runtime::new(options, &config.cache_dir, metrics)?;
     let capabilities = crate::capability::Capabilities::new(config.database_url.clone());
     let set = crate::plugin::scan(dir, &runtime, &capabilities, &Default::default())
         .with_context(|| format!("reading plugin directory {}", dir.display()))?;
@@ -299,7 +304,11 @@ fn start_plugins(
 /// `leasehold check`: exit 0 only for a loadable plugin.
 pub fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     use crate::runtime::{Runtime, WIT_PACKAGE, cache, engine::EngineOptions};
-    let runtime = Runtime::new(EngineOptions::default(), &cache::default_dir())?;
+    let runtime = Runtime::new(
+        EngineOptions::default(),
+        &cache::default_dir(),
+        crate::metrics::Metrics::new(),
+    )?;
     let file = args.file.display().to_string();
     match runtime.load_file(&args.file) {
         Ok(loaded) => {

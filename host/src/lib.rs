@@ -9,7 +9,8 @@
 //! - [`runtime`]: the WebAssembly engine, compiled components, stores and guarded calls;
 //! - [`capability`]: what plugins may be granted: fenced kv, sql, events;
 //! - [`supervisor`]: plugins bound to the lifecycle of their lease;
-//! - [`http`]: `/healthz` and `/status`;
+//! - [`http`]: `/healthz`, `/readyz`, `/status` and `/metrics`;
+//! - [`metrics`]: the Prometheus metrics the lease driver and the runtime record;
 //! - [`cli`]: the command line (`run`, `check`, `leases list`).
 
 pub mod capability;
@@ -17,6 +18,7 @@ pub mod cli;
 pub mod config;
 pub mod http;
 pub mod lease;
+pub mod metrics;
 pub mod plugin;
 pub mod runtime;
 pub mod supervisor;

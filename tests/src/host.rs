@@ -136,6 +136,17 @@ impl Host {
             .await?)
     }
 
+    /// `GET path`: the status code and the body.
+    pub async fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        let response = self
+            .client
+            .get(format!("http://{}{path}", self.addr))
+            .send()
+            .await?;
+        let code = response.status().as_u16();
+        Ok((code, response.text().await?))
+    }
+
     /// The role of `lease` in `/status`, or `None` if the process does not answer.
     pub async fn role(&self, lease: &str) -> Option<String> {
         let status = self.status().await.ok()?;

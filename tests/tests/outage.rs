@@ -1,6 +1,6 @@
 //! A PostgreSQL outage under running `leasehold` processes: the holder fails closed (its term ends
-//! by `safe_until`, nobody leads), no process exits, and leadership returns with a new epoch when
-//! the database does. Its own test binary, because it stops the server its tests share.
+//! by `safe_until`, nobody leads), `/readyz` says 503 with the reason, no process exits, and
+//! leadership (and readiness) return with a new epoch when the database does. Its own test binary, because it stops the server its tests share.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -64,6 +64,13 @@ async fn a_database_outage_fails_closed_and_recovers() {
     );
     let status = hosts[leader].status().await.unwrap();
     assert!(status["store_error"].is_string(), "{status}");
+    // Not ready while the store is down, with the reason; alive all the same.
+    for h in hosts {
+        let (code, body) = h.get("/readyz").await.unwrap();
+        assert_eq!(code, 503, "{body}");
+        assert!(body.contains("lease store"), "{body}");
+        assert_eq!(h.get("/healthz").await.unwrap().0, 200);
+    }
     // Ride out the outage for a few ttls: nobody exits, nobody leads.
     tokio::time::sleep(ttl * 2).await;
     assert!(roles(&hosts).await.iter().all(|r| r != "leader"));
@@ -72,6 +79,10 @@ async fn a_database_outage_fails_closed_and_recovers() {
     wait_for_single_leader(&hosts, "leader", Duration::from_secs(20))
         .await
         .unwrap();
+    for h in hosts {
+        let (code, body) = h.get("/readyz").await.unwrap();
+        assert_eq!(code, 200, "{body}");
+    }
     let status = a.status().await.unwrap();
     let new_epoch = status["leases"][0]["epoch"].as_i64().unwrap();
     assert_eq!(new_epoch, epoch + 1, "{status}");

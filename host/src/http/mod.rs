@@ -1,10 +1,14 @@
-//! The HTTP endpoint: `/healthz` (the process runs) and `/status` (this replica's view of each
-//! lease). The JSON field names of `/status` are a contract for other tooling: keep them.
+//! The HTTP endpoint: `/healthz` (the process runs), `/readyz` (the store answers and the plugins
+//! are loaded), `/status` (this replica's view of each lease and plugin) and `/metrics`
+//! (Prometheus). The JSON field names of `/status` and the metric names are a contract for other
+//! tooling: keep them.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
@@ -12,6 +16,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::lease::{Epoch, LeaseEngine, Role};
+use crate::metrics::Metrics;
 use crate::supervisor::status::{PluginStatus, StatusBoard};
 
 /// What the handlers read.
@@ -21,6 +26,8 @@ pub struct AppState {
     pub leases: Arc<LeaseEngine>,
     /// The plugin statuses, when plugins are enabled.
     pub plugins: Option<StatusBoard>,
+    /// The metrics `/metrics` shows.
+    pub metrics: Arc<Metrics>,
 }
 
 /// `/status`: who this replica is and what it knows of each lease.
@@ -58,7 +65,9 @@ pub struct LeaseStatus {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
         .route("/status", get(status))
+        .route("/metrics", get(metrics))
         .with_state(state)
 }
 
@@ -127,4 +136,48 @@ async fn status(State(state): State<AppState>) -> Json<Status> {
         status.plugins = board.snapshot();
     }
     Json(status)
+}
+
+/// Ready when the store answers within a second. The plugin directory is loaded before the server
+/// starts, so a replica that serves at all has its plugins.
+async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
+    let timeout = Duration::from_secs(1);
+    match tokio::time::timeout(timeout, state.leases.store().ping()).await {
+        Ok(Ok(())) => (StatusCode::OK, "ready\n".into()),
+        Ok(Err(e)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: the lease store does not answer: {e}\n"),
+        ),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: the lease store did not answer within {timeout:?}\n"),
+        ),
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    // Time left is a moving value: computed at scrape time from each term's local deadline.
+    let now = tokio::time::Instant::now();
+    for name in state.leases.lease_names() {
+        let left = state
+            .leases
+            .leadership(name)
+            .and_then(|l| l.term)
+            .filter(|t| !t.is_cancelled())
+            .map_or(0.0, |t| {
+                t.safe_until().saturating_duration_since(now).as_secs_f64()
+            });
+        state
+            .metrics
+            .expires_in_seconds
+            .get_or_create(&Metrics::lease(name))
+            .set(left);
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
 }

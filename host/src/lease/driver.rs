@@ -16,9 +16,10 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::coordinator::{Announcement, Coordinator, Effect, EndReason, Event};
 use super::identity::HolderId;
-use super::leadership::{Leadership, Term};
+use super::leadership::{Leadership, Role, Term};
 use super::store::{LeaseStore, ReleaseNotice, StoreError};
 use super::timing::Timing;
+use crate::metrics::Metrics;
 
 /// What the rest of the host holds of the lease engine: the identity, the store and a leadership
 /// watch per lease. Cheap to share behind an `Arc`.
@@ -115,6 +116,8 @@ pub struct Driver {
     requests_rx: mpsc::UnboundedReceiver<Event>,
     /// Store calls in flight, so shutdown can wait for them.
     calls: TaskTracker,
+    /// Where transitions, renewal latency and loss-to-stop are recorded.
+    metrics: Arc<Metrics>,
 }
 
 impl Driver {
@@ -160,8 +163,15 @@ impl Driver {
             events_rx,
             requests_rx,
             calls: TaskTracker::new(),
+            metrics: Metrics::new(),
         };
         (driver, engine)
+    }
+
+    /// Records into `metrics` (by default, into a registry nobody reads).
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Runs until the root token is cancelled and every lease has been released in order.
@@ -224,11 +234,19 @@ impl Driver {
             Effect::Renew { batch, timeout } => {
                 let (store, holder) = (self.store.clone(), self.holder.clone());
                 let span = info_span!("renew", holder = %holder, leases = batch.len());
+                let metrics = self.metrics.clone();
                 self.call(span, async move {
                     let started = Instant::now();
                     let result =
                         within(timeout, "renew", store.renew(holder.as_str(), &batch)).await;
-                    debug!(elapsed = ?started.elapsed(), ok = result.is_ok(), "renewal returned");
+                    let took = started.elapsed();
+                    debug!(elapsed = ?took, ok = result.is_ok(), "renewal returned");
+                    for request in &batch {
+                        metrics
+                            .renew_seconds
+                            .get_or_create(&Metrics::lease(&request.name))
+                            .observe(took.as_secs_f64());
+                    }
                     Event::RenewDone {
                         result: result.map_err(|e| e.to_string()),
                     }
@@ -302,16 +320,22 @@ impl Driver {
                     EndReason::Releasing => "releasing",
                 };
                 info!(lease = %lease, epoch, holder = %self.holder, reason = why, "term ended: plugins stopped");
-                if confirm {
-                    let events = self.events_tx.clone();
-                    let tracker = active.map(|a| a.tracker);
-                    self.calls.spawn(async move {
-                        if let Some(tracker) = tracker {
-                            tracker.wait().await;
-                        }
+                let ended_at = Instant::now();
+                let tracker = active.map(|a| a.tracker);
+                let events = confirm.then(|| self.events_tx.clone());
+                let metrics = self.metrics.clone();
+                self.calls.spawn(async move {
+                    if let Some(tracker) = tracker {
+                        tracker.wait().await;
+                        metrics
+                            .loss_to_stop_seconds
+                            .get_or_create(&Metrics::lease(&lease))
+                            .observe(ended_at.elapsed().as_secs_f64());
+                    }
+                    if let Some(events) = events {
                         let _ = events.send(Event::TermStopped { lease, epoch });
-                    });
-                }
+                    }
+                });
             }
             Effect::Announce(announcement) => self.announce(announcement),
         }
@@ -387,6 +411,18 @@ impl Driver {
                 continue;
             };
             let term = self.terms.get(name).map(|a| a.term.clone());
+            let label = Metrics::lease(name);
+            if tx.borrow().role != role {
+                self.metrics.transitions.get_or_create(&label).inc();
+            }
+            self.metrics
+                .is_leader
+                .get_or_create(&label)
+                .set(i64::from(role == Role::Leader));
+            self.metrics
+                .epoch
+                .get_or_create(&label)
+                .set(epoch.unwrap_or_default());
             tx.send_if_modified(|current| {
                 let same_term = match (&current.term, &term) {
                     (None, None) => true,

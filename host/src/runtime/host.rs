@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 use wasmtime::component::ResourceTable;
-use wasmtime::{StoreLimits, StoreLimitsBuilder};
+use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{lease, log};
@@ -46,7 +46,7 @@ pub struct HostState {
     /// When the running call must end (checked at each epoch tick).
     pub call_deadline: Option<std::time::Instant>,
     /// Memory and table limits; growth beyond them traps.
-    pub limits: StoreLimits,
+    pub limits: Limiter,
     /// Log lines the guest may still write in this call; reset by the caller before each call.
     pub log_budget: u32,
     /// Log lines dropped in this call for want of budget.
@@ -72,14 +72,17 @@ impl HostState {
             plugin,
             lease,
             call_deadline: None,
-            limits: StoreLimitsBuilder::new()
-                .memory_size(limits.memory_bytes)
-                .table_elements(100_000)
-                .instances(16)
-                .tables(16)
-                .memories(4)
-                .trap_on_grow_failure(true)
-                .build(),
+            limits: Limiter {
+                inner: StoreLimitsBuilder::new()
+                    .memory_size(limits.memory_bytes)
+                    .table_elements(100_000)
+                    .instances(16)
+                    .tables(16)
+                    .memories(4)
+                    .trap_on_grow_failure(true)
+                    .build(),
+                memory_high_water: 0,
+            },
             log_budget: LOG_LINES_PER_CALL,
             logs_dropped: 0,
             capabilities,
@@ -87,6 +90,59 @@ impl HostState {
             wasi,
             table: ResourceTable::new(),
         }
+    }
+}
+
+/// The store's limits, remembering the largest memory granted (for the high-water metric).
+#[derive(Debug)]
+pub struct Limiter {
+    /// The limits proper.
+    inner: StoreLimits,
+    /// The largest linear memory granted so far, in bytes.
+    pub memory_high_water: usize,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let granted = self.inner.memory_growing(current, desired, maximum)?;
+        if granted {
+            self.memory_high_water = self.memory_high_water.max(desired);
+        }
+        Ok(granted)
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.inner.memory_grow_failed(error)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.inner.table_growing(current, desired, maximum)
+    }
+
+    fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.inner.table_grow_failed(error)
+    }
+
+    fn instances(&self) -> usize {
+        self.inner.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.inner.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.inner.memories()
     }
 }
 

@@ -30,6 +30,7 @@ use self::cache::{CacheOutcome, ComponentCache};
 use self::engine::{Allocator, EngineOptions};
 use self::host::{CallLimits, HostState, LeaseView};
 use crate::capability::PluginCapabilities;
+use crate::metrics::Metrics;
 
 /// The WIT package version this host implements.
 pub const WIT_PACKAGE: &str = "leasehold:plugin@0.1.0";
@@ -289,6 +290,8 @@ impl CallFailure {
 
 /// The engine, the linker with every host import, and the compile cache.
 pub struct Runtime {
+    /// Where calls, traps, fuel and memory are recorded.
+    metrics: Arc<Metrics>,
     engine: Engine,
     allocator: Allocator,
     options: EngineOptions,
@@ -308,7 +311,11 @@ impl std::fmt::Debug for Runtime {
 
 impl Runtime {
     /// Builds the engine (starting its epoch ticker) and links WASI p2 and the leasehold imports.
-    pub fn new(options: EngineOptions, cache_dir: &Path) -> Result<Arc<Self>, RuntimeError> {
+    pub fn new(
+        options: EngineOptions,
+        cache_dir: &Path,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<Self>, RuntimeError> {
         let err = |e: wasmtime::Error| RuntimeError::Engine(format!("{e:#}"));
         let (engine, allocator) = engine::build(&options).map_err(err)?;
         engine::start_ticker(&engine, options.tick)
@@ -323,6 +330,7 @@ impl Runtime {
         bindings::types::add_to_linker::<HostState, Data>(&mut linker, |s| s).map_err(err)?;
         let cache = ComponentCache::new(cache_dir.to_path_buf(), &engine);
         Ok(Arc::new(Runtime {
+            metrics,
             engine,
             allocator,
             options,
@@ -503,6 +511,7 @@ impl Runtime {
         }
         PluginStore {
             store,
+            metrics: self.metrics.clone(),
             limits: *limits,
             meters_fuel: self.options.fuel,
             stdout,
@@ -534,6 +543,8 @@ fn world_mismatch(exports: &[String], expected: &[&str], error: &wasmtime::Error
 pub struct PluginStore {
     /// The wasmtime store.
     pub store: Store<HostState>,
+    /// Where each call is recorded.
+    metrics: Arc<Metrics>,
     limits: CallLimits,
     meters_fuel: bool,
     stdout: MemoryOutputPipe,
@@ -556,10 +567,13 @@ impl PluginStore {
             data.log_budget = host::LOG_LINES_PER_CALL;
             data.logs_dropped = 0;
         }
+        let fuel_given = self.limits.fuel.unwrap_or(u64::MAX);
         if self.meters_fuel {
             // Without a configured budget a metering engine still needs fuel to run at all.
-            let _ = self.store.set_fuel(self.limits.fuel.unwrap_or(u64::MAX));
+            let _ = self.store.set_fuel(fuel_given);
         }
+        let refused_before = self.store.data().fenced_refusals;
+        let started = Instant::now();
         // The epoch callback stops a guest that computes past its deadline; a guest blocked in a
         // host call (a WASI sleep or poll) runs no wasm to check it, so the future is also
         // bounded here. Dropping it poisons the store, as a trap does.
@@ -574,10 +588,50 @@ impl PluginStore {
             let state = self.store.data();
             tracing::warn!(plugin = &*state.plugin, lease = %state.lease.name, dropped, "guest log lines dropped: over the per-call budget");
         }
-        match outcome {
+        let result = match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(message)) => Err(CallFailure::Returned(message)),
             Err(error) => Err(CallFailure::classify(error, timeout)),
+        };
+        self.record(started.elapsed(), &result, fuel_given, refused_before);
+        result
+    }
+
+    fn record<T>(
+        &self,
+        took: Duration,
+        result: &Result<T, CallFailure>,
+        fuel_given: u64,
+        refused_before: u64,
+    ) {
+        let data = self.store.data();
+        let plugin = &*data.plugin;
+        let trap = match result {
+            Err(failure) if failure.poisons_store() => Some(failure.kind()),
+            _ => None,
+        };
+        let error = matches!(result, Err(CallFailure::Returned(_)));
+        self.metrics.record_call(plugin, took, trap, error);
+        let label = Metrics::plugin(plugin);
+        if self.meters_fuel {
+            if let Ok(left) = self.store.get_fuel() {
+                self.metrics
+                    .plugin_fuel
+                    .get_or_create(&label)
+                    .inc_by(fuel_given.saturating_sub(left));
+            }
+        }
+        let high_water = i64::try_from(data.limits.memory_high_water).unwrap_or(i64::MAX);
+        let gauge = self.metrics.plugin_memory_bytes.get_or_create(&label);
+        if high_water > gauge.get() {
+            gauge.set(high_water);
+        }
+        let refused = data.fenced_refusals.saturating_sub(refused_before);
+        if refused > 0 {
+            self.metrics
+                .plugin_refused_writes
+                .get_or_create(&label)
+                .inc_by(refused);
         }
     }
 

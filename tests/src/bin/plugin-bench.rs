@@ -49,7 +49,11 @@ async fn main() -> anyhow::Result<()> {
     let hello = std::fs::read(dist.join("hello-reconciler.wasm"))?;
     let misbehave = std::fs::read(dist.join("misbehave.wasm"))?;
     let cache = tempfile::tempdir()?;
-    let runtime = Runtime::new(EngineOptions::default(), cache.path())?;
+    let runtime = Runtime::new(
+        EngineOptions::default(),
+        cache.path(),
+        leasehold::metrics::Metrics::new(),
+    )?;
     println!(
         "plugin benchmark: allocator {:?}, {trials} trials for loss-to-stop",
         runtime.allocator()

@@ -1,0 +1,211 @@
+//! Prometheus metrics (DESIGN §3): one registry per process, written by the lease driver and the
+//! plugin runtime, read by `/metrics`. Names and labels are a contract for dashboards: keep them.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels of a per-lease metric.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseLabel {
+    /// The lease name.
+    pub lease: String,
+}
+
+/// Labels of a per-plugin metric.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabel {
+    /// The plugin name.
+    pub plugin: String,
+}
+
+/// Labels of a per-plugin count by kind (of trap).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginKindLabel {
+    /// The plugin name.
+    pub plugin: String,
+    /// What happened (`timeout`, `fuel`, `memory`, `stack`, `trap`).
+    pub kind: String,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+type HistogramMaker = fn() -> Histogram;
+
+/// Store round trips: 100 µs to ~3 s.
+fn store_latency() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+}
+
+/// Loss-to-stop and guest calls: 10 µs to ~10 s.
+fn fast_latency() -> Histogram {
+    Histogram::new(exponential_buckets(0.00001, 2.5, 16))
+}
+
+/// Every metric of the process.
+#[derive(Debug)]
+pub struct Metrics {
+    /// The registry `/metrics` encodes.
+    registry: Registry,
+    /// 1 while this replica holds the lease.
+    pub is_leader: Family<LeaseLabel, Gauge>,
+    /// The epoch this replica holds (0 when it holds none).
+    pub epoch: Family<LeaseLabel, Gauge>,
+    /// Role changes.
+    pub transitions: Family<LeaseLabel, Counter>,
+    /// Renewal round trips, per lease in the batch.
+    pub renew_seconds: Family<LeaseLabel, Histogram, HistogramMaker>,
+    /// Seconds until the holder's local deadline; 0 when not holding.
+    pub expires_in_seconds: Family<LeaseLabel, FloatGauge>,
+    /// From the end of a term until every task of it has stopped.
+    pub loss_to_stop_seconds: Family<LeaseLabel, Histogram, HistogramMaker>,
+    /// Guest calls (init, reconcile, handle-event, check).
+    pub plugin_calls: Family<PluginLabel, Counter>,
+    /// Guest call durations.
+    pub plugin_call_seconds: Family<PluginLabel, Histogram, HistogramMaker>,
+    /// Calls that trapped, by kind.
+    pub plugin_traps: Family<PluginKindLabel, Counter>,
+    /// Calls that returned an error.
+    pub plugin_errors: Family<PluginLabel, Counter>,
+    /// Fuel burnt (engines that meter fuel).
+    pub plugin_fuel: Family<PluginLabel, Counter>,
+    /// The largest linear memory a plugin instance grew to.
+    pub plugin_memory_bytes: Family<PluginLabel, Gauge>,
+    /// Writes refused by the fence.
+    pub plugin_refused_writes: Family<PluginLabel, Counter>,
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered.
+    pub fn new() -> Arc<Self> {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            is_leader: Family::default(),
+            epoch: Family::default(),
+            transitions: Family::default(),
+            renew_seconds: Family::new_with_constructor(store_latency),
+            expires_in_seconds: Family::default(),
+            loss_to_stop_seconds: Family::new_with_constructor(fast_latency),
+            plugin_calls: Family::default(),
+            plugin_call_seconds: Family::new_with_constructor(fast_latency),
+            plugin_traps: Family::default(),
+            plugin_errors: Family::default(),
+            plugin_fuel: Family::default(),
+            plugin_memory_bytes: Family::default(),
+            plugin_refused_writes: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "leasehold_lease_is_leader",
+            "1 while this replica holds the lease",
+            m.is_leader.clone(),
+        );
+        registry.register(
+            "leasehold_lease_epoch",
+            "The epoch this replica holds, 0 when it holds none",
+            m.epoch.clone(),
+        );
+        registry.register(
+            "leasehold_lease_transitions",
+            "Changes of this replica's role for the lease",
+            m.transitions.clone(),
+        );
+        registry.register(
+            "leasehold_lease_renew_seconds",
+            "Renewal round trips (one batched statement), per lease",
+            m.renew_seconds.clone(),
+        );
+        registry.register("leasehold_lease_expires_in_seconds", "Seconds until the holder's local deadline (the database expiry minus the margin); 0 when not holding", m.expires_in_seconds.clone());
+        registry.register(
+            "leasehold_lease_loss_to_stop_seconds",
+            "From the end of a term until all of its plugin tasks have stopped",
+            m.loss_to_stop_seconds.clone(),
+        );
+        registry.register(
+            "leasehold_plugin_calls",
+            "Guest calls (init, reconcile, handle-event, check)",
+            m.plugin_calls.clone(),
+        );
+        registry.register(
+            "leasehold_plugin_call_seconds",
+            "Guest call durations",
+            m.plugin_call_seconds.clone(),
+        );
+        registry.register(
+            "leasehold_plugin_traps",
+            "Calls that trapped, by kind (timeout, fuel, memory, stack, trap)",
+            m.plugin_traps.clone(),
+        );
+        registry.register(
+            "leasehold_plugin_errors",
+            "Calls that returned an error",
+            m.plugin_errors.clone(),
+        );
+        registry.register(
+            "leasehold_plugin_fuel_consumed",
+            "Fuel burnt by calls (when the engine meters fuel)",
+            m.plugin_fuel.clone(),
+        );
+        registry.register(
+            "leasehold_plugin_memory_high_water_bytes",
+            "The largest linear memory an instance of the plugin grew to",
+            m.plugin_memory_bytes.clone(),
+        );
+        registry.register(
+            "leasehold_plugin_refused_writes",
+            "Writes refused by the fence (lease-lost)",
+            m.plugin_refused_writes.clone(),
+        );
+        Arc::new(Metrics { registry, ..m })
+    }
+
+    /// The text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Records one finished guest call of `plugin`.
+    pub fn record_call(&self, plugin: &str, took: Duration, trap: Option<&str>, error: bool) {
+        let label = PluginLabel {
+            plugin: plugin.to_string(),
+        };
+        self.plugin_calls.get_or_create(&label).inc();
+        self.plugin_call_seconds
+            .get_or_create(&label)
+            .observe(took.as_secs_f64());
+        if let Some(kind) = trap {
+            self.plugin_traps
+                .get_or_create(&PluginKindLabel {
+                    plugin: plugin.to_string(),
+                    kind: kind.to_string(),
+                })
+                .inc();
+        }
+        if error {
+            self.plugin_errors.get_or_create(&label).inc();
+        }
+    }
+
+    /// The per-lease label.
+    pub fn lease(name: &str) -> LeaseLabel {
+        LeaseLabel {
+            lease: name.to_string(),
+        }
+    }
+
+    /// The per-plugin label.
+    pub fn plugin(name: &str) -> PluginLabel {
+        PluginLabel {
+            plugin: name.to_string(),
+        }
+    }
+}
