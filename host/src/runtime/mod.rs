@@ -613,13 +613,11 @@ impl PluginStore {
         let error = matches!(result, Err(CallFailure::Returned(_)));
         self.metrics.record_call(plugin, took, trap, error);
         let label = Metrics::plugin(plugin);
-        if self.meters_fuel {
-            if let Ok(left) = self.store.get_fuel() {
-                self.metrics
-                    .plugin_fuel
-                    .get_or_create(&label)
-                    .inc_by(fuel_given.saturating_sub(left));
-            }
+        if let (true, Ok(left)) = (self.meters_fuel, self.store.get_fuel()) {
+            self.metrics
+                .plugin_fuel
+                .get_or_create(&label)
+                .inc_by(fuel_given.saturating_sub(left));
         }
         let high_water = i64::try_from(data.limits.memory_high_water).unwrap_or(i64::MAX);
         let gauge = self.metrics.plugin_memory_bytes.get_or_create(&label);
