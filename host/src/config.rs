@@ -170,6 +170,50 @@ pub struct Config {
     pub fuel: bool,
 }
 
+/// The effective configuration as a config file would say it, with the database password
+/// redacted: what `leasehold config check` prints.
+#[derive(Debug, serde::Serialize)]
+struct Effective<'a> {
+    database_url: String,
+    replica_id: &'a str,
+    http: String,
+    leases: &'a [String],
+    #[serde(with = "humantime_serde")]
+    shutdown_grace: Duration,
+    #[serde(with = "humantime_serde")]
+    connect_timeout: Duration,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    plugins: Option<&'a Path>,
+    cache_dir: &'a Path,
+    timing: &'a Timing,
+    runtime: EffectiveRuntime,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct EffectiveRuntime {
+    fuel: bool,
+}
+
+impl Config {
+    /// The effective configuration as TOML, in the shape of the config file, password redacted.
+    pub fn to_toml(&self) -> String {
+        let effective = Effective {
+            database_url: self.database_url.to_string(),
+            replica_id: &self.replica_id,
+            http: self.http.to_string(),
+            leases: &self.leases,
+            shutdown_grace: self.shutdown_grace,
+            connect_timeout: self.connect_timeout,
+            plugins: self.plugins.as_deref(),
+            cache_dir: &self.cache_dir,
+            timing: &self.timing,
+            runtime: EffectiveRuntime { fuel: self.fuel },
+        };
+        // Every field is a plain value: serialising cannot fail.
+        toml::to_string(&effective).unwrap_or_default()
+    }
+}
+
 /// The default HTTP address: loopback only, so a fresh install exposes nothing; 9464 is free of
 /// the common exporters' ports.
 pub const DEFAULT_HTTP: &str = "127.0.0.1:9464";

@@ -195,6 +195,51 @@ async fn release_lets_a_standby_in_at_once(backend: Backend) {
     stop.cancel();
 }
 
+async fn forced_release_expires_whoever_holds_and_keeps_the_epoch(backend: Backend) {
+    let db = Db::new(backend).await.unwrap();
+    let holder = db.open().await.unwrap();
+    let admin = db.open().await.unwrap();
+    let stop = tokio_util_token();
+    let mut notices = admin.listen_releases(stop.clone());
+    assert_eq!(
+        admin.force_release("f").await.unwrap(),
+        None,
+        "no such lease"
+    );
+    let e = holder.campaign("f", "a", LONG).await.unwrap().unwrap();
+    assert_eq!(
+        admin.force_release("f").await.unwrap(),
+        Some(("a".into(), e))
+    );
+    assert_eq!(
+        admin.force_release("f").await.unwrap(),
+        None,
+        "already expired"
+    );
+    if let Some(rx) = notices.as_mut() {
+        let notice = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("release notification")
+            .unwrap();
+        assert_eq!(notice, ReleaseNotice::Released("f".into()), "{backend:?}");
+    }
+    // The holder's renewal is refused; the next acquisition gets the next epoch.
+    let renewed = holder
+        .renew(
+            "a",
+            &[RenewRequest {
+                name: "f".into(),
+                epoch: e,
+                ttl: LONG,
+            }],
+        )
+        .await
+        .unwrap();
+    assert!(renewed.is_empty(), "{backend:?}");
+    assert_eq!(admin.campaign("f", "b", LONG).await.unwrap(), Some(e + 1));
+    stop.cancel();
+}
+
 fn tokio_util_token() -> tokio_util::sync::CancellationToken {
     tokio_util::sync::CancellationToken::new()
 }
@@ -385,6 +430,7 @@ conformance!(
     epochs_strictly_increase,
     stale_epoch_cannot_renew,
     release_lets_a_standby_in_at_once,
+    forced_release_expires_whoever_holds_and_keeps_the_epoch,
     rows_are_never_deleted,
     batch_renew_reports_each_of_1000,
     listing_is_paginated,

@@ -164,6 +164,22 @@ impl LeaseStore for MemoryStore {
         Ok(released)
     }
 
+    async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError> {
+        self.gate("force release").await?;
+        let now = Instant::now();
+        let released = match self.rows().get_mut(name) {
+            Some(row) if row.expires_at > now => {
+                row.expires_at = now;
+                Some((row.holder.clone(), row.epoch))
+            }
+            _ => None,
+        };
+        if released.is_some() {
+            let _ = self.releases.send(name.to_string());
+        }
+        Ok(released)
+    }
+
     async fn get(&self, names: &[String]) -> Result<Vec<LeaseRecord>, StoreError> {
         self.gate("get").await?;
         let now = Instant::now();

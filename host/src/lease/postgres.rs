@@ -183,6 +183,21 @@ impl LeaseStore for PostgresStore {
         Ok(released.is_some())
     }
 
+    async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError> {
+        sqlx::query_as(
+            "WITH released AS (
+                UPDATE leasehold_leases SET expires_at = now()
+                 WHERE name = $1 AND expires_at > now()
+                RETURNING name, holder, epoch)
+             SELECT holder, epoch FROM released, pg_notify($2, released.name) AS n",
+        )
+        .bind(name)
+        .bind(RELEASE_CHANNEL)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("force release"))
+    }
+
     async fn get(&self, names: &[String]) -> Result<Vec<LeaseRecord>, StoreError> {
         let rows: Vec<RecordRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT {RECORD_COLUMNS} FROM leasehold_leases WHERE name = ANY($1) ORDER BY name"

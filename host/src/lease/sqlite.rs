@@ -189,6 +189,18 @@ impl LeaseStore for SqliteStore {
         Ok(done.rows_affected() == 1)
     }
 
+    async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError> {
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "UPDATE leasehold_leases SET expires_at_ms = {NOW_MS}
+              WHERE name = ?1 AND expires_at_ms > {NOW_MS}
+             RETURNING holder, epoch"
+        )))
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("force release"))
+    }
+
     async fn get(&self, names: &[String]) -> Result<Vec<LeaseRecord>, StoreError> {
         let rows: Vec<RecordRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT name, holder, epoch, ttl_ms, expires_at_ms - {NOW_MS}

@@ -154,6 +154,11 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
     /// listening standbys. Returns whether the row was ours to release.
     async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError>;
 
+    /// Break-glass: expires `name` now whoever holds it, keeping its holder and epoch (so the next
+    /// acquisition still gets epoch + 1), and tells listening standbys. Returns the holder and
+    /// epoch it had, or `None` when nobody held it.
+    async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError>;
+
     /// The rows for `names` that exist.
     async fn get(&self, names: &[String]) -> Result<Vec<LeaseRecord>, StoreError>;
 

@@ -1,7 +1,12 @@
-//! The command line: `leasehold run` holds leases; `leasehold leases list` shows the lease table.
-//! This is the edge of the program: errors become one line on stderr and an exit code here.
+//! The command line. This is the edge of the program: errors become one line on stderr and an
+//! exit code here.
+//!
+//! - this file: the parser, `run` and `check`;
+//! - [`admin`]: `leases list`, `leases release --force`, `status --url`;
+//! - `config check`: [`admin::config_check`].
 
-use std::io::Write;
+pub mod admin;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,7 +21,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use crate::config::{Config, ConfigFile, Overrides};
-use crate::lease::{DatabaseUrl, Driver, HolderId, open_store};
+use crate::lease::{Driver, HolderId, open_store};
 
 /// leasehold: replicas compete for named leases; the holder runs the work bound to each lease.
 #[derive(Debug, Parser)]
@@ -46,9 +51,22 @@ pub enum Command {
     Run(RunArgs),
     /// Validate a plugin: compile it and report the world it implements, or what is wrong.
     Check(CheckArgs),
-    /// Inspect the lease table.
+    /// Inspect the lease table, or break a lease's hold by hand.
     #[command(subcommand)]
     Leases(LeasesCommand),
+    /// Pretty-print a running host's /status.
+    Status(admin::StatusArgs),
+    /// Configuration tools.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+/// `leasehold config …`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate a config file (with LEASEHOLD_* variables and flags applied) and print the
+    /// effective configuration, password redacted; exit 1 when it is invalid.
+    Check(admin::ConfigCheckArgs),
 }
 
 /// Flags of `leasehold check`.
@@ -92,6 +110,10 @@ pub struct RunArgs {
 pub enum LeasesCommand {
     /// List lease rows in name order, page by page.
     List(ListArgs),
+    /// Break-glass: expire a lease now whoever holds it, keeping its epoch. Its holder's fenced
+    /// writes are refused at once and its plugins stop at its next renewal (within ttl/3); a
+    /// standby takes the lease with the next epoch.
+    Release(admin::ReleaseArgs),
 }
 
 /// Flags of `leasehold leases list`.
@@ -130,8 +152,11 @@ pub fn main() -> ExitCode {
             Command::Run(args) => run(args).await,
             Command::Check(args) => check(args),
             Command::Leases(LeasesCommand::List(args)) => {
-                list(args).await.map(|()| ExitCode::SUCCESS)
+                admin::list(args).await.map(|()| ExitCode::SUCCESS)
             }
+            Command::Leases(LeasesCommand::Release(args)) => admin::release(args).await,
+            Command::Status(args) => admin::status(args).await,
+            Command::Config(ConfigCommand::Check(args)) => admin::config_check(args),
         }
     });
     // Store calls abandoned at a timeout may still be parked on a socket: do not wait for them.
@@ -337,62 +362,4 @@ pub fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
-}
-
-/// `leasehold leases list`.
-pub async fn list(args: ListArgs) -> anyhow::Result<()> {
-    let url = match args.database_url {
-        Some(raw) => DatabaseUrl::parse(&raw)?,
-        None => DatabaseUrl::default_sqlite(),
-    };
-    let store = open_store(&url, crate::config::DEFAULT_CONNECT_TIMEOUT).await?;
-    let mut out = std::io::stdout().lock();
-    let mut after = args.after;
-    let mut remaining = args.limit.unwrap_or(u64::MAX);
-    let mut first = true;
-    if args.json {
-        write!(out, "[")?;
-    } else {
-        writeln!(
-            out,
-            "{:<32} {:<40} {:>8} {:>12}",
-            "NAME", "HOLDER", "EPOCH", "EXPIRES_IN"
-        )?;
-    }
-    while remaining > 0 {
-        let page =
-            u32::try_from(remaining.min(u64::from(args.page_size))).unwrap_or(args.page_size);
-        let rows = store.list(after.as_deref(), page).await?;
-        for row in &rows {
-            if args.json {
-                write!(
-                    out,
-                    "{}{}",
-                    if first { "\n  " } else { ",\n  " },
-                    serde_json::to_string(row)?
-                )?;
-            } else {
-                let expires = if row.is_held() {
-                    format!("{}ms", row.expires_in_ms)
-                } else {
-                    "expired".into()
-                };
-                writeln!(
-                    out,
-                    "{:<32} {:<40} {:>8} {:>12}",
-                    row.name, row.holder, row.epoch, expires
-                )?;
-            }
-            first = false;
-        }
-        remaining -= rows.len() as u64;
-        match rows.last() {
-            Some(last) if rows.len() as u32 == page => after = Some(last.name.clone()),
-            _ => break,
-        }
-    }
-    if args.json {
-        writeln!(out, "{}]", if first { "" } else { "\n" })?;
-    }
-    Ok(())
 }

@@ -1,0 +1,258 @@
+//! Admin commands: the lease table (`leases list`, `leases release --force`), a running host's
+//! status (`status --url`) and configuration checks (`config check`).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use serde_json::Value;
+use tracing::warn;
+
+use super::{ListArgs, RunArgs};
+use crate::config::{Config, ConfigFile, Overrides};
+use crate::lease::{DatabaseUrl, open_store};
+
+/// Flags of `leasehold leases release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The lease to expire.
+    pub name: String,
+    /// Required: this takes the lease from a live holder.
+    #[arg(long)]
+    pub force: bool,
+    /// postgres://USER@HOST/DB or sqlite:PATH [default: sqlite:./leasehold.db].
+    #[arg(long, env = "LEASEHOLD_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+}
+
+/// Flags of `leasehold status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The host's HTTP address, e.g. http://10.0.0.5:9464 (or host:port).
+    #[arg(
+        long,
+        env = "LEASEHOLD_STATUS_URL",
+        default_value = "http://127.0.0.1:9464"
+    )]
+    pub url: String,
+    /// Print the JSON as served, indented.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Flags of `leasehold config check`.
+#[derive(Debug, Args)]
+pub struct ConfigCheckArgs {
+    /// The config file [default: $LEASEHOLD_CONFIG, else the built-in defaults].
+    pub file: Option<PathBuf>,
+    /// The same flags and LEASEHOLD_* variables `leasehold run` applies over the file.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+fn database_url(raw: Option<String>) -> anyhow::Result<DatabaseUrl> {
+    Ok(match raw {
+        Some(raw) => DatabaseUrl::parse(&raw)?,
+        None => DatabaseUrl::default_sqlite(),
+    })
+}
+
+/// `leasehold leases release NAME --force`.
+pub async fn release(args: ReleaseArgs) -> anyhow::Result<ExitCode> {
+    if !args.force {
+        bail!(
+            "refusing to release lease {:?} without --force: it is taken from its holder as it runs (its fenced writes are refused at once, its plugins stop at its next renewal)",
+            args.name
+        );
+    }
+    let url = database_url(args.database_url)?;
+    let store = open_store(&url, crate::config::DEFAULT_CONNECT_TIMEOUT).await?;
+    match store.force_release(&args.name).await? {
+        Some((holder, epoch)) => {
+            warn!(lease = %args.name, holder = %holder, epoch, store = %url, "lease force-released by an operator: expired now, epoch kept");
+            println!(
+                "released {}: was held by {holder} at epoch {epoch}; the next holder gets epoch {}",
+                args.name,
+                epoch + 1
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        None => {
+            println!("{}: not held by anyone; nothing to release", args.name);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// `leasehold status --url URL`.
+pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let base = if args.url.contains("://") {
+        args.url.trim_end_matches('/').to_string()
+    } else {
+        format!("http://{}", args.url.trim_end_matches('/'))
+    };
+    let url = format!("{base}/status");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .context("building the HTTP client")?;
+    let status: Value = client
+        .get(&url)
+        .send()
+        .await
+        .with_context(|| format!("GET {url}"))?
+        .error_for_status()
+        .with_context(|| format!("GET {url}"))?
+        .json()
+        .await
+        .with_context(|| format!("GET {url}: not a leasehold status"))?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&status)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    write!(out, "{}", render_status(&status))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `/status` document as tables.
+pub fn render_status(status: &Value) -> String {
+    let text = |v: &Value| match v {
+        Value::Null => "-".to_string(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let mut out = format!(
+        "replica {}  store {}\n",
+        text(&status["replica"]),
+        text(&status["store"])
+    );
+    if let Some(error) = status["store_error"].as_str() {
+        out.push_str(&format!("store error: {error}\n"));
+    }
+    out.push_str(&format!(
+        "\n{:<24} {:<10} {:<40} {:>7} {:>12}\n",
+        "LEASE", "ROLE", "HOLDER", "EPOCH", "EXPIRES_IN"
+    ));
+    for lease in status["leases"].as_array().into_iter().flatten() {
+        let expires = match lease["expires_in_ms"].as_i64() {
+            Some(ms) => format!("{ms}ms"),
+            None => "-".into(),
+        };
+        out.push_str(&format!(
+            "{:<24} {:<10} {:<40} {:>7} {:>12}\n",
+            text(&lease["name"]),
+            text(&lease["role"]),
+            text(&lease["holder"]),
+            text(&lease["epoch"]),
+            expires
+        ));
+    }
+    let plugins = status["plugins"].as_array().cloned().unwrap_or_default();
+    if !plugins.is_empty() {
+        out.push_str(&format!(
+            "\n{:<24} {:<16} {:<17} {:<12} {:>7} {:>6} {:>8}  LAST ERROR\n",
+            "PLUGIN", "LEASE", "WORLD", "STATE", "CALLS", "TRAPS", "REFUSED"
+        ));
+        for p in &plugins {
+            out.push_str(&format!(
+                "{:<24} {:<16} {:<17} {:<12} {:>7} {:>6} {:>8}  {}\n",
+                text(&p["name"]),
+                text(&p["lease"]),
+                text(&p["world"]),
+                text(&p["state"]),
+                text(&p["calls"]),
+                text(&p["traps"]),
+                text(&p["refused_writes"]),
+                text(&p["last_error"])
+            ));
+        }
+    }
+    out
+}
+
+/// `leasehold config check [FILE]`: exit 0 and print the effective configuration when valid.
+pub fn config_check(args: ConfigCheckArgs) -> anyhow::Result<ExitCode> {
+    let path = args.file.or(args.run.config);
+    let file = match &path {
+        Some(path) => ConfigFile::load(path)?,
+        None => ConfigFile::default(),
+    };
+    let over = Overrides {
+        database_url: args.run.database_url,
+        replica_id: args.run.replica_id,
+        http: args.run.http,
+        leases: args.run.leases,
+        ttl: args.run.ttl,
+        plugins: args.run.plugins,
+    };
+    let config = Config::resolve(file, over)?;
+    if let Some(dir) = config.plugins.as_ref().filter(|d| !d.is_dir()) {
+        bail!(
+            "plugin directory {} does not exist or is not a directory",
+            dir.display()
+        );
+    }
+    let shown = path.map_or("built-in defaults".to_string(), |p| p.display().to_string());
+    println!("# {shown}: ok; the effective configuration (password redacted):");
+    print!("{}", config.to_toml());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `leasehold leases list`.
+pub async fn list(args: ListArgs) -> anyhow::Result<()> {
+    let url = database_url(args.database_url)?;
+    let store = open_store(&url, crate::config::DEFAULT_CONNECT_TIMEOUT).await?;
+    let mut out = std::io::stdout().lock();
+    let mut after = args.after;
+    let mut remaining = args.limit.unwrap_or(u64::MAX);
+    let mut first = true;
+    if args.json {
+        write!(out, "[")?;
+    } else {
+        writeln!(
+            out,
+            "{:<32} {:<40} {:>8} {:>12}",
+            "NAME", "HOLDER", "EPOCH", "EXPIRES_IN"
+        )?;
+    }
+    while remaining > 0 {
+        let page =
+            u32::try_from(remaining.min(u64::from(args.page_size))).unwrap_or(args.page_size);
+        let rows = store.list(after.as_deref(), page).await?;
+        for row in &rows {
+            if args.json {
+                write!(
+                    out,
+                    "{}{}",
+                    if first { "\n  " } else { ",\n  " },
+                    serde_json::to_string(row)?
+                )?;
+            } else {
+                let expires = if row.is_held() {
+                    format!("{}ms", row.expires_in_ms)
+                } else {
+                    "expired".into()
+                };
+                writeln!(
+                    out,
+                    "{:<32} {:<40} {:>8} {:>12}",
+                    row.name, row.holder, row.epoch, expires
+                )?;
+            }
+            first = false;
+        }
+        remaining -= rows.len() as u64;
+        match rows.last() {
+            Some(last) if rows.len() as u32 == page => after = Some(last.name.clone()),
+            _ => break,
+        }
+    }
+    if args.json {
+        writeln!(out, "{}]", if first { "" } else { "\n" })?;
+    }
+    Ok(())
+}

@@ -1,0 +1,166 @@
+//! The admin commands against real processes and a real PostgreSQL: `leases release --force`
+//! (break-glass, epoch kept), `status --url`, and `config check`.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use leasehold_tests::host::{Host, binary, wait_for_single_leader};
+
+fn leasehold(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(binary().unwrap());
+    cmd.args(args)
+        .env_remove("LEASEHOLD_DATABASE_URL")
+        .env_remove("LEASEHOLD_CONFIG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
+    let url = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    let args = ["--database-url", url.as_str(), "--ttl", "6s"];
+    let a = Host::start("a", &args).unwrap();
+    wait_for_single_leader(&[&a], "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let b = Host::start("b", &args).unwrap();
+
+    let refused = leasehold(
+        &["leases", "release", "leader", "--database-url", &url],
+        &[],
+    );
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).contains("--force"),
+        "{}",
+        text(&refused.stderr)
+    );
+
+    let released = leasehold(
+        &["leases", "release", "leader", "--force"],
+        &[("LEASEHOLD_DATABASE_URL", &url)],
+    );
+    let out = text(&released.stdout);
+    assert!(released.status.success(), "{out}{}", text(&released.stderr));
+    assert!(
+        out.contains("released leader") && out.contains("epoch 1") && out.contains("epoch 2"),
+        "{out}"
+    );
+    assert!(
+        text(&released.stderr).contains("force-released"),
+        "{}",
+        text(&released.stderr)
+    );
+    // The standby heard the release and took the lease with the next epoch; the old holder's
+    // renewal was rejected.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while b.role("leader").await.as_deref() != Some("leader") {
+        assert!(Instant::now() < deadline, "{}", b.log_text());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = b.status().await.unwrap();
+    assert_eq!(status["leases"][0]["epoch"], 2, "{status}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !a.log_text().contains("lease lost") {
+        assert!(Instant::now() < deadline, "{}", a.log_text());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let again = leasehold(
+        &[
+            "leases",
+            "release",
+            "nothing-here",
+            "--force",
+            "--database-url",
+            &url,
+        ],
+        &[],
+    );
+    assert!(again.status.success());
+    assert!(
+        text(&again.stdout).contains("not held"),
+        "{}",
+        text(&again.stdout)
+    );
+
+    // status --url renders the live host's view.
+    let shown = leasehold(&["status", "--url", &b.addr.to_string()], &[]);
+    let out = text(&shown.stdout);
+    assert!(shown.status.success(), "{}", text(&shown.stderr));
+    assert!(
+        out.contains("LEASE") && out.contains("leader") && out.contains("replica b-"),
+        "{out}"
+    );
+    let shown = leasehold(
+        &["status", "--url", &format!("http://{}", b.addr), "--json"],
+        &[],
+    );
+    let json: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(json["leases"][0]["role"], "leader");
+    let nobody = leasehold(&["status", "--url", "127.0.0.1:1"], &[]);
+    assert_eq!(nobody.status.code(), Some(1));
+    assert!(
+        text(&nobody.stderr).contains("127.0.0.1:1"),
+        "{}",
+        text(&nobody.stderr)
+    );
+}
+
+#[test]
+fn config_check_prints_the_effective_config_redacted_or_names_the_fault() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("leasehold.toml");
+    std::fs::write(
+        &file,
+        "leases = [\"jobs\", \"reports\"]\n[timing]\nttl = \"9s\"\n",
+    )
+    .unwrap();
+    let ok = leasehold(
+        &[
+            "config",
+            "check",
+            file.to_str().unwrap(),
+            "--replica-id",
+            "r1",
+        ],
+        &[(
+            "LEASEHOLD_DATABASE_URL",
+            "postgres://app:hunter2@db.example/app",
+        )],
+    );
+    let out = text(&ok.stdout);
+    assert!(ok.status.success(), "{out}{}", text(&ok.stderr));
+    assert!(!out.contains("hunter2"), "{out}");
+    assert!(out.contains("postgres://app:***@db.example/app"), "{out}");
+    assert!(
+        out.contains("replica_id = \"r1\"")
+            && out.contains("ttl = \"9s\"")
+            && out.contains("renew_interval = \"3s\""),
+        "{out}"
+    );
+    // The output is itself a valid config file.
+    let effective = dir.path().join("effective.toml");
+    std::fs::write(&effective, &out).unwrap();
+    let again = leasehold(&["config", "check", effective.to_str().unwrap()], &[]);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+
+    std::fs::write(&file, "leases = [\"jobs\"]\n[timing]\nttll = \"9s\"\n").unwrap();
+    let bad = leasehold(&["config", "check", file.to_str().unwrap()], &[]);
+    assert_eq!(bad.status.code(), Some(1));
+    let err = text(&bad.stderr);
+    assert!(
+        err.contains("leasehold.toml") && err.contains("ttll"),
+        "{err}"
+    );
+}
