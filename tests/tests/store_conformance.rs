@@ -436,3 +436,32 @@ conformance!(
     listing_is_paginated,
     replicas_starting_at_once_migrate_safely,
 );
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_sessions_carry_server_side_timeouts() {
+    use leasehold::lease::DatabaseUrl;
+    use leasehold::lease::postgres::PostgresStore;
+    let url = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    let store = PostgresStore::connect(&DatabaseUrl::parse(&url).unwrap(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(store.show("statement_timeout").await.unwrap(), "10s");
+    assert_eq!(store.show("lock_timeout").await.unwrap(), "5s");
+    assert_eq!(
+        store
+            .show("idle_in_transaction_session_timeout")
+            .await
+            .unwrap(),
+        "10s"
+    );
+    // The URL's own options win.
+    let own = format!("{url}?options=-c%20statement_timeout%3D7s");
+    let store = PostgresStore::connect(&DatabaseUrl::parse(&own).unwrap(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(store.show("statement_timeout").await.unwrap(), "7s");
+    assert_eq!(store.show("lock_timeout").await.unwrap(), "5s");
+}

@@ -21,6 +21,21 @@ pub const RELEASE_CHANNEL: &str = "leasehold_released";
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
+/// Server-side bounds on every session of the lease store, so that the database itself gives up
+/// on work the host has given up on (the driver bounds each call on its side already). A URL that
+/// sets one of them in its `options` parameter keeps its own value.
+pub const SESSION_SETTINGS: [(&str, &str); 3] = [
+    // Longer than any default store call (ttl/5 = 3 s), so it only ends statements the host has
+    // abandoned, and leaves room for a migration on a large table.
+    ("statement_timeout", "10s"),
+    // A campaign or renewal queued behind a lock (a fenced write, a stuck admin session) fails and
+    // is retried rather than waiting past its usefulness.
+    ("lock_timeout", "5s"),
+    // The host never idles inside a transaction; a session that does is frozen or broken, and must
+    // not keep lease rows locked.
+    ("idle_in_transaction_session_timeout", "10s"),
+];
+
 /// A pool of connections to the lease database.
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
@@ -28,6 +43,23 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
+    /// The value of a setting in the store's sessions (`SHOW name`), for diagnostics.
+    pub async fn show(&self, setting: &str) -> Result<String, StoreError> {
+        if !setting
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(StoreError::Invalid {
+                what: "setting name",
+                reason: format!("{setting:?} is not a plain identifier"),
+            });
+        }
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SHOW {setting}")))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(StoreError::query("show"))
+    }
+
     /// Connects (the first connection within `connect_timeout`) and migrates the schema. Safe
     /// when many replicas start at once: the migrator holds an advisory lock.
     pub async fn connect(url: &DatabaseUrl, connect_timeout: Duration) -> Result<Self, StoreError> {
@@ -42,9 +74,18 @@ impl PostgresStore {
             url: redacted.clone(),
             source,
         };
-        let options = PgConnectOptions::from_str(raw)
+        let mut options = PgConnectOptions::from_str(raw)
             .map_err(connect_err)?
             .application_name("leasehold");
+        // Settings the URL's own `options` parameter does not set already.
+        let settings: Vec<(&str, &str)> = SESSION_SETTINGS
+            .iter()
+            .copied()
+            .filter(|(name, _)| !raw.contains(name))
+            .collect();
+        if !settings.is_empty() {
+            options = options.options(settings);
+        }
         // One direct connection first: a pool would hide "connection refused" or a bad password
         // behind a generic acquire timeout.
         let probe = tokio::time::timeout(connect_timeout, PgConnection::connect_with(&options))
