@@ -76,6 +76,7 @@ impl Postgres {
             ])
             .arg(&data);
         run(&mut initdb).context("initdb")?;
+        make_tls_certificate(&dir, run_as.as_deref());
         // The watchdog outlives nothing: it stops the server once this process is gone.
         spawn_watchdog(&run_as, &bin, &dir)?;
         let mut last_err = None;
@@ -109,6 +110,14 @@ impl Postgres {
         }
         let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
         bail!("pg_ctl start failed: {last_err:?}\n{log}")
+    }
+
+    /// The CA certificate to verify the server with, when it runs with TLS.
+    pub fn tls_root_cert(&self) -> Option<PathBuf> {
+        let local = self.local.as_ref()?;
+        let dir = local.data.parent()?;
+        let ca = dir.join("ca.crt");
+        (ca.is_file() && dir.join("server.crt").is_file()).then_some(ca)
     }
 
     /// The maintenance database's URL.
@@ -167,10 +176,102 @@ impl Postgres {
 
 /// Loopback only, sockets in the private directory, room for many test processes' pools.
 fn server_options(port: u16, dir: &Path) -> String {
-    format!(
+    let mut options = format!(
         "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=400",
         dir.display()
-    )
+    );
+    // TLS when a certificate could be made: clients choose with sslmode (default: prefer).
+    let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
+    if cert.is_file() && key.is_file() {
+        options.push_str(&format!(
+            " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+            cert.display(),
+            key.display()
+        ));
+    }
+    options
+}
+
+/// A test CA (`ca.crt`) and a server certificate for 127.0.0.1 signed by it (`server.crt`,
+/// `server.key`) in `dir`, so tests can connect with `sslmode=verify-full`. Without `openssl` the
+/// server runs without TLS.
+fn make_tls_certificate(dir: &Path, owner: Option<&str>) {
+    let ext = dir.join("server.ext");
+    let wrote = std::fs::write(
+        &ext,
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+    );
+    let openssl = |args: &[&str]| {
+        Command::new("openssl")
+            .current_dir(dir)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let made = wrote.is_ok()
+        && openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=leasehold test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+        ])
+        && openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ])
+        && openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+            "-out",
+            "server.crt",
+        ]);
+    if !made {
+        let _ = std::fs::remove_file(dir.join("server.crt"));
+        let _ = std::fs::remove_file(dir.join("server.key"));
+        return;
+    }
+    // The server refuses a key that others can read.
+    let _ = Command::new("chmod")
+        .arg("600")
+        .arg(dir.join("server.key"))
+        .status();
+    if let Some(user) = owner {
+        let _ = Command::new("chown")
+            .arg(user)
+            .arg(dir.join("server.key"))
+            .arg(dir.join("server.crt"))
+            .status();
+    }
 }
 
 /// `base` with its database name replaced by `name`.

@@ -353,3 +353,47 @@ async fn leases_list_pages_through_the_table() {
         .unwrap();
     assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), "[]");
 }
+
+/// TLS through `sslmode` in the URL: with `verify-full` against the server's own certificate the
+/// host leads and admin commands work, over an encrypted session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_over_tls_with_sslmode() {
+    let server = leasehold_tests::pg::server();
+    let Some(ca) = server.tls_root_cert() else {
+        eprintln!("skipped: the test server runs without TLS (no openssl, or DATABASE_URL given)");
+        return;
+    };
+    let url = server.fresh_database().await.unwrap();
+    let tls = format!("{url}?sslmode=verify-full&sslrootcert={}", ca.display());
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&tls)
+        .await
+        .unwrap();
+    let encrypted: bool =
+        sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert!(encrypted);
+    let host = Host::start("tls", &["--database-url", &tls]).unwrap();
+    wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let (status, stderr) = run_to_exit(
+        &["leases", "list", "--database-url", &tls],
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    assert!(status.success(), "{stderr}");
+    // A certificate the client does not trust is refused, with the reason.
+    let wrong = format!("{url}?sslmode=verify-full&sslrootcert=/etc/ssl/certs/ca-certificates.crt");
+    let (status, stderr) = run_to_exit(
+        &["leases", "list", "--database-url", &wrong],
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    assert!(!status.success());
+    assert!(
+        stderr.to_lowercase().contains("certificate") || stderr.contains("tls"),
+        "{stderr}"
+    );
+}
