@@ -206,7 +206,7 @@ async fn forced_release_expires_whoever_holds_and_keeps_the_epoch(backend: Backe
         None,
         "no such lease"
     );
-    let e = holder.campaign("f", "a", LONG).await.unwrap().unwrap();
+    let mut e = holder.campaign("f", "a", LONG).await.unwrap().unwrap();
     assert_eq!(
         admin.force_release("f").await.unwrap(),
         Some(("a".into(), e))
@@ -217,11 +217,24 @@ async fn forced_release_expires_whoever_holds_and_keeps_the_epoch(backend: Backe
         "already expired"
     );
     if let Some(rx) = notices.as_mut() {
-        let notice = tokio::time::timeout(Duration::from_secs(5), rx.recv())
-            .await
-            .expect("release notification")
-            .unwrap();
-        assert_eq!(notice, ReleaseNotice::Released("f".into()), "{backend:?}");
+        // The listener subscribes in the background and may have missed the first release:
+        // acquire and force-release again until a notification comes through.
+        let mut heard = false;
+        for _ in 0..20 {
+            if let Ok(Some(notice)) =
+                tokio::time::timeout(Duration::from_millis(500), rx.recv()).await
+            {
+                assert_eq!(notice, ReleaseNotice::Released("f".into()), "{backend:?}");
+                heard = true;
+                break;
+            }
+            e = holder.campaign("f", "a", LONG).await.unwrap().unwrap();
+            assert_eq!(
+                admin.force_release("f").await.unwrap(),
+                Some(("a".into(), e))
+            );
+        }
+        assert!(heard, "no release notification ({backend:?})");
     }
     // The holder's renewal is refused; the next acquisition gets the next epoch.
     let renewed = holder
