@@ -2,7 +2,7 @@
 //! exit code here.
 //!
 //! - this file: the parser, `run` and `check`;
-//! - [`admin`]: `leases list`, `leases release --force`, `status --url`;
+//! - [`admin`]: `leases list`, `leases release --force`, `status --url`, `migrate`;
 //! - `config check`: [`admin::config_check`].
 
 pub mod admin;
@@ -56,6 +56,9 @@ pub enum Command {
     Leases(LeasesCommand),
     /// Pretty-print a running host's /status.
     Status(admin::StatusArgs),
+    /// Create or upgrade the lease schema and exit: for a deployment whose hosts run as a role
+    /// without DDL rights, run this as the schema owner first.
+    Migrate(admin::MigrateArgs),
     /// Configuration tools.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -156,6 +159,7 @@ pub fn main() -> ExitCode {
             }
             Command::Leases(LeasesCommand::Release(args)) => admin::release(args).await,
             Command::Status(args) => admin::status(args).await,
+            Command::Migrate(args) => admin::migrate(args).await,
             Command::Config(ConfigCommand::Check(args)) => admin::config_check(args),
         }
     });

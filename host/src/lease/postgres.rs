@@ -108,14 +108,57 @@ impl PostgresStore {
     }
 }
 
+/// Whether every embedded migration is already applied (with the same checksum). A role with DML
+/// rights only can then run the host: the migrator itself needs to create its bookkeeping table.
+async fn schema_is_current(pool: &PgPool) -> Result<bool, sqlx::Error> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .fetch_one(pool)
+        .await?;
+    if !exists {
+        return Ok(false);
+    }
+    let applied: Vec<(i64, Vec<u8>)> =
+        sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations WHERE success")
+            .fetch_all(pool)
+            .await?;
+    Ok(MIGRATOR
+        .iter()
+        .filter(|m| m.migration_type.is_up_migration())
+        .all(|m| {
+            applied
+                .iter()
+                .any(|(v, c)| *v == m.version && **c == *m.checksum)
+        }))
+}
+
 async fn migrate(pool: &PgPool, url: &str) -> Result<(), StoreError> {
+    // A current schema needs nothing, and the check needs only SELECT: the least-privileged role
+    // the host may run as (the schema owner migrates, with `leasehold migrate`).
+    if let Ok(true) = schema_is_current(pool).await {
+        return Ok(());
+    }
     // The advisory lock serialises concurrent migrators; a retry covers the rare race on creating
     // the bookkeeping table itself.
     let mut attempt = 0;
     loop {
-        match MIGRATOR.run(pool).await {
+        // On a connection of its own, closed after a failure: the migrator's session-level
+        // advisory lock is not released on error, and a pooled connection would keep it, making
+        // every later migrator (ours or another replica's) wait for it.
+        let mut conn = pool
+            .acquire()
+            .await
+            .map_err(|e| StoreError::Migrate {
+                url: url.to_string(),
+                source: sqlx::migrate::MigrateError::Execute(e),
+            })?
+            .detach();
+        let outcome = MIGRATOR.run_direct(None, &mut conn, false).await;
+        if outcome.is_ok() {
+            let _ = conn.close().await;
+        }
+        match outcome {
             Ok(()) => return Ok(()),
-            Err(e) if attempt < 5 => {
+            Err(e) if attempt < 5 && !is_permission_denied(&e) => {
                 attempt += 1;
                 debug!(error = %e, attempt, "migration raced another replica; retrying");
                 tokio::time::sleep(Duration::from_millis(50 * attempt)).await;
@@ -128,6 +171,16 @@ async fn migrate(pool: &PgPool, url: &str) -> Result<(), StoreError> {
             }
         }
     }
+}
+
+/// SQLSTATE 42501: no retry will grant the privilege.
+fn is_permission_denied(error: &sqlx::migrate::MigrateError) -> bool {
+    let db = match error {
+        sqlx::migrate::MigrateError::Execute(sqlx::Error::Database(db))
+        | sqlx::migrate::MigrateError::ExecuteMigration(sqlx::Error::Database(db), _) => db,
+        _ => return false,
+    };
+    db.code().as_deref() == Some("42501")
 }
 
 const RECORD_COLUMNS: &str = "name, holder, epoch, ttl_ms, \

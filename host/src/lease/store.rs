@@ -73,7 +73,9 @@ pub enum StoreError {
         after: Duration,
     },
     /// The schema migrations failed.
-    #[error("cannot prepare the lease schema in {url}: {source}")]
+    #[error(
+        "cannot prepare the lease schema in {url}: {source} (a role without DDL rights needs the schema owner to run `leasehold migrate` first)"
+    )]
     Migrate {
         /// The redacted URL.
         url: String,

@@ -1,0 +1,11 @@
+-- What the host role needs, once `leasehold migrate` has created the tables (run as a superuser or
+-- as leasehold_owner). Re-run after upgrading to a release that adds tables.
+--
+-- leasehold_leases: campaign (INSERT … ON CONFLICT DO UPDATE), renew and release (UPDATE); rows
+-- are never deleted (a trigger refuses it). The fence's SELECT … FOR SHARE also needs UPDATE.
+GRANT SELECT, INSERT, UPDATE ON leasehold_leases TO leasehold;
+-- leasehold_kv: the plugins' fenced key-value store.
+GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_kv TO leasehold;
+-- leasehold_database: the database's id, which tells sql grants they reach the lease database;
+-- _sqlx_migrations: read at start-up to confirm the schema is current.
+GRANT SELECT ON leasehold_database, _sqlx_migrations TO leasehold;

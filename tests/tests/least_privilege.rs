@@ -1,0 +1,85 @@
+//! The documented least-privilege setup (`examples/postgres/`): an owner role migrates, the hosts
+//! run as a role with DML on the leasehold tables only.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use leasehold_tests::host::{Host, run_to_exit, wait_for_single_leader};
+
+fn example(name: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/postgres")
+            .join(name),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_run_as_a_dml_only_role_after_the_owner_migrates() {
+    if std::env::var("DATABASE_URL").is_ok() {
+        eprintln!("skipped: DATABASE_URL is given, and this test creates cluster-wide roles");
+        return;
+    }
+    let url = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    let admin = sqlx::PgPool::connect(&url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(example("roles.sql")))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let as_role =
+        |role: &str| url.replacen("postgres://postgres@", &format!("postgres://{role}@"), 1);
+    let (owner, app) = (as_role("leasehold_owner"), as_role("leasehold"));
+    assert_ne!(owner, url);
+
+    // Before the migration the host role cannot create the schema, and says what to do.
+    let (status, stderr) =
+        run_to_exit(&["run", "--database-url", &app], Duration::from_secs(30)).unwrap();
+    assert!(!status.success());
+    assert!(stderr.contains("leasehold migrate"), "{stderr}");
+
+    let (status, stderr) = run_to_exit(
+        &["migrate", "--database-url", &owner],
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    assert!(status.success(), "{stderr}");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(example("grants.sql")))
+        .execute(&admin)
+        .await
+        .unwrap();
+
+    let host = Host::start("app", &["--database-url", &app, "--ttl", "2s"]).unwrap();
+    wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let (status, stderr) = run_to_exit(
+        &[
+            "leases",
+            "release",
+            "leader",
+            "--force",
+            "--database-url",
+            &app,
+        ],
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    assert!(status.success(), "{stderr}");
+    // The host role has no DDL rights and cannot delete lease rows.
+    let app_pool = sqlx::PgPool::connect(&app).await.unwrap();
+    for sql in [
+        "CREATE TABLE intruder (id int)",
+        "DROP TABLE leasehold_kv",
+        "DELETE FROM leasehold_leases",
+        "DELETE FROM _sqlx_migrations",
+    ] {
+        let refused = sqlx::query(sql).execute(&app_pool).await;
+        assert!(refused.is_err(), "{sql} was allowed");
+    }
+}
