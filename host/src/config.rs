@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::lease::identity::default_replica_id;
-use crate::lease::{DatabaseUrl, Timing, TimingError, UrlError};
+use crate::lease::{DatabaseUrl, RawUrl, Timing, TimingError, UrlError};
 
 /// Why the configuration was refused; each variant names the file or value at fault.
 #[derive(Debug, thiserror::Error)]
@@ -89,7 +89,7 @@ pub struct RuntimeFile {
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     /// `postgres://…` or `sqlite:PATH`.
-    pub database_url: Option<String>,
+    pub database_url: Option<RawUrl>,
     /// The replica id; a random suffix is added per process start.
     pub replica_id: Option<String>,
     /// Address of the HTTP endpoint.
@@ -132,7 +132,7 @@ impl ConfigFile {
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
     /// `--database-url` / `LEASEHOLD_DATABASE_URL`.
-    pub database_url: Option<String>,
+    pub database_url: Option<RawUrl>,
     /// `--replica-id` / `LEASEHOLD_REPLICA_ID`.
     pub replica_id: Option<String>,
     /// `--http` / `LEASEHOLD_HTTP`.
@@ -228,7 +228,7 @@ impl Config {
     /// Merges defaults, the file and the overrides, and validates the result.
     pub fn resolve(file: ConfigFile, over: Overrides) -> Result<Config, ConfigError> {
         let database_url = match over.database_url.or(file.database_url) {
-            Some(raw) => DatabaseUrl::parse(&raw)?,
+            Some(raw) => DatabaseUrl::parse(raw.expose())?,
             None => DatabaseUrl::default_sqlite(),
         };
         let replica_id = over

@@ -87,10 +87,16 @@ impl Host {
         let sink = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(addr) = line.split("addr=").nth(1)
+                // The bound address, from a text line (`addr=…`) or a JSON one (`"addr":"…"`).
+                let addr = line.split("addr=").nth(1).map(|a| a.trim()).or_else(|| {
+                    line.split("\"addr\":\"")
+                        .nth(1)
+                        .and_then(|rest| rest.split('"').next())
+                });
+                if let Some(addr) = addr
                     && line.contains("http listening")
                 {
-                    let _ = addr_tx.send(addr.trim().to_string());
+                    let _ = addr_tx.send(addr.to_string());
                 }
                 sink.lock().unwrap().push(line);
             }

@@ -115,7 +115,7 @@ fn the_kubernetes_manifests_fit_the_host() {
     let path = dir.path().join("leasehold.toml");
     std::fs::write(&path, embedded).unwrap();
     let over = Overrides {
-        database_url: Some(secret_url.to_string()),
+        database_url: Some(secret_url.into()),
         replica_id: Some("leasehold-7d9f8c-abcde".into()),
         ..Default::default()
     };

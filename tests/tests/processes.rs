@@ -397,3 +397,48 @@ async fn postgres_over_tls_with_sslmode() {
         "{stderr}"
     );
 }
+
+/// With `--log-format json` every line on stderr is one JSON object, and a password in the
+/// database URL shows nowhere: not in the log, not in a startup error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_and_no_password_anywhere() {
+    let url = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    // The test server trusts every local connection, so any password is accepted and unused.
+    let secret = "pw-never-shown-5150";
+    let with_password = url.replacen(
+        "postgres://postgres@",
+        &format!("postgres://postgres:{secret}@"),
+        1,
+    );
+    assert_ne!(with_password, url);
+    let host = Host::start(
+        "json",
+        &["--database-url", &with_password, "--log-format", "json"],
+    )
+    .unwrap();
+    wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let log = host.log_text();
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        let parsed: Result<Value, _> = serde_json::from_str(line);
+        assert!(parsed.is_ok(), "not JSON: {line}");
+    }
+    assert!(log.contains("lease acquired"), "{log}");
+    assert!(!log.contains(secret), "{log}");
+    // A refused connection names the URL, redacted.
+    let unreachable = format!("postgres://postgres:{secret}@127.0.0.1:1/nowhere");
+    let (status, stderr) = run_to_exit(
+        &["leases", "list", "--database-url", &unreachable],
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    assert!(!status.success());
+    assert!(
+        stderr.contains("127.0.0.1:1") && !stderr.contains(secret),
+        "{stderr}"
+    );
+}

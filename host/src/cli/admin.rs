@@ -13,7 +13,7 @@ use tracing::warn;
 
 use super::{ListArgs, RunArgs};
 use crate::config::{Config, ConfigFile, Overrides};
-use crate::lease::{DatabaseUrl, open_store};
+use crate::lease::{DatabaseUrl, RawUrl, open_store};
 
 /// Flags of `leasehold leases release`.
 #[derive(Debug, Args)]
@@ -25,7 +25,7 @@ pub struct ReleaseArgs {
     pub force: bool,
     /// postgres://USER@HOST/DB or sqlite:PATH [default: sqlite:./leasehold.db].
     #[arg(long, env = "LEASEHOLD_DATABASE_URL", hide_env_values = true)]
-    pub database_url: Option<String>,
+    pub database_url: Option<RawUrl>,
 }
 
 /// Flags of `leasehold status`.
@@ -48,7 +48,7 @@ pub struct StatusArgs {
 pub struct MigrateArgs {
     /// postgres://OWNER@HOST/DB or sqlite:PATH [default: sqlite:./leasehold.db].
     #[arg(long, env = "LEASEHOLD_DATABASE_URL", hide_env_values = true)]
-    pub database_url: Option<String>,
+    pub database_url: Option<RawUrl>,
 }
 
 /// `leasehold migrate`: opening the store applies every pending migration.
@@ -69,9 +69,9 @@ pub struct ConfigCheckArgs {
     pub run: RunArgs,
 }
 
-fn database_url(raw: Option<String>) -> anyhow::Result<DatabaseUrl> {
+fn database_url(raw: Option<RawUrl>) -> anyhow::Result<DatabaseUrl> {
     Ok(match raw {
-        Some(raw) => DatabaseUrl::parse(&raw)?,
+        Some(raw) => DatabaseUrl::parse(raw.expose())?,
         None => DatabaseUrl::default_sqlite(),
     })
 }

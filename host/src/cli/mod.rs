@@ -21,7 +21,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use crate::config::{Config, ConfigFile, Overrides};
-use crate::lease::{Driver, HolderId, open_store};
+use crate::lease::{Driver, HolderId, RawUrl, open_store};
 
 /// leasehold: replicas compete for named leases; the holder runs the work bound to each lease.
 #[derive(Debug, Parser)]
@@ -90,7 +90,7 @@ pub struct RunArgs {
     pub config: Option<PathBuf>,
     /// postgres://USER@HOST/DB or sqlite:PATH [default: sqlite:./leasehold.db].
     #[arg(long, env = "LEASEHOLD_DATABASE_URL", hide_env_values = true)]
-    pub database_url: Option<String>,
+    pub database_url: Option<RawUrl>,
     /// Replica id [default: $HOSTNAME]; a random suffix is added per process start.
     #[arg(long, env = "LEASEHOLD_REPLICA_ID")]
     pub replica_id: Option<String>,
@@ -124,7 +124,7 @@ pub enum LeasesCommand {
 pub struct ListArgs {
     /// postgres://USER@HOST/DB or sqlite:PATH [default: sqlite:./leasehold.db].
     #[arg(long, env = "LEASEHOLD_DATABASE_URL", hide_env_values = true)]
-    pub database_url: Option<String>,
+    pub database_url: Option<RawUrl>,
     /// Print a JSON array instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -176,7 +176,9 @@ pub fn main() -> ExitCode {
 
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        // PostgreSQL's NOTICEs ("relation … already exists, skipping" on every start) are noise
+        // at info; warnings and errors from the server still show.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx::postgres::notice=warn"));
     use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -25,7 +25,7 @@ pub use identity::HolderId;
 pub use leadership::{Leadership, Role, Term};
 pub use store::{Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, StoreError};
 pub use timing::{Timing, TimingError};
-pub use url::{DatabaseUrl, UrlError};
+pub use url::{DatabaseUrl, RawUrl, UrlError};
 
 use std::sync::Arc;
 

@@ -89,6 +89,45 @@ impl fmt::Debug for DatabaseUrl {
     }
 }
 
+/// A database URL as given (flag, environment, config file), before parsing: `Debug` and
+/// `Display` show it redacted, so printing the arguments or the config file never shows a password.
+#[derive(Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(transparent)]
+pub struct RawUrl(String);
+
+impl RawUrl {
+    /// The URL itself, password included: for the driver only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::str::FromStr for RawUrl {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(RawUrl(s.to_string()))
+    }
+}
+
+impl From<&str> for RawUrl {
+    fn from(s: &str) -> Self {
+        RawUrl(s.to_string())
+    }
+}
+
+impl fmt::Display for RawUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact(&self.0))
+    }
+}
+
+impl fmt::Debug for RawUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RawUrl({self})")
+    }
+}
+
 /// Replaces the password of `scheme://user:password@host…` (and a `password=` query value) with `***`.
 pub fn redact(url: &str) -> String {
     let mut out = url.to_string();
