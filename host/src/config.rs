@@ -143,6 +143,12 @@ pub struct Overrides {
     pub ttl: Option<Duration>,
     /// `--plugins` / `LEASEHOLD_PLUGINS`.
     pub plugins: Option<PathBuf>,
+    /// `--shutdown-grace` / `LEASEHOLD_SHUTDOWN_GRACE`.
+    pub shutdown_grace: Option<Duration>,
+    /// `--connect-timeout` / `LEASEHOLD_CONNECT_TIMEOUT`.
+    pub connect_timeout: Option<Duration>,
+    /// `--cache-dir` / `LEASEHOLD_CACHE_DIR`.
+    pub cache_dir: Option<PathBuf>,
 }
 
 /// The effective configuration of `leasehold run`.
@@ -284,11 +290,18 @@ impl Config {
             http,
             leases,
             timing,
-            shutdown_grace: file.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
-            connect_timeout: file.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+            shutdown_grace: over
+                .shutdown_grace
+                .or(file.shutdown_grace)
+                .unwrap_or(DEFAULT_SHUTDOWN_GRACE),
+            connect_timeout: over
+                .connect_timeout
+                .or(file.connect_timeout)
+                .unwrap_or(DEFAULT_CONNECT_TIMEOUT),
             plugins: over.plugins.or(file.plugins),
-            cache_dir: file
+            cache_dir: over
                 .cache_dir
+                .or(file.cache_dir)
                 .unwrap_or_else(crate::runtime::cache::default_dir),
             fuel: file.runtime.fuel.unwrap_or(false),
         })

@@ -134,15 +134,19 @@ fn config_check_prints_the_effective_config_redacted_or_names_the_fault() {
             "--replica-id",
             "r1",
         ],
-        &[(
-            "LEASEHOLD_DATABASE_URL",
-            "postgres://app:hunter2@db.example/app",
-        )],
+        &[
+            (
+                "LEASEHOLD_DATABASE_URL",
+                "postgres://app:hunter2@db.example/app",
+            ),
+            ("LEASEHOLD_SHUTDOWN_GRACE", "7s"),
+        ],
     );
     let out = text(&ok.stdout);
     assert!(ok.status.success(), "{out}{}", text(&ok.stderr));
     assert!(!out.contains("hunter2"), "{out}");
     assert!(out.contains("postgres://app:***@db.example/app"), "{out}");
+    assert!(out.contains("shutdown_grace = \"7s\""), "{out}");
     assert!(
         out.contains("replica_id = \"r1\"")
             && out.contains("ttl = \"9s\"")

@@ -12,7 +12,7 @@ use serde_json::Value;
 use tracing::warn;
 
 use super::{ListArgs, RunArgs};
-use crate::config::{Config, ConfigFile, Overrides};
+use crate::config::{Config, ConfigFile};
 use crate::lease::{DatabaseUrl, RawUrl, open_store};
 
 /// Flags of `leasehold leases release`.
@@ -192,19 +192,12 @@ pub fn render_status(status: &Value) -> String {
 
 /// `leasehold config check [FILE]`: exit 0 and print the effective configuration when valid.
 pub fn config_check(args: ConfigCheckArgs) -> anyhow::Result<ExitCode> {
-    let path = args.file.or(args.run.config);
+    let path = args.file.clone().or(args.run.config.clone());
     let file = match &path {
         Some(path) => ConfigFile::load(path)?,
         None => ConfigFile::default(),
     };
-    let over = Overrides {
-        database_url: args.run.database_url,
-        replica_id: args.run.replica_id,
-        http: args.run.http,
-        leases: args.run.leases,
-        ttl: args.run.ttl,
-        plugins: args.run.plugins,
-    };
+    let over = args.run.overrides();
     let config = Config::resolve(file, over)?;
     if let Some(dir) = config.plugins.as_ref().filter(|d| !d.is_dir()) {
         bail!(

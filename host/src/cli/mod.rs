@@ -106,6 +106,32 @@ pub struct RunArgs {
     /// Plugin directory: NAME.wasm components with optional NAME.toml manifests.
     #[arg(long, env = "LEASEHOLD_PLUGINS")]
     pub plugins: Option<PathBuf>,
+    /// How long the ordered release on SIGTERM may take [default: 20s].
+    #[arg(long, env = "LEASEHOLD_SHUTDOWN_GRACE", value_parser = humantime::parse_duration)]
+    pub shutdown_grace: Option<Duration>,
+    /// How long the first database connection may take at start-up [default: 5s].
+    #[arg(long, env = "LEASEHOLD_CONNECT_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub connect_timeout: Option<Duration>,
+    /// Where compiled components are cached [default: $XDG_CACHE_HOME/leasehold/components].
+    #[arg(long, env = "LEASEHOLD_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// The flags and variables that override the config file.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            database_url: self.database_url.clone(),
+            replica_id: self.replica_id.clone(),
+            http: self.http,
+            leases: self.leases.clone(),
+            ttl: self.ttl,
+            plugins: self.plugins.clone(),
+            shutdown_grace: self.shutdown_grace,
+            connect_timeout: self.connect_timeout,
+            cache_dir: self.cache_dir.clone(),
+        }
+    }
 }
 
 /// `leasehold leases …`.
@@ -196,14 +222,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(path) => ConfigFile::load(path)?,
         None => ConfigFile::default(),
     };
-    let over = Overrides {
-        database_url: args.database_url,
-        replica_id: args.replica_id,
-        http: args.http,
-        leases: args.leases,
-        ttl: args.ttl,
-        plugins: args.plugins,
-    };
+    let over = args.overrides();
     let config = Config::resolve(file, over)?;
     let holder = HolderId::generate(&config.replica_id);
     let store = open_store(&config.database_url, config.connect_timeout).await?;
