@@ -180,17 +180,12 @@ impl ReconcileTask {
                     }
                     Some(Err(failure)) => {
                         fail(&mut failures, &failure);
-                        if failure.poisons_store() {
-                            if !pause(&term, &retire, &board, &name, failures).await {
-                                return;
-                            }
-                            continue 'instance;
+                        match after_failure(&failure, failures, &term, &retire, &board, &name).await
+                        {
+                            Next::Stop => return,
+                            Next::NewInstance => continue 'instance,
+                            Next::Continue => backoff(failures),
                         }
-                        if failures >= QUARANTINE_AFTER {
-                            quarantine(&term, &retire).await;
-                            return;
-                        }
-                        backoff(failures)
                     }
                 };
                 // Until the next reconcile, notifications are handled as they come, one at a time.
@@ -229,15 +224,12 @@ impl ReconcileTask {
                         Some(Ok(())) => {}
                         Some(Err(failure)) => {
                             fail(&mut failures, &failure);
-                            if failure.poisons_store() {
-                                if !pause(&term, &retire, &board, &name, failures).await {
-                                    return;
-                                }
-                                continue 'instance;
-                            }
-                            if failures >= QUARANTINE_AFTER {
-                                quarantine(&term, &retire).await;
-                                return;
+                            match after_failure(&failure, failures, &term, &retire, &board, &name)
+                                .await
+                            {
+                                Next::Stop => return,
+                                Next::NewInstance => continue 'instance,
+                                Next::Continue => {}
                             }
                         }
                     }
@@ -245,6 +237,43 @@ impl ReconcileTask {
             }
         }
     }
+}
+
+/// What a reconciler does after a failed call.
+enum Next {
+    /// Keep the instance: the guest returned an error.
+    Continue,
+    /// The store is poisoned: back off, then start a fresh instance.
+    NewInstance,
+    /// The term ended, the plugin was retired, or it is quarantined.
+    Stop,
+}
+
+/// Decides (and waits out) what follows the `failures`-th failure in a row.
+async fn after_failure(
+    failure: &CallFailure,
+    failures: u32,
+    term: &Term,
+    retire: &CancellationToken,
+    board: &StatusBoard,
+    name: &str,
+) -> Next {
+    if failure.poisons_store() {
+        return if pause(term, retire, board, name, failures).await {
+            Next::NewInstance
+        } else {
+            Next::Stop
+        };
+    }
+    if failures >= QUARANTINE_AFTER {
+        warn!(
+            failures,
+            "plugin quarantined until the next term or a new file"
+        );
+        quarantine(term, retire).await;
+        return Next::Stop;
+    }
+    Next::Continue
 }
 
 /// Moves the store's count of fenced writes refused during the last call to the board.
