@@ -170,6 +170,14 @@ impl Driver {
 
     /// Records into `metrics` (by default, into a registry nobody reads).
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        // Every lease shows from the start (a standby as not leading, epoch 0), not only once its
+        // role first changes.
+        for name in self.publishers.keys() {
+            let label = Metrics::lease(name);
+            metrics.is_leader.get_or_create(&label).set(0);
+            metrics.epoch.get_or_create(&label).set(0);
+            metrics.transitions.get_or_create(&label).inc_by(0);
+        }
         self.metrics = metrics;
         self
     }
@@ -411,18 +419,26 @@ impl Driver {
                 continue;
             };
             let term = self.terms.get(name).map(|a| a.term.clone());
-            let label = Metrics::lease(name);
-            if tx.borrow().role != role {
-                self.metrics.transitions.get_or_create(&label).inc();
+            // Metrics move only with the role or epoch: nothing to do on most steps, which keeps
+            // the driver's loop (the handoff path) free of label lookups.
+            let (was_role, was_epoch) = {
+                let current = tx.borrow();
+                (current.role, current.epoch)
+            };
+            if was_role != role || was_epoch != epoch {
+                let label = Metrics::lease(name);
+                if was_role != role {
+                    self.metrics.transitions.get_or_create(&label).inc();
+                }
+                self.metrics
+                    .is_leader
+                    .get_or_create(&label)
+                    .set(i64::from(role == Role::Leader));
+                self.metrics
+                    .epoch
+                    .get_or_create(&label)
+                    .set(epoch.unwrap_or_default());
             }
-            self.metrics
-                .is_leader
-                .get_or_create(&label)
-                .set(i64::from(role == Role::Leader));
-            self.metrics
-                .epoch
-                .get_or_create(&label)
-                .set(epoch.unwrap_or_default());
             tx.send_if_modified(|current| {
                 let same_term = match (&current.term, &term) {
                     (None, None) => true,
