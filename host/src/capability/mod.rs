@@ -197,11 +197,6 @@ impl Grants {
             events,
         })
     }
-
-    /// True when the manifest grants anything at all.
-    pub fn any(&self) -> bool {
-        self.kv || self.sql.is_some() || self.events.is_some()
-    }
 }
 
 /// The capabilities one store (one term of one plugin) may use.
