@@ -51,7 +51,10 @@ async fn a_holder_that_lost_its_lease_unknowingly_has_every_write_refused() {
     // Another replica takes the lease at once (epoch 2) and writes.
     let b = Host::start_with_env("b", &args, &env).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !b.log_text().contains("sql-txn ok epoch=2") {
+    // The writer does sql, then kv, in each tick: wait for both, or the history may miss the kv.
+    while !(b.log_text().contains("sql-txn ok epoch=2")
+        && b.log_text().contains("kv-put ok epoch=2"))
+    {
         assert!(Instant::now() < deadline, "no takeover: {}", b.log_text());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
