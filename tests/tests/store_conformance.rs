@@ -11,10 +11,40 @@ use leasehold::lease::{LeaseStore, ReleaseNotice, RenewRequest};
 use leasehold_tests::stores::{Backend, Db};
 
 const LONG: Duration = Duration::from_secs(60);
-const SHORT: Duration = Duration::from_millis(300);
+/// A lease that is meant to expire during the test. Long enough that the calls made while it must
+/// still be held (16 contenders queueing on one SQLite file, a loaded machine) finish inside it.
+const SHORT: Duration = Duration::from_secs(1);
 
 async fn expire(ttl: Duration) {
     tokio::time::sleep(ttl + Duration::from_millis(50)).await;
+}
+
+/// On PostgreSQL the release listener subscribes in the background: wait until its `LISTEN` has
+/// run, or a notification sent before it would be lost and the test would wait in vain.
+async fn until_listening(db: &Db) {
+    let Some(url) = db.url().filter(|u| u.starts_with("postgres")) else {
+        return;
+    };
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if n > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the release listener never subscribed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    pool.close().await;
 }
 
 fn renew_req(name: &str, epoch: i64) -> RenewRequest {
@@ -159,6 +189,7 @@ async fn release_lets_a_standby_in_at_once(backend: Backend) {
     let standby = db.open().await.unwrap();
     let stop = tokio_util_token();
     let mut notices = standby.listen_releases(stop.clone());
+    until_listening(&db).await;
     let e = holder.campaign("l", "a", LONG).await.unwrap().unwrap();
     assert_eq!(standby.campaign("l", "b", LONG).await.unwrap(), None);
     assert!(
@@ -201,12 +232,13 @@ async fn forced_release_expires_whoever_holds_and_keeps_the_epoch(backend: Backe
     let admin = db.open().await.unwrap();
     let stop = tokio_util_token();
     let mut notices = admin.listen_releases(stop.clone());
+    until_listening(&db).await;
     assert_eq!(
         admin.force_release("f").await.unwrap(),
         None,
         "no such lease"
     );
-    let mut e = holder.campaign("f", "a", LONG).await.unwrap().unwrap();
+    let e = holder.campaign("f", "a", LONG).await.unwrap().unwrap();
     assert_eq!(
         admin.force_release("f").await.unwrap(),
         Some(("a".into(), e))
@@ -217,24 +249,11 @@ async fn forced_release_expires_whoever_holds_and_keeps_the_epoch(backend: Backe
         "already expired"
     );
     if let Some(rx) = notices.as_mut() {
-        // The listener subscribes in the background and may have missed the first release:
-        // acquire and force-release again until a notification comes through.
-        let mut heard = false;
-        for _ in 0..20 {
-            if let Ok(Some(notice)) =
-                tokio::time::timeout(Duration::from_millis(500), rx.recv()).await
-            {
-                assert_eq!(notice, ReleaseNotice::Released("f".into()), "{backend:?}");
-                heard = true;
-                break;
-            }
-            e = holder.campaign("f", "a", LONG).await.unwrap().unwrap();
-            assert_eq!(
-                admin.force_release("f").await.unwrap(),
-                Some(("a".into(), e))
-            );
-        }
-        assert!(heard, "no release notification ({backend:?})");
+        let notice = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("release notification")
+            .unwrap();
+        assert_eq!(notice, ReleaseNotice::Released("f".into()), "{backend:?}");
     }
     // The holder's renewal is refused; the next acquisition gets the next epoch.
     let renewed = holder
