@@ -129,14 +129,21 @@ pub async fn run_pause_trials(trials: usize, ttl: &str) -> anyhow::Result<PauseT
     let mut leader = wait_for_single_leader(&refs, "leader", Duration::from_secs(20)).await?;
     let mut out = PauseTrials::default();
     for trial in 0..trials {
-        // The holder is writing at its epoch.
+        // The holder is writing at its epoch. Usually the host that took over in the last trial,
+        // but with a short ttl the resumed one may have won the lease back: ask both for their
+        // own view (the epoch in /status is the database's, the role is the host's).
         let deadline = Instant::now() + Duration::from_secs(20);
-        let epoch = loop {
+        let epoch = 'found: loop {
             if let Some(e) = newest_epoch(&pool).await? {
-                let status = hosts[leader].status().await?;
-                let held = status["leases"][0]["epoch"].as_i64();
-                if held == Some(e) {
-                    break e;
+                for i in [leader, 1 - leader] {
+                    let Ok(status) = hosts[i].status().await else {
+                        continue;
+                    };
+                    let lease = &status["leases"][0];
+                    if lease["role"] == "leader" && lease["epoch"].as_i64() == Some(e) {
+                        leader = i;
+                        break 'found e;
+                    }
                 }
             }
             if Instant::now() > deadline {
