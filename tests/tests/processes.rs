@@ -94,15 +94,35 @@ async fn three_replicas_on_postgres_elect_one_and_survive_kill_9() {
 async fn sigterm_hands_the_lease_over_at_once() {
     let db = Db::new(Backend::Postgres).await.unwrap();
     let url = db.url().unwrap();
-    // A long ttl: a handoff in milliseconds can only come from the release + NOTIFY path.
-    let mut hosts = start_replicas(&url, "10s", 3).await;
+    // A long ttl, so standbys poll only every 12-14.4 s: a handoff well under a second can only
+    // come from the release + NOTIFY path.
+    let mut hosts = start_replicas(&url, "60s", 3).await;
     let refs: Vec<&Host> = hosts.iter().collect();
     let leader = wait_for_single_leader(&refs, "leader", Duration::from_secs(15))
         .await
         .unwrap();
     let (holder, epoch) = agreed_holder(&refs).await;
-    // Let the standbys finish their first campaigns so they are idle, listening.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Every replica's release listener has subscribed (each runs its LISTEN in the background).
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let listening: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if listening >= 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{listening} of 3 listeners subscribed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    pool.close().await;
 
     let mut old = hosts.remove(leader);
     let sent = Instant::now();
@@ -141,11 +161,12 @@ async fn sigterm_hands_the_lease_over_at_once() {
     )
     .unwrap();
     let handoff = Duration::from_secs_f64((acquired - signalled).max(0.0));
+    // Typically about 10 ms; the bound leaves room for fsync stalls on a loaded machine.
     assert!(
-        handoff < Duration::from_millis(200),
+        handoff < Duration::from_secs(1),
         "graceful handoff took {handoff:?} (observed via /status: {took:?})"
     );
-    println!("SIGTERM handoff with ttl 10s: {handoff:?} by the logs, {took:?} via /status");
+    println!("SIGTERM handoff with ttl 60s: {handoff:?} by the logs, {took:?} via /status");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
