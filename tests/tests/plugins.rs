@@ -163,30 +163,44 @@ async fn every_misbehaving_verb_ends_as_a_classified_failure() {
         );
         let traps = status["traps"].as_u64().unwrap();
         assert_eq!(traps > 0, *kind != "error", "{verb}: {status}");
-        assert!(
-            host.log_text().contains(&format!("kind=\"{kind}\"")),
-            "{verb}: log lacks kind {kind}"
-        );
-        // The host and its lease are unharmed: still the leader at the first epoch.
+        // The warning is logged before /status changes, but reaches this test through a pipe.
+        let needle = format!("kind=\"{kind}\"");
+        wait_until(
+            &format!("{verb}: kind {kind} logged"),
+            Duration::from_secs(5),
+            async || host.log_text().contains(&needle),
+        )
+        .await;
+        // The host and its lease are unharmed: still the leader at the first epoch. (A renewal
+        // slowed by eight busy hosts on two cores may show "uncertain" for a moment.)
+        wait_until(
+            &format!("{verb}: the host to lead"),
+            Duration::from_secs(5),
+            async || host.role("leader").await.as_deref() == Some("leader"),
+        )
+        .await;
         let lease = &host.status().await.unwrap()["leases"][0];
-        assert_eq!(
-            (lease["role"].as_str(), lease["epoch"].as_i64()),
-            (Some("leader"), Some(1)),
-            "{verb}"
-        );
+        assert_eq!(lease["epoch"].as_i64(), Some(1), "{verb}");
     }
     let flood = &running[VERBS.iter().position(|v| v.0 == "log-flood").unwrap()].2;
-    assert!(
-        flood.log_text().contains("guest log lines dropped"),
-        "the log budget was not applied"
-    );
+    wait_until(
+        "the log budget to apply",
+        Duration::from_secs(5),
+        async || flood.log_text().contains("guest log lines dropped"),
+    )
+    .await;
     // A panic's message reaches the host log beside the trap.
     let panic_host = &running[VERBS.iter().position(|v| v.0 == "panic").unwrap()].2;
-    assert!(
-        panic_host
-            .log_text()
-            .contains("misbehave: deliberate panic")
-    );
+    wait_until(
+        "the panic message logged",
+        Duration::from_secs(5),
+        async || {
+            panic_host
+                .log_text()
+                .contains("misbehave: deliberate panic")
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -393,7 +407,8 @@ async fn a_failing_active_health_check_makes_the_holder_step_down() {
     // 10 s ttl could have expired.
     wait_until(
         "the healthy replica to lead",
-        Duration::from_secs(5),
+        // Under the ttl: only the step-down and release can have let it in.
+        Duration::from_secs(9),
         async || b.role("leader").await.as_deref() == Some("leader"),
     )
     .await;
@@ -449,7 +464,7 @@ async fn a_standby_whose_check_fails_does_not_campaign() {
     .unwrap();
     wait_until(
         "the standby check to fail",
-        Duration::from_secs(5),
+        Duration::from_secs(15),
         async || b.log_text().contains("not campaigning until it passes"),
     )
     .await;
@@ -487,7 +502,8 @@ async fn plugins_are_added_replaced_and_removed_without_a_restart() {
     put("first");
     let path = dir.path().join("hello.wasm");
     std::fs::write(&path, &wasm[..wasm.len() / 2]).unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Well inside the 300 ms quiet period, so a stalled test thread does not outlast it.
+    tokio::time::sleep(Duration::from_millis(20)).await;
     std::fs::write(&path, &wasm).unwrap();
     wait_until(
         "the added plugin to run",
@@ -628,7 +644,11 @@ async fn fuel_budgets_stop_a_spinning_guest_when_the_host_meters_fuel() {
         },
     )
     .await;
-    assert!(host.log_text().contains("kind=\"fuel\""));
+    // The warning is logged before /status changes, but reaches this test through a pipe.
+    wait_until("the fuel trap logged", Duration::from_secs(5), async || {
+        host.log_text().contains("kind=\"fuel\"")
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
