@@ -584,7 +584,10 @@ async fn guest_output_is_captured_capped_and_tagged() {
         "{} output lines for {calls} calls",
         out.len()
     );
-    assert_eq!(host.status().await.unwrap()["leases"][0]["role"], "leader");
+    wait_until("the host to lead", Duration::from_secs(5), async || {
+        host.role("leader").await.as_deref() == Some("leader")
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
