@@ -402,6 +402,32 @@ fn run(cmd: &mut Command) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Waits until at least `n` sessions of the database at `url` have run `LISTEN` (a release
+/// listener subscribes in the background; a notification sent before would be lost).
+pub async fn wait_for_listeners(
+    url: &str,
+    n: i64,
+    timeout: std::time::Duration,
+) -> anyhow::Result<()> {
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let listening: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+        )
+        .fetch_one(&mut conn)
+        .await?;
+        if listening >= n {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("{listening} of {n} listeners subscribed within {timeout:?}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -103,26 +103,9 @@ async fn sigterm_hands_the_lease_over_at_once() {
         .unwrap();
     let (holder, epoch) = agreed_holder(&refs).await;
     // Every replica's release listener has subscribed (each runs its LISTEN in the background).
-    let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let listening: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity
-              WHERE datname = current_database() AND query LIKE 'LISTEN%'",
-        )
-        .fetch_one(&pool)
+    leasehold_tests::pg::wait_for_listeners(&url, 3, Duration::from_secs(20))
         .await
         .unwrap();
-        if listening >= 3 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{listening} of 3 listeners subscribed"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    pool.close().await;
 
     let mut old = hosts.remove(leader);
     let sent = Instant::now();

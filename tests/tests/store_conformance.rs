@@ -19,32 +19,13 @@ async fn expire(ttl: Duration) {
     tokio::time::sleep(ttl + Duration::from_millis(50)).await;
 }
 
-/// On PostgreSQL the release listener subscribes in the background: wait until its `LISTEN` has
-/// run, or a notification sent before it would be lost and the test would wait in vain.
+/// On PostgreSQL the release listener subscribes in the background: wait until it has.
 async fn until_listening(db: &Db) {
-    let Some(url) = db.url().filter(|u| u.starts_with("postgres")) else {
-        return;
-    };
-    let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity
-              WHERE datname = current_database() AND query LIKE 'LISTEN%'",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        if n > 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the release listener never subscribed"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    if let Some(url) = db.url().filter(|u| u.starts_with("postgres")) {
+        leasehold_tests::pg::wait_for_listeners(&url, 1, Duration::from_secs(20))
+            .await
+            .unwrap();
     }
-    pool.close().await;
 }
 
 fn renew_req(name: &str, epoch: i64) -> RenewRequest {
