@@ -121,27 +121,7 @@ impl Host {
                 host.log_text()
             ),
         }
-        host.wait_serving(Duration::from_secs(60));
         Ok(host)
-    }
-
-    /// Waits until the HTTP server answers. The address is logged when the socket is bound, before
-    /// the plugins are compiled and the signal handlers installed; a request sent meanwhile waits in
-    /// the accept queue, so one blocking `GET /healthz` returns once the host is fully up. Returns
-    /// early if the process exits or refuses, and leaves the judging to the test.
-    fn wait_serving(&self, timeout: Duration) {
-        use std::io::{Read, Write};
-        let Ok(mut stream) = std::net::TcpStream::connect_timeout(&self.addr, timeout) else {
-            return;
-        };
-        let _ = stream.set_read_timeout(Some(timeout));
-        if stream
-            .write_all(b"GET /healthz HTTP/1.0\r\nHost: leasehold\r\n\r\n")
-            .is_ok()
-        {
-            let mut reply = Vec::new();
-            let _ = stream.read_to_end(&mut reply);
-        }
     }
 
     /// Everything the process logged so far.

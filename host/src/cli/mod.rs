@@ -239,7 +239,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         ttl = ?config.timing.ttl,
         "leasehold starting"
     );
-    info!(addr = %addr, "http listening");
 
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
@@ -277,6 +276,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         plugins,
         metrics,
     };
+    // Logged only now: until the plugins are loaded a request would wait unanswered, and
+    // scripts take this line to mean "ready to be asked".
+    info!(addr = %addr, "http listening");
     let http = tasks.spawn(crate::http::serve(listener, state, http_stop.clone()));
     let mut driver = tasks.spawn(driver.run());
     tasks.close();
