@@ -279,6 +279,14 @@ pub fn last_log_time(log: &str, needle: &str) -> Option<f64> {
         .and_then(time_of_day)
 }
 
+/// Seconds since midnight UTC now, on the clock the processes' log timestamps use.
+pub fn now_time_of_day() -> f64 {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    since_epoch.as_secs_f64().rem_euclid(86_400.0)
+}
+
 fn time_of_day(line: &str) -> Option<f64> {
     // 2026-11-22T04:11:59.302550Z ...
     let t = line

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold_tests::host::{Host, last_log_time, wait_for_single_leader};
+use leasehold_tests::host::{Host, last_log_time, now_time_of_day, wait_for_single_leader};
 use leasehold_tests::pg;
 use leasehold_tests::stores::{Backend, Db};
 use serde_json::Value;
@@ -22,14 +22,6 @@ async fn roles(hosts: &[&Host; 2]) -> Vec<String> {
             status["leases"][0]["role"].as_str().unwrap().to_string()
         })
         .collect()
-}
-
-/// Seconds since midnight UTC now, on the clock the hosts' log timestamps use.
-fn time_of_day() -> f64 {
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    since_epoch.as_secs_f64().rem_euclid(86_400.0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -55,7 +47,7 @@ async fn a_database_outage_fails_closed_and_recovers() {
 
     pg::server().stop().unwrap();
     let stopped = Instant::now();
-    let stopped_at = time_of_day();
+    let stopped_at = now_time_of_day();
     // Within ttl (safe_until is earlier still) nobody may lead any more.
     let deadline = stopped + ttl + Duration::from_secs(3);
     loop {
