@@ -23,7 +23,7 @@ async fn a_spinning_guest_is_stopped_before_the_database_lease_expires() {
     // A call deadline far beyond the ttl: only the end of the term can stop this guest.
     let manifest = "[schedule]\ninterval = \"100ms\"\n[limits]\ncall_timeout = \"10m\"\n[config]\nverb = \"loop\"\n";
     let dir = plugin_dir(&[("misbehave", manifest)]).unwrap();
-    let host = Host::start(
+    let mut host = Host::start(
         "spin",
         &[
             "--database-url",
@@ -72,7 +72,6 @@ async fn a_spinning_guest_is_stopped_before_the_database_lease_expires() {
 
     // The row now holds the last renewal that committed before the outage, by the database clock:
     // when the database lets anyone else in. Kill the host first so it cannot take the lease again.
-    let mut host = host;
     host.signal("KILL").unwrap();
     host.wait_exit(Duration::from_secs(10)).unwrap();
     pg::server().restart().unwrap();

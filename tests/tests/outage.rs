@@ -9,19 +9,12 @@ use std::time::{Duration, Instant};
 use leasehold_tests::host::{Host, last_log_time, now_time_of_day, wait_for_single_leader};
 use leasehold_tests::pg;
 use leasehold_tests::stores::{Backend, Db};
-use serde_json::Value;
 
-/// Both hosts' roles, asked at once: while the database is down each answer takes up to the
-/// store timeout.
-async fn roles(hosts: &[&Host; 2]) -> Vec<String> {
-    let (a, b) = tokio::join!(hosts[0].status(), hosts[1].status());
-    [a, b]
-        .into_iter()
-        .map(|status| {
-            let status: Value = status.unwrap();
-            status["leases"][0]["role"].as_str().unwrap().to_string()
-        })
-        .collect()
+/// Both hosts' roles of the lease `leader`, asked at once: while the database is down each answer
+/// takes up to the store timeout.
+async fn roles(hosts: &[&Host; 2]) -> [String; 2] {
+    let (a, b) = tokio::join!(hosts[0].role("leader"), hosts[1].role("leader"));
+    [a, b].map(|role| role.expect("a host stopped answering /status"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
