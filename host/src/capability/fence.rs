@@ -4,8 +4,6 @@
 //! write commits or rolls back, so a newer epoch cannot come into existence under a write that
 //! passed the check; a write that comes after a newer epoch fails the check and changes nothing.
 
-use tokio::time::Instant;
-
 use super::CapabilityError;
 use crate::lease::Term;
 
@@ -60,7 +58,7 @@ impl Fence {
     pub fn expired_locally(&self) -> bool {
         match &self.term {
             None => true,
-            Some(term) => term.is_cancelled() || Instant::now() >= term.safe_until(),
+            Some(term) => !term.is_live(),
         }
     }
 

@@ -63,6 +63,33 @@ pub struct Term {
     safe_until: watch::Receiver<Instant>,
 }
 
+/// The controls of a [`Term::standalone`].
+#[derive(Debug)]
+pub struct TermControl {
+    /// Ends the term.
+    token: CancellationToken,
+    /// Moves the term's deadline.
+    safe_until: watch::Sender<Instant>,
+}
+
+impl TermControl {
+    /// Ends the term, as a lost lease does.
+    pub fn end(&self) {
+        self.token.cancel();
+    }
+
+    /// Moves the term's deadline, as a landed renewal does.
+    pub fn extend(&self, safe_until: Instant) {
+        self.safe_until.send_replace(safe_until);
+    }
+}
+
+impl Drop for TermControl {
+    fn drop(&mut self) {
+        self.token.cancel();
+    }
+}
+
 impl Term {
     pub(crate) fn new(
         lease: String,
@@ -78,6 +105,28 @@ impl Term {
             tracker,
             safe_until,
         }
+    }
+
+    /// A term made outside the lease driver, with the controls the driver would hold: for
+    /// benchmarks and tests of what runs under a term. It ends when `control` ends it or is
+    /// dropped.
+    pub fn standalone(lease: &str, epoch: Epoch, safe_until: Instant) -> (Term, TermControl) {
+        let token = CancellationToken::new();
+        let (tx, rx) = watch::channel(safe_until);
+        let term = Term::new(
+            lease.to_string(),
+            epoch,
+            token.clone(),
+            TaskTracker::new(),
+            rx,
+        );
+        (
+            term,
+            TermControl {
+                token,
+                safe_until: tx,
+            },
+        )
     }
 
     /// True once the term has ended.
@@ -98,6 +147,39 @@ impl Term {
     /// The current local deadline of the term.
     pub fn safe_until(&self) -> Instant {
         *self.safe_until.borrow()
+    }
+
+    /// Whether work of this term may run at `now`: the term has not ended and its local deadline
+    /// is still ahead on the monotonic clock.
+    ///
+    /// This, not the token, is the rule (DESIGN §1.6a): after a freeze every timer is due at once
+    /// and tasks run in any order, so a task may run before the driver has ended the term. The
+    /// clock decides; the token only hurries things along.
+    pub fn is_live_at(&self, now: Instant) -> bool {
+        !self.token.is_cancelled() && now < self.safe_until()
+    }
+
+    /// [`Term::is_live_at`] now.
+    pub fn is_live(&self) -> bool {
+        self.is_live_at(Instant::now())
+    }
+
+    /// After the deadline passed: waits until a renewal that landed in time moves it forward
+    /// again (true) or the term ends (false). Resolves at once when the term is live.
+    pub async fn resumed(&self) -> bool {
+        let mut safe_until = self.safe_until.clone();
+        loop {
+            if self.token.is_cancelled() {
+                return false;
+            }
+            if Instant::now() < *safe_until.borrow_and_update() {
+                return true;
+            }
+            tokio::select! {
+                _ = self.token.cancelled() => return false,
+                changed = safe_until.changed() => if changed.is_err() { return false },
+            }
+        }
     }
 
     /// Runs `task` as part of the term: the holder waits for it to finish before releasing the lease.

@@ -22,7 +22,7 @@ pub mod url;
 pub use coordinator::Coordinator;
 pub use driver::{Driver, LeaseEngine};
 pub use identity::HolderId;
-pub use leadership::{Leadership, Role, Term};
+pub use leadership::{Leadership, Role, Term, TermControl};
 pub use store::{Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, StoreError};
 pub use timing::{Timing, TimingError};
 pub use url::{DatabaseUrl, RawUrl, UrlError};
