@@ -43,6 +43,11 @@ fn store_latency() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 16))
 }
 
+/// Fuel per call: 1,000 units to ~10¹³ (the default budget is 10¹⁰).
+fn fuel_per_call() -> Histogram {
+    Histogram::new(exponential_buckets(1_000.0, 10.0, 11))
+}
+
 /// Loss-to-stop and guest calls: 10 µs to ~10 s.
 fn fast_latency() -> Histogram {
     Histogram::new(exponential_buckets(0.00001, 2.5, 16))
@@ -75,6 +80,8 @@ pub struct Metrics {
     pub plugin_errors: Family<PluginLabel, Counter>,
     /// Fuel burnt (engines that meter fuel).
     pub plugin_fuel: Family<PluginLabel, Counter>,
+    /// Fuel burnt per call (engines that meter fuel).
+    pub plugin_call_fuel: Family<PluginLabel, Histogram, HistogramMaker>,
     /// The largest linear memory a plugin instance grew to.
     pub plugin_memory_bytes: Family<PluginLabel, Gauge>,
     /// Writes refused by the fence.
@@ -97,6 +104,7 @@ impl Metrics {
             plugin_traps: Family::default(),
             plugin_errors: Family::default(),
             plugin_fuel: Family::default(),
+            plugin_call_fuel: Family::new_with_constructor(fuel_per_call),
             plugin_memory_bytes: Family::default(),
             plugin_refused_writes: Family::default(),
             registry: Registry::default(),
@@ -153,6 +161,11 @@ impl Metrics {
             m.plugin_fuel.clone(),
         );
         registry.register(
+            "leasehold_plugin_call_fuel",
+            "Fuel burnt per call (when the engine meters fuel)",
+            m.plugin_call_fuel.clone(),
+        );
+        registry.register(
             "leasehold_plugin_memory_high_water_bytes",
             "The largest linear memory an instance of the plugin grew to",
             m.plugin_memory_bytes.clone(),
@@ -173,11 +186,21 @@ impl Metrics {
         out
     }
 
-    /// Records one finished guest call of `plugin`.
-    pub fn record_call(&self, plugin: &str, took: Duration, trap: Option<&str>, error: bool) {
-        let label = PluginLabel {
-            plugin: plugin.to_string(),
-        };
+    /// Records one finished guest call of `plugin`: how long it took, the kind of trap that ended
+    /// it, whether it returned an error, the fuel it burnt, its instance's memory high-water mark
+    /// and the writes the fence refused during it.
+    #[allow(clippy::too_many_arguments)] // one call's report, recorded in one place
+    pub fn record_call(
+        &self,
+        plugin: &str,
+        took: Duration,
+        trap: Option<&str>,
+        error: bool,
+        fuel: Option<u64>,
+        memory_high_water: usize,
+        refused_writes: u64,
+    ) {
+        let label = Metrics::plugin(plugin);
         self.plugin_calls.get_or_create(&label).inc();
         self.plugin_call_seconds
             .get_or_create(&label)
@@ -192,6 +215,24 @@ impl Metrics {
         }
         if error {
             self.plugin_errors.get_or_create(&label).inc();
+        }
+        if let Some(fuel) = fuel {
+            self.plugin_fuel.get_or_create(&label).inc_by(fuel);
+            // Precision beyond 2⁵³ units does not matter for a histogram.
+            #[allow(clippy::cast_precision_loss)]
+            self.plugin_call_fuel
+                .get_or_create(&label)
+                .observe(fuel as f64);
+        }
+        let high_water = i64::try_from(memory_high_water).unwrap_or(i64::MAX);
+        let gauge = self.plugin_memory_bytes.get_or_create(&label);
+        if high_water > gauge.get() {
+            gauge.set(high_water);
+        }
+        if refused_writes > 0 {
+            self.plugin_refused_writes
+                .get_or_create(&label)
+                .inc_by(refused_writes);
         }
     }
 

@@ -1,4 +1,4 @@
-//! The process's one wasmtime `Engine`: async, epoch interruption, optional fuel, an explicit
+//! The process's one wasmtime `Engine`: async, epoch interruption, fuel (on by default), an explicit
 //! stack limit, and the pooling allocator when the machine lets it reserve its address space.
 //! A ticker thread advances the epoch; it holds only a weak reference, so it ends with the engine.
 
@@ -9,7 +9,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllo
 /// How the engine is built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineOptions {
-    /// Meter fuel, so that plugins may set a per-call budget (costs ~18% in tight loops).
+    /// Meter fuel: each call gets a budget (costs ~18% in tight loops).
     pub fuel: bool,
     /// Epoch tick: the granularity of call deadlines and of the yields that make calls cancellable.
     pub tick: Duration,
@@ -24,7 +24,8 @@ pub struct EngineOptions {
 impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
-            fuel: false,
+            // Plugins are not trusted to stop by themselves (DESIGN §2.4).
+            fuel: true,
             // 1 ms: a stop that does not bump the epoch itself waits at most this long.
             tick: Duration::from_millis(1),
             // 512 KiB: deep enough for real recursion, shallow enough that a runaway guest traps

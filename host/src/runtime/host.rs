@@ -10,6 +10,7 @@ use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{lease, log};
+use super::call::Cancel;
 use crate::capability::PluginCapabilities;
 use crate::lease::Term;
 
@@ -43,8 +44,12 @@ pub struct HostState {
     pub plugin: Arc<str>,
     /// The lease as the plugin sees it.
     pub lease: LeaseView,
-    /// When the running call must end (checked at each epoch tick).
-    pub call_deadline: Option<std::time::Instant>,
+    /// When the running call must end (checked at each epoch tick, on the monotonic clock the
+    /// term's deadline is kept on).
+    pub call_deadline: Option<Instant>,
+    /// Set by the epoch callback when it interrupted a call because the term is over, so the
+    /// trap is reported as a cancel and not as the plugin's timeout.
+    pub interrupted: Option<Cancel>,
     /// Memory and table limits; growth beyond them traps.
     pub limits: Limiter,
     /// Log lines the guest may still write in this call; reset by the caller before each call.
@@ -72,6 +77,7 @@ impl HostState {
             plugin,
             lease,
             call_deadline: None,
+            interrupted: None,
             limits: Limiter {
                 inner: StoreLimitsBuilder::new()
                     .memory_size(limits.memory_bytes)

@@ -2,7 +2,10 @@
 //! compiled once (cached on disk) and pre-linked at load, a fresh `Store` per leadership term,
 //! and calls bounded by a wall-clock deadline, memory limits and optional fuel.
 //!
-//! - [`bindings`]: the generated bindings of the WIT worlds;
+//! - [`store`]: one plugin's store for one term, the only door into guest code, where the term's
+//!   deadline is enforced on the monotonic clock (who owns the stop: this module);
+//! - [`call`]: what a call returns: its result in host types, its failure, its report;
+//! - [`bindings`]: the generated bindings of the WIT worlds (used by this module only);
 //! - [`host`]: the store data and the host side of the `lease` and `log` imports;
 //! - `capabilities`: the host side of the `kv` and `sql` imports;
 //! - [`engine`]: the engine and its epoch ticker;
@@ -10,33 +13,32 @@
 
 pub mod bindings;
 pub mod cache;
+pub mod call;
 mod capabilities;
 pub mod engine;
 pub mod host;
+pub mod store;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use wasmtime::Engine;
 use wasmtime::component::Linker;
-use wasmtime::{Engine, Store, Trap, UpdateDeadline};
-use wasmtime_wasi::WasiCtxBuilder;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
 use self::bindings::event_reconciler::EventReconcilerPre;
 use self::bindings::health::HealthCheckPre;
 use self::bindings::reconciler::ReconcilerPre;
 use self::cache::{CacheOutcome, ComponentCache};
 use self::engine::{Allocator, EngineOptions};
-use self::host::{CallLimits, HostState, LeaseView};
-use crate::capability::PluginCapabilities;
+use self::host::HostState;
 use crate::metrics::Metrics;
+
+pub use self::call::{CallFailure, CallReport, Called, Cancel, CheckRole, Outcome};
+pub use self::store::{DEFAULT_FUEL_PER_CALL, Instance, PluginStore};
 
 /// The WIT package version this host implements.
 pub const WIT_PACKAGE: &str = "leasehold:plugin@0.1.0";
-
-/// Bytes of guest stdout/stderr kept per term; a guest that prints more gets write errors.
-const OUTPUT_CAPACITY: usize = 1 << 20;
 
 /// Why loading or running a plugin failed. Each variant names the file or plugin at fault.
 #[derive(Debug, thiserror::Error)]
@@ -83,14 +85,6 @@ pub enum RuntimeError {
         /// The file.
         path: String,
         /// What is missing or mistyped.
-        reason: String,
-    },
-    /// Instantiation failed.
-    #[error("plugin {plugin}: cannot instantiate: {reason}")]
-    Instantiate {
-        /// The plugin.
-        plugin: String,
-        /// wasmtime's reason.
         reason: String,
     },
 }
@@ -143,73 +137,6 @@ impl Prepared {
             Prepared::HealthCheck(_) => World::HealthCheck,
         }
     }
-
-    /// Instantiates a reconciler of either world in `store`; `None` for a health check.
-    pub async fn instantiate_reconciler(
-        &self,
-        store: &mut Store<HostState>,
-    ) -> Option<wasmtime::Result<ReconcilerInstance>> {
-        match self {
-            Prepared::Reconciler(pre) => Some(
-                pre.instantiate_async(store)
-                    .await
-                    .map(ReconcilerInstance::Plain),
-            ),
-            Prepared::EventReconciler(pre) => Some(
-                pre.instantiate_async(store)
-                    .await
-                    .map(ReconcilerInstance::Events),
-            ),
-            Prepared::HealthCheck(_) => None,
-        }
-    }
-}
-
-/// An instance of either reconciler world.
-pub enum ReconcilerInstance {
-    /// `reconciler`.
-    Plain(bindings::reconciler::Reconciler),
-    /// `event-reconciler`.
-    Events(bindings::event_reconciler::EventReconciler),
-}
-
-impl ReconcilerInstance {
-    /// Calls `init`.
-    pub async fn init(
-        &self,
-        store: &mut Store<HostState>,
-        config: &[(String, String)],
-    ) -> wasmtime::Result<Result<(), String>> {
-        match self {
-            ReconcilerInstance::Plain(i) => i.call_init(store, config).await,
-            ReconcilerInstance::Events(i) => i.call_init(store, config).await,
-        }
-    }
-
-    /// Calls `reconcile`.
-    pub async fn reconcile(
-        &self,
-        store: &mut Store<HostState>,
-        ctx: &bindings::types::ReconcileContext,
-    ) -> wasmtime::Result<Result<bindings::types::Outcome, String>> {
-        match self {
-            ReconcilerInstance::Plain(i) => i.call_reconcile(store, ctx).await,
-            ReconcilerInstance::Events(i) => i.call_reconcile(store, ctx).await,
-        }
-    }
-
-    /// Calls `handle-event`; a plain reconciler has none and ignores the event.
-    pub async fn handle_event(
-        &self,
-        store: &mut Store<HostState>,
-        channel: &str,
-        payload: &str,
-    ) -> wasmtime::Result<Result<(), String>> {
-        match self {
-            ReconcilerInstance::Plain(_) => Ok(Ok(())),
-            ReconcilerInstance::Events(i) => i.call_handle_event(store, channel, payload).await,
-        }
-    }
 }
 
 /// A loaded plugin file.
@@ -225,67 +152,6 @@ pub struct Loaded {
     pub cache: CacheOutcome,
     /// How long compiling (or loading the cached artifact) took.
     pub load_time: Duration,
-}
-
-/// How a call ended when it did not return normally.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CallFailure {
-    /// The guest returned an error value.
-    #[error("returned an error: {0}")]
-    Returned(String),
-    /// The call outlived its deadline and was interrupted.
-    #[error("interrupted after its {0:?} deadline")]
-    Timeout(Duration),
-    /// The call ran out of fuel.
-    #[error("ran out of fuel")]
-    OutOfFuel,
-    /// Memory or table growth beyond the plugin's limits.
-    #[error("exceeded its memory limit: {0}")]
-    Memory(String),
-    /// The guest's stack overflowed.
-    #[error("overflowed its stack")]
-    StackOverflow,
-    /// Any other trap (unreachable, a panic, out-of-bounds access, ...).
-    #[error("trapped: {0}")]
-    Trap(String),
-}
-
-impl CallFailure {
-    /// A short label for metrics and `/status`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            CallFailure::Returned(_) => "error",
-            CallFailure::Timeout(_) => "timeout",
-            CallFailure::OutOfFuel => "fuel",
-            CallFailure::Memory(_) => "memory",
-            CallFailure::StackOverflow => "stack",
-            CallFailure::Trap(_) => "trap",
-        }
-    }
-
-    /// True when the store must be discarded (any trap poisons it).
-    pub fn poisons_store(&self) -> bool {
-        !matches!(self, CallFailure::Returned(_))
-    }
-
-    fn classify(error: wasmtime::Error, timeout: Duration) -> CallFailure {
-        match error.downcast_ref::<Trap>() {
-            Some(Trap::Interrupt) => CallFailure::Timeout(timeout),
-            Some(Trap::OutOfFuel) => CallFailure::OutOfFuel,
-            Some(Trap::StackOverflow) => CallFailure::StackOverflow,
-            Some(Trap::AllocationTooLarge) => CallFailure::Memory(error.root_cause().to_string()),
-            _ => {
-                // The root cause alone: the outer layers only say "error while executing".
-                let text = error.root_cause().to_string();
-                // The resource limiter's refusal surfaces as an error, not a trap code.
-                if text.contains("forcing trap when growing") {
-                    CallFailure::Memory(text)
-                } else {
-                    CallFailure::Trap(text)
-                }
-            }
-        }
-    }
 }
 
 /// The engine, the linker with every host import, and the compile cache.
@@ -473,52 +339,6 @@ impl Runtime {
             load_time,
         })
     }
-
-    /// A fresh store for one term of `plugin`: WASI granting nothing, its limits, and an epoch
-    /// callback that yields at every tick (so the call can be cancelled) and traps past the deadline.
-    pub fn new_store(
-        &self,
-        plugin: Arc<str>,
-        lease: LeaseView,
-        limits: &CallLimits,
-        capabilities: Option<PluginCapabilities>,
-    ) -> PluginStore {
-        let stdout = MemoryOutputPipe::new(OUTPUT_CAPACITY);
-        let stderr = MemoryOutputPipe::new(OUTPUT_CAPACITY);
-        let wasi = WasiCtxBuilder::new()
-            .stdout(stdout.clone())
-            .stderr(stderr.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .socket_addr_check(|_, _| Box::pin(async { false }))
-            .build();
-        let mut store = Store::new(
-            &self.engine,
-            HostState::new(plugin, lease, limits, capabilities, wasi),
-        );
-        store.limiter(|state| &mut state.limits);
-        store.epoch_deadline_callback(|ctx| match ctx.data().call_deadline {
-            Some(deadline) if std::time::Instant::now() >= deadline => Err(Trap::Interrupt.into()),
-            _ => Ok(UpdateDeadline::Yield(1)),
-        });
-        // The deadline must be set before the first call: the default traps at once.
-        store.set_epoch_deadline(1);
-        if self.options.fuel {
-            // Instantiation runs start functions, which burn fuel too; each call then gets its
-            // own budget.
-            let _ = store.set_fuel(u64::MAX);
-        }
-        PluginStore {
-            store,
-            metrics: self.metrics.clone(),
-            limits: *limits,
-            meters_fuel: self.options.fuel,
-            stdout,
-            stderr,
-            seen: (0, 0),
-        }
-    }
 }
 
 /// Why a component is not of a world: every missing export by name, else the type error.
@@ -536,118 +356,5 @@ fn world_mismatch(exports: &[String], expected: &[&str], error: &wasmtime::Error
             if missing.len() > 1 { "s" } else { "" },
             missing.join(", ")
         )
-    }
-}
-
-/// One term's store with its captured output.
-pub struct PluginStore {
-    /// The wasmtime store.
-    pub store: Store<HostState>,
-    /// Where each call is recorded.
-    metrics: Arc<Metrics>,
-    limits: CallLimits,
-    meters_fuel: bool,
-    stdout: MemoryOutputPipe,
-    stderr: MemoryOutputPipe,
-    /// How many bytes of stdout and stderr have been logged already.
-    seen: (usize, usize),
-}
-
-impl PluginStore {
-    /// Runs one guest call under the plugin's deadline and fuel budget, then logs what the guest
-    /// printed. A failure says what went wrong; after a trap the store must be dropped.
-    pub async fn call<T, F>(&mut self, f: F) -> Result<T, CallFailure>
-    where
-        F: AsyncFnOnce(&mut Store<HostState>) -> wasmtime::Result<Result<T, String>>,
-    {
-        let timeout = self.limits.call_timeout;
-        {
-            let data = self.store.data_mut();
-            data.call_deadline = Some(std::time::Instant::now() + timeout);
-            data.log_budget = host::LOG_LINES_PER_CALL;
-            data.logs_dropped = 0;
-        }
-        let fuel_given = self.limits.fuel.unwrap_or(u64::MAX);
-        if self.meters_fuel {
-            // Without a configured budget a metering engine still needs fuel to run at all.
-            let _ = self.store.set_fuel(fuel_given);
-        }
-        let refused_before = self.store.data().fenced_refusals;
-        let started = Instant::now();
-        // The epoch callback stops a guest that computes past its deadline; a guest blocked in a
-        // host call (a WASI sleep or poll) runs no wasm to check it, so the future is also
-        // bounded here. Dropping it poisons the store, as a trap does.
-        let outcome = match tokio::time::timeout(timeout, f(&mut self.store)).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(Trap::Interrupt.into()),
-        };
-        self.store.data_mut().call_deadline = None;
-        self.flush_output();
-        let dropped = self.store.data().logs_dropped;
-        if dropped > 0 {
-            let state = self.store.data();
-            tracing::warn!(plugin = &*state.plugin, lease = %state.lease.name, dropped, "guest log lines dropped: over the per-call budget");
-        }
-        let result = match outcome {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(message)) => Err(CallFailure::Returned(message)),
-            Err(error) => Err(CallFailure::classify(error, timeout)),
-        };
-        self.record(started.elapsed(), &result, fuel_given, refused_before);
-        result
-    }
-
-    fn record<T>(
-        &self,
-        took: Duration,
-        result: &Result<T, CallFailure>,
-        fuel_given: u64,
-        refused_before: u64,
-    ) {
-        let data = self.store.data();
-        let plugin = &*data.plugin;
-        let trap = match result {
-            Err(failure) if failure.poisons_store() => Some(failure.kind()),
-            _ => None,
-        };
-        let error = matches!(result, Err(CallFailure::Returned(_)));
-        self.metrics.record_call(plugin, took, trap, error);
-        let label = Metrics::plugin(plugin);
-        if let (true, Ok(left)) = (self.meters_fuel, self.store.get_fuel()) {
-            self.metrics
-                .plugin_fuel
-                .get_or_create(&label)
-                .inc_by(fuel_given.saturating_sub(left));
-        }
-        let high_water = i64::try_from(data.limits.memory_high_water).unwrap_or(i64::MAX);
-        let gauge = self.metrics.plugin_memory_bytes.get_or_create(&label);
-        if high_water > gauge.get() {
-            gauge.set(high_water);
-        }
-        let refused = data.fenced_refusals.saturating_sub(refused_before);
-        if refused > 0 {
-            self.metrics
-                .plugin_refused_writes
-                .get_or_create(&label)
-                .inc_by(refused);
-        }
-    }
-
-    fn flush_output(&mut self) {
-        let state = self.store.data();
-        for (name, pipe, seen) in [
-            ("stdout", &self.stdout, &mut self.seen.0),
-            ("stderr", &self.stderr, &mut self.seen.1),
-        ] {
-            let contents = pipe.contents();
-            if contents.len() <= *seen {
-                continue;
-            }
-            let fresh = String::from_utf8_lossy(&contents[*seen..]);
-            *seen = contents.len();
-            for line in fresh.lines().filter(|l| !l.trim().is_empty()).take(200) {
-                tracing::info!(plugin = &*state.plugin, lease = %state.lease.name, stream = name, "{line}");
-            }
-        }
     }
 }

@@ -7,33 +7,31 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::Supervisor;
+use super::policy::{Failures, Next, Policy};
 use super::status::PluginState;
 use crate::plugin::PluginEntry;
 use crate::runtime::host::LeaseView;
-use crate::runtime::{CallFailure, Prepared};
+use crate::runtime::{CallFailure, CheckRole};
 
 /// One health check of `lease`: `check(active)` while this replica holds the lease, stepping down
 /// after `failure_threshold` consecutive failures; `check(standby)` otherwise, keeping the replica
-/// from campaigning while it fails. A fresh store per role.
+/// from campaigning while it fails. A fresh store per role, and after any trap.
 pub(super) async fn health_loop(
     sup: Supervisor,
     entry: Arc<PluginEntry>,
     lease: String,
     retire: CancellationToken,
 ) {
-    use crate::runtime::bindings::types::Role as CheckRole;
     let Ok(loaded) = &entry.loaded else { return };
-    let Prepared::HealthCheck(pre) = &loaded.prepared else {
-        return;
-    };
     let Some(mut leadership) = sup.leases.subscribe(&lease) else {
         return;
     };
     let name: Arc<str> = Arc::from(entry.name.as_str());
     let config: Vec<(String, String)> = entry.manifest.config.clone().into_iter().collect();
     let threshold = entry.manifest.failure_threshold;
+    let policy = Policy::health_check(entry.manifest.interval);
+    let mut failures = Failures::new(policy);
     let mut gated = false;
-    let mut failures = 0u32;
     'role: loop {
         let term = leadership
             .borrow_and_update()
@@ -54,54 +52,50 @@ pub(super) async fn health_loop(
         let mut store = sup
             .runtime
             .new_store(name.clone(), view, &entry.manifest.limits, None);
-        let instance = pre.instantiate_async(&mut store.store).await;
-        let init = match &instance {
-            Ok(instance) => {
-                store
-                    .call(async |s| instance.call_init(s, &config).await)
-                    .await
-            }
-            Err(e) => Err(CallFailure::Trap(format!("instantiation failed: {e:#}"))),
+        let called = store.instantiate(&loaded.prepared, &retire).await;
+        sup.board.record_instantiation(&name, &called);
+        let (instance, mut outcome) = match called.result {
+            Ok(instance) => (Some(instance), Ok(())),
+            Err(failure) => (None, Err(failure)),
         };
-        sup.board.update(&name, |s| s.calls += 1);
+        if let Some(instance) = &instance {
+            sup.board.started(&name);
+            let called = store.init(instance, &config).await;
+            sup.board.record(&name, &called);
+            outcome = called.result;
+        }
+        // An instance that failed to start or to initialise is replaced after the wait.
+        let ready = instance.as_ref().filter(|_| outcome.is_ok());
         loop {
-            let result = match (&instance, &init) {
-                (Ok(instance), Ok(())) => {
-                    store
-                        .call(async |s| instance.call_check(s, role).await)
-                        .await
-                }
-                (_, Err(failure)) => Err(failure.clone()),
-                (Err(_), Ok(())) => Err(CallFailure::Trap("not instantiated".into())),
-            };
-            sup.board.update(&name, |s| s.calls += 1);
-            let poisoned = match &result {
+            if let Some(instance) = ready {
+                sup.board.started(&name);
+                let called = store.check(instance, role).await;
+                sup.board.record(&name, &called);
+                outcome = called.result;
+            }
+            let next = failures.after(outcome.as_ref().map(|_| ()));
+            match &outcome {
                 Ok(()) => {
-                    failures = 0;
                     sup.board.update(&name, |s| s.state = PluginState::Running);
                     if gated {
                         info!("standby health check passes again: campaigning allowed");
                         sup.leases.allow_campaigns(&lease, true);
                         gated = false;
                     }
-                    false
                 }
+                Err(CallFailure::Cancelled { .. }) => {}
                 Err(failure) => {
-                    failures += 1;
-                    warn!(role = ?role, failures, kind = failure.kind(), "health check failed: {failure}");
-                    sup.board.update(&name, |s| {
-                        s.last_error = Some(failure.to_string());
-                        s.traps += u64::from(failure.poisons_store());
-                        s.state = PluginState::Backoff;
-                    });
+                    warn!(role = ?role, failures = failures.count(), kind = failure.kind(), "health check failed: {failure}");
+                    sup.board.update(&name, |s| s.state = PluginState::Backoff);
                     match role {
-                        CheckRole::Active if failures >= threshold => {
+                        CheckRole::Active if failures.count() >= threshold => {
                             warn!(
-                                failures,
-                                "health check failed {failures} times in a row: stepping down"
+                                failures = failures.count(),
+                                "health check failed {} times in a row: stepping down",
+                                failures.count()
                             );
                             sup.leases.step_down(&lease);
-                            failures = 0;
+                            failures = Failures::new(policy);
                         }
                         CheckRole::Standby if !gated => {
                             warn!("standby health check fails: not campaigning until it passes");
@@ -110,9 +104,14 @@ pub(super) async fn health_loop(
                         }
                         _ => {}
                     }
-                    failure.poisons_store() || init.is_err()
                 }
-            };
+            }
+            let fresh = ready.is_none()
+                || match next {
+                    Next::Retry { fresh, .. } | Next::AwaitTerm { fresh } => fresh,
+                    Next::Stop => true,
+                    Next::Proceed | Next::Quarantine => false,
+                };
             tokio::select! {
                 _ = retire.cancelled() => break 'role,
                 changed = leadership.changed() => {
@@ -121,7 +120,7 @@ pub(super) async fn health_loop(
                 }
                 _ = tokio::time::sleep(entry.manifest.interval) => {}
             }
-            if poisoned {
+            if fresh {
                 continue 'role;
             }
         }

@@ -1,21 +1,27 @@
 //! The supervisor (DESIGN §2.3): plugins bound to the lifecycle of their lease. On each term it
 //! instantiates every reconciler bound to the lease, calls `init`, then `reconcile` on the
-//! schedule, one call at a time. When the term ends — lease lost, released, or `safe_until`
-//! reached — the running call is interrupted and the store dropped; the term's tracker makes the
-//! release wait for that.
+//! schedule, one call at a time. Its tasks run under the term's tracker, so the release waits
+//! for them.
+//!
+//! Who stops a plugin: the runtime ([`crate::runtime::store`]). Each store is built for a term
+//! and refuses, or interrupts, any call once the term's deadline has passed on the monotonic
+//! clock or the term has ended; the supervisor only reads the outcome and follows its
+//! [`policy`].
 //!
 //! - `reconcile`: one reconciler for one term;
 //! - `health`: one health check, following the lease's role;
+//! - [`policy`]: what a failed or cancelled call means: backoff, fresh instance, quarantine;
 //! - [`status`]: what `/status` shows of each plugin;
 //! - `workers`: one task per plugin file, in step with the plugin set.
 
 mod health;
+pub mod policy;
 mod reconcile;
 pub mod status;
 mod workers;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -26,25 +32,12 @@ use crate::capability::Capabilities;
 use crate::lease::{LeaseEngine, Term};
 use crate::plugin::{PluginEntry, PluginSet};
 use crate::runtime::host::LeaseView;
-use crate::runtime::{Prepared, Runtime};
+use crate::runtime::{Runtime, World};
 use futures::future::BoxFuture;
 use health::health_loop;
 use reconcile::ReconcileTask;
 use status::{PluginState, PluginStatus, StatusBoard};
 use workers::Workers;
-
-/// Consecutive failures before a plugin is quarantined until its next term or a new file.
-pub const QUARANTINE_AFTER: u32 = 5;
-/// First retry delay after a failure; doubles per consecutive failure.
-pub const BACKOFF_BASE: Duration = Duration::from_millis(500);
-/// The longest retry delay.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
-
-/// The delay before retrying after `failures` consecutive failures.
-pub fn backoff(failures: u32) -> Duration {
-    let factor = 1u32 << failures.saturating_sub(1).min(16);
-    BACKOFF_BASE.saturating_mul(factor).min(BACKOFF_MAX)
-}
 
 /// Runs the plugins of every lease of this replica.
 #[derive(Debug, Clone)]
@@ -136,6 +129,8 @@ impl Supervisor {
                     calls: old.map_or(0, |o| o.calls),
                     traps: old.map_or(0, |o| o.traps),
                     refused_writes: old.map_or(0, |o| o.refused_writes),
+                    fuel_last_call: old.and_then(|o| o.fuel_last_call),
+                    fuel_total: old.map_or(0, |o| o.fuel_total),
                 },
             };
             self.board.put(status);
@@ -160,14 +155,6 @@ impl Supervisor {
 
     /// Keeps one task per reconciler of `lease` running under `term`, following plugin changes.
     async fn run_term(&self, lease: &str, term: Term, shutdown: &CancellationToken) {
-        // Whoever ends the term, bump the epoch at once so a spinning guest yields now rather
-        // than at the next tick, and its call is dropped.
-        let engine = self.runtime.engine().clone();
-        let ended = term.cancelled();
-        tokio::spawn(async move {
-            ended.await;
-            engine.increment_epoch();
-        });
         let acquired_at = SystemTime::now();
         let mut plugins = self.plugins.clone();
         let mut workers = Workers::default();
@@ -223,7 +210,7 @@ impl Supervisor {
             self.publish_set(&set);
             let wanted = |e: &PluginEntry| {
                 e.manifest.lease == lease
-                    && matches!(e.loaded, Ok(ref l) if matches!(l.prepared, Prepared::HealthCheck(_)))
+                    && matches!(e.loaded, Ok(ref l) if l.prepared.world() == World::HealthCheck)
             };
             let start = |entry: Arc<PluginEntry>, retire: CancellationToken| {
                 let span = info_span!("health", plugin = %entry.name, lease = %lease);
@@ -238,18 +225,5 @@ impl Supervisor {
         }
         tasks.close();
         tasks.wait().await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap() {
-        assert_eq!(backoff(1), Duration::from_millis(500));
-        assert_eq!(backoff(2), Duration::from_secs(1));
-        assert_eq!(backoff(4), Duration::from_secs(4));
-        assert_eq!(backoff(40), BACKOFF_MAX);
     }
 }

@@ -1,6 +1,6 @@
 //! One reconciler for one term: instantiate, `init`, then `reconcile` on its schedule (and
-//! `handle-event` for each notification of its channels), one call at a time, with backoff after
-//! failures and quarantine after [`QUARANTINE_AFTER`] in a row.
+//! `handle-event` for each notification of its channels), one call at a time. What follows a
+//! failed or cancelled call is the [`policy`](super::policy)'s decision.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -10,15 +10,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::policy::{Failures, Next, Policy};
 use super::status::{PluginState, StatusBoard};
-use super::{QUARANTINE_AFTER, backoff};
 use crate::capability::events::Event;
 use crate::capability::{Capabilities, PluginCapabilities};
 use crate::lease::Term;
 use crate::plugin::PluginEntry;
-use crate::runtime::bindings::types::ReconcileContext;
 use crate::runtime::host::LeaseView;
-use crate::runtime::{CallFailure, Runtime};
+use crate::runtime::{CallFailure, Called, Instance, PluginStore, Runtime};
 
 /// What a reconciler task is given.
 pub(super) struct ReconcileTask {
@@ -38,18 +37,6 @@ pub(super) struct ReconcileTask {
     pub board: StatusBoard,
 }
 
-/// Runs `call` unless the term ends first; `None` means the term ended (the call was dropped).
-async fn guarded<T>(term: &Term, call: impl Future<Output = T>) -> Option<T> {
-    tokio::select! {
-        biased;
-        _ = term.cancelled() => {
-            info!("call interrupted: the term ended; dropping the instance");
-            None
-        }
-        result = call => Some(result),
-    }
-}
-
 /// The next notification, or never when the plugin has no channels.
 async fn next_event(events: &mut Option<mpsc::Receiver<Event>>) -> Option<Event> {
     match events {
@@ -58,30 +45,34 @@ async fn next_event(events: &mut Option<mpsc::Receiver<Event>>) -> Option<Event>
     }
 }
 
+/// What the loop does after a call, once the policy's wait is over.
+enum Then {
+    /// Go on with the same instance.
+    Go,
+    /// Start a fresh instance.
+    Fresh,
+    /// The task ends.
+    End,
+}
+
 impl ReconcileTask {
     /// Runs until the term ends, the plugin is retired, or it is quarantined.
     pub(super) async fn run(self) {
-        let ReconcileTask {
-            runtime,
-            capabilities,
-            entry,
-            term,
-            retire,
-            view,
-            board,
-        } = self;
-        let Ok(loaded) = &entry.loaded else { return };
-        let name: Arc<str> = Arc::from(entry.name.as_str());
-        let config: Vec<(String, String)> = entry.manifest.config.clone().into_iter().collect();
+        let Ok(loaded) = &self.entry.loaded else {
+            return;
+        };
+        let name: Arc<str> = Arc::from(self.entry.name.as_str());
+        let config: Vec<(String, String)> =
+            self.entry.manifest.config.clone().into_iter().collect();
         let caps = PluginCapabilities {
             plugin: name.clone(),
-            host: capabilities,
-            grants: entry.grants.clone(),
+            host: self.capabilities.clone(),
+            grants: self.entry.grants.clone(),
         };
         // Only the holder listens: the listener lives as long as this task.
-        let listening = retire.child_token();
+        let listening = self.retire.child_token();
         let _stop_listening = listening.clone().drop_guard();
-        let (mut events, dropped) = match &entry.grants.events {
+        let (mut events, dropped) = match &self.entry.grants.events {
             Some(source) => {
                 let (rx, dropped) = source.listen(listening);
                 (Some(rx), Some(dropped))
@@ -89,111 +80,67 @@ impl ReconcileTask {
             None => (None, None),
         };
         let mut dropped_seen = 0;
-        let mut failures = 0u32;
+        let mut failures = Failures::new(Policy::RECONCILER);
         let mut tick = 0u64;
-        let fail = |failures: &mut u32, failure: &CallFailure| {
-            *failures += 1;
-            let trapped = failure.poisons_store();
-            warn!(
-                kind = failure.kind(),
-                failures = *failures,
-                "plugin call failed: {failure}"
-            );
-            board.update(&name, |s| {
-                s.last_error = Some(failure.to_string());
-                s.traps += u64::from(trapped);
-                s.state = if *failures >= QUARANTINE_AFTER {
-                    PluginState::Quarantined
-                } else {
-                    PluginState::Backoff
-                };
-            });
-        };
         'instance: loop {
-            // A fresh store per instance: after any trap the old one is poisoned and dropped.
-            let mut store = runtime.new_store(
+            // A fresh store per instance: after any trap or dropped call the old one is poisoned.
+            let mut store = self.runtime.new_store(
                 name.clone(),
-                view.clone(),
-                &entry.manifest.limits,
+                self.view.clone(),
+                &self.entry.manifest.limits,
                 Some(caps.clone()),
             );
-            let instance = match guarded(
-                &term,
-                loaded.prepared.instantiate_reconciler(&mut store.store),
-            )
-            .await
-            {
-                None | Some(None) => return,
-                Some(Some(Ok(instance))) => instance,
-                Some(Some(Err(e))) => {
-                    fail(
-                        &mut failures,
-                        &CallFailure::Trap(format!("instantiation failed: {e:#}")),
-                    );
-                    if !pause(&term, &retire, &board, &name, failures).await {
-                        return;
-                    }
-                    continue 'instance;
-                }
+            let called = store.instantiate(&loaded.prepared, &self.retire).await;
+            self.board.record_instantiation(&name, &called);
+            let (instance, result) = split(called.result);
+            match self.follow(&mut failures, result).await {
+                Then::Go => {}
+                Then::Fresh => continue 'instance,
+                Then::End => return,
+            }
+            let Some(instance) = instance else {
+                continue 'instance;
             };
-            board.update(&name, |s| s.calls += 1);
-            let init = guarded(&term, store.call(async |s| instance.init(s, &config).await)).await;
-            count_refusals(&mut store, &board, &name);
-            match init {
-                None => return,
-                Some(Ok(())) => {
-                    info!("plugin initialised");
-                    board.update(&name, |s| s.state = PluginState::Running);
-                }
-                Some(Err(failure)) => {
-                    fail(&mut failures, &failure);
-                    if !pause(&term, &retire, &board, &name, failures).await {
-                        return;
-                    }
-                    continue 'instance;
-                }
+            self.board.started(&name);
+            let called = store.init(&instance, &config).await;
+            self.board.record(&name, &called);
+            let initialised = called.result.is_ok();
+            if initialised {
+                info!("plugin initialised");
+                self.board.update(&name, |s| s.state = PluginState::Running);
+            }
+            match self.follow(&mut failures, called.result.map(drop)).await {
+                // An instance whose init did not succeed (or never ran) is of no use: start again.
+                Then::Go if initialised => {}
+                Then::Go | Then::Fresh => continue 'instance,
+                Then::End => return,
             }
             loop {
-                let ctx = ReconcileContext {
-                    lease: view.name.clone(),
-                    epoch: u64::try_from(term.epoch).unwrap_or_default(),
-                    tick,
-                };
+                self.board.started(&name);
+                let called = store.reconcile(&instance, tick).await;
                 tick += 1;
-                board.update(&name, |s| s.calls += 1);
-                let delay = match guarded(
-                    &term,
-                    store.call(async |s| instance.reconcile(s, &ctx).await),
-                )
-                .await
-                .inspect(|_| count_refusals(&mut store, &board, &name))
-                {
-                    None => return,
-                    Some(Ok(outcome)) => {
-                        if failures > 0 {
-                            board.update(&name, |s| s.state = PluginState::Running);
-                        }
-                        failures = 0;
-                        outcome
-                            .requeue_after_ms
-                            .map_or(entry.manifest.interval, Duration::from_millis)
-                    }
-                    Some(Err(failure)) => {
-                        fail(&mut failures, &failure);
-                        match after_failure(&failure, failures, &term, &retire, &board, &name).await
-                        {
-                            Next::Stop => return,
-                            Next::NewInstance => continue 'instance,
-                            Next::Continue => backoff(failures),
-                        }
-                    }
+                self.board.record(&name, &called);
+                let delay = match &called.result {
+                    Ok(outcome) => outcome
+                        .requeue_after
+                        .unwrap_or(self.entry.manifest.interval),
+                    Err(_) => Duration::ZERO,
                 };
+                let was_failing = failures.count() > 0;
+                match self.follow(&mut failures, called.result.map(drop)).await {
+                    Then::Go => {}
+                    Then::Fresh => continue 'instance,
+                    Then::End => return,
+                }
+                if was_failing && failures.count() == 0 {
+                    self.board.update(&name, |s| s.state = PluginState::Running);
+                }
                 // Until the next reconcile, notifications are handled as they come, one at a time.
                 let next = tokio::time::Instant::now() + delay;
                 loop {
                     let event = tokio::select! {
-                        _ = term.cancelled() => return,
-                        _ = retire.cancelled() => return,
+                        _ = self.term.cancelled() => return,
+                        _ = self.retire.cancelled() => return,
                         _ = tokio::time::sleep_until(next) => break,
                         Some(event) = next_event(&mut events) => event,
                     };
@@ -208,109 +155,88 @@ impl ReconcileTask {
                         }
                     }
                     debug!(channel = %event.channel, "delivering a notification");
-                    board.update(&name, |s| s.calls += 1);
-                    let handled = guarded(
-                        &term,
-                        store.call(async |s| {
-                            instance
-                                .handle_event(s, &event.channel, &event.payload)
-                                .await
-                        }),
-                    )
-                    .await;
-                    count_refusals(&mut store, &board, &name);
-                    match handled {
-                        None => return,
-                        Some(Ok(())) => {}
-                        Some(Err(failure)) => {
-                            fail(&mut failures, &failure);
-                            match after_failure(&failure, failures, &term, &retire, &board, &name)
-                                .await
-                            {
-                                Next::Stop => return,
-                                Next::NewInstance => continue 'instance,
-                                Next::Continue => {}
-                            }
-                        }
+                    self.board.started(&name);
+                    let called = handle(&mut store, &instance, &event).await;
+                    self.board.record(&name, &called);
+                    match self.follow(&mut failures, called.result).await {
+                        Then::Go => {}
+                        Then::Fresh => continue 'instance,
+                        Then::End => return,
                     }
                 }
             }
         }
     }
-}
 
-/// What a reconciler does after a failed call.
-enum Next {
-    /// Keep the instance: the guest returned an error.
-    Continue,
-    /// The store is poisoned: back off, then start a fresh instance.
-    NewInstance,
-    /// The term ended, the plugin was retired, or it is quarantined.
-    Stop,
-}
-
-/// Decides (and waits out) what follows the `failures`-th failure in a row.
-async fn after_failure(
-    failure: &CallFailure,
-    failures: u32,
-    term: &Term,
-    retire: &CancellationToken,
-    board: &StatusBoard,
-    name: &str,
-) -> Next {
-    if failure.poisons_store() {
-        return if pause(term, retire, board, name, failures).await {
-            Next::NewInstance
-        } else {
-            Next::Stop
-        };
-    }
-    if failures >= QUARANTINE_AFTER {
-        warn!(
-            failures,
-            "plugin quarantined until the next term or a new file"
-        );
-        quarantine(term, retire).await;
-        return Next::Stop;
-    }
-    Next::Continue
-}
-
-/// Moves the store's count of fenced writes refused during the last call to the board.
-fn count_refusals(store: &mut crate::runtime::PluginStore, board: &StatusBoard, name: &str) {
-    let refused = std::mem::take(&mut store.store.data_mut().fenced_refusals);
-    if refused > 0 {
-        board.update(name, |s| s.refused_writes += refused);
-    }
-}
-
-/// Waits out the backoff; false when the plugin should stop (term over, retired, quarantined).
-async fn pause(
-    term: &Term,
-    retire: &CancellationToken,
-    board: &StatusBoard,
-    name: &str,
-    failures: u32,
-) -> bool {
-    if failures >= QUARANTINE_AFTER {
-        warn!(
-            failures,
-            "plugin quarantined until the next term or a new file"
-        );
-        board.update(name, |s| s.state = PluginState::Quarantined);
-        quarantine(term, retire).await;
-        return false;
-    }
-    tokio::select! {
-        _ = term.cancelled() => false,
-        _ = retire.cancelled() => false,
-        _ = tokio::time::sleep(backoff(failures)) => true,
+    /// Carries out the policy's decision on one outcome: logs it, shows it, waits out the backoff
+    /// or the term, and says how to go on.
+    async fn follow(&self, failures: &mut Failures, outcome: Result<(), CallFailure>) -> Then {
+        let name = self.entry.name.as_str();
+        let next = failures.after(outcome.as_ref().map(|_| ()));
+        if let Err(failure) = &outcome {
+            match failure {
+                CallFailure::Cancelled { entered: true, .. } => {
+                    info!("call interrupted: {failure}; dropping the instance");
+                }
+                CallFailure::Cancelled { .. } => {}
+                _ => warn!(
+                    kind = failure.kind(),
+                    failures = failures.count(),
+                    "plugin call failed: {failure}"
+                ),
+            }
+        }
+        match next {
+            Next::Proceed => Then::Go,
+            Next::Retry { after, fresh } => {
+                self.board.update(name, |s| s.state = PluginState::Backoff);
+                tokio::select! {
+                    _ = self.term.cancelled() => return Then::End,
+                    _ = self.retire.cancelled() => return Then::End,
+                    _ = tokio::time::sleep(after) => {}
+                }
+                if fresh { Then::Fresh } else { Then::Go }
+            }
+            Next::Quarantine => {
+                warn!(
+                    failures = failures.count(),
+                    "plugin quarantined until the next term or a new file"
+                );
+                self.board
+                    .update(name, |s| s.state = PluginState::Quarantined);
+                tokio::select! {
+                    _ = self.term.cancelled() => {}
+                    _ = self.retire.cancelled() => {}
+                }
+                Then::End
+            }
+            Next::AwaitTerm { fresh } => {
+                let resumed = tokio::select! {
+                    resumed = self.term.resumed() => resumed,
+                    _ = self.retire.cancelled() => false,
+                };
+                match (resumed, fresh) {
+                    (false, _) => Then::End,
+                    (true, true) => Then::Fresh,
+                    (true, false) => Then::Go,
+                }
+            }
+            Next::Stop => Then::End,
+        }
     }
 }
 
-async fn quarantine(term: &Term, retire: &CancellationToken) {
-    tokio::select! {
-        _ = term.cancelled() => {}
-        _ = retire.cancelled() => {}
+/// Delivers one notification.
+async fn handle(store: &mut PluginStore, instance: &Instance, event: &Event) -> Called<()> {
+    store
+        .handle_event(instance, &event.channel, &event.payload)
+        .await
+}
+
+/// The instance, if there is one, and the outcome without it.
+fn split(result: Result<Instance, CallFailure>) -> (Option<Instance>, Result<(), CallFailure>) {
+    match result {
+        Ok(instance) => (Some(instance), Ok(())),
+        Err(failure) => (None, Err(failure)),
     }
 }

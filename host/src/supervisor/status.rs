@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::runtime::World;
+use crate::runtime::{CallFailure, Called, World};
 
 /// A plugin's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -36,13 +36,17 @@ pub struct PluginStatus {
     pub state: PluginState,
     /// The last failure, if any.
     pub last_error: Option<String>,
-    /// Calls made (init, reconcile and check).
+    /// Calls started (init, reconcile, handle-event and check).
     pub calls: u64,
     /// Calls that trapped (including timeouts and limit breaches).
     pub traps: u64,
     /// Writes (kv, fenced sql) refused with `lease-lost`: work done after this replica lost the
     /// lease, which the fence kept out of the database.
     pub refused_writes: u64,
+    /// Fuel burnt by the last call that finished, when the engine meters fuel.
+    pub fuel_last_call: Option<u64>,
+    /// Fuel burnt by every call so far, when the engine meters fuel.
+    pub fuel_total: u64,
 }
 
 /// The shared table of plugin statuses.
@@ -55,6 +59,42 @@ impl StatusBoard {
         if let Some(entry) = self.lock().get_mut(name) {
             f(entry);
         }
+    }
+
+    /// Notes that a call of `name` is starting (so a call that never returns still shows).
+    pub fn started(&self, name: &str) {
+        self.update(name, |s| s.calls += 1);
+    }
+
+    /// Records a finished (or refused) call of `name`, announced by [`StatusBoard::started`].
+    pub fn record<T>(&self, name: &str, called: &Called<T>) {
+        self.record_inner(name, called, true);
+    }
+
+    /// Records an instantiation of `name` (not counted as a call, but its traps and fuel are).
+    pub fn record_instantiation<T>(&self, name: &str, called: &Called<T>) {
+        self.record_inner(name, called, false);
+    }
+
+    fn record_inner<T>(&self, name: &str, called: &Called<T>, counted: bool) {
+        let report = &called.report;
+        self.update(name, |s| {
+            if counted && !report.entered {
+                // Refused at the door (the term was over): it never started after all.
+                s.calls = s.calls.saturating_sub(1);
+            }
+            s.refused_writes += report.refused_writes;
+            if let Some(fuel) = report.fuel {
+                s.fuel_last_call = Some(fuel);
+                s.fuel_total = s.fuel_total.saturating_add(fuel);
+            }
+            if let Err(failure) = &called.result
+                && !matches!(failure, CallFailure::Cancelled { .. })
+            {
+                s.traps += u64::from(failure.is_trap());
+                s.last_error = Some(failure.to_string());
+            }
+        });
     }
 
     /// Inserts or replaces an entry.

@@ -1,26 +1,28 @@
 //! Figures of the plugin runtime on the real guest components (`make guests`), in one process:
 //! compile (cold) and cached load, instantiation from the pre-linked component, the overhead of a
-//! reconcile call, and loss-to-stop — from the end of a term (token cancelled, epoch bumped, as
-//! the supervisor does) until a guest spinning in `reconcile` has been dropped with its store.
+//! reconcile call, and two stops of a guest spinning in `reconcile`: loss-to-stop, from the end of
+//! a term (its token cancelled; the runtime bumps the epoch itself) until the call has returned,
+//! and deadline-to-stop, from the term's `safe_until` passing with nothing cancelled (the clock
+//! alone, as after a freeze) until the call has returned.
 
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold::runtime::bindings::types::ReconcileContext;
+use leasehold::lease::Term;
 use leasehold::runtime::engine::EngineOptions;
 use leasehold::runtime::host::{CallLimits, LeaseView};
-use leasehold::runtime::{Prepared, Runtime};
+use leasehold::runtime::{CallFailure, Cancel, Runtime};
 use leasehold_tests::host::guests_dist;
 use leasehold_tests::stats::summary;
 use tokio_util::sync::CancellationToken;
 
-fn view() -> LeaseView {
+fn view(term: Option<Term>) -> LeaseView {
     LeaseView {
         name: "bench".into(),
         holder: "bench-1".into(),
-        term: None,
+        term,
         acquired_at: None,
     }
 }
@@ -30,14 +32,6 @@ const LIMITS: CallLimits = CallLimits {
     memory_bytes: 64 << 20,
     fuel: None,
 };
-
-fn ctx(tick: u64) -> ReconcileContext {
-    ReconcileContext {
-        lease: "bench".into(),
-        epoch: 1,
-        tick,
-    }
-}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -81,29 +75,20 @@ async fn main() -> anyhow::Result<()> {
             &mut cached
         )
     );
-    let Prepared::Reconciler(pre) = cold.prepared else {
-        anyhow::bail!("hello is not a reconciler")
-    };
-
+    let never = CancellationToken::new();
     let name: Arc<str> = Arc::from("hello");
     let mut instantiate = Vec::new();
     let mut calls = Vec::new();
     for i in 0..1000u64 {
-        let mut store = runtime.new_store(name.clone(), view(), &LIMITS, None);
+        let mut store = runtime.new_store(name.clone(), view(None), &LIMITS, None);
         let started = Instant::now();
-        let instance = pre.instantiate_async(&mut store.store).await?;
+        let instance = store.instantiate(&cold.prepared, &never).await.result?;
         instantiate.push(started.elapsed());
         if i < 200 {
-            store
-                .call(async |s| instance.call_init(s, &[]).await)
-                .await
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            store.init(&instance, &[]).await.result?;
             for tick in 0..5 {
                 let started = Instant::now();
-                store
-                    .call(async |s| instance.call_reconcile(s, &ctx(tick)).await)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                store.reconcile(&instance, tick).await.result?;
                 calls.push(started.elapsed());
             }
         }
@@ -123,43 +108,67 @@ async fn main() -> anyhow::Result<()> {
         )
     );
 
-    let loaded = runtime.load_bytes("misbehave.wasm", &misbehave)?;
-    let Prepared::Reconciler(spin) = loaded.prepared else {
-        anyhow::bail!("misbehave is not a reconciler")
-    };
+    let spin = runtime.load_bytes("misbehave.wasm", &misbehave)?.prepared;
     let config = vec![("verb".to_string(), "loop".to_string())];
+    let far = Duration::from_secs(3600);
     let mut stops = Vec::new();
-    for _ in 0..trials {
-        let mut store = runtime.new_store(Arc::from("misbehave"), view(), &LIMITS, None);
-        let instance = spin.instantiate_async(&mut store.store).await?;
-        store
-            .call(async |s| instance.call_init(s, &config).await)
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let term = CancellationToken::new();
-        let ended = term.clone();
+    let mut deadline_stops = Vec::new();
+    for trial in 0..trials * 2 {
+        // Even trials end the term by its token; odd ones let its deadline pass 3 ms in.
+        let by_token = trial % 2 == 0;
+        let now = tokio::time::Instant::now();
+        let safe_until = now
+            + if by_token {
+                far
+            } else {
+                Duration::from_millis(3)
+            };
+        let (term, control) = Term::standalone("bench", 1, safe_until);
+        let mut store = runtime.new_store(Arc::from("misbehave"), view(Some(term)), &LIMITS, None);
+        let instance = store.instantiate(&spin, &never).await.result?;
+        store.init(&instance, &config).await.result?;
         let task = tokio::spawn(async move {
-            tokio::select! {
-                biased;
-                _ = ended.cancelled() => {}
-                _ = store.call(async |s| instance.call_reconcile(s, &ctx(0)).await) => panic!("the spinning call returned"),
-            }
-            drop(store);
-            Instant::now()
+            let called = store.reconcile(&instance, 0).await;
+            (called.result, Instant::now())
         });
-        // Let it spin.
-        tokio::time::sleep(Duration::from_millis(3)).await;
-        let lost = Instant::now();
-        term.cancel();
-        runtime.engine().increment_epoch();
-        let stopped = task.await?;
-        stops.push(stopped.saturating_duration_since(lost));
+        let (result, stopped) = if by_token {
+            // Let it spin.
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            let lost = Instant::now();
+            control.end();
+            let (result, stopped) = task.await?;
+            stops.push(stopped.saturating_duration_since(lost));
+            (result, stopped)
+        } else {
+            let (result, stopped) = task.await?;
+            let passed = safe_until.into_std();
+            deadline_stops.push(stopped.saturating_duration_since(passed));
+            (result, stopped)
+        };
+        let _ = stopped;
+        let expected = if by_token {
+            Cancel::TermEnded
+        } else {
+            Cancel::Deadline
+        };
+        match result {
+            Err(CallFailure::Cancelled { reason, .. }) if reason == expected => {}
+            other => anyhow::bail!("the spinning call ended with {other:?}, not {expected:?}"),
+        }
+        drop(control);
     }
     println!(
         "{}",
         summary(
-            "loss-to-stop (term ends -> spinning guest dropped)",
+            "loss-to-stop (term ends -> spinning guest's call returns)",
             &mut stops
+        )
+    );
+    println!(
+        "{}",
+        summary(
+            "deadline-to-stop (safe_until passes, nothing cancelled -> call returns)",
+            &mut deadline_stops
         )
     );
     Ok(())

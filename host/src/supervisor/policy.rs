@@ -1,0 +1,255 @@
+//! One failure policy for every plugin loop: what a call's outcome means for backoff, a fresh
+//! instance and quarantine. Pure, so each rule is a unit test; the reconciler and health-check
+//! loops only carry out the [`Next`] it returns.
+//!
+//! | outcome | next |
+//! |---|---|
+//! | returned normally | proceed; the count of failures in a row is reset |
+//! | returned an error | retry the same instance after the backoff |
+//! | trapped (timeout, fuel, memory, stack, trap) | retry with a fresh instance after the backoff |
+//! | either, the `quarantine_after`-th time in a row | quarantine until the next term or file |
+//! | cancelled: the term's deadline passed | wait for the term (a fresh instance if the call had started) |
+//! | cancelled: the term ended, or the file retired | stop |
+//!
+//! Cancels are never the plugin's fault: they neither count nor back off.
+
+use std::time::Duration;
+
+use crate::runtime::{CallFailure, Cancel};
+
+/// Consecutive failures before a reconciler is quarantined until its next term or a new file.
+pub const QUARANTINE_AFTER: u32 = 5;
+/// First retry delay after a reconciler's failure; doubles per consecutive failure.
+pub const BACKOFF_BASE: Duration = Duration::from_millis(500);
+/// The longest retry delay.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// How a kind of plugin loop treats failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// Failures in a row before quarantine; `None` never quarantines.
+    pub quarantine_after: Option<u32>,
+    /// The delay after the first failure in a row; doubles with each further one.
+    pub backoff_base: Duration,
+    /// The longest delay.
+    pub backoff_max: Duration,
+}
+
+impl Policy {
+    /// Reconcilers: exponential backoff from 0.5 s to 30 s, quarantine after five failures in a
+    /// row (a plugin that keeps failing must not keep burning the host's time).
+    pub const RECONCILER: Policy = Policy {
+        quarantine_after: Some(QUARANTINE_AFTER),
+        backoff_base: BACKOFF_BASE,
+        backoff_max: BACKOFF_MAX,
+    };
+
+    /// Health checks: retried on their own `interval`, never quarantined (a failing check is the
+    /// information it exists to give, and it must keep running to report a recovery).
+    pub fn health_check(interval: Duration) -> Policy {
+        Policy {
+            quarantine_after: None,
+            backoff_base: interval,
+            backoff_max: interval,
+        }
+    }
+
+    /// The delay before retrying after `failures` consecutive failures.
+    pub fn backoff(&self, failures: u32) -> Duration {
+        let factor = 1u32 << failures.saturating_sub(1).min(16);
+        self.backoff_base
+            .saturating_mul(factor)
+            .min(self.backoff_max)
+    }
+}
+
+/// What a plugin loop does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Go on as scheduled with the same instance.
+    Proceed,
+    /// Wait `after`, then go on with the same instance, or a fresh one when `fresh`.
+    Retry {
+        /// The backoff.
+        after: Duration,
+        /// Whether the store is poisoned and a new instance is needed.
+        fresh: bool,
+    },
+    /// Stop until the next term or a new file.
+    Quarantine,
+    /// The term's deadline passed: wait until a renewal moves it forward (then go on, with a
+    /// fresh instance when `fresh`) or the term ends.
+    AwaitTerm {
+        /// Whether the call was dropped half-way and the store is poisoned.
+        fresh: bool,
+    },
+    /// The term ended or the plugin retired.
+    Stop,
+}
+
+/// Failures in a row of one plugin, judged by a [`Policy`].
+#[derive(Debug, Clone)]
+pub struct Failures {
+    /// The rules.
+    policy: Policy,
+    /// Failures since the last success.
+    count: u32,
+}
+
+impl Failures {
+    /// No failures yet.
+    pub fn new(policy: Policy) -> Self {
+        Failures { policy, count: 0 }
+    }
+
+    /// Failures since the last success.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Whether the last failure put the plugin in quarantine.
+    pub fn quarantined(&self) -> bool {
+        self.policy
+            .quarantine_after
+            .is_some_and(|limit| self.count >= limit)
+    }
+
+    /// Takes in one call's outcome and says what follows.
+    pub fn after(&mut self, outcome: Result<(), &CallFailure>) -> Next {
+        let failure = match outcome {
+            Ok(()) => {
+                self.count = 0;
+                return Next::Proceed;
+            }
+            Err(failure) => failure,
+        };
+        match failure {
+            CallFailure::Cancelled {
+                reason: Cancel::Deadline,
+                entered,
+            } => Next::AwaitTerm { fresh: *entered },
+            CallFailure::Cancelled { .. } => Next::Stop,
+            _ => {
+                self.count = self.count.saturating_add(1);
+                if self.quarantined() {
+                    Next::Quarantine
+                } else {
+                    Next::Retry {
+                        after: self.policy.backoff(self.count),
+                        fresh: failure.poisons_store(),
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn returned() -> CallFailure {
+        CallFailure::Returned("no".into())
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let p = Policy::RECONCILER;
+        assert_eq!(p.backoff(1), Duration::from_millis(500));
+        assert_eq!(p.backoff(2), Duration::from_secs(1));
+        assert_eq!(p.backoff(4), Duration::from_secs(4));
+        assert_eq!(p.backoff(40), BACKOFF_MAX);
+    }
+
+    #[test]
+    fn a_returned_error_keeps_the_instance_and_backs_off() {
+        let mut f = Failures::new(Policy::RECONCILER);
+        assert_eq!(
+            f.after(Err(&returned())),
+            Next::Retry {
+                after: Duration::from_millis(500),
+                fresh: false
+            }
+        );
+        assert_eq!(
+            f.after(Err(&returned())),
+            Next::Retry {
+                after: Duration::from_secs(1),
+                fresh: false
+            }
+        );
+    }
+
+    #[test]
+    fn every_kind_of_trap_asks_for_a_fresh_instance() {
+        for trap in [
+            CallFailure::Timeout(Duration::from_secs(1)),
+            CallFailure::OutOfFuel,
+            CallFailure::Memory("grow".into()),
+            CallFailure::StackOverflow,
+            CallFailure::Trap("unreachable".into()),
+        ] {
+            let mut f = Failures::new(Policy::RECONCILER);
+            assert!(
+                matches!(f.after(Err(&trap)), Next::Retry { fresh: true, .. }),
+                "{trap:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_fifth_failure_in_a_row_quarantines_and_a_success_resets_the_count() {
+        let mut f = Failures::new(Policy::RECONCILER);
+        for _ in 0..4 {
+            assert!(matches!(f.after(Err(&returned())), Next::Retry { .. }));
+        }
+        assert_eq!(f.after(Ok(())), Next::Proceed);
+        assert_eq!(f.count(), 0);
+        for _ in 0..4 {
+            f.after(Err(&CallFailure::OutOfFuel));
+        }
+        assert_eq!(f.after(Err(&returned())), Next::Quarantine);
+        assert!(f.quarantined());
+    }
+
+    #[test]
+    fn cancels_are_not_failures() {
+        let mut f = Failures::new(Policy::RECONCILER);
+        f.after(Err(&returned()));
+        let deadline = |entered| CallFailure::Cancelled {
+            reason: Cancel::Deadline,
+            entered,
+        };
+        assert_eq!(
+            f.after(Err(&deadline(false))),
+            Next::AwaitTerm { fresh: false }
+        );
+        assert_eq!(
+            f.after(Err(&deadline(true))),
+            Next::AwaitTerm { fresh: true }
+        );
+        for reason in [Cancel::TermEnded, Cancel::Retired] {
+            let cancel = CallFailure::Cancelled {
+                reason,
+                entered: true,
+            };
+            assert_eq!(f.after(Err(&cancel)), Next::Stop);
+        }
+        assert_eq!(f.count(), 1, "cancels neither count nor reset");
+    }
+
+    #[test]
+    fn health_checks_retry_on_their_interval_and_are_never_quarantined() {
+        let interval = Duration::from_secs(2);
+        let mut f = Failures::new(Policy::health_check(interval));
+        for _ in 0..50 {
+            assert_eq!(
+                f.after(Err(&returned())),
+                Next::Retry {
+                    after: interval,
+                    fresh: false
+                }
+            );
+        }
+    }
+}
