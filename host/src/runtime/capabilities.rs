@@ -35,6 +35,20 @@ impl HostState {
             .ok_or(CapabilityError::NotGranted { capability, key })
     }
 
+    /// [`HostState::granted`] for a write: refused with `lease-lost` at once, before any
+    /// database is touched, when the term is over by the monotonic clock (DESIGN §1.6a).
+    fn write_granted(
+        &self,
+        capability: &'static str,
+        key: &'static str,
+        has: impl Fn(&PluginCapabilities) -> bool,
+        fence: &Fence,
+    ) -> Result<PluginCapabilities, CapabilityError> {
+        let caps = self.granted(capability, key, has)?;
+        fence.check_local()?;
+        Ok(caps)
+    }
+
     fn sql_grant(&self) -> Result<(PluginCapabilities, std::sync::Arc<SqlGrant>), CapabilityError> {
         let caps = self.granted("sql", "[grants.sql]", |c| c.grants.sql.is_some())?;
         let grant = caps.grants.sql.clone().ok_or(CapabilityError::NotGranted {
@@ -88,7 +102,7 @@ impl kv::Host for HostState {
 
     async fn put(&mut self, key: String, value: Vec<u8>) -> Result<(), WitError> {
         let fence = self.fence();
-        let caps = self.granted("kv", KV_GRANT, |c| c.grants.kv);
+        let caps = self.write_granted("kv", KV_GRANT, |c| c.grants.kv, &fence);
         let result = match caps {
             Ok(caps) => {
                 async move {
@@ -104,7 +118,7 @@ impl kv::Host for HostState {
 
     async fn delete(&mut self, key: String) -> Result<bool, WitError> {
         let fence = self.fence();
-        let caps = self.granted("kv", KV_GRANT, |c| c.grants.kv);
+        let caps = self.write_granted("kv", KV_GRANT, |c| c.grants.kv, &fence);
         let result = match caps {
             Ok(caps) => {
                 async move {
@@ -172,7 +186,14 @@ impl sql::Host for HostState {
     async fn query(&mut self, sql: String, params: Vec<sql::Value>) -> Result<sql::Rows, WitError> {
         let params: Vec<SqlValue> = params.into_iter().map(from_wit).collect();
         let result = match self.sql_grant() {
-            Ok((_, grant)) => async move { grant.query(&sql, &params).await }.await,
+            Ok((_, grant)) => {
+                let work = {
+                    let grant = grant.clone();
+                    async move { grant.query(&sql, &params).await }
+                };
+                let term = self.lease.term.clone();
+                grant.in_term(term.as_ref(), work).await
+            }
             Err(e) => Err(e),
         };
         self.report("sql query", result).map(|rows| sql::Rows {
@@ -188,9 +209,17 @@ impl sql::Host for HostState {
     async fn execute(&mut self, sql: String, params: Vec<sql::Value>) -> Result<u64, WitError> {
         let params: Vec<SqlValue> = params.into_iter().map(from_wit).collect();
         let fence = self.fence();
-        let result = match self.sql_grant() {
+        let result = match self
+            .sql_grant()
+            .and_then(|g| fence.check_local().map(|()| g))
+        {
             Ok((caps, grant)) => {
-                async move { grant.execute(&caps.host, &fence, &sql, &params).await }.await
+                let work = {
+                    let grant = grant.clone();
+                    async move { grant.execute(&caps.host, &fence, &sql, &params).await }
+                };
+                let term = self.lease.term.clone();
+                grant.in_term(term.as_ref(), work).await
             }
             Err(e) => Err(e),
         };
@@ -206,9 +235,17 @@ impl sql::Host for HostState {
             })
             .collect();
         let fence = self.fence();
-        let result = match self.sql_grant() {
+        let result = match self
+            .sql_grant()
+            .and_then(|g| fence.check_local().map(|()| g))
+        {
             Ok((caps, grant)) => {
-                async move { grant.transaction(&caps.host, &fence, &statements).await }.await
+                let work = {
+                    let grant = grant.clone();
+                    async move { grant.transaction(&caps.host, &fence, &statements).await }
+                };
+                let term = self.lease.term.clone();
+                grant.in_term(term.as_ref(), work).await
             }
             Err(e) => Err(e),
         };

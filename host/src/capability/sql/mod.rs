@@ -7,23 +7,33 @@
 //! locks the lease row ([`super::fence`]). `query` always runs read-only, so writes cannot bypass
 //! the fence through it.
 //!
+//! A statement is never simply abandoned: each call runs as a task of the plugin's term
+//! ([`SqlGrant::in_term`]). When the guest call that issued it is dropped (term end, timeout,
+//! retire), the task stops sending, cancels whatever this grant still runs on the server
+//! (`pg_cancel_backend`) and waits until the server shows nothing running; the term's tracker,
+//! and so the release of the lease, waits for that. Only a `COMMIT` already sent cannot be
+//! called back: its outcome is reported as unknown, and fenced writes need no cancel to be safe.
+//!
 //! - [`guard`]: which statements a plugin may run;
 //! - [`value`]: parameters and column values.
 
 pub mod guard;
 pub mod value;
 
+use std::future::Future;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgTypeInfo, Postgres};
-use sqlx::{Executor, SqlSafeStr, Statement as _};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgTypeInfo, Postgres};
+use sqlx::{Connection, Executor, SqlSafeStr, Statement as _};
 use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
 
 use super::fence::{self, Fence};
 use super::{Capabilities, CapabilityError};
-use crate::lease::DatabaseUrl;
+use crate::lease::{DatabaseUrl, Term};
 use crate::plugin::manifest::SqlGrantSpec;
 pub use value::SqlValue;
 
@@ -54,6 +64,9 @@ pub struct SqlGrant {
     env: String,
     /// Connect options, holding the credentials; never printed.
     options: PgConnectOptions,
+    /// The sessions' `application_name`, unique to this grant in this process, so that what it
+    /// leaves running on the server can be found and cancelled.
+    session_name: String,
     /// Caps and timeouts from the manifest.
     spec: SqlGrantSpec,
     /// The pool.
@@ -101,20 +114,108 @@ impl SqlGrant {
             .map_err(|e| format!("[grants.sql] {env} ({url}): {e}"))?;
         let timeout = spec.statement_timeout.as_millis().to_string();
         let idle = IDLE_IN_TRANSACTION_TIMEOUT.as_millis().to_string();
-        let options = options
-            .application_name(&format!("leasehold:{plugin}"))
-            .options([
-                ("statement_timeout", timeout.as_str()),
-                ("idle_in_transaction_session_timeout", idle.as_str()),
-            ]);
+        let suffix: u32 = rand::random();
+        let session_name = format!("leasehold:{plugin}:{suffix:08x}");
+        let options = options.application_name(&session_name).options([
+            ("statement_timeout", timeout.as_str()),
+            ("idle_in_transaction_session_timeout", idle.as_str()),
+        ]);
         Ok(SqlGrant {
             plugin: plugin.to_string(),
             env: env.clone(),
             options,
+            session_name,
             spec: spec.clone(),
             pool: OnceCell::new(),
             fenced: OnceCell::new(),
         })
+    }
+
+    /// Runs `work`, one call of this grant, as a task of `term`. If the caller goes away before it
+    /// ends (its guest call was dropped), the task drops `work` (nothing more is sent), cancels
+    /// what the grant still runs on the server and waits until nothing does; the term's tracker
+    /// makes the release wait for that.
+    pub async fn in_term<T, W>(
+        self: &Arc<Self>,
+        term: Option<&Term>,
+        work: W,
+    ) -> Result<T, CapabilityError>
+    where
+        T: Send + 'static,
+        W: Future<Output = Result<T, CapabilityError>> + Send + 'static,
+    {
+        let abandoned = CancellationToken::new();
+        let _abandon_on_drop = abandoned.clone().drop_guard();
+        let grant = self.clone();
+        let task = async move {
+            tokio::select! {
+                biased;
+                result = work => return Some(result),
+                _ = abandoned.cancelled() => {}
+            }
+            grant.cancel_on_server().await;
+            None
+        };
+        let handle = match term {
+            Some(term) => term.spawn(task),
+            None => tokio::spawn(task),
+        };
+        match handle.await {
+            Ok(Some(result)) => result,
+            _ => Err(CapabilityError::Unavailable(format!(
+                "the call on the database of {} was abandoned",
+                self.env
+            ))),
+        }
+    }
+
+    /// Ends every session of this grant on the server (`pg_terminate_backend`: a statement
+    /// running there is cancelled and rolled back, and one still on its way is never read),
+    /// then waits, within the statement timeout, until the server lists none of them. The pool
+    /// opens new sessions when the plugin next runs. Logs what it did.
+    async fn cancel_on_server(&self) {
+        const TERMINATE: &str = "SELECT count(*) FROM (SELECT pg_terminate_backend(pid)
+             FROM pg_stat_activity
+             WHERE application_name = $1 AND pid <> pg_backend_pid()) t";
+        const LEFT: &str = "SELECT count(*) FROM pg_stat_activity
+             WHERE application_name = $1 AND pid <> pg_backend_pid()";
+        let started = tokio::time::Instant::now();
+        let give_up = started + self.spec.statement_timeout + Duration::from_secs(1);
+        let outcome = async {
+            // A session of its own: the pool may be full of the very sessions being ended.
+            let mut conn = PgConnection::connect_with(&self.options).await?;
+            let ended: i64 = sqlx::query_scalar(TERMINATE)
+                .bind(&self.session_name)
+                .fetch_one(&mut conn)
+                .await?;
+            loop {
+                let left: i64 = sqlx::query_scalar(LEFT)
+                    .bind(&self.session_name)
+                    .fetch_one(&mut conn)
+                    .await?;
+                if left == 0 {
+                    let _ = conn.close().await;
+                    return Ok::<_, sqlx::Error>(ended);
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        };
+        match tokio::time::timeout_at(give_up, outcome).await {
+            Ok(Ok(ended)) => tracing::info!(
+                plugin = %self.plugin, database_url_env = %self.env, sessions = ended,
+                took = ?started.elapsed(),
+                "statement cancelled on the server: the call was dropped"
+            ),
+            Ok(Err(e)) => tracing::warn!(
+                plugin = %self.plugin, database_url_env = %self.env,
+                "cannot cancel a dropped call's statement on the server: {}",
+                CapabilityError::from_driver("cancel", &e)
+            ),
+            Err(_) => tracing::warn!(
+                plugin = %self.plugin, database_url_env = %self.env,
+                "a dropped call's session is still on the server after the statement timeout"
+            ),
+        }
     }
 
     /// The grant's settings.
