@@ -80,7 +80,9 @@ pub struct TimingFile {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuntimeFile {
-    /// Meter fuel so that plugins may set `limits.fuel` (costs ~18% in tight loops; off by default).
+    /// Meter fuel: every call gets a budget (`limits.fuel`, else the runtime's default). On by
+    /// default so a runaway guest ends on fuel as well as on its deadline; `false` saves the
+    /// ~18% it costs in tight loops.
     pub fuel: Option<bool>,
 }
 
@@ -303,7 +305,8 @@ impl Config {
                 .cache_dir
                 .or(file.cache_dir)
                 .unwrap_or_else(crate::runtime::cache::default_dir),
-            fuel: file.runtime.fuel.unwrap_or(false),
+            // On by default: plugins are not trusted to stop by themselves (DESIGN §2.4).
+            fuel: file.runtime.fuel.unwrap_or(true),
         })
     }
 }

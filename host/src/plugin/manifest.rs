@@ -62,7 +62,7 @@ pub struct Limits {
     pub call_timeout: Option<Duration>,
     /// Linear memory cap, e.g. `"64MiB"`.
     pub memory: Option<String>,
-    /// Fuel per call (needs an engine that meters fuel).
+    /// Fuel per call (needs an engine that meters fuel); the runtime's default when absent.
     pub fuel: Option<u64>,
 }
 
