@@ -227,3 +227,6 @@ impl Supervisor {
         tasks.wait().await;
     }
 }
+
+#[cfg(test)]
+mod tests;
