@@ -43,7 +43,7 @@ fn store_latency() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 16))
 }
 
-/// Fuel per call: 1,000 units to ~10¹³ (the default budget is 10¹⁰).
+/// Fuel per call: 1,000 units to ~10¹³ (the default budget is 10¹¹).
 fn fuel_per_call() -> Histogram {
     Histogram::new(exponential_buckets(1_000.0, 10.0, 11))
 }

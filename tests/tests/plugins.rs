@@ -591,15 +591,19 @@ async fn guest_output_is_captured_capped_and_tagged() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fuel_budgets_stop_a_spinning_guest_when_the_host_meters_fuel() {
+async fn fuel_budgets_stop_a_spinning_guest_by_default() {
     let db = Db::new(Backend::Sqlite).await.unwrap();
     let manifest = "[schedule]\ninterval = \"100ms\"\n[limits]\ncall_timeout = \"60s\"\nfuel = 1000000\n[config]\nverb = \"loop\"\n";
     let dir = plugin_dir(&[("misbehave", manifest)]).unwrap();
     let plugins = dir.path().to_str().unwrap();
-    // Without metering the manifest is refused, saying why.
+    // A host that opted out of metering refuses the manifest, saying why.
+    let opt_out = dir.path().join("host.toml");
+    std::fs::write(&opt_out, "[runtime]\nfuel = false\n").unwrap();
     let off = Host::start(
         "nofuel",
         &[
+            "--config",
+            opt_out.to_str().unwrap(),
             "--database-url",
             &db.url().unwrap(),
             "--ttl",
@@ -619,15 +623,11 @@ async fn fuel_budgets_stop_a_spinning_guest_when_the_host_meters_fuel() {
         "{status}"
     );
     drop(off);
-    // With metering, the budget ends the call long before its 60 s deadline.
-    let config = dir.path().join("host.toml");
-    std::fs::write(&config, "[runtime]\nfuel = true\n").unwrap();
+    // By default the host meters fuel: the budget ends the call long before its 60 s deadline.
     let db = Db::new(Backend::Sqlite).await.unwrap();
     let host = Host::start(
         "fuel",
         &[
-            "--config",
-            config.to_str().unwrap(),
             "--database-url",
             &db.url().unwrap(),
             "--ttl",
@@ -652,6 +652,21 @@ async fn fuel_budgets_stop_a_spinning_guest_when_the_host_meters_fuel() {
         host.log_text().contains("kind=\"fuel\"")
     })
     .await;
+    // Fuel per call shows in /status and /metrics.
+    let status = plugin_status(&host, "misbehave").await.unwrap();
+    assert!(
+        status["fuel_last_call"].as_u64().unwrap() >= 1_000_000,
+        "{status}"
+    );
+    assert!(
+        status["fuel_total"].as_u64().unwrap() >= 1_000_000,
+        "{status}"
+    );
+    let (_, metrics) = host.get("/metrics").await.unwrap();
+    assert!(
+        metrics.contains("leasehold_plugin_call_fuel_count{plugin=\"misbehave\"}"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,10 +35,12 @@ use crate::metrics::Metrics;
 /// Bytes of guest stdout/stderr kept per store; a guest that prints more gets write errors.
 const OUTPUT_CAPACITY: usize = 1 << 20;
 
-/// Fuel per call when the manifest sets none: far above what a reconcile spends (hello-reconciler
-/// burns ~10⁴ units, a sweep over a thousand rows ~10⁷), low enough that a runaway loop ends
-/// within seconds rather than at the call deadline alone.
-pub const DEFAULT_FUEL_PER_CALL: u64 = 10_000_000_000;
+/// Fuel per call when the manifest sets none. A tight loop burns ~1.5·10¹⁰ units a second on a
+/// two-core CI machine, so this is 6–7 s of pure computation: more than the 5 s default call
+/// deadline (a plugin within its deadline never meets it) and far above what a reconcile burns
+/// (hello-reconciler ~2·10⁴ per call). It bounds the computation of a plugin that raised its
+/// deadline, whatever the wall clock does.
+pub const DEFAULT_FUEL_PER_CALL: u64 = 100_000_000_000;
 
 /// An instance of a plugin, whatever its world.
 pub struct Instance(Kind);

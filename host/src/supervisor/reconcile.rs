@@ -17,7 +17,7 @@ use crate::capability::{Capabilities, PluginCapabilities};
 use crate::lease::Term;
 use crate::plugin::PluginEntry;
 use crate::runtime::host::LeaseView;
-use crate::runtime::{CallFailure, Called, Instance, PluginStore, Runtime};
+use crate::runtime::{CallFailure, Called, Cancel, Instance, PluginStore, Runtime};
 
 /// What a reconciler task is given.
 pub(super) struct ReconcileTask {
@@ -175,9 +175,17 @@ impl ReconcileTask {
         let next = failures.after(outcome.as_ref().map(|_| ()));
         if let Err(failure) = &outcome {
             match failure {
-                CallFailure::Cancelled { entered: true, .. } => {
-                    info!("call interrupted: {failure}; dropping the instance");
-                }
+                CallFailure::Cancelled {
+                    reason: Cancel::Retired,
+                    entered: true,
+                } => info!("call interrupted: the plugin file was replaced or removed"),
+                CallFailure::Cancelled {
+                    reason,
+                    entered: true,
+                } => info!(
+                    ?reason,
+                    "call interrupted: the term ended; dropping the instance"
+                ),
                 CallFailure::Cancelled { .. } => {}
                 _ => warn!(
                     kind = failure.kind(),
