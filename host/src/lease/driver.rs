@@ -16,7 +16,7 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::coordinator::{Announcement, Coordinator, Effect, EndReason, Event};
 use super::identity::HolderId;
-use super::leadership::{Leadership, Role, Term};
+use super::leadership::{Leadership, Role, Term, TermControl};
 use super::store::{LeaseStore, ReleaseNotice, StoreError};
 use super::timing::Timing;
 use crate::metrics::Metrics;
@@ -88,10 +88,10 @@ impl LeaseEngine {
 
 /// A running term as the driver keeps it.
 struct ActiveTerm {
+    /// What subscribers are handed.
     term: Term,
-    token: CancellationToken,
-    tracker: TaskTracker,
-    safe_until: watch::Sender<Instant>,
+    /// What ends it and moves its deadline.
+    control: TermControl,
 }
 
 /// Drives the [`Coordinator`] for every lease of this replica. Build with [`Driver::new`] and run
@@ -285,30 +285,14 @@ impl Driver {
                 epoch,
                 safe_until,
             } => {
-                let token = self.root.child_token();
-                let tracker = TaskTracker::new();
-                let (safe_tx, safe_rx) = watch::channel(safe_until);
-                let term = Term::new(
-                    lease.clone(),
-                    epoch,
-                    token.clone(),
-                    tracker.clone(),
-                    safe_rx,
-                );
+                let (term, control) =
+                    Term::start(lease.clone(), epoch, self.root.child_token(), safe_until);
                 debug!(lease = %lease, epoch, "term started");
-                self.terms.insert(
-                    lease,
-                    ActiveTerm {
-                        term,
-                        token,
-                        tracker,
-                        safe_until: safe_tx,
-                    },
-                );
+                self.terms.insert(lease, ActiveTerm { term, control });
             }
             Effect::ExtendTerm { lease, safe_until } => {
                 if let Some(active) = self.terms.get(&lease) {
-                    active.safe_until.send_replace(safe_until);
+                    active.control.extend(safe_until);
                 }
             }
             Effect::EndTerm {
@@ -319,8 +303,7 @@ impl Driver {
             } => {
                 let active = self.terms.remove(&lease);
                 if let Some(active) = &active {
-                    active.token.cancel();
-                    active.tracker.close();
+                    active.control.end();
                 }
                 let why = match reason {
                     EndReason::SafeUntil => "safe_until reached without a landed renewal",
@@ -329,12 +312,12 @@ impl Driver {
                 };
                 info!(lease = %lease, epoch, holder = %self.holder, reason = why, "term ended: plugins stopped");
                 let ended_at = Instant::now();
-                let tracker = active.map(|a| a.tracker);
+                let control = active.map(|a| a.control);
                 let events = confirm.then(|| self.events_tx.clone());
                 let metrics = self.metrics.clone();
                 self.calls.spawn(async move {
-                    if let Some(tracker) = tracker {
-                        tracker.wait().await;
+                    if let Some(control) = control {
+                        control.stopped().await;
                         metrics
                             .loss_to_stop_seconds
                             .get_or_create(&Metrics::lease(&lease))

@@ -63,19 +63,30 @@ pub struct Term {
     safe_until: watch::Receiver<Instant>,
 }
 
-/// The controls of a [`Term::standalone`].
+/// What ends a [`Term`] and moves its deadline: held by the lease driver (or by whoever made a
+/// [`Term::standalone`]). Dropping it ends the term: a term nobody controls must not go on.
 #[derive(Debug)]
 pub struct TermControl {
     /// Ends the term.
     token: CancellationToken,
+    /// The term's tasks, waited for before a release.
+    tracker: TaskTracker,
     /// Moves the term's deadline.
     safe_until: watch::Sender<Instant>,
 }
 
 impl TermControl {
-    /// Ends the term, as a lost lease does.
+    /// Ends the term, as a lost lease does: its token is cancelled and its tracker closed.
     pub fn end(&self) {
         self.token.cancel();
+        self.tracker.close();
+    }
+
+    /// Resolves once the term has ended and every task of it has finished.
+    pub async fn stopped(&self) {
+        self.token.cancelled().await;
+        self.tracker.close();
+        self.tracker.wait().await;
     }
 
     /// Moves the term's deadline, as a landed renewal does.
@@ -91,41 +102,40 @@ impl Drop for TermControl {
 }
 
 impl Term {
-    pub(crate) fn new(
+    /// Starts a term of `lease` at `epoch` under `token` (a child of the process's root), to end
+    /// no later than `safe_until`; the driver keeps the [`TermControl`].
+    pub(crate) fn start(
         lease: String,
         epoch: Epoch,
         token: CancellationToken,
-        tracker: TaskTracker,
-        safe_until: watch::Receiver<Instant>,
-    ) -> Self {
-        Term {
+        safe_until: Instant,
+    ) -> (Term, TermControl) {
+        let tracker = TaskTracker::new();
+        let (tx, rx) = watch::channel(safe_until);
+        let term = Term {
             lease,
             epoch,
+            token: token.clone(),
+            tracker: tracker.clone(),
+            safe_until: rx,
+        };
+        let control = TermControl {
             token,
             tracker,
-            safe_until,
-        }
+            safe_until: tx,
+        };
+        (term, control)
     }
 
     /// A term made outside the lease driver, with the controls the driver would hold: for
     /// benchmarks and tests of what runs under a term. It ends when `control` ends it or is
     /// dropped.
     pub fn standalone(lease: &str, epoch: Epoch, safe_until: Instant) -> (Term, TermControl) {
-        let token = CancellationToken::new();
-        let (tx, rx) = watch::channel(safe_until);
-        let term = Term::new(
+        Term::start(
             lease.to_string(),
             epoch,
-            token.clone(),
-            TaskTracker::new(),
-            rx,
-        );
-        (
-            term,
-            TermControl {
-                token,
-                safe_until: tx,
-            },
+            CancellationToken::new(),
+            safe_until,
         )
     }
 
