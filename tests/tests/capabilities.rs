@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use leasehold::capability::sql::{SqlGrant, SqlValue, Statement};
 use leasehold::capability::{Capabilities, CapabilityError, Fence};
-use leasehold::lease::DatabaseUrl;
+use leasehold::lease::{DatabaseUrl, Term};
 use leasehold::plugin::manifest::SqlGrantSpec;
 use leasehold_tests::leader::Holding;
 use leasehold_tests::stores::{Backend, Db};
@@ -363,6 +363,71 @@ async fn sql_on_an_application_database_is_not_fenced() {
         .await
         .unwrap();
     assert_eq!(n, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_call_s_statement_is_stopped_on_the_server_before_the_term_counts_as_stopped() {
+    let lease_db = Db::new(Backend::Postgres).await.unwrap();
+    let url = DatabaseUrl::parse(&lease_db.url().unwrap()).unwrap();
+    let app = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    let caps = Capabilities::new(url.clone());
+    let mut long = spec("APP_URL");
+    long.statement_timeout = Duration::from_secs(30);
+    let sql = grant("APP_URL", &app, &long);
+    let far = tokio::time::Instant::now() + TTL;
+    let (term, control) = Term::standalone("cap", 1, far);
+    let f = Fence::new("cap".into(), "me".into(), Some(term.clone()));
+    sql.execute(&caps, &f, "CREATE TABLE slow (epoch bigint)", &[])
+        .await
+        .unwrap();
+    // An unfenced write that first sleeps 3 s on the server; the guest call that issued it is
+    // dropped after 300 ms, as when its term ends.
+    let work = {
+        let (sql, caps, f) = (sql.clone(), caps.clone(), f.clone());
+        async move {
+            sql.execute(&caps, &f, "INSERT INTO slow SELECT 1 FROM pg_sleep(3)", &[])
+                .await
+        }
+    };
+    let call = sql.in_term(Some(&term), work);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), call)
+            .await
+            .is_err(),
+        "the statement finished before it was dropped"
+    );
+    let ended = std::time::Instant::now();
+    control.end();
+    control.stopped().await;
+    let stopped_after = ended.elapsed();
+    // The term counts as stopped once the server no longer runs the statement: well before the
+    // sleep would have ended and the insert committed.
+    assert!(
+        stopped_after < Duration::from_millis(2500),
+        "stopping took {stopped_after:?}: the statement was not cancelled"
+    );
+    let pool = sqlx::PgPool::connect(&app).await.unwrap();
+    let running: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'INSERT INTO slow%' AND state = 'active'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(running, 0, "the statement still runs on the server");
+    // Past the moment the sleep would have ended: nothing of the write was kept.
+    tokio::time::sleep(
+        Duration::from_secs(3).saturating_sub(ended.elapsed()) + Duration::from_millis(500),
+    )
+    .await;
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM slow")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "the dropped write committed");
+    println!("dropped statement stopped on the server {stopped_after:?} after the term ended");
 }
 
 #[test]
