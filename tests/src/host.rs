@@ -129,6 +129,19 @@ impl Host {
         self.log.lock().unwrap().join("\n")
     }
 
+    /// How many lines the process logged so far: an offset for [`Host::log_lines_from`].
+    pub fn log_len(&self) -> usize {
+        self.log.lock().unwrap().len()
+    }
+
+    /// The lines logged from line `offset` on (0-based), without copying the whole log.
+    pub fn log_lines_from(&self, offset: usize) -> Vec<String> {
+        let log = self.log.lock().unwrap();
+        log.get(offset..)
+            .map(<[String]>::to_vec)
+            .unwrap_or_default()
+    }
+
     /// `GET /status` as JSON.
     pub async fn status(&self) -> anyhow::Result<Value> {
         let url = format!("http://{}/status", self.addr);
@@ -287,7 +300,8 @@ pub fn now_time_of_day() -> f64 {
     since_epoch.as_secs_f64().rem_euclid(86_400.0)
 }
 
-fn time_of_day(line: &str) -> Option<f64> {
+/// Seconds since midnight UTC of one log line, from its RFC 3339 timestamp.
+pub fn time_of_day(line: &str) -> Option<f64> {
     // 2026-11-22T04:11:59.302550Z ...
     let t = line
         .split_whitespace()

@@ -1,10 +1,12 @@
 //! The test harness of leasehold: a real PostgreSQL started on demand ([`pg`]), real `leasehold`
-//! processes ([`host`]), and the store backends opened fresh for each test ([`stores`]).
+//! processes ([`host`]), and the store backends opened fresh for each test ([`stores`]); shared
+//! trials of fencing ([`fencing`]) and of frozen holders ([`freeze`]).
 //! Integration tests live in `tests/`; the benchmarks are binaries in `src/bin/`.
 
 #![allow(clippy::unwrap_used)]
 
 pub mod fencing;
+pub mod freeze;
 pub mod host;
 pub mod leader;
 pub mod pg;
