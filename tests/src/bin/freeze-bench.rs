@@ -1,0 +1,25 @@
+//! Figures of frozen holders between real processes on a real PostgreSQL: three replicas run
+//! hello-reconciler every 15 ms; each trial freezes the holder (SIGSTOP) past the ttl until
+//! another replica has acquired the next epoch, then resumes it (SIGCONT). Prints the trials, the
+//! guest calls started after the frozen holder's `safe_until` (must be 0, DESIGN §1.6a), each
+//! such call, and resume → `term ended` (median / p99) from the holder's own log.
+//! `BENCH_TRIALS` (default 50) and `BENCH_TTL` (default 1s) change the run.
+
+#![allow(clippy::unwrap_used)]
+
+use anyhow::Context;
+use leasehold_tests::freeze::{FreezeSettings, run_freeze_trials};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let trials: usize = std::env::var("BENCH_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let ttl_text = std::env::var("BENCH_TTL").unwrap_or_else(|_| "1s".into());
+    let ttl =
+        humantime::parse_duration(&ttl_text).with_context(|| format!("BENCH_TTL {ttl_text:?}"))?;
+    let out = run_freeze_trials(&FreezeSettings::new(trials, ttl)).await?;
+    println!("{}", out.report());
+    Ok(())
+}
