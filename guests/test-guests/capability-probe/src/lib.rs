@@ -20,6 +20,15 @@
 //!   messages;
 //! - `secrets`: logs everything a plugin can see (environment, arguments, files, the texts of
 //!   database errors) so that the test can look for what must not be there; always `ok`;
+//! - `slow-write`: leaves a slow write in flight on the sql grant's database. It creates a table
+//!   `slow_writes (epoch bigint, written_at timestamptz DEFAULT clock_timestamp())` if missing,
+//!   logs `probe slow-write started epoch=E sleep_ms=N`, then runs one `execute` of
+//!   `INSERT INTO slow_writes (epoch) SELECT $1::bigint FROM pg_sleep($2::float8)`: the server
+//!   sleeps `sleep_ms` (default 1500), then writes the term's epoch. The outcome is logged as
+//!   usual (`probe slow-write ok: rows=1 epoch=E` or `FAILED`). A call dropped while the
+//!   statement sleeps logs nothing more; whether the row then appears is what the test looks
+//!   at. Keep `sleep_ms` under the grant's `statement_timeout` (default 2s), or the server
+//!   cancels it;
 //! - `idle` (default): nothing (for event tests).
 
 use std::fmt::Debug;
@@ -29,17 +38,28 @@ use leasehold_guest::{
     Config, Context, Error, EventHandler, Outcome, Reconciler, kv, lease, log, params,
 };
 
-const VERBS: &[&str] = &["kv", "sql", "limits", "not-granted", "secrets", "idle"];
+const VERBS: &[&str] = &[
+    "kv",
+    "sql",
+    "limits",
+    "not-granted",
+    "secrets",
+    "slow-write",
+    "idle",
+];
 
 struct Probe {
     verb: String,
+    /// `slow-write`: how long the server sleeps before the write.
+    sleep_ms: u64,
 }
 
 impl Reconciler for Probe {
     fn init(config: Config) -> Result<Self, String> {
-        config.deny_unknown(&["verb"])?;
+        config.deny_unknown(&["verb", "sleep_ms"])?;
         Ok(Probe {
             verb: config.choice("verb", VERBS, "idle")?.to_string(),
+            sleep_ms: config.parse_or("sleep_ms", 1500)?,
         })
     }
 
@@ -52,6 +72,7 @@ impl Reconciler for Probe {
                 "limits" => probe_limits(&mut checks),
                 "not-granted" => probe_not_granted(&mut checks),
                 "secrets" => probe_secrets(&mut checks),
+                "slow-write" => probe_slow_write(&mut checks, ctx.epoch(), self.sleep_ms),
                 _ => {}
             }
             log::info(&checks.summary(&self.verb));
@@ -408,6 +429,34 @@ fn probe_secrets(c: &mut Checks) {
         env.join(", "),
         args.join(", "),
     ));
+}
+
+/// One write that the server holds back for `sleep_ms` (see the crate docs).
+fn probe_slow_write(c: &mut Checks, epoch: u64, sleep_ms: u64) {
+    let created = c.ok(
+        "create slow_writes",
+        sql::execute(
+            "CREATE TABLE IF NOT EXISTS slow_writes (\
+                 epoch bigint NOT NULL, \
+                 written_at timestamptz NOT NULL DEFAULT clock_timestamp())",
+            params![],
+        ),
+    );
+    if created.is_none() {
+        return;
+    }
+    log::info(&format!(
+        "probe slow-write started epoch={epoch} sleep_ms={sleep_ms}"
+    ));
+    let epoch = i64::try_from(epoch).unwrap_or(i64::MAX);
+    let seconds = sleep_ms as f64 / 1000.0;
+    let written = sql::execute(
+        "INSERT INTO slow_writes (epoch) SELECT $1::bigint FROM pg_sleep($2::float8)",
+        params![epoch, seconds],
+    );
+    if let Some(rows) = c.ok("insert after pg_sleep", written) {
+        c.see(format!("rows={rows} epoch={epoch}"));
+    }
 }
 
 leasehold_guest::export_event_reconciler!(Probe);
