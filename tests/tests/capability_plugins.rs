@@ -342,3 +342,56 @@ delete_after = \"2s\"
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A statement a guest left in flight on an application database (unfenced: `pg_sleep(3)`,
+/// then an insert) when its holder shuts down: it is stopped on the server before the `lease
+/// released` line, so the next holder never runs beside it, and nothing of it commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfenced_statement_in_flight_is_cancelled_before_the_lease_is_released() {
+    let server = leasehold_tests::pg::server();
+    let url = server.fresh_database().await.unwrap();
+    let app = server.fresh_database().await.unwrap();
+    let manifest = "[schedule]\ninterval = \"1s\"\n[limits]\ncall_timeout = \"10s\"\n[grants.sql]\ndatabase_url_env = \"APP_URL\"\nstatement_timeout = \"10s\"\n[config]\nverb = \"slow-write\"\nsleep_ms = \"3000\"\n";
+    let dir = plugins("capability-probe", &[("slow", manifest.to_string())]);
+    let mut host = Host::start_with_env(
+        "slow",
+        &[
+            "--database-url",
+            &url,
+            "--ttl",
+            "2s",
+            "--plugins",
+            dir_arg(dir.path()),
+        ],
+        &[("APP_URL", app.as_str())],
+    )
+    .unwrap();
+    wait_for_log(&host, "probe slow-write started", Duration::from_secs(30)).await;
+    // The insert is now sleeping on the server.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stopping = Instant::now();
+    host.signal("TERM").unwrap();
+    let status = host.wait_exit(Duration::from_secs(20)).unwrap();
+    assert!(status.success(), "{status:?}");
+    let log = host.log_text();
+    let cancelled = log
+        .find("statement cancelled on the server")
+        .unwrap_or_else(|| panic!("the statement was not cancelled:\n{log}"));
+    let released = log
+        .find("lease released")
+        .unwrap_or_else(|| panic!("no release:\n{log}"));
+    assert!(
+        cancelled < released,
+        "the lease was released before the statement was stopped:\n{log}"
+    );
+    let took = stopping.elapsed();
+    // Past the moment the sleep would have ended: nothing of the write was kept.
+    tokio::time::sleep(Duration::from_millis(3500).saturating_sub(took)).await;
+    let pool = sqlx::PgPool::connect(&app).await.unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM slow_writes")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "the abandoned write committed:\n{log}");
+    println!("SIGTERM -> exit with the statement stopped on the server: {took:?}");
+}

@@ -669,6 +669,68 @@ async fn fuel_budgets_stop_a_spinning_guest_by_default() {
     );
 }
 
+/// A component whose start function never returns (`slow-start`: a constructor run by the
+/// component's `_initialize` at instantiation) is bounded like a call: it ends as a timeout, and
+/// a replacement file is started even while it is still looping under a long deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_start_function_times_out_and_its_replacement_runs() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("starter.wasm");
+    let toml = dir.path().join("starter.toml");
+    let put = |guest: &str, call_timeout: &str| {
+        // The manifest first: the watcher waits for a quiet period before it loads the pair.
+        std::fs::write(&toml, manifest("100ms", call_timeout, "")).unwrap();
+        let tmp = dir.path().join("starter.wasm.part");
+        std::fs::copy(guests_dist().join(format!("{guest}.wasm")), &tmp).unwrap();
+        std::fs::rename(&tmp, &wasm).unwrap();
+    };
+    put("slow-start", "200ms");
+    let host = sqlite_host("starter", &db, dir.path());
+    wait_until(
+        "the start function to time out",
+        Duration::from_secs(15),
+        async || {
+            plugin_status(&host, "starter").await.is_some_and(|s| {
+                s["last_error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("interrupted after its 200ms deadline"))
+            })
+        },
+    )
+    .await;
+    wait_until("the timeout logged", Duration::from_secs(5), async || {
+        host.log_text().contains("kind=\"timeout\"")
+    })
+    .await;
+    let status = plugin_status(&host, "starter").await.unwrap();
+    assert!(status["traps"].as_u64().unwrap() >= 1, "{status}");
+    assert_eq!(status["calls"], 0, "init was entered: {status}");
+    assert!(!host.log_text().contains("slow-start: init reached"));
+
+    // Under a one-minute deadline the start function loops on; replacing the file retires it.
+    put("slow-start", "1m");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let replaced = Instant::now();
+    put("hello-reconciler", "1m");
+    wait_until(
+        "the replacement to run",
+        Duration::from_secs(15),
+        async || host.log_text().contains("hello from epoch 1"),
+    )
+    .await;
+    assert!(
+        replaced.elapsed() < Duration::from_secs(30),
+        "the replacement waited for the old start function's deadline"
+    );
+    assert!(
+        host.log_text()
+            .contains("call interrupted: the plugin file was replaced or removed"),
+        "{}",
+        host.log_text()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconcile_can_ask_to_run_again_sooner() {
     let db = Db::new(Backend::Sqlite).await.unwrap();
