@@ -93,6 +93,9 @@ pub struct FreezeTrial {
     pub end_reason: String,
     /// Calls of the holder's epoch started after the resume, hence after its `safe_until`.
     pub late_calls: Vec<LateCall>,
+    /// Calls the holder's runtime refused to start after the resume (`call not started`): the
+    /// race a task can win against the driver, which the clock check then decides.
+    pub refused: usize,
 }
 
 impl FreezeTrial {
@@ -127,6 +130,13 @@ impl FreezeSummary {
             .count()
     }
 
+    /// Calls refused at the door over all trials, and in how many trials.
+    pub fn refused(&self) -> (usize, usize) {
+        let total = self.trials.iter().map(|t| t.refused).sum();
+        let trials = self.trials.iter().filter(|t| t.refused > 0).count();
+        (total, trials)
+    }
+
     /// Resume → `term ended` of every trial.
     pub fn resume_to_term_end(&self) -> Vec<Duration> {
         self.trials.iter().map(|t| t.resume_to_term_end).collect()
@@ -150,6 +160,12 @@ impl FreezeSummary {
                 "guest calls started after the frozen holder's safe_until: {} (in {} of {} trials)",
                 self.calls_after_deadline(),
                 self.trials_with_late_calls(),
+                self.trials.len()
+            ),
+            format!(
+                "calls the resumed holder's runtime refused to start (the deadline had passed): {} (in {} of {} trials)",
+                self.refused().0,
+                self.refused().1,
                 self.trials.len()
             ),
         ];
@@ -409,6 +425,10 @@ async fn freeze_trial(
         resume_to_term_end: secs(since(ended_at, resumed_at)),
         end_reason: string_field(&ended, "reason").unwrap_or_default(),
         late_calls: late_calls(&log, epoch, resumed_at, acquired_at),
+        refused: log
+            .iter()
+            .filter(|l| l.contains("call not started") && l.contains(&format!("epoch={epoch}")))
+            .count(),
     })
 }
 
