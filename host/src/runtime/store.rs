@@ -81,9 +81,7 @@ impl Runtime {
         store.epoch_deadline_callback(|mut ctx| {
             let data = ctx.data_mut();
             let now = Instant::now();
-            if data.call_deadline.is_some_and(|d| now >= d) {
-                return Err(Trap::Interrupt.into());
-            }
+            // The term first: past both deadlines, the call was cancelled, not the plugin's fault.
             if let Some(term) = &data.lease.term
                 && !term.is_live_at(now)
             {
@@ -92,6 +90,9 @@ impl Runtime {
                 } else {
                     Cancel::Deadline
                 });
+                return Err(Trap::Interrupt.into());
+            }
+            if data.call_deadline.is_some_and(|d| now >= d) {
                 return Err(Trap::Interrupt.into());
             }
             Ok(UpdateDeadline::Yield(1))
@@ -112,7 +113,6 @@ impl Runtime {
         }
         PluginStore {
             store,
-            term,
             metrics: self.metrics.clone(),
             limits: *limits,
             meters_fuel: self.options.fuel,
@@ -128,8 +128,6 @@ impl Runtime {
 pub struct PluginStore {
     /// The wasmtime store; private, so that every entry goes through [`PluginStore::run`].
     store: Store<HostState>,
-    /// The term the store works for, `None` for a standby's health check.
-    term: Option<Term>,
     /// Where each call is recorded.
     metrics: Arc<Metrics>,
     /// The plugin's deadline, memory and fuel budget.
@@ -246,7 +244,7 @@ impl PluginStore {
 
     /// Why a call may not start now, if it may not.
     fn refusal(&self, now: Instant, stop: Option<&CancellationToken>) -> Option<Cancel> {
-        match &self.term {
+        match &self.store.data().lease.term {
             Some(term) if term.is_cancelled() => Some(Cancel::TermEnded),
             Some(term) if !term.is_live_at(now) => Some(Cancel::Deadline),
             _ if stop.is_some_and(CancellationToken::is_cancelled) => Some(Cancel::Retired),
@@ -287,7 +285,7 @@ impl PluginStore {
             let _ = self.store.set_fuel(fuel_given);
         }
         let refused_before = self.store.data().fenced_refusals;
-        let term = self.term.clone();
+        let term = self.store.data().lease.term.clone();
         let outcome = {
             let call = f(&mut self.store);
             tokio::pin!(call);
@@ -309,11 +307,11 @@ impl PluginStore {
                     _ = stopped(stop) => break Err(cancelled(Cancel::Retired)),
                     _ = tokio::time::sleep_until(wake) => {
                         let now = Instant::now();
-                        if now >= deadline {
-                            break Err(CallFailure::Timeout(timeout));
-                        }
                         if term.as_ref().is_some_and(|t| !t.is_live_at(now)) {
                             break Err(cancelled(Cancel::Deadline));
+                        }
+                        if now >= deadline {
+                            break Err(CallFailure::Timeout(timeout));
                         }
                         // A renewal moved the term's deadline forward: keep going.
                     }
