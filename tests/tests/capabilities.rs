@@ -335,16 +335,23 @@ async fn sql_on_the_lease_database_is_fenced_and_capped() {
     assert_eq!(rows.rows, vec![vec![SqlValue::Int(2)]]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sql_on_an_application_database_is_not_fenced() {
+/// A fresh PostgreSQL lease database (kept alive by the returned `Db`), its URL, a fresh
+/// application database on the same server, and the capabilities backed by the lease database.
+async fn lease_and_app_databases() -> (Db, DatabaseUrl, String, Arc<Capabilities>) {
     let lease_db = Db::new(Backend::Postgres).await.unwrap();
     let url = DatabaseUrl::parse(&lease_db.url().unwrap()).unwrap();
     let app = leasehold_tests::pg::server()
         .fresh_database()
         .await
         .unwrap();
-    let holding = Holding::acquire(&url, "cap", TTL).await.unwrap();
     let caps = Capabilities::new(url.clone());
+    (lease_db, url, app, caps)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_on_an_application_database_is_not_fenced() {
+    let (_lease_db, url, app, caps) = lease_and_app_databases().await;
+    let holding = Holding::acquire(&url, "cap", TTL).await.unwrap();
     let sql = grant("APP_URL", &app, &spec("APP_URL"));
     assert!(!sql.is_fenced(&caps).await.unwrap());
     let f = fence(&holding, "cap");
@@ -367,13 +374,7 @@ async fn sql_on_an_application_database_is_not_fenced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_call_s_statement_is_stopped_on_the_server_before_the_term_counts_as_stopped() {
-    let lease_db = Db::new(Backend::Postgres).await.unwrap();
-    let url = DatabaseUrl::parse(&lease_db.url().unwrap()).unwrap();
-    let app = leasehold_tests::pg::server()
-        .fresh_database()
-        .await
-        .unwrap();
-    let caps = Capabilities::new(url.clone());
+    let (_lease_db, _, app, caps) = lease_and_app_databases().await;
     let mut long = spec("APP_URL");
     long.statement_timeout = Duration::from_secs(30);
     let sql = grant("APP_URL", &app, &long);
