@@ -205,11 +205,6 @@ impl Runtime {
         }))
     }
 
-    /// The engine.
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
     /// Which allocator the engine uses.
     pub fn allocator(&self) -> Allocator {
         self.allocator
