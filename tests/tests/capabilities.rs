@@ -431,6 +431,42 @@ async fn a_dropped_call_s_statement_is_stopped_on_the_server_before_the_term_cou
     println!("dropped statement stopped on the server {stopped_after:?} after the term ended");
 }
 
+/// Past the term's deadline by the monotonic clock, every write is refused with `lease-lost`
+/// before any database is reached: here the databases cannot be reached at all (a closed port),
+/// so an answer other than `lease-lost` would mean a round trip was tried first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_deadline_writes_are_refused_without_touching_a_database() {
+    let nowhere = "postgres://nobody@127.0.0.1:1/nothing";
+    let caps = Capabilities::new(DatabaseUrl::parse(nowhere).unwrap());
+    let sql = grant("APP_URL", nowhere, &spec("APP_URL"));
+    let (term, _control) = Term::standalone("cap", 1, tokio::time::Instant::now());
+    let f = Fence::new("cap".into(), "me".into(), Some(term));
+    let kv = caps.kv().await.unwrap();
+    let put = kv.put(&f, "p", "k", b"v").await;
+    assert!(
+        matches!(put, Err(CapabilityError::LeaseLost { .. })),
+        "{put:?}"
+    );
+    let deleted = kv.delete(&f, "p", "k").await;
+    assert!(
+        matches!(deleted, Err(CapabilityError::LeaseLost { .. })),
+        "{deleted:?}"
+    );
+    let executed = sql
+        .execute(&caps, &f, "INSERT INTO t VALUES (1)", &[])
+        .await;
+    assert!(
+        matches!(executed, Err(CapabilityError::LeaseLost { .. })),
+        "{executed:?}"
+    );
+    let batch = [stmt("INSERT INTO t VALUES (1)", vec![])];
+    let txn = sql.transaction(&caps, &f, &batch).await;
+    assert!(
+        matches!(txn, Err(CapabilityError::LeaseLost { .. })),
+        "{txn:?}"
+    );
+}
+
 #[test]
 fn a_grant_names_its_variable_and_never_its_value() {
     let secret = "postgres://app:hunter2-secret@db.example:5432/app";

@@ -35,20 +35,6 @@ impl HostState {
             .ok_or(CapabilityError::NotGranted { capability, key })
     }
 
-    /// [`HostState::granted`] for a write: refused with `lease-lost` at once, before any
-    /// database is touched, when the term is over by the monotonic clock (DESIGN §1.6a).
-    fn write_granted(
-        &self,
-        capability: &'static str,
-        key: &'static str,
-        has: impl Fn(&PluginCapabilities) -> bool,
-        fence: &Fence,
-    ) -> Result<PluginCapabilities, CapabilityError> {
-        let caps = self.granted(capability, key, has)?;
-        fence.check_local()?;
-        Ok(caps)
-    }
-
     fn sql_grant(&self) -> Result<(PluginCapabilities, std::sync::Arc<SqlGrant>), CapabilityError> {
         let caps = self.granted("sql", "[grants.sql]", |c| c.grants.sql.is_some())?;
         let grant = caps.grants.sql.clone().ok_or(CapabilityError::NotGranted {
@@ -56,6 +42,23 @@ impl HostState {
             key: "[grants.sql]",
         })?;
         Ok((caps, grant))
+    }
+
+    /// Runs one sql call as a task of the store's term, so that a statement it leaves in flight
+    /// when the guest call is dropped is stopped on the server ([`SqlGrant::in_term`]). The
+    /// returned future holds nothing of `self`.
+    fn sql_call<T, W, F>(
+        &self,
+        grant: &std::sync::Arc<SqlGrant>,
+        work: F,
+    ) -> impl Future<Output = Result<T, CapabilityError>> + use<T, W, F>
+    where
+        T: Send + 'static,
+        W: Future<Output = Result<T, CapabilityError>> + Send + 'static,
+        F: FnOnce(std::sync::Arc<SqlGrant>) -> W,
+    {
+        let (grant, work, term) = (grant.clone(), work(grant.clone()), self.lease.term.clone());
+        async move { grant.in_term(term.as_ref(), work).await }
     }
 
     fn fence(&self) -> Fence {
@@ -102,7 +105,7 @@ impl kv::Host for HostState {
 
     async fn put(&mut self, key: String, value: Vec<u8>) -> Result<(), WitError> {
         let fence = self.fence();
-        let caps = self.write_granted("kv", KV_GRANT, |c| c.grants.kv, &fence);
+        let caps = self.granted("kv", KV_GRANT, |c| c.grants.kv);
         let result = match caps {
             Ok(caps) => {
                 async move {
@@ -118,7 +121,7 @@ impl kv::Host for HostState {
 
     async fn delete(&mut self, key: String) -> Result<bool, WitError> {
         let fence = self.fence();
-        let caps = self.write_granted("kv", KV_GRANT, |c| c.grants.kv, &fence);
+        let caps = self.granted("kv", KV_GRANT, |c| c.grants.kv);
         let result = match caps {
             Ok(caps) => {
                 async move {
@@ -187,12 +190,8 @@ impl sql::Host for HostState {
         let params: Vec<SqlValue> = params.into_iter().map(from_wit).collect();
         let result = match self.sql_grant() {
             Ok((_, grant)) => {
-                let work = {
-                    let grant = grant.clone();
-                    async move { grant.query(&sql, &params).await }
-                };
-                let term = self.lease.term.clone();
-                grant.in_term(term.as_ref(), work).await
+                self.sql_call(&grant, |g| async move { g.query(&sql, &params).await })
+                    .await
             }
             Err(e) => Err(e),
         };
@@ -209,17 +208,12 @@ impl sql::Host for HostState {
     async fn execute(&mut self, sql: String, params: Vec<sql::Value>) -> Result<u64, WitError> {
         let params: Vec<SqlValue> = params.into_iter().map(from_wit).collect();
         let fence = self.fence();
-        let result = match self
-            .sql_grant()
-            .and_then(|g| fence.check_local().map(|()| g))
-        {
+        let result = match self.sql_grant() {
             Ok((caps, grant)) => {
-                let work = {
-                    let grant = grant.clone();
-                    async move { grant.execute(&caps.host, &fence, &sql, &params).await }
-                };
-                let term = self.lease.term.clone();
-                grant.in_term(term.as_ref(), work).await
+                self.sql_call(&grant, |g| async move {
+                    g.execute(&caps.host, &fence, &sql, &params).await
+                })
+                .await
             }
             Err(e) => Err(e),
         };
@@ -235,17 +229,12 @@ impl sql::Host for HostState {
             })
             .collect();
         let fence = self.fence();
-        let result = match self
-            .sql_grant()
-            .and_then(|g| fence.check_local().map(|()| g))
-        {
+        let result = match self.sql_grant() {
             Ok((caps, grant)) => {
-                let work = {
-                    let grant = grant.clone();
-                    async move { grant.transaction(&caps.host, &fence, &statements).await }
-                };
-                let term = self.lease.term.clone();
-                grant.in_term(term.as_ref(), work).await
+                self.sql_call(&grant, |g| async move {
+                    g.transaction(&caps.host, &fence, &statements).await
+                })
+                .await
             }
             Err(e) => Err(e),
         };

@@ -9,8 +9,8 @@
 //!
 //! A statement is never simply abandoned: each call runs as a task of the plugin's term
 //! ([`SqlGrant::in_term`]). When the guest call that issued it is dropped (term end, timeout,
-//! retire), the task stops sending, cancels whatever this grant still runs on the server
-//! (`pg_cancel_backend`) and waits until the server shows nothing running; the term's tracker,
+//! retire), the task stops sending, ends this grant's sessions on the server
+//! (`pg_terminate_backend`) and waits until the server lists none of them; the term's tracker,
 //! and so the release of the lease, waits for that. Only a `COMMIT` already sent cannot be
 //! called back: its outcome is reported as unknown, and fenced writes need no cancel to be safe.
 //!
@@ -324,6 +324,8 @@ impl SqlGrant {
         sql: &str,
         params: &[SqlValue],
     ) -> Result<u64, CapabilityError> {
+        // The clock first, before any round trip (DESIGN §1.6a).
+        fence.check_local()?;
         let statement = Statement {
             sql: sql.to_string(),
             params: params.to_vec(),
@@ -335,7 +337,6 @@ impl SqlGrant {
             return Ok(counts.first().copied().unwrap_or_default());
         }
         guard::check(sql).map_err(CapabilityError::Invalid)?;
-        fence.check_local()?;
         let args = value::arguments(params)?;
         let done = sqlx::query_with(sqlx::AssertSqlSafe(sql.to_string()), args)
             .execute(self.pool().await)
@@ -356,8 +357,9 @@ impl SqlGrant {
             guard::check(&s.sql)
                 .map_err(|why| CapabilityError::Invalid(format!("statement {}: {why}", i + 1)))?;
         }
-        let fenced = self.is_fenced(host).await?;
+        // The clock first, before any round trip (DESIGN §1.6a).
         fence.check_local()?;
+        let fenced = self.is_fenced(host).await?;
         let err = self.driver_error("transaction");
         // Past the local deadline, a failure before the commit is a lost lease (see Fence).
         let before_commit = |e: sqlx::Error| {
