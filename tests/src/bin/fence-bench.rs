@@ -13,14 +13,7 @@ use leasehold::lease::DatabaseUrl;
 use leasehold::plugin::manifest::SqlGrantSpec;
 use leasehold_tests::fencing::run_pause_trials;
 use leasehold_tests::leader::Holding;
-use leasehold_tests::stats::summary;
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use leasehold_tests::stats::{env_count, summary};
 
 fn grant(url: &str) -> SqlGrant {
     let spec = SqlGrantSpec {
@@ -41,8 +34,8 @@ fn median(samples: &mut [Duration]) -> Duration {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let writes = env_usize("BENCH_WRITES", 2000);
-    let trials = env_usize("BENCH_TRIALS", 100);
+    let writes = env_count("BENCH_WRITES", 2000);
+    let trials = env_count("BENCH_TRIALS", 100);
     let server = leasehold_tests::pg::server();
     let lease_url = server.fresh_database().await?;
     let app_url = server.fresh_database().await?;

@@ -7,18 +7,15 @@
 
 #![allow(clippy::unwrap_used)]
 
-use anyhow::Context;
+use std::time::Duration;
+
 use leasehold_tests::freeze::{FreezeSettings, run_freeze_trials};
+use leasehold_tests::stats::{env_count, env_duration};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let trials: usize = std::env::var("BENCH_TRIALS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(50);
-    let ttl_text = std::env::var("BENCH_TTL").unwrap_or_else(|_| "1s".into());
-    let ttl =
-        humantime::parse_duration(&ttl_text).with_context(|| format!("BENCH_TTL {ttl_text:?}"))?;
+    let trials = env_count("BENCH_TRIALS", 50);
+    let ttl = env_duration("BENCH_TTL", Duration::from_secs(1))?;
     let out = run_freeze_trials(&FreezeSettings::new(trials, ttl)).await?;
     println!("{}", out.report());
     Ok(())

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use leasehold_tests::host::{Host, last_log_time, log_time};
-use leasehold_tests::stats::summary;
+use leasehold_tests::stats::{env_count, env_duration, summary};
 use leasehold_tests::stores::{Backend, Db};
 
 async fn leader_index(client: &reqwest::Client, hosts: &[Host]) -> Option<usize> {
@@ -69,13 +69,8 @@ async fn wait_leader(
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let trials: usize = std::env::var("BENCH_TRIALS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
-    let ttl_text = std::env::var("BENCH_TTL").unwrap_or_else(|_| "2s".into());
-    let ttl =
-        humantime::parse_duration(&ttl_text).with_context(|| format!("BENCH_TTL {ttl_text:?}"))?;
+    let trials = env_count("BENCH_TRIALS", 20);
+    let ttl = env_duration("BENCH_TTL", Duration::from_secs(2))?;
     let db = Db::new(Backend::Postgres).await?;
     let url = db.url().context("postgres url")?;
     // Every replica runs the hello reconciler, so a takeover also measures plugin activation.
@@ -88,6 +83,7 @@ async fn main() -> anyhow::Result<()> {
         .to_str()
         .context("plugin dir path")?
         .to_string();
+    let ttl_text = humantime::format_duration(ttl).to_string();
     let args = [
         "--database-url",
         url.as_str(),

@@ -15,7 +15,7 @@ use leasehold::runtime::engine::EngineOptions;
 use leasehold::runtime::host::{CallLimits, LeaseView};
 use leasehold::runtime::{CallFailure, Cancel, Runtime};
 use leasehold_tests::host::guests_dist;
-use leasehold_tests::stats::summary;
+use leasehold_tests::stats::{env_count, summary};
 use tokio_util::sync::CancellationToken;
 
 fn view(term: Option<Term>) -> LeaseView {
@@ -35,10 +35,7 @@ const LIMITS: CallLimits = CallLimits {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let trials: usize = std::env::var("BENCH_TRIALS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300);
+    let trials = env_count("BENCH_TRIALS", 300);
     let dist = guests_dist();
     let hello = std::fs::read(dist.join("hello-reconciler.wasm"))?;
     let misbehave = std::fs::read(dist.join("misbehave.wasm"))?;
