@@ -20,6 +20,15 @@ use leasehold_tests::stores::{Backend, Db};
 /// Long enough that the holder never notices the forced expiry on its own during a test.
 const TTL: Duration = Duration::from_secs(60);
 
+/// Asserts that a write was refused by the fence.
+#[track_caller]
+fn assert_lease_lost<T: std::fmt::Debug>(result: &Result<T, CapabilityError>) {
+    assert!(
+        matches!(result, Err(CapabilityError::LeaseLost { .. })),
+        "{result:?}"
+    );
+}
+
 fn fence(h: &Holding, lease: &str) -> Fence {
     Fence::new(lease.into(), h.holder(), Some(h.term.clone()))
 }
@@ -95,15 +104,9 @@ async fn kv_round_trip_and_fencing(backend: Backend) {
     expire_behind_the_holders_back(&url, "cap").await;
     assert!(!f.expired_locally());
     let refused = kv.put(&f, "p", "a/2", b"stale").await;
-    assert!(
-        matches!(refused, Err(CapabilityError::LeaseLost { .. })),
-        "{refused:?}"
-    );
+    assert_lease_lost(&refused);
     let refused = kv.delete(&f, "p", "b/1").await;
-    assert!(
-        matches!(refused, Err(CapabilityError::LeaseLost { .. })),
-        "{refused:?}"
-    );
+    assert_lease_lost(&refused);
 
     // A new holder takes over (epoch + 1) and writes; the old one still cannot.
     let new = Holding::acquire(&url, "cap", TTL).await.unwrap();
@@ -112,10 +115,7 @@ async fn kv_round_trip_and_fencing(backend: Backend) {
         .await
         .unwrap();
     let refused = kv.put(&f, "p", "a/2", b"stale").await;
-    assert!(
-        matches!(refused, Err(CapabilityError::LeaseLost { .. })),
-        "{refused:?}"
-    );
+    assert_lease_lost(&refused);
     assert_eq!(kv.get("p", "a/2").await.unwrap(), Some(b"new".to_vec()));
     assert_eq!(kv.get("p", "b/1").await.unwrap(), Some(b"x".to_vec()));
 }
@@ -322,15 +322,9 @@ async fn sql_on_the_lease_database_is_fenced_and_capped() {
             &[stmt("INSERT INTO items VALUES (5, 5, 'stale')", vec![])],
         )
         .await;
-    assert!(
-        matches!(stale, Err(CapabilityError::LeaseLost { .. })),
-        "{stale:?}"
-    );
+    assert_lease_lost(&stale);
     let stale = sql.execute(&caps, &f, "DELETE FROM items", &[]).await;
-    assert!(
-        matches!(stale, Err(CapabilityError::LeaseLost { .. })),
-        "{stale:?}"
-    );
+    assert_lease_lost(&stale);
     let rows = sql.query("SELECT count(*) FROM items", &[]).await.unwrap();
     assert_eq!(rows.rows, vec![vec![SqlValue::Int(2)]]);
 }
@@ -443,28 +437,16 @@ async fn past_the_deadline_writes_are_refused_without_touching_a_database() {
     let f = Fence::new("cap".into(), "me".into(), Some(term));
     let kv = caps.kv().await.unwrap();
     let put = kv.put(&f, "p", "k", b"v").await;
-    assert!(
-        matches!(put, Err(CapabilityError::LeaseLost { .. })),
-        "{put:?}"
-    );
+    assert_lease_lost(&put);
     let deleted = kv.delete(&f, "p", "k").await;
-    assert!(
-        matches!(deleted, Err(CapabilityError::LeaseLost { .. })),
-        "{deleted:?}"
-    );
+    assert_lease_lost(&deleted);
     let executed = sql
         .execute(&caps, &f, "INSERT INTO t VALUES (1)", &[])
         .await;
-    assert!(
-        matches!(executed, Err(CapabilityError::LeaseLost { .. })),
-        "{executed:?}"
-    );
+    assert_lease_lost(&executed);
     let batch = [stmt("INSERT INTO t VALUES (1)", vec![])];
     let txn = sql.transaction(&caps, &f, &batch).await;
-    assert!(
-        matches!(txn, Err(CapabilityError::LeaseLost { .. })),
-        "{txn:?}"
-    );
+    assert_lease_lost(&txn);
 }
 
 #[test]
