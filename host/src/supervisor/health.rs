@@ -106,19 +106,20 @@ pub(super) async fn health_loop(
                     }
                 }
             }
-            let fresh = ready.is_none()
-                || match next {
-                    Next::Retry { fresh, .. } | Next::AwaitTerm { fresh } => fresh,
-                    Next::Stop => true,
-                    Next::Proceed | Next::Quarantine => false,
-                };
+            let (wait, fresh) = match next {
+                Next::Retry { after, fresh } => (after, fresh),
+                Next::AwaitTerm { fresh } => (entry.manifest.interval, fresh),
+                Next::Stop => (entry.manifest.interval, true),
+                Next::Proceed | Next::Quarantine => (entry.manifest.interval, false),
+            };
+            let fresh = fresh || ready.is_none();
             tokio::select! {
                 _ = retire.cancelled() => break 'role,
                 changed = leadership.changed() => {
                     if changed.is_err() { break 'role }
                     continue 'role;
                 }
-                _ = tokio::time::sleep(entry.manifest.interval) => {}
+                _ = tokio::time::sleep(wait) => {}
             }
             if fresh {
                 continue 'role;
