@@ -108,7 +108,7 @@ pub async fn run_pause_trials(trials: usize, ttl: &str) -> anyhow::Result<PauseT
     // The lease schema first (the hosts would create it), so the commit-order triggers can go on
     // leasehold_kv before anything writes.
     let parsed = leasehold::lease::DatabaseUrl::parse(&url)?;
-    leasehold::lease::open_store(&parsed, Duration::from_secs(10)).await?;
+    leasehold::lease::open_store(&parsed, Duration::from_secs(10), Duration::from_secs(10)).await?;
     let pool = PgPool::connect(&url).await?;
     sqlx::raw_sql(HISTORY_SCHEMA).execute(&pool).await?;
     let dir = plugin_dir(&[("fenced-writer", WRITER_MANIFEST)])?;

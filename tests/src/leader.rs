@@ -21,7 +21,7 @@ pub struct Holding {
 impl Holding {
     /// Opens `url`, campaigns for `lease` with `ttl`, and waits until it holds it.
     pub async fn acquire(url: &DatabaseUrl, lease: &str, ttl: Duration) -> anyhow::Result<Self> {
-        let store = open_store(url, Duration::from_secs(10)).await?;
+        let store = open_store(url, Duration::from_secs(10), Duration::from_secs(10)).await?;
         let root = CancellationToken::new();
         let (driver, engine) = Driver::new(
             store,

@@ -56,7 +56,9 @@ impl Db {
     pub async fn open(&self) -> anyhow::Result<Arc<dyn LeaseStore>> {
         match &self.url {
             None => Ok(self.memory.clone()),
-            Some(url) => Ok(open_store(url, Duration::from_secs(10)).await?),
+            Some(url) => {
+                Ok(open_store(url, Duration::from_secs(10), Duration::from_secs(10)).await?)
+            }
         }
     }
 

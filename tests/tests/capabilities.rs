@@ -48,13 +48,11 @@ async fn expire_behind_the_holders_back(url: &DatabaseUrl, lease: &str) {
             let pool = sqlx::SqlitePool::connect(&format!("sqlite:{}", path.display()))
                 .await
                 .unwrap();
-            sqlx::query(
-                "UPDATE leasehold_leases SET expires_at_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) WHERE name = ?1",
-            )
-            .bind(lease)
-            .execute(&pool)
-            .await
-            .unwrap();
+            sqlx::query("UPDATE leasehold_leases SET expires_at_ms = 0 WHERE name = ?1")
+                .bind(lease)
+                .execute(&pool)
+                .await
+                .unwrap();
         }
     }
 }

@@ -18,7 +18,7 @@ async fn a_holder_that_lost_its_lease_unknowingly_has_every_write_refused() {
         .await
         .unwrap();
     let parsed = leasehold::lease::DatabaseUrl::parse(&url).unwrap();
-    leasehold::lease::open_store(&parsed, Duration::from_secs(10))
+    leasehold::lease::open_store(&parsed, Duration::from_secs(10), Duration::from_secs(10))
         .await
         .unwrap();
     let pool = sqlx::PgPool::connect(&url).await.unwrap();

@@ -74,7 +74,7 @@ async fn campaign_all(
         .enumerate()
         .map(|(i, s)| {
             let (s, name, holder) = (s.clone(), name.to_string(), format!("{holder}{i}"));
-            tokio::spawn(async move { s.campaign(&name, &holder, ttl).await.unwrap() })
+            tokio::spawn(async move { s.campaign(&name, &holder, ttl).await.unwrap().epoch })
         })
         .collect();
     futures_join(tasks).await.into_iter().flatten().collect()
@@ -93,21 +93,21 @@ async fn epochs_strictly_increase(backend: Backend) {
     let s = db.open().await.unwrap();
     let mut epochs = Vec::new();
     // acquire
-    epochs.push(s.campaign("e", "a", SHORT).await.unwrap().unwrap());
+    epochs.push(s.campaign("e", "a", SHORT).await.unwrap().epoch.unwrap());
     assert_eq!(
-        s.campaign("e", "b", SHORT).await.unwrap(),
+        s.campaign("e", "b", SHORT).await.unwrap().epoch,
         None,
         "held lease must not be taken"
     );
     // expire, then steal
     expire(SHORT).await;
-    epochs.push(s.campaign("e", "b", LONG).await.unwrap().unwrap());
+    epochs.push(s.campaign("e", "b", LONG).await.unwrap().epoch.unwrap());
     // release, then re-acquire by another
     assert!(s.release("e", "b", epochs[1]).await.unwrap());
-    epochs.push(s.campaign("e", "a", LONG).await.unwrap().unwrap());
+    epochs.push(s.campaign("e", "a", LONG).await.unwrap().epoch.unwrap());
     // release, then re-acquire by the same holder: still a new epoch
     assert!(s.release("e", "a", epochs[2]).await.unwrap());
-    epochs.push(s.campaign("e", "a", LONG).await.unwrap().unwrap());
+    epochs.push(s.campaign("e", "a", LONG).await.unwrap().epoch.unwrap());
     assert_eq!(epochs, vec![1, 2, 3, 4], "{backend:?}");
     let row = &s.get(&["e".to_string()]).await.unwrap()[0];
     assert_eq!((row.holder.as_str(), row.epoch), ("a", 4));
@@ -117,19 +117,20 @@ async fn epochs_strictly_increase(backend: Backend) {
 async fn stale_epoch_cannot_renew(backend: Backend) {
     let db = Db::new(backend).await.unwrap();
     let s = db.open().await.unwrap();
-    let old = s.campaign("r", "a", SHORT).await.unwrap().unwrap();
+    let old = s.campaign("r", "a", SHORT).await.unwrap().epoch.unwrap();
     assert_eq!(
-        s.renew("a", &[renew_req("r", old)]).await.unwrap(),
+        s.renew("a", &[renew_req("r", old)]).await.unwrap().landed,
         vec!["r"]
     );
     // The renewal above extended the lease by LONG: give it back by releasing, then take it over.
     assert!(s.release("r", "a", old).await.unwrap());
-    let new = s.campaign("r", "b", LONG).await.unwrap().unwrap();
+    let new = s.campaign("r", "b", LONG).await.unwrap().epoch.unwrap();
     assert_eq!(new, old + 1);
     assert!(
         s.renew("a", &[renew_req("r", old)])
             .await
             .unwrap()
+            .landed
             .is_empty(),
         "old holder, old epoch"
     );
@@ -137,6 +138,7 @@ async fn stale_epoch_cannot_renew(backend: Backend) {
         s.renew("a", &[renew_req("r", new)])
             .await
             .unwrap()
+            .landed
             .is_empty(),
         "old holder, new epoch"
     );
@@ -144,18 +146,23 @@ async fn stale_epoch_cannot_renew(backend: Backend) {
         s.renew("b", &[renew_req("r", old)])
             .await
             .unwrap()
+            .landed
             .is_empty(),
         "new holder, old epoch"
     );
     assert_eq!(
-        s.renew("b", &[renew_req("r", new)]).await.unwrap(),
+        s.renew("b", &[renew_req("r", new)]).await.unwrap().landed,
         vec!["r"]
     );
     // An expired lease cannot be renewed, even by its holder at its epoch: it must be re-campaigned.
-    let e = s.campaign("x", "a", SHORT).await.unwrap().unwrap();
+    let e = s.campaign("x", "a", SHORT).await.unwrap().epoch.unwrap();
     expire(SHORT).await;
     assert!(
-        s.renew("a", &[renew_req("x", e)]).await.unwrap().is_empty(),
+        s.renew("a", &[renew_req("x", e)])
+            .await
+            .unwrap()
+            .landed
+            .is_empty(),
         "expired lease renewed"
     );
     assert!(
@@ -171,8 +178,13 @@ async fn release_lets_a_standby_in_at_once(backend: Backend) {
     let stop = tokio_util_token();
     let mut notices = standby.listen_releases(stop.clone());
     until_listening(&db).await;
-    let e = holder.campaign("l", "a", LONG).await.unwrap().unwrap();
-    assert_eq!(standby.campaign("l", "b", LONG).await.unwrap(), None);
+    let e = holder
+        .campaign("l", "a", LONG)
+        .await
+        .unwrap()
+        .epoch
+        .unwrap();
+    assert_eq!(standby.campaign("l", "b", LONG).await.unwrap().epoch, None);
     assert!(
         !standby.release("l", "b", e).await.unwrap(),
         "a non-holder must not release"
@@ -182,7 +194,7 @@ async fn release_lets_a_standby_in_at_once(backend: Backend) {
         "a wrong epoch must not release"
     );
     assert_eq!(
-        standby.campaign("l", "b", LONG).await.unwrap(),
+        standby.campaign("l", "b", LONG).await.unwrap().epoch,
         None,
         "lease still held"
     );
@@ -200,7 +212,7 @@ async fn release_lets_a_standby_in_at_once(backend: Backend) {
         );
     }
     assert_eq!(
-        standby.campaign("l", "b", LONG).await.unwrap(),
+        standby.campaign("l", "b", LONG).await.unwrap().epoch,
         Some(e + 1),
         "{backend:?}"
     );
@@ -219,7 +231,12 @@ async fn forced_release_expires_whoever_holds_and_keeps_the_epoch(backend: Backe
         None,
         "no such lease"
     );
-    let e = holder.campaign("f", "a", LONG).await.unwrap().unwrap();
+    let e = holder
+        .campaign("f", "a", LONG)
+        .await
+        .unwrap()
+        .epoch
+        .unwrap();
     assert_eq!(
         admin.force_release("f").await.unwrap(),
         Some(("a".into(), e))
@@ -247,9 +264,13 @@ async fn forced_release_expires_whoever_holds_and_keeps_the_epoch(backend: Backe
             }],
         )
         .await
-        .unwrap();
+        .unwrap()
+        .landed;
     assert!(renewed.is_empty(), "{backend:?}");
-    assert_eq!(admin.campaign("f", "b", LONG).await.unwrap(), Some(e + 1));
+    assert_eq!(
+        admin.campaign("f", "b", LONG).await.unwrap().epoch,
+        Some(e + 1)
+    );
     stop.cancel();
 }
 
@@ -260,9 +281,13 @@ fn tokio_util_token() -> tokio_util::sync::CancellationToken {
 async fn rows_are_never_deleted(backend: Backend) {
     let db = Db::new(backend).await.unwrap();
     let s = db.open().await.unwrap();
-    let e = s.campaign("kept", "a", SHORT).await.unwrap().unwrap();
+    let e = s.campaign("kept", "a", SHORT).await.unwrap().epoch.unwrap();
     assert!(s.release("kept", "a", e).await.unwrap());
-    s.campaign("lapsed", "a", SHORT).await.unwrap().unwrap();
+    s.campaign("lapsed", "a", SHORT)
+        .await
+        .unwrap()
+        .epoch
+        .unwrap();
     expire(SHORT).await;
     let rows = s.list(None, 10).await.unwrap();
     let names: Vec<_> = rows
@@ -315,7 +340,7 @@ async fn batch_renew_reports_each_of_1000(backend: Backend) {
     let started = Instant::now();
     for i in 0..1000 {
         let name = format!("lease-{i:04}");
-        let epoch = s.campaign(&name, "me", LONG).await.unwrap().unwrap();
+        let epoch = s.campaign(&name, "me", LONG).await.unwrap().epoch.unwrap();
         batch.push(renew_req(&name, epoch));
     }
     let acquire = started.elapsed();
@@ -329,7 +354,13 @@ async fn batch_renew_reports_each_of_1000(backend: Backend) {
         batch.push(renew_req(&format!("missing-{i}"), 1));
     }
     let started = Instant::now();
-    let landed: BTreeSet<String> = s.renew("me", &batch).await.unwrap().into_iter().collect();
+    let landed: BTreeSet<String> = s
+        .renew("me", &batch)
+        .await
+        .unwrap()
+        .landed
+        .into_iter()
+        .collect();
     let renew = started.elapsed();
     assert_eq!(landed, expected, "{backend:?}");
     assert_eq!(landed.len(), 989);
@@ -337,7 +368,7 @@ async fn batch_renew_reports_each_of_1000(backend: Backend) {
         "{backend:?}: 1,000 campaigns in {acquire:?}; one batched renewal of 1,005 requests in {renew:?}"
     );
     // Another holder's batch renews nothing.
-    assert!(s.renew("other", &batch).await.unwrap().is_empty());
+    assert!(s.renew("other", &batch).await.unwrap().landed.is_empty());
 }
 
 async fn listing_is_paginated(backend: Backend) {
@@ -347,6 +378,7 @@ async fn listing_is_paginated(backend: Backend) {
         s.campaign(&format!("p{i:02}"), "a", LONG)
             .await
             .unwrap()
+            .epoch
             .unwrap();
     }
     let mut seen = Vec::new();
@@ -386,7 +418,12 @@ async fn replicas_starting_at_once_migrate_safely(backend: Backend) {
         .into_iter()
         .collect::<Result<_, _>>()
         .unwrap();
-    let e = stores[3].campaign("m", "a", LONG).await.unwrap().unwrap();
+    let e = stores[3]
+        .campaign("m", "a", LONG)
+        .await
+        .unwrap()
+        .epoch
+        .unwrap();
     assert_eq!(stores[5].get(&["m".to_string()]).await.unwrap()[0].epoch, e);
 }
 
@@ -420,7 +457,12 @@ async fn postgres_listener_reconnects_after_its_connection_is_killed() {
         .expect("resubscribed")
         .unwrap();
     assert_eq!(notice, ReleaseNotice::Resubscribed);
-    let e = holder.campaign("n", "a", LONG).await.unwrap().unwrap();
+    let e = holder
+        .campaign("n", "a", LONG)
+        .await
+        .unwrap()
+        .epoch
+        .unwrap();
     assert!(holder.release("n", "a", e).await.unwrap());
     let notice = tokio::time::timeout(Duration::from_secs(10), rx.recv())
         .await
@@ -451,30 +493,36 @@ conformance!(
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_sessions_carry_server_side_timeouts() {
+async fn postgres_sessions_give_up_before_the_host_does() {
     use leasehold::lease::DatabaseUrl;
     use leasehold::lease::postgres::PostgresStore;
     let url = leasehold_tests::pg::server()
         .fresh_database()
         .await
         .unwrap();
-    let store = PostgresStore::connect(&DatabaseUrl::parse(&url).unwrap(), Duration::from_secs(10))
+    // The default store timeout (ttl 15 s / 5 = 3 s): the server stops a tenth sooner.
+    let connect = |url: String| async move {
+        PostgresStore::connect(
+            &DatabaseUrl::parse(&url).unwrap(),
+            Duration::from_secs(10),
+            Duration::from_secs(3),
+        )
         .await
-        .unwrap();
-    assert_eq!(store.show("statement_timeout").await.unwrap(), "10s");
-    assert_eq!(store.show("lock_timeout").await.unwrap(), "5s");
-    assert_eq!(
-        store
-            .show("idle_in_transaction_session_timeout")
-            .await
-            .unwrap(),
-        "10s"
-    );
-    // The URL's own options win.
-    let own = format!("{url}?options=-c%20statement_timeout%3D7s");
-    let store = PostgresStore::connect(&DatabaseUrl::parse(&own).unwrap(), Duration::from_secs(10))
-        .await
-        .unwrap();
-    assert_eq!(store.show("statement_timeout").await.unwrap(), "7s");
-    assert_eq!(store.show("lock_timeout").await.unwrap(), "5s");
+        .unwrap()
+    };
+    let store = connect(url.clone()).await;
+    for setting in [
+        "statement_timeout",
+        "lock_timeout",
+        "idle_in_transaction_session_timeout",
+    ] {
+        assert_eq!(store.show(setting).await.unwrap(), "2700ms", "{setting}");
+    }
+    // Longer values in the URL's options cannot let a statement outlive the host's wait.
+    let store = connect(format!(
+        "{url}?options=-c%20statement_timeout%3D1h%20-c%20lock_timeout%3D0"
+    ))
+    .await;
+    assert_eq!(store.show("statement_timeout").await.unwrap(), "2700ms");
+    assert_eq!(store.show("lock_timeout").await.unwrap(), "2700ms");
 }

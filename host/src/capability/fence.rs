@@ -14,10 +14,10 @@ pub const POSTGRES_CHECK: &str = "SELECT 1 FROM leasehold_leases
      FOR SHARE";
 
 /// SQLite, inside a `BEGIN IMMEDIATE` transaction (which already holds the only write lock).
-/// Parameters: name, holder, epoch.
+/// Parameters: name, holder, epoch, and the machine clock's now and boot
+/// ([`crate::lease::sqlite::MachineClock`], read after the lock was taken).
 pub const SQLITE_CHECK: &str = "SELECT 1 FROM leasehold_leases
-     WHERE name = ?1 AND holder = ?2 AND epoch = ?3
-       AND expires_at_ms > CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+     WHERE name = ?1 AND holder = ?2 AND epoch = ?3 AND expires_at_ms > ?4 AND boot = ?5";
 
 /// Who writes: the lease, this replica's holder id and the term the plugin runs under.
 #[derive(Debug, Clone)]

@@ -12,6 +12,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use super::CapabilityError;
 use super::fence::{self, Fence};
 use crate::lease::DatabaseUrl;
+use crate::lease::sqlite::MachineClock;
 
 /// The longest key in bytes: room for paths and ids, small enough to keep the index compact.
 pub const MAX_KEY: usize = 1024;
@@ -301,10 +302,13 @@ async fn sqlite_fence(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     fence: &Fence,
 ) -> Result<bool, CapabilityError> {
+    let clock = MachineClock::read().map_err(|e| CapabilityError::Unavailable(e.to_string()))?;
     let held: Option<i64> = sqlx::query_scalar(fence::SQLITE_CHECK)
         .bind(&fence.lease)
         .bind(&fence.holder)
         .bind(fence.epoch())
+        .bind(clock.now_ms())
+        .bind(clock.boot_id())
         .fetch_optional(&mut **tx)
         .await
         .map_err(unavailable("kv fence"))?;

@@ -54,7 +54,12 @@ pub struct MigrateArgs {
 /// `leasehold migrate`: opening the store applies every pending migration.
 pub async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
     let url = database_url(args.database_url)?;
-    open_store(&url, crate::config::DEFAULT_CONNECT_TIMEOUT).await?;
+    open_store(
+        &url,
+        crate::config::DEFAULT_CONNECT_TIMEOUT,
+        crate::lease::Timing::default().store_timeout,
+    )
+    .await?;
     println!("{url}: the lease schema is up to date");
     Ok(ExitCode::SUCCESS)
 }
@@ -85,7 +90,12 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let url = database_url(args.database_url)?;
-    let store = open_store(&url, crate::config::DEFAULT_CONNECT_TIMEOUT).await?;
+    let store = open_store(
+        &url,
+        crate::config::DEFAULT_CONNECT_TIMEOUT,
+        crate::lease::Timing::default().store_timeout,
+    )
+    .await?;
     match store.force_release(&args.name).await? {
         Some((holder, epoch)) => {
             warn!(lease = %args.name, holder = %holder, epoch, store = %url, "lease force-released by an operator: expired now, epoch kept");
@@ -214,7 +224,12 @@ pub fn config_check(args: ConfigCheckArgs) -> anyhow::Result<ExitCode> {
 /// `leasehold leases list`.
 pub async fn list(args: ListArgs) -> anyhow::Result<()> {
     let url = database_url(args.database_url)?;
-    let store = open_store(&url, crate::config::DEFAULT_CONNECT_TIMEOUT).await?;
+    let store = open_store(
+        &url,
+        crate::config::DEFAULT_CONNECT_TIMEOUT,
+        crate::lease::Timing::default().store_timeout,
+    )
+    .await?;
     let mut out = std::io::stdout().lock();
     let mut after = args.after;
     let mut remaining = args.limit.unwrap_or(u64::MAX);

@@ -225,7 +225,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let over = args.overrides();
     let config = Config::resolve(file, over)?;
     let holder = HolderId::generate(&config.replica_id);
-    let store = open_store(&config.database_url, config.connect_timeout).await?;
+    let store = open_store(
+        &config.database_url,
+        config.connect_timeout,
+        config.timing.store_timeout,
+    )
+    .await?;
     let listener = TcpListener::bind(config.http)
         .await
         .with_context(|| format!("cannot listen on {} for HTTP", config.http))?;

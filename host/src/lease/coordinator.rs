@@ -10,6 +10,12 @@
 //! `Standby`. While `Held`, the term runs until `safe_until = sent + ttl − margin`, measured from
 //! the moment the last landed renewal (or the campaign) was *sent*; reaching it ends the term
 //! whatever the store is doing.
+//!
+//! Held leases renew in one batch that never waits for a row lock; a lease whose row was locked
+//! is renewed alone, with its own time left as timeout (DESIGN §1.7). Every answer that carries a
+//! reading of the database's clock goes through [`ClockWatch`]: a forward step beyond the margin
+//! ends every term and keeps this replica quiet (no campaign, no new term) for a ttl, by which
+//! time every holder that trusted the old clock has stopped.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -18,8 +24,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
+use super::clock::{ClockWatch, Reading};
 use super::leadership::Role;
-use super::store::{Epoch, RenewRequest};
+use super::store::{Campaigned, DbMillis, Epoch, RenewRequest, Renewed, RenewedOne};
 use super::timing::Timing;
 
 /// Something that happened, fed to [`Coordinator::step`].
@@ -32,12 +39,19 @@ pub enum Event {
         /// The lease.
         lease: String,
         /// The outcome.
-        result: Result<Option<Epoch>, String>,
+        result: Result<Campaigned, String>,
     },
-    /// The batched renewal finished: the names that landed, or the error.
+    /// The batched renewal finished: the names that landed and those found busy, or the error.
     RenewDone {
         /// The outcome.
-        result: Result<Vec<String>, String>,
+        result: Result<Renewed, String>,
+    },
+    /// The renewal of `lease` alone (after the batch found it busy) finished.
+    RenewOneDone {
+        /// The lease.
+        lease: String,
+        /// The outcome.
+        result: Result<RenewedOne, String>,
     },
     /// The release of `lease` finished.
     ReleaseDone {
@@ -91,7 +105,15 @@ pub enum Effect {
     Renew {
         /// The leases, each with its epoch and ttl.
         batch: Vec<RenewRequest>,
-        /// The call's timeout: never beyond the time left on any of them.
+        /// The call's timeout (the store timeout: the batch never waits for a row lock, and each
+        /// lease's own deadline is kept by ticks, not by this call).
+        timeout: Duration,
+    },
+    /// Renew one lease alone, waiting for its row lock; report [`Event::RenewOneDone`].
+    RenewOne {
+        /// The lease, its epoch and ttl.
+        request: RenewRequest,
+        /// The call's timeout: the time left on this lease.
         timeout: Duration,
     },
     /// Release `lease` at `epoch`; report [`Event::ReleaseDone`].
@@ -144,6 +166,8 @@ pub enum EndReason {
     Lost,
     /// This replica is giving the lease up (shutdown or step-down).
     Releasing,
+    /// The database's clock stepped forward: the lease may expire before `safe_until`.
+    ClockStep,
 }
 
 /// A transition, for the log.
@@ -194,6 +218,14 @@ pub enum Announcement {
         epoch: Epoch,
         /// The error if the release statement failed; the lease then expires by its ttl.
         error: Option<String>,
+    },
+    /// The database's clock ran ahead of the monotonic clock: every term was ended, and no
+    /// campaign or term starts for `quiet`.
+    ClockStepped {
+        /// At least this much.
+        ahead: Duration,
+        /// How long this replica stays quiet.
+        quiet: Duration,
     },
     /// A campaign failed with a store error (not merely lost to another holder).
     CampaignFailed {
@@ -250,6 +282,9 @@ struct LeaseState {
     hold_off: Option<Instant>,
     /// Campaigns are forbidden (a failing standby health check).
     gated: bool,
+    /// The renewal of this lease alone (its row was busy in the batch): when it was sent, and
+    /// for which epoch.
+    solo: Option<(Instant, Epoch)>,
 }
 
 impl LeaseState {
@@ -281,6 +316,10 @@ pub struct Coordinator {
     leases: BTreeMap<String, LeaseState>,
     renewal: Renewal,
     shutting_down: bool,
+    /// The database clock's last reading, to see it step.
+    clock: ClockWatch,
+    /// After a clock step: no campaign and no new term before this.
+    quiet_until: Option<Instant>,
     /// Jitter for standby polls, seeded so that a test replays exactly.
     rng: SmallRng,
 }
@@ -301,6 +340,7 @@ impl Coordinator {
                     campaign_sent: None,
                     hold_off: None,
                     gated: false,
+                    solo: None,
                 };
                 (name, state)
             })
@@ -310,6 +350,8 @@ impl Coordinator {
             leases,
             renewal: Renewal::default(),
             shutting_down: false,
+            clock: ClockWatch::default(),
+            quiet_until: None,
             rng: SmallRng::seed_from_u64(seed),
         }
     }
@@ -355,11 +397,12 @@ impl Coordinator {
         let mut next: Option<Instant> = None;
         let mut consider = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
         let mut holds_any = false;
+        let quiet_until = self.quiet_until;
         for state in self.leases.values() {
             match state.phase {
                 Phase::Standby { next_campaign } => {
                     if state.campaign_sent.is_none() && !self.shutting_down && !state.gated {
-                        consider(next_campaign);
+                        consider(quiet_until.map_or(next_campaign, |q| q.max(next_campaign)));
                     }
                 }
                 Phase::Held {
@@ -370,6 +413,13 @@ impl Coordinator {
                 } => {
                     holds_any = true;
                     consider(if term { safe_until } else { expires_by });
+                    // A term held back by a clock step starts when the quiet ends.
+                    if let Some(q) = quiet_until
+                        && !term
+                        && safe_until > q
+                    {
+                        consider(q);
+                    }
                 }
                 Phase::Stopping { expires_by, .. } => {
                     holds_any = true;
@@ -394,6 +444,9 @@ impl Coordinator {
             Event::Tick => {}
             Event::CampaignDone { lease, result } => self.on_campaign(&lease, result, now, &mut fx),
             Event::RenewDone { result } => self.on_renew(result, now, &mut fx),
+            Event::RenewOneDone { lease, result } => {
+                self.on_renew_one(&lease, result, now, &mut fx)
+            }
             Event::ReleaseDone { lease, result } => self.on_release(&lease, result, now, &mut fx),
             Event::TermStopped { lease, epoch } => self.on_term_stopped(&lease, epoch, &mut fx),
             Event::ReleasedElsewhere { lease } => {
@@ -437,17 +490,27 @@ impl Coordinator {
     fn on_campaign(
         &mut self,
         lease: &str,
-        result: Result<Option<Epoch>, String>,
+        result: Result<Campaigned, String>,
         now: Instant,
         fx: &mut Vec<Effect>,
     ) {
         let next_campaign = self.jittered_poll(now);
         let timing = self.timing;
         let shutting_down = self.shutting_down;
-        let Some(state) = self.leases.get_mut(lease) else {
+        let Some(sent) = self
+            .leases
+            .get_mut(lease)
+            .and_then(|state| state.campaign_sent.take())
+        else {
             return;
         };
-        let Some(sent) = state.campaign_sent.take() else {
+        // The clock first: a campaign won across a clock step must not start a term.
+        let result = result.map(|c| {
+            self.observe_clock(sent, now, c.db_now, fx);
+            c.epoch
+        });
+        let quiet = self.quiet_until.is_some();
+        let Some(state) = self.leases.get_mut(lease) else {
             return;
         };
         match result {
@@ -469,7 +532,7 @@ impl Coordinator {
             }
             Ok(Some(epoch)) => {
                 let safe_until = sent + timing.ttl - timing.margin;
-                let term = safe_until > now;
+                let term = safe_until > now && !quiet;
                 state.phase = Phase::Held {
                     epoch,
                     safe_until,
@@ -512,119 +575,269 @@ impl Coordinator {
         }
     }
 
-    fn on_renew(
-        &mut self,
-        result: Result<Vec<String>, String>,
-        now: Instant,
-        fx: &mut Vec<Effect>,
-    ) {
+    fn on_renew(&mut self, result: Result<Renewed, String>, now: Instant, fx: &mut Vec<Effect>) {
         let Some((sent, batch)) = self.renewal.in_flight.take() else {
             return;
         };
         let timing = self.timing;
         match result {
-            Ok(landed) => {
+            Ok(renewed) => {
+                self.observe_clock(sent, now, renewed.db_now, fx);
                 self.renewal.next_at = Some(sent + timing.renew_interval);
+                let landed: std::collections::HashSet<&str> =
+                    renewed.landed.iter().map(String::as_str).collect();
+                let busy: std::collections::HashSet<&str> =
+                    renewed.busy.iter().map(String::as_str).collect();
                 for (name, epoch) in batch {
-                    let next_campaign = now;
-                    let Some(state) = self.leases.get_mut(&name) else {
-                        continue;
-                    };
-                    let ok = landed.contains(&name);
-                    match &mut state.phase {
-                        Phase::Held {
-                            epoch: held,
-                            safe_until,
-                            expires_by,
-                            term,
-                            failing,
-                        } if *held == epoch => {
-                            if ok {
-                                *safe_until = sent + timing.ttl - timing.margin;
-                                *expires_by = now + timing.ttl + timing.margin;
-                                let was_failing = std::mem::replace(failing, false);
-                                if *term {
-                                    fx.push(Effect::ExtendTerm {
-                                        lease: name.clone(),
-                                        safe_until: *safe_until,
-                                    });
-                                } else if *safe_until > now {
-                                    *term = true;
-                                    fx.push(Effect::StartTerm {
-                                        lease: name.clone(),
-                                        epoch,
-                                        safe_until: *safe_until,
-                                    });
-                                }
-                                if was_failing {
-                                    fx.push(Effect::Announce(Announcement::Recovered {
-                                        lease: name.clone(),
-                                        epoch,
-                                    }));
-                                }
-                            } else {
-                                if *term {
-                                    fx.push(Effect::EndTerm {
-                                        lease: name.clone(),
-                                        epoch,
-                                        reason: EndReason::Lost,
-                                        confirm: false,
-                                    });
-                                }
-                                fx.push(Effect::Announce(Announcement::Lost {
-                                    lease: name.clone(),
-                                    epoch,
-                                    rejected: true,
-                                }));
-                                state.phase = Phase::Standby { next_campaign };
-                            }
-                        }
-                        Phase::Stopping {
-                            epoch: held,
-                            expires_by,
-                            then,
-                        } if *held == epoch => {
-                            if ok {
-                                *expires_by = now + timing.ttl + timing.margin;
-                            } else {
-                                // Nothing left to release: the lease is already gone.
-                                let then = *then;
-                                fx.push(Effect::Announce(Announcement::Lost {
-                                    lease: name.clone(),
-                                    epoch,
-                                    rejected: true,
-                                }));
-                                state.phase = self::after(then, now);
-                            }
-                        }
-                        _ => {}
+                    if landed.contains(name.as_str()) {
+                        self.renewal_landed(&name, epoch, sent, now, fx);
+                    } else if busy.contains(name.as_str()) {
+                        self.renew_alone(&name, epoch, now, fx);
+                    } else {
+                        self.renewal_rejected(&name, epoch, now, fx);
                     }
                 }
             }
             Err(error) => {
                 self.renewal.next_at = Some(now + timing.retry_interval);
-                let mut newly_failing = Vec::new();
-                for (name, epoch) in &batch {
-                    if let Some(Phase::Held {
-                        epoch: held,
-                        failing,
-                        ..
-                    }) = self.leases.get_mut(name).map(|l| &mut l.phase)
-                        && held == epoch
-                        && !*failing
-                    {
-                        *failing = true;
-                        newly_failing.push((name.clone(), *epoch));
-                    }
-                }
-                if !newly_failing.is_empty() {
+                let failing: Vec<(String, Epoch)> = batch
+                    .into_iter()
+                    .filter(|(name, epoch)| self.mark_failing(name, *epoch))
+                    .collect();
+                if !failing.is_empty() {
                     fx.push(Effect::Announce(Announcement::RenewFailing {
-                        leases: newly_failing,
+                        leases: failing,
                         error,
                     }));
                 }
             }
         }
+    }
+
+    fn on_renew_one(
+        &mut self,
+        lease: &str,
+        result: Result<RenewedOne, String>,
+        now: Instant,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Some((sent, epoch)) = self.leases.get_mut(lease).and_then(|s| s.solo.take()) else {
+            return;
+        };
+        match result {
+            Ok(one) => {
+                self.observe_clock(sent, now, one.db_now, fx);
+                if one.landed {
+                    self.renewal_landed(lease, epoch, sent, now, fx);
+                } else {
+                    self.renewal_rejected(lease, epoch, now, fx);
+                }
+            }
+            Err(error) => {
+                // Back into the batch soon: a row stays locked only while a lock holder commits.
+                let retry = now + self.timing.retry_interval;
+                self.renewal.next_at = Some(self.renewal.next_at.map_or(retry, |n| n.min(retry)));
+                if self.mark_failing(lease, epoch) {
+                    fx.push(Effect::Announce(Announcement::RenewFailing {
+                        leases: vec![(lease.to_string(), epoch)],
+                        error,
+                    }));
+                }
+            }
+        }
+    }
+
+    /// A lease the batch found busy (its row locked by another session) is renewed alone, waiting
+    /// for the lock no longer than its own time left, so the others do not wait with it.
+    fn renew_alone(&mut self, name: &str, epoch: Epoch, now: Instant, fx: &mut Vec<Effect>) {
+        let ttl = self.timing.ttl;
+        let Some(state) = self.leases.get_mut(name) else {
+            return;
+        };
+        let left = match state.phase {
+            Phase::Held {
+                epoch: held,
+                safe_until,
+                expires_by,
+                term,
+                ..
+            } if held == epoch => {
+                if term {
+                    safe_until
+                } else {
+                    expires_by
+                }
+            }
+            Phase::Stopping {
+                epoch: held,
+                expires_by,
+                ..
+            } if held == epoch => expires_by,
+            _ => return,
+        };
+        state.solo = Some((now, epoch));
+        fx.push(Effect::RenewOne {
+            request: RenewRequest {
+                name: name.to_string(),
+                epoch,
+                ttl,
+            },
+            // A floor keeps the call meaningful; past `left` the tick has acted already.
+            timeout: left
+                .saturating_duration_since(now)
+                .max(Duration::from_millis(1)),
+        });
+    }
+
+    /// A renewal of `name` at `epoch`, sent at `sent`, landed.
+    fn renewal_landed(
+        &mut self,
+        name: &str,
+        epoch: Epoch,
+        sent: Instant,
+        now: Instant,
+        fx: &mut Vec<Effect>,
+    ) {
+        let timing = self.timing;
+        let quiet = self.quiet_until.is_some();
+        let Some(state) = self.leases.get_mut(name) else {
+            return;
+        };
+        match &mut state.phase {
+            Phase::Held {
+                epoch: held,
+                safe_until,
+                expires_by,
+                term,
+                failing,
+            } if *held == epoch => {
+                *safe_until = sent + timing.ttl - timing.margin;
+                *expires_by = now + timing.ttl + timing.margin;
+                let was_failing = std::mem::replace(failing, false);
+                if *term {
+                    fx.push(Effect::ExtendTerm {
+                        lease: name.to_string(),
+                        safe_until: *safe_until,
+                    });
+                } else if *safe_until > now && !quiet {
+                    *term = true;
+                    fx.push(Effect::StartTerm {
+                        lease: name.to_string(),
+                        epoch,
+                        safe_until: *safe_until,
+                    });
+                }
+                if was_failing {
+                    fx.push(Effect::Announce(Announcement::Recovered {
+                        lease: name.to_string(),
+                        epoch,
+                    }));
+                }
+            }
+            Phase::Stopping {
+                epoch: held,
+                expires_by,
+                ..
+            } if *held == epoch => {
+                *expires_by = now + timing.ttl + timing.margin;
+            }
+            _ => {}
+        }
+    }
+
+    /// A renewal of `name` at `epoch` was refused: the lease is someone else's, or expired.
+    fn renewal_rejected(&mut self, name: &str, epoch: Epoch, now: Instant, fx: &mut Vec<Effect>) {
+        let Some(state) = self.leases.get_mut(name) else {
+            return;
+        };
+        match &mut state.phase {
+            Phase::Held {
+                epoch: held, term, ..
+            } if *held == epoch => {
+                if *term {
+                    fx.push(Effect::EndTerm {
+                        lease: name.to_string(),
+                        epoch,
+                        reason: EndReason::Lost,
+                        confirm: false,
+                    });
+                }
+                fx.push(Effect::Announce(Announcement::Lost {
+                    lease: name.to_string(),
+                    epoch,
+                    rejected: true,
+                }));
+                state.phase = Phase::Standby { next_campaign: now };
+            }
+            Phase::Stopping {
+                epoch: held, then, ..
+            } if *held == epoch => {
+                // Nothing left to release: the lease is already gone.
+                let then = *then;
+                fx.push(Effect::Announce(Announcement::Lost {
+                    lease: name.to_string(),
+                    epoch,
+                    rejected: true,
+                }));
+                state.phase = self::after(then, now);
+            }
+            _ => {}
+        }
+    }
+
+    /// Marks `name` at `epoch` as failing to renew; true if it was not failing before.
+    fn mark_failing(&mut self, name: &str, epoch: Epoch) -> bool {
+        match self.leases.get_mut(name).map(|l| &mut l.phase) {
+            Some(Phase::Held {
+                epoch: held,
+                failing,
+                ..
+            }) if *held == epoch => !std::mem::replace(failing, true),
+            _ => false,
+        }
+    }
+
+    /// Compares a reading of the database's clock with the monotonic clock; after a forward step
+    /// beyond the margin, ends every term and stays quiet for a ttl (DESIGN §1.2): every holder
+    /// that counted on the old clock reaches its `safe_until` within a ttl of its last renewal,
+    /// and a renewal that lands after the step runs on the new clock.
+    fn observe_clock(
+        &mut self,
+        sent: Instant,
+        received: Instant,
+        db: Option<DbMillis>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Some(db) = db else {
+            return;
+        };
+        let reading = Reading { sent, received, db };
+        let Some(step) = self.clock.observe(reading, self.timing.margin) else {
+            return;
+        };
+        let quiet = self.timing.ttl;
+        let until = received + quiet;
+        self.quiet_until = Some(self.quiet_until.map_or(until, |q| q.max(until)));
+        for (name, state) in self.leases.iter_mut() {
+            if let Phase::Held {
+                epoch, term: true, ..
+            } = state.phase
+            {
+                if let Phase::Held { term, .. } = &mut state.phase {
+                    *term = false;
+                }
+                fx.push(Effect::EndTerm {
+                    lease: name.clone(),
+                    epoch,
+                    reason: EndReason::ClockStep,
+                    confirm: false,
+                });
+            }
+        }
+        fx.push(Effect::Announce(Announcement::ClockStepped {
+            ahead: step.ahead,
+            quiet,
+        }));
     }
 
     fn on_release(
@@ -730,9 +943,14 @@ impl Coordinator {
     /// Emits whatever is due at `now`: term deadlines, expiries, the renewal, campaigns.
     fn run_due(&mut self, now: Instant, fx: &mut Vec<Effect>) {
         let timing = self.timing;
+        if self.quiet_until.is_some_and(|q| now >= q) {
+            self.quiet_until = None;
+        }
+        let quiet = self.quiet_until.is_some();
         let mut batch = Vec::new();
-        let mut renew_timeout = timing.store_timeout;
         for (name, state) in self.leases.iter_mut() {
+            // A lease being renewed alone stays out of the batch until that answer is in.
+            let solo = state.solo.is_some();
             match &mut state.phase {
                 Phase::Held {
                     epoch,
@@ -742,6 +960,15 @@ impl Coordinator {
                     ..
                 } => {
                     let epoch = *epoch;
+                    if !*term && !quiet && now < *safe_until {
+                        // Held back by a clock step; the last landed renewal still covers it.
+                        *term = true;
+                        fx.push(Effect::StartTerm {
+                            lease: name.clone(),
+                            epoch,
+                            safe_until: *safe_until,
+                        });
+                    }
                     if *term && now >= *safe_until {
                         *term = false;
                         fx.push(Effect::EndTerm {
@@ -764,9 +991,9 @@ impl Coordinator {
                         state.phase = Phase::Standby { next_campaign: now };
                         continue;
                     }
-                    let left = if *term { *safe_until } else { *expires_by };
-                    renew_timeout = renew_timeout.min(left.saturating_duration_since(now));
-                    batch.push((name.clone(), epoch));
+                    if !solo {
+                        batch.push((name.clone(), epoch));
+                    }
                 }
                 Phase::Stopping {
                     epoch,
@@ -784,11 +1011,13 @@ impl Coordinator {
                         state.phase = after(then, now);
                         continue;
                     }
-                    renew_timeout = renew_timeout.min(expires_by.saturating_duration_since(now));
-                    batch.push((name.clone(), *epoch));
+                    if !solo {
+                        batch.push((name.clone(), *epoch));
+                    }
                 }
                 Phase::Standby { next_campaign } => {
                     if !self.shutting_down
+                        && !quiet
                         && !state.gated
                         && state.campaign_sent.is_none()
                         && now >= *next_campaign
@@ -816,8 +1045,7 @@ impl Coordinator {
             self.renewal.in_flight = Some((now, batch));
             fx.push(Effect::Renew {
                 batch: requests,
-                // Never wait past the time left on the lease; a floor keeps the call meaningful.
-                timeout: renew_timeout.max(Duration::from_millis(1)),
+                timeout: timing.store_timeout,
             });
         }
     }

@@ -260,6 +260,30 @@ impl Driver {
                     }
                 });
             }
+            Effect::RenewOne { request, timeout } => {
+                let (store, holder) = (self.store.clone(), self.holder.clone());
+                let span = info_span!("renew", lease = %request.name, epoch = request.epoch, holder = %holder);
+                let metrics = self.metrics.clone();
+                self.call(span, async move {
+                    let started = Instant::now();
+                    let result = within(
+                        timeout,
+                        "renew",
+                        store.renew_one(holder.as_str(), &request, timeout),
+                    )
+                    .await;
+                    let took = started.elapsed();
+                    debug!(elapsed = ?took, ok = result.is_ok(), "renewal alone returned (the batch found its row locked)");
+                    metrics
+                        .renew_seconds
+                        .get_or_create(&Metrics::lease(&request.name))
+                        .observe(took.as_secs_f64());
+                    Event::RenewOneDone {
+                        lease: request.name,
+                        result: result.map_err(|e| e.to_string()),
+                    }
+                });
+            }
             Effect::Release {
                 lease,
                 epoch,
@@ -309,6 +333,7 @@ impl Driver {
                     EndReason::SafeUntil => "safe_until reached without a landed renewal",
                     EndReason::Lost => "lease lost",
                     EndReason::Releasing => "releasing",
+                    EndReason::ClockStep => "the database clock stepped forward",
                 };
                 info!(lease = %lease, epoch, holder = %self.holder, reason = why, "term ended: plugins stopped");
                 let ended_at = Instant::now();
@@ -388,6 +413,9 @@ impl Driver {
                 error: Some(error),
             } => {
                 error!(lease = %lease, epoch, holder = %holder, error = %error, "release failed: the lease will expire by its ttl")
+            }
+            Announcement::ClockStepped { ahead, quiet } => {
+                error!(holder = %holder, ahead = ?ahead, quiet_for = ?quiet, "the database clock stepped forward: every term ended; no campaign or term until the leases that trusted the old clock have run out")
             }
             Announcement::CampaignFailed { lease, error } => {
                 warn!(lease = %lease, holder = %holder, error = %error, "campaign failed")

@@ -1,6 +1,6 @@
 //! An in-memory [`LeaseStore`] for unit tests: the same protocol with `tokio::time` as the
 //! "database clock" (so paused-time tests work), release notifications within the process, and
-//! injectable outages.
+//! injectable outages and clock steps.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -12,7 +12,10 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::store::{Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, StoreError};
+use super::store::{
+    Campaigned, DbMillis, Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, Renewed,
+    StoreError,
+};
 
 #[derive(Debug, Clone)]
 struct Row {
@@ -37,9 +40,16 @@ pub enum Health {
 /// The in-memory store. Share it between drivers with an `Arc` to simulate several replicas.
 #[derive(Debug)]
 pub struct MemoryStore {
+    /// The lease rows by name.
     rows: Mutex<BTreeMap<String, Row>>,
+    /// How calls answer ([`Health`]).
     health: AtomicU8,
+    /// Release notifications to listeners.
     releases: broadcast::Sender<String>,
+    /// Where the store's clock counts from, for [`crate::lease::DbMillis`] readings.
+    origin: Instant,
+    /// How far the store's clock has been stepped ahead of `tokio::time`.
+    stepped: Mutex<Duration>,
 }
 
 impl Default for MemoryStore {
@@ -48,6 +58,8 @@ impl Default for MemoryStore {
             rows: Mutex::new(BTreeMap::new()),
             health: AtomicU8::new(Health::Up as u8),
             releases: broadcast::channel(1024).0,
+            origin: Instant::now(),
+            stepped: Mutex::new(Duration::ZERO),
         }
     }
 }
@@ -61,6 +73,22 @@ impl MemoryStore {
     /// Makes every later call succeed, fail or hang.
     pub fn set_health(&self, health: Health) {
         self.health.store(health as u8, Ordering::SeqCst);
+    }
+
+    /// Steps the store's clock forward by `by`, as `date -s` or an NTP step would on a database
+    /// server: every lease expires `by` sooner than its holder reckons.
+    pub fn step_clock(&self, by: Duration) {
+        *self.stepped.lock().unwrap_or_else(|p| p.into_inner()) += by;
+    }
+
+    /// The store's clock: `tokio::time` plus the steps.
+    fn now(&self) -> Instant {
+        Instant::now() + *self.stepped.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A reading of the store's clock.
+    fn db_now(&self, now: Instant) -> Option<DbMillis> {
+        i64::try_from((now - self.origin).as_millis()).ok()
     }
 
     async fn gate(&self, op: &'static str) -> Result<(), StoreError> {
@@ -105,13 +133,19 @@ impl LeaseStore for MemoryStore {
         name: &str,
         holder: &str,
         ttl: Duration,
-    ) -> Result<Option<Epoch>, StoreError> {
+    ) -> Result<Campaigned, StoreError> {
         self.gate("campaign").await?;
         super::store::ttl_ms(ttl)?;
-        let now = Instant::now();
+        let now = self.now();
         let mut rows = self.rows();
+        let db_now = self.db_now(now);
         let epoch = match rows.get(name) {
-            Some(row) if row.expires_at > now => return Ok(None),
+            Some(row) if row.expires_at > now => {
+                return Ok(Campaigned {
+                    epoch: None,
+                    db_now,
+                });
+            }
             Some(row) => row.epoch + 1,
             None => 1,
         };
@@ -122,16 +156,15 @@ impl LeaseStore for MemoryStore {
             expires_at: now + ttl,
         };
         rows.insert(name.to_string(), row);
-        Ok(Some(epoch))
+        Ok(Campaigned {
+            epoch: Some(epoch),
+            db_now,
+        })
     }
 
-    async fn renew(
-        &self,
-        holder: &str,
-        leases: &[RenewRequest],
-    ) -> Result<Vec<String>, StoreError> {
+    async fn renew(&self, holder: &str, leases: &[RenewRequest]) -> Result<Renewed, StoreError> {
         self.gate("renew").await?;
-        let now = Instant::now();
+        let now = self.now();
         let mut rows = self.rows();
         let mut landed = Vec::new();
         for req in leases {
@@ -145,12 +178,16 @@ impl LeaseStore for MemoryStore {
                 landed.push(req.name.clone());
             }
         }
-        Ok(landed)
+        Ok(Renewed {
+            landed,
+            busy: Vec::new(),
+            db_now: self.db_now(now),
+        })
     }
 
     async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
         self.gate("release").await?;
-        let now = Instant::now();
+        let now = self.now();
         let released = match self.rows().get_mut(name) {
             Some(row) if row.holder == holder && row.epoch == epoch && row.expires_at > now => {
                 row.expires_at = now;
@@ -166,7 +203,7 @@ impl LeaseStore for MemoryStore {
 
     async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError> {
         self.gate("force release").await?;
-        let now = Instant::now();
+        let now = self.now();
         let released = match self.rows().get_mut(name) {
             Some(row) if row.expires_at > now => {
                 row.expires_at = now;
@@ -182,7 +219,7 @@ impl LeaseStore for MemoryStore {
 
     async fn get(&self, names: &[String]) -> Result<Vec<LeaseRecord>, StoreError> {
         self.gate("get").await?;
-        let now = Instant::now();
+        let now = self.now();
         let rows = self.rows();
         Ok(names
             .iter()
@@ -192,7 +229,7 @@ impl LeaseStore for MemoryStore {
 
     async fn list(&self, after: Option<&str>, limit: u32) -> Result<Vec<LeaseRecord>, StoreError> {
         self.gate("list").await?;
-        let now = Instant::now();
+        let now = self.now();
         let rows = self.rows();
         let range = match after {
             Some(a) => {

@@ -3,11 +3,13 @@
 //!
 //! - [`store`]: the [`LeaseStore`] trait every backend implements and its error type;
 //! - [`postgres`], [`sqlite`], [`memory`]: the backends;
+//! - [`clock`]: watching the database's clock for steps, pure;
 //! - [`coordinator`]: the pure state machine, one `step(state, event, now)` for all leases;
 //! - [`driver`]: the thin async loop that runs the coordinator against a store;
 //! - [`leadership`]: what the rest of the host sees of a lease (role, epoch, term);
 //! - [`identity`] and [`url`]: the holder id and the database URL.
 
+pub mod clock;
 pub mod coordinator;
 pub mod driver;
 pub mod identity;
@@ -23,7 +25,10 @@ pub use coordinator::Coordinator;
 pub use driver::{Driver, LeaseEngine};
 pub use identity::HolderId;
 pub use leadership::{Leadership, Role, Term, TermControl};
-pub use store::{Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, StoreError};
+pub use store::{
+    Campaigned, DbMillis, Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, Renewed,
+    RenewedOne, StoreError,
+};
 pub use timing::{Timing, TimingError};
 pub use url::{DatabaseUrl, RawUrl, UrlError};
 
@@ -32,17 +37,27 @@ use std::sync::Arc;
 /// Opens the store named by `url`, creating or migrating its schema.
 ///
 /// `connect_timeout` bounds the first connection so that an unreachable database is reported at
-/// start-up instead of hanging.
+/// start-up instead of hanging. `call_timeout` is the longest any call of the lease protocol may
+/// take (the timing's `store_timeout`): the database gives up on a statement before its caller
+/// does, so that nothing the caller has given up on (a campaign it counts as failed) commits later.
 pub async fn open_store(
     url: &DatabaseUrl,
     connect_timeout: std::time::Duration,
+    call_timeout: std::time::Duration,
 ) -> Result<Arc<dyn LeaseStore>, StoreError> {
     match url {
         DatabaseUrl::Postgres(_) => Ok(Arc::new(
-            postgres::PostgresStore::connect(url, connect_timeout).await?,
+            postgres::PostgresStore::connect(url, connect_timeout, call_timeout).await?,
         )),
         DatabaseUrl::Sqlite { .. } => Ok(Arc::new(
-            sqlite::SqliteStore::open(url, connect_timeout).await?,
+            sqlite::SqliteStore::open(url, connect_timeout, call_timeout).await?,
         )),
     }
+}
+
+/// How long the database may work on a statement whose caller waits `call_timeout`: a tenth less,
+/// so that the time a request spends in transit and in the pool does not let the server finish
+/// (and commit) after its caller has counted it as failed.
+pub(crate) fn server_budget(call_timeout: std::time::Duration) -> std::time::Duration {
+    (call_timeout * 9 / 10).max(std::time::Duration::from_millis(1))
 }

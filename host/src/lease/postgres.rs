@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::store::{
-    Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, StoreError, ttl_ms,
+    Campaigned, DbMillis, Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, Renewed,
+    RenewedOne, StoreError, ttl_ms,
 };
 use super::url::DatabaseUrl;
 
@@ -22,19 +23,23 @@ pub const RELEASE_CHANNEL: &str = "leasehold_released";
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 /// Server-side bounds on every session of the lease store, so that the database itself gives up
-/// on work the host has given up on (the driver bounds each call on its side already). A URL that
-/// sets one of them in its `options` parameter keeps its own value.
-pub const SESSION_SETTINGS: [(&str, &str); 3] = [
-    // Longer than any default store call (ttl/5 = 3 s), so it only ends statements the host has
-    // abandoned, and leaves room for a migration on a large table.
-    ("statement_timeout", "10s"),
-    // A campaign or renewal queued behind a lock (a fenced write, a stuck admin session) fails and
-    // is retried rather than waiting past its usefulness.
-    ("lock_timeout", "5s"),
-    // The host never idles inside a transaction; a session that does is frozen or broken, and must
-    // not keep lease rows locked.
-    ("idle_in_transaction_session_timeout", "10s"),
-];
+/// on work the host has given up on: each is the [`super::server_budget`] of the store's call
+/// timeout (DESIGN §1.7). They override the URL's `options`: a longer value there would let a
+/// campaign that timed out on the host commit later and hand this replica a lease it believes it
+/// lost.
+fn session_settings(call_timeout: Duration) -> [(&'static str, String); 3] {
+    let ms = super::server_budget(call_timeout).as_millis().to_string();
+    [
+        // A statement the host stopped waiting for must not commit afterwards.
+        ("statement_timeout", ms.clone()),
+        // A campaign or renewal queued behind a lock (a fenced write, a stuck admin session)
+        // fails and is retried rather than waiting past its usefulness.
+        ("lock_timeout", ms.clone()),
+        // The host never idles inside a transaction; a session that does is frozen or broken,
+        // and must not keep lease rows locked.
+        ("idle_in_transaction_session_timeout", ms),
+    ]
+}
 
 /// A pool of connections to the lease database.
 #[derive(Debug, Clone)]
@@ -61,8 +66,13 @@ impl PostgresStore {
     }
 
     /// Connects (the first connection within `connect_timeout`) and migrates the schema. Safe
-    /// when many replicas start at once: the migrator holds an advisory lock.
-    pub async fn connect(url: &DatabaseUrl, connect_timeout: Duration) -> Result<Self, StoreError> {
+    /// when many replicas start at once: the migrator holds an advisory lock. Every statement of
+    /// the store is bounded on the server by `call_timeout` (see [`session_settings`]).
+    pub async fn connect(
+        url: &DatabaseUrl,
+        connect_timeout: Duration,
+        call_timeout: Duration,
+    ) -> Result<Self, StoreError> {
         let DatabaseUrl::Postgres(raw) = url else {
             return Err(StoreError::Invalid {
                 what: "database URL",
@@ -74,18 +84,11 @@ impl PostgresStore {
             url: redacted.clone(),
             source,
         };
-        let mut options = PgConnectOptions::from_str(raw)
+        let settings = session_settings(call_timeout);
+        let options = PgConnectOptions::from_str(raw)
             .map_err(connect_err)?
-            .application_name("leasehold");
-        // Settings the URL's own `options` parameter does not set already.
-        let settings: Vec<(&str, &str)> = SESSION_SETTINGS
-            .iter()
-            .copied()
-            .filter(|(name, _)| !raw.contains(name))
-            .collect();
-        if !settings.is_empty() {
-            options = options.options(settings);
-        }
+            .application_name("leasehold")
+            .options(settings.iter().map(|(k, v)| (*k, v.as_str())));
         // One direct connection first: a pool would hide "connection refused" or a bad password
         // behind a generic acquire timeout.
         let probe = tokio::time::timeout(connect_timeout, PgConnection::connect_with(&options))
@@ -152,7 +155,15 @@ async fn migrate(pool: &PgPool, url: &str) -> Result<(), StoreError> {
                 source: sqlx::migrate::MigrateError::Execute(e),
             })?
             .detach();
-        let outcome = MIGRATOR.run_direct(None, &mut conn, false).await;
+        // A migration of a large table may take longer than any lease call, and waits for the
+        // migrator's advisory lock while another replica migrates.
+        let unbounded = sqlx::raw_sql("SET statement_timeout = 0; SET lock_timeout = 0")
+            .execute(&mut conn)
+            .await;
+        let outcome = match unbounded {
+            Ok(_) => MIGRATOR.run_direct(None, &mut conn, false).await,
+            Err(e) => Err(sqlx::migrate::MigrateError::Execute(e)),
+        };
         if outcome.is_ok() {
             let _ = conn.close().await;
         }
@@ -183,6 +194,14 @@ fn is_permission_denied(error: &sqlx::migrate::MigrateError) -> bool {
     db.code().as_deref() == Some("42501")
 }
 
+/// The database's clock as [`DbMillis`]: `clock_timestamp()`, which moves during a statement,
+/// like the expiry decisions it is compared with. A macro, so statements stay `&'static str`.
+macro_rules! db_now_ms {
+    () => {
+        "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+    };
+}
+
 const RECORD_COLUMNS: &str = "name, holder, epoch, ttl_ms, \
     (extract(epoch FROM (expires_at - now())) * 1000)::bigint AS expires_in_ms";
 
@@ -209,32 +228,41 @@ impl LeaseStore for PostgresStore {
         name: &str,
         holder: &str,
         ttl: Duration,
-    ) -> Result<Option<Epoch>, StoreError> {
+    ) -> Result<Campaigned, StoreError> {
         let ttl_ms = ttl_ms(ttl)?;
-        sqlx::query_scalar(
-            "INSERT INTO leasehold_leases AS l (name, holder, epoch, acquired_at, renewed_at, expires_at, ttl_ms)
-             VALUES ($1, $2, 1, now(), now(), now() + $3 * interval '1 millisecond', $3)
-             ON CONFLICT (name) DO UPDATE
-                SET holder = EXCLUDED.holder, epoch = l.epoch + 1, acquired_at = now(),
-                    renewed_at = now(), expires_at = EXCLUDED.expires_at, ttl_ms = EXCLUDED.ttl_ms
-                WHERE l.expires_at <= now()
-             RETURNING epoch",
+        // clock_timestamp(), not now(): a campaign that waited for the row lock (a renewal, a
+        // fenced write) judges expiry by the time it got the row, not by when it was sent.
+        let (epoch, db_now): (Option<Epoch>, DbMillis) = sqlx::query_as(concat!(
+            "WITH won AS (
+                INSERT INTO leasehold_leases AS l (name, holder, epoch, acquired_at, renewed_at, expires_at, ttl_ms)
+                VALUES ($1, $2, 1, clock_timestamp(), clock_timestamp(),
+                        clock_timestamp() + $3 * interval '1 millisecond', $3)
+                ON CONFLICT (name) DO UPDATE
+                   SET holder = EXCLUDED.holder, epoch = l.epoch + 1, acquired_at = clock_timestamp(),
+                       renewed_at = clock_timestamp(),
+                       expires_at = clock_timestamp() + EXCLUDED.ttl_ms * interval '1 millisecond',
+                       ttl_ms = EXCLUDED.ttl_ms
+                   WHERE l.expires_at <= clock_timestamp()
+                RETURNING epoch)
+             SELECT (SELECT epoch FROM won), ",
+            db_now_ms!()
+        ),
         )
         .bind(name)
         .bind(holder)
         .bind(ttl_ms)
-        .fetch_optional(&self.pool)
+        .fetch_one(&self.pool)
         .await
-        .map_err(StoreError::query("campaign"))
+        .map_err(StoreError::query("campaign"))?;
+        Ok(Campaigned {
+            epoch,
+            db_now: Some(db_now),
+        })
     }
 
-    async fn renew(
-        &self,
-        holder: &str,
-        leases: &[RenewRequest],
-    ) -> Result<Vec<String>, StoreError> {
+    async fn renew(&self, holder: &str, leases: &[RenewRequest]) -> Result<Renewed, StoreError> {
         if leases.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Renewed::default());
         }
         let names: Vec<&str> = leases.iter().map(|r| r.name.as_str()).collect();
         let epochs: Vec<i64> = leases.iter().map(|r| r.epoch).collect();
@@ -242,12 +270,38 @@ impl LeaseStore for PostgresStore {
             .iter()
             .map(|r| ttl_ms(r.ttl))
             .collect::<Result<Vec<_>, _>>()?;
-        sqlx::query_scalar(
-            "UPDATE leasehold_leases AS l
-                SET renewed_at = now(), expires_at = now() + r.ttl_ms * interval '1 millisecond', ttl_ms = r.ttl_ms
-               FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS r(name, epoch, ttl_ms)
-              WHERE l.name = r.name AND l.holder = $1 AND l.epoch = r.epoch AND l.expires_at > now()
-             RETURNING l.name",
+        // Rows are locked SKIP LOCKED: a row another session holds (a fenced write's FOR SHARE,
+        // an operator's lock) is left out instead of making every other lease of the batch wait
+        // (DESIGN §1.7). Those still ours by the statement's snapshot come back as busy, for a
+        // renewal of their own. Expiry is judged by clock_timestamp() once the row is locked.
+        let rows: Vec<(Option<String>, bool, DbMillis)> = sqlx::query_as(concat!(
+            "WITH r AS (
+                SELECT * FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS r(name, epoch, ttl_ms)),
+             renewed AS (
+                UPDATE leasehold_leases AS l
+                   SET renewed_at = clock_timestamp(),
+                       expires_at = clock_timestamp() + r.ttl_ms * interval '1 millisecond',
+                       ttl_ms = r.ttl_ms
+                  FROM r
+                 WHERE l.name = r.name
+                   AND l.name IN (
+                       SELECT k.name FROM leasehold_leases AS k JOIN r AS q ON k.name = q.name
+                        WHERE k.holder = $1 AND k.epoch = q.epoch AND k.expires_at > clock_timestamp()
+                          FOR NO KEY UPDATE OF k SKIP LOCKED)
+                RETURNING l.name),
+             busy AS (
+                SELECT l.name FROM leasehold_leases AS l JOIN r ON l.name = r.name
+                 WHERE l.holder = $1 AND l.epoch = r.epoch AND l.expires_at > clock_timestamp()
+                   AND l.name NOT IN (SELECT name FROM renewed))
+             SELECT name, true, ",
+            db_now_ms!(),
+            " FROM renewed
+             UNION ALL SELECT name, false, ",
+            db_now_ms!(),
+            " FROM busy
+             UNION ALL SELECT NULL, false, ",
+            db_now_ms!()
+        ),
         )
         .bind(holder)
         .bind(&names)
@@ -255,15 +309,67 @@ impl LeaseStore for PostgresStore {
         .bind(&ttls)
         .fetch_all(&self.pool)
         .await
-        .map_err(StoreError::query("renew"))
+        .map_err(StoreError::query("renew"))?;
+        let mut renewed = Renewed::default();
+        for (name, landed, db_now) in rows {
+            renewed.db_now = Some(renewed.db_now.map_or(db_now, |t| t.max(db_now)));
+            match (name, landed) {
+                (Some(name), true) => renewed.landed.push(name),
+                (Some(name), false) => renewed.busy.push(name),
+                (None, _) => {}
+            }
+        }
+        Ok(renewed)
+    }
+
+    async fn renew_one(
+        &self,
+        holder: &str,
+        lease: &RenewRequest,
+        timeout: Duration,
+    ) -> Result<RenewedOne, StoreError> {
+        let ttl_ms = ttl_ms(lease.ttl)?;
+        let err = StoreError::query("renew");
+        let mut tx = self.pool.begin().await.map_err(err)?;
+        // This one waits for the row lock, but on the server too no longer than its caller.
+        let budget = super::server_budget(timeout).as_millis().to_string();
+        sqlx::query(
+            "SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $1, true)",
+        )
+        .bind(&budget)
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
+        let (landed, db_now): (bool, DbMillis) = sqlx::query_as(concat!(
+            "WITH renewed AS (
+                UPDATE leasehold_leases
+                   SET renewed_at = clock_timestamp(),
+                       expires_at = clock_timestamp() + $4 * interval '1 millisecond', ttl_ms = $4
+                 WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()
+                RETURNING name)
+             SELECT EXISTS (SELECT 1 FROM renewed), ",
+            db_now_ms!()
+        ))
+        .bind(&lease.name)
+        .bind(holder)
+        .bind(lease.epoch)
+        .bind(ttl_ms)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        Ok(RenewedOne {
+            landed,
+            db_now: Some(db_now),
+        })
     }
 
     async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
         // One statement: the notification is sent when (and only if) the expiry commits.
         let released: Option<String> = sqlx::query_scalar(
             "WITH released AS (
-                UPDATE leasehold_leases SET expires_at = now()
-                 WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > now()
+                UPDATE leasehold_leases SET expires_at = clock_timestamp()
+                 WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()
                 RETURNING name)
              SELECT name FROM released, pg_notify($4, released.name) AS n",
         )
@@ -280,8 +386,8 @@ impl LeaseStore for PostgresStore {
     async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError> {
         sqlx::query_as(
             "WITH released AS (
-                UPDATE leasehold_leases SET expires_at = now()
-                 WHERE name = $1 AND expires_at > now()
+                UPDATE leasehold_leases SET expires_at = clock_timestamp()
+                 WHERE name = $1 AND expires_at > clock_timestamp()
                 RETURNING name, holder, epoch)
              SELECT holder, epoch FROM released, pg_notify($2, released.name) AS n",
         )

@@ -1,6 +1,9 @@
 //! The SQLite [`LeaseStore`]: the embedded default. Replicas on one machine share the file; the
-//! "database clock" is SQLite's `unixepoch('subsec')`, the one clock of that machine. There are no
-//! notifications, so standbys rely on polling.
+//! "database clock" is the machine's boot clock ([`MachineClock`]), which every process and
+//! container on the machine shares and which no `date -s` or NTP step can move. Each statement
+//! reads it after taking SQLite's write lock (`BEGIN IMMEDIATE`), so a statement that queued for
+//! the lock judges expiry by the time it runs. There are no notifications, so standbys rely on
+//! polling.
 
 use std::time::Duration;
 
@@ -13,24 +16,101 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::store::{
-    Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, StoreError, ttl_ms,
+    Campaigned, Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, Renewed, StoreError,
+    ttl_ms,
 };
 use super::url::DatabaseUrl;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
-/// The database's now in integer milliseconds.
-const NOW_MS: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+/// The clock SQLite leases expire by: `CLOCK_BOOTTIME` in milliseconds, and the boot it counts
+/// from. The boot clock runs through suspend and cannot be set; the wall clock can be stepped,
+/// and a forward step would shorten every lease while holders keep running on their monotonic
+/// deadlines (DESIGN §1.2). It restarts at zero with the machine, so rows carry the boot id and
+/// a time from another boot counts as expired.
+#[derive(Debug, Clone)]
+pub struct MachineClock {
+    /// `/proc/sys/kernel/random/boot_id`: which boot the readings count from.
+    boot: String,
+}
+
+impl MachineClock {
+    /// The clock of this machine's current boot (read once per process: the boot cannot change
+    /// under it).
+    pub fn read() -> Result<&'static Self, StoreError> {
+        static CLOCK: std::sync::OnceLock<MachineClock> = std::sync::OnceLock::new();
+        if let Some(clock) = CLOCK.get() {
+            return Ok(clock);
+        }
+        let clock = Self::boot()?;
+        Ok(CLOCK.get_or_init(|| clock))
+    }
+
+    fn boot() -> Result<Self, StoreError> {
+        #[cfg(target_os = "linux")]
+        {
+            const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+            let boot = std::fs::read_to_string(BOOT_ID).map_err(|e| StoreError::Invalid {
+                what: "machine clock",
+                reason: format!(
+                    "cannot read {BOOT_ID} ({e}): SQLite leases expire by the boot clock, which needs /proc"
+                ),
+            })?;
+            Ok(MachineClock {
+                boot: boot.trim().to_string(),
+            })
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            tracing::warn!(
+                "this system has no boot clock leasehold can read: SQLite leases expire by the wall clock, which a clock step can shorten"
+            );
+            Ok(MachineClock {
+                boot: "wall-clock".to_string(),
+            })
+        }
+    }
+
+    /// The boot the readings belong to.
+    pub fn boot_id(&self) -> &str {
+        &self.boot
+    }
+
+    /// Milliseconds since the machine booted.
+    pub fn now_ms(&self) -> i64 {
+        #[cfg(target_os = "linux")]
+        {
+            let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+            t.tv_sec * 1000 + t.tv_nsec / 1_000_000
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        }
+    }
+}
 
 /// A pool of connections to the lease file.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
+    /// The connections.
     pool: SqlitePool,
+    /// The clock expiry is judged by.
+    clock: &'static MachineClock,
 }
 
 impl SqliteStore {
-    /// Opens (creating if missing) and migrates the lease file.
-    pub async fn open(url: &DatabaseUrl, connect_timeout: Duration) -> Result<Self, StoreError> {
+    /// Opens (creating if missing) and migrates the lease file. A statement waits for the file's
+    /// write lock no longer than the server budget of `call_timeout`: SQLite runs a statement on
+    /// its own thread, which goes on after its caller gave up, and must not commit after that.
+    pub async fn open(
+        url: &DatabaseUrl,
+        connect_timeout: Duration,
+        call_timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let clock = MachineClock::read()?;
         let DatabaseUrl::Sqlite { path } = url else {
             return Err(StoreError::Invalid {
                 what: "database URL",
@@ -44,8 +124,8 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             // FULL: an acquisition that committed must survive a power cut, or its epoch could be reused.
             .synchronous(SqliteSynchronous::Full)
-            // Writers from several processes queue for the lock; the driver's own timeouts bound the wait.
-            .busy_timeout(Duration::from_secs(5));
+            // Writers from several processes queue for the lock, each no longer than its caller.
+            .busy_timeout(super::server_budget(call_timeout));
         // Several processes opening a new file at once race to switch it to WAL and to migrate it.
         // SQLite has no advisory lock for that, so the losers retry until `connect_timeout`; errors
         // that no retry can fix (a missing directory, a corrupt file) are reported at once.
@@ -60,7 +140,7 @@ impl SqliteStore {
                 .await;
             let error = match opened {
                 Ok(pool) => match MIGRATOR.run(&pool).await {
-                    Ok(()) => return Ok(SqliteStore { pool }),
+                    Ok(()) => return Ok(SqliteStore { pool, clock }),
                     Err(source) => StoreError::Migrate {
                         url: url.to_string(),
                         source,
@@ -103,6 +183,11 @@ fn is_contention(error: &StoreError) -> bool {
     matches!(code & 0xff, 5 | 6) || db.is_unique_violation()
 }
 
+/// The columns of a [`LeaseRecord`]; `?2` is the clock's now, `?3` its boot (a row of another
+/// boot has expired).
+const RECORD_COLUMNS: &str = "name, holder, epoch, ttl_ms,
+    CASE WHEN boot = ?3 THEN expires_at_ms - ?2 ELSE 0 END";
+
 type RecordRow = (String, String, i64, i64, i64);
 
 fn to_record((name, holder, epoch, ttl_ms, expires_in_ms): RecordRow) -> LeaseRecord {
@@ -112,6 +197,14 @@ fn to_record((name, holder, epoch, ttl_ms, expires_in_ms): RecordRow) -> LeaseRe
         epoch,
         ttl_ms,
         expires_in_ms,
+    }
+}
+
+impl SqliteStore {
+    /// A transaction holding the file's write lock, so that the clock read after it is the time
+    /// the statement runs, not the time it was queued.
+    async fn write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
+        self.pool.begin_with("BEGIN IMMEDIATE").await
     }
 }
 
@@ -126,87 +219,120 @@ impl LeaseStore for SqliteStore {
         name: &str,
         holder: &str,
         ttl: Duration,
-    ) -> Result<Option<Epoch>, StoreError> {
+    ) -> Result<Campaigned, StoreError> {
         let ttl_ms = ttl_ms(ttl)?;
-        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO leasehold_leases (name, holder, epoch, acquired_at_ms, renewed_at_ms, expires_at_ms, ttl_ms)
-             SELECT ?1, ?2, 1, now, now, now + ?3, ?3 FROM (SELECT {NOW_MS} AS now) WHERE true
+        let err = StoreError::query("campaign");
+        let mut tx = self.write().await.map_err(err)?;
+        let now = self.clock.now_ms();
+        let epoch = sqlx::query_scalar(
+            "INSERT INTO leasehold_leases (name, holder, epoch, acquired_at_ms, renewed_at_ms, expires_at_ms, ttl_ms, boot)
+             VALUES (?1, ?2, 1, ?4, ?4, ?4 + ?3, ?3, ?5)
              ON CONFLICT (name) DO UPDATE
                 SET holder = excluded.holder, epoch = leasehold_leases.epoch + 1,
                     acquired_at_ms = excluded.acquired_at_ms, renewed_at_ms = excluded.renewed_at_ms,
-                    expires_at_ms = excluded.expires_at_ms, ttl_ms = excluded.ttl_ms
+                    expires_at_ms = excluded.expires_at_ms, ttl_ms = excluded.ttl_ms,
+                    boot = excluded.boot
                 WHERE leasehold_leases.expires_at_ms <= excluded.acquired_at_ms
-             RETURNING epoch"
-        )))
+                   OR leasehold_leases.boot <> excluded.boot
+             RETURNING epoch",
+        )
         .bind(name)
         .bind(holder)
         .bind(ttl_ms)
-        .fetch_optional(&self.pool)
+        .bind(now)
+        .bind(self.clock.boot_id())
+        .fetch_optional(&mut *tx)
         .await
-        .map_err(StoreError::query("campaign"))
+        .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        Ok(Campaigned {
+            epoch,
+            db_now: Some(now),
+        })
     }
 
-    async fn renew(
-        &self,
-        holder: &str,
-        leases: &[RenewRequest],
-    ) -> Result<Vec<String>, StoreError> {
+    async fn renew(&self, holder: &str, leases: &[RenewRequest]) -> Result<Renewed, StoreError> {
         if leases.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Renewed::default());
         }
         let batch = leases
             .iter()
             .map(|r| Ok(serde_json::json!({ "name": r.name, "epoch": r.epoch, "ttl_ms": ttl_ms(r.ttl)? })))
             .collect::<Result<Vec<_>, StoreError>>()?;
-        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        let err = StoreError::query("renew");
+        let mut tx = self.write().await.map_err(err)?;
+        let now = self.clock.now_ms();
+        // SQLite locks the whole file, never a row: nothing is ever busy.
+        let landed = sqlx::query_scalar(
             "UPDATE leasehold_leases
-                SET renewed_at_ms = n.now, expires_at_ms = n.now + r.ttl_ms, ttl_ms = r.ttl_ms
+                SET renewed_at_ms = ?3, expires_at_ms = ?3 + r.ttl_ms, ttl_ms = r.ttl_ms
                FROM (SELECT value ->> '$.name' AS name, value ->> '$.epoch' AS epoch,
-                            value ->> '$.ttl_ms' AS ttl_ms FROM json_each(?2)) AS r,
-                    (SELECT {NOW_MS} AS now) AS n
+                            value ->> '$.ttl_ms' AS ttl_ms FROM json_each(?2)) AS r
               WHERE leasehold_leases.name = r.name AND leasehold_leases.holder = ?1
-                AND leasehold_leases.epoch = r.epoch AND leasehold_leases.expires_at_ms > n.now
-             RETURNING name"
-        )))
+                AND leasehold_leases.epoch = r.epoch AND leasehold_leases.expires_at_ms > ?3
+                AND leasehold_leases.boot = ?4
+             RETURNING name",
+        )
         .bind(holder)
         .bind(serde_json::Value::Array(batch).to_string())
-        .fetch_all(&self.pool)
+        .bind(now)
+        .bind(self.clock.boot_id())
+        .fetch_all(&mut *tx)
         .await
-        .map_err(StoreError::query("renew"))
+        .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        Ok(Renewed {
+            landed,
+            busy: Vec::new(),
+            db_now: Some(now),
+        })
     }
 
     async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
-        let done = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "UPDATE leasehold_leases SET expires_at_ms = {NOW_MS}
-              WHERE name = ?1 AND holder = ?2 AND epoch = ?3 AND expires_at_ms > {NOW_MS}"
-        )))
+        let err = StoreError::query("release");
+        let mut tx = self.write().await.map_err(err)?;
+        let done = sqlx::query(
+            "UPDATE leasehold_leases SET expires_at_ms = ?4
+              WHERE name = ?1 AND holder = ?2 AND epoch = ?3 AND expires_at_ms > ?4 AND boot = ?5",
+        )
         .bind(name)
         .bind(holder)
         .bind(epoch)
-        .execute(&self.pool)
+        .bind(self.clock.now_ms())
+        .bind(self.clock.boot_id())
+        .execute(&mut *tx)
         .await
-        .map_err(StoreError::query("release"))?;
+        .map_err(err)?;
+        tx.commit().await.map_err(err)?;
         Ok(done.rows_affected() == 1)
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError> {
-        sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "UPDATE leasehold_leases SET expires_at_ms = {NOW_MS}
-              WHERE name = ?1 AND expires_at_ms > {NOW_MS}
-             RETURNING holder, epoch"
-        )))
+        let err = StoreError::query("force release");
+        let mut tx = self.write().await.map_err(err)?;
+        let released = sqlx::query_as(
+            "UPDATE leasehold_leases SET expires_at_ms = ?2
+              WHERE name = ?1 AND expires_at_ms > ?2 AND boot = ?3
+             RETURNING holder, epoch",
+        )
         .bind(name)
-        .fetch_optional(&self.pool)
+        .bind(self.clock.now_ms())
+        .bind(self.clock.boot_id())
+        .fetch_optional(&mut *tx)
         .await
-        .map_err(StoreError::query("force release"))
+        .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        Ok(released)
     }
 
     async fn get(&self, names: &[String]) -> Result<Vec<LeaseRecord>, StoreError> {
         let rows: Vec<RecordRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT name, holder, epoch, ttl_ms, expires_at_ms - {NOW_MS}
+            "SELECT {RECORD_COLUMNS}
                FROM leasehold_leases WHERE name IN (SELECT value FROM json_each(?1)) ORDER BY name"
         )))
         .bind(serde_json::to_string(names).unwrap_or_default())
+        .bind(self.clock.now_ms())
+        .bind(self.clock.boot_id())
         .fetch_all(&self.pool)
         .await
         .map_err(StoreError::query("get"))?;
@@ -215,10 +341,12 @@ impl LeaseStore for SqliteStore {
 
     async fn list(&self, after: Option<&str>, limit: u32) -> Result<Vec<LeaseRecord>, StoreError> {
         let rows: Vec<RecordRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT name, holder, epoch, ttl_ms, expires_at_ms - {NOW_MS}
-               FROM leasehold_leases WHERE ?1 IS NULL OR name > ?1 ORDER BY name LIMIT ?2"
+            "SELECT {RECORD_COLUMNS}
+               FROM leasehold_leases WHERE ?1 IS NULL OR name > ?1 ORDER BY name LIMIT ?4"
         )))
         .bind(after)
+        .bind(self.clock.now_ms())
+        .bind(self.clock.boot_id())
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await

@@ -43,6 +43,45 @@ pub struct RenewRequest {
     pub ttl: Duration,
 }
 
+/// A reading of the clock a store judges expiry by, in milliseconds: PostgreSQL's
+/// `clock_timestamp()` since the Unix epoch, the machine's boot clock for SQLite, the in-memory
+/// store's own clock. Only differences between two readings of one store mean anything: the
+/// coordinator compares them with its monotonic clock to see the database clock step (DESIGN §1.2).
+pub type DbMillis = i64;
+
+/// What a campaign found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Campaigned {
+    /// The new epoch, or `None` when someone else holds the lease.
+    pub epoch: Option<Epoch>,
+    /// The database's clock while the statement ran; `None` when the backend cannot tell.
+    pub db_now: Option<DbMillis>,
+}
+
+/// What a batched renewal found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Renewed {
+    /// The leases whose renewal landed.
+    pub landed: Vec<String>,
+    /// The leases this holder still held at their epochs when the statement began, but whose
+    /// rows were locked by someone else (a fenced write committing, an operator's session): the
+    /// batch skips them rather than wait, and the caller renews each alone
+    /// ([`LeaseStore::renew_one`]). Every other lease of the batch was not renewed because it is
+    /// no longer this holder's.
+    pub busy: Vec<String>,
+    /// The database's clock while the statement ran; `None` when the backend cannot tell.
+    pub db_now: Option<DbMillis>,
+}
+
+/// What the renewal of one lease found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenewedOne {
+    /// Whether the renewal landed (`false`: the lease is no longer this holder's).
+    pub landed: bool,
+    /// The database's clock while the statement ran; `None` when the backend cannot tell.
+    pub db_now: Option<DbMillis>,
+}
+
 /// What a store's release listener reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReleaseNotice {
@@ -115,7 +154,7 @@ pub enum StoreError {
 
 impl StoreError {
     /// Wraps a driver error for operation `op`.
-    pub fn query(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+    pub fn query(op: &'static str) -> impl Fn(sqlx::Error) -> StoreError + Copy {
         move |source| StoreError::Query { op, source }
     }
 }
@@ -145,12 +184,29 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
         name: &str,
         holder: &str,
         ttl: Duration,
-    ) -> Result<Option<Epoch>, StoreError>;
+    ) -> Result<Campaigned, StoreError>;
 
     /// Extends every lease in `leases` that `holder` still holds at the given epoch and that has
-    /// not expired, in one statement. Returns the names whose renewal landed.
-    async fn renew(&self, holder: &str, leases: &[RenewRequest])
-    -> Result<Vec<String>, StoreError>;
+    /// not expired, in one statement that never waits for a row lock: a locked row is reported
+    /// [`Renewed::busy`], so that one lease cannot hold back the others (DESIGN §1.7).
+    async fn renew(&self, holder: &str, leases: &[RenewRequest]) -> Result<Renewed, StoreError>;
+
+    /// Renews one lease, waiting for its row lock for at most `timeout` (on the server too: the
+    /// statement never outlives its caller). For a lease the batch found busy.
+    async fn renew_one(
+        &self,
+        holder: &str,
+        lease: &RenewRequest,
+        timeout: Duration,
+    ) -> Result<RenewedOne, StoreError> {
+        // Backends without row locks have nothing to wait for: the batch of one decides.
+        let _ = timeout;
+        let renewed = self.renew(holder, std::slice::from_ref(lease)).await?;
+        Ok(RenewedOne {
+            landed: renewed.landed.contains(&lease.name),
+            db_now: renewed.db_now,
+        })
+    }
 
     /// Expires `name` now if `holder` holds it at `epoch`, keeping the row and its epoch, and tells
     /// listening standbys. Returns whether the row was ours to release.

@@ -113,16 +113,28 @@ fn req(name: &str, epoch: Epoch) -> RenewRequest {
     }
 }
 
+/// A campaign result without a reading of the database clock (see `clock_*` tests for those).
 fn campaign_done(lease: &str, result: Result<Option<Epoch>, String>) -> Event {
     Event::CampaignDone {
         lease: lease.to_string(),
-        result,
+        result: result.map(|epoch| Campaigned {
+            epoch,
+            db_now: None,
+        }),
     }
+}
+
+fn names(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
 }
 
 fn renew_done(landed: &[&str]) -> Event {
     Event::RenewDone {
-        result: Ok(landed.iter().map(|s| s.to_string()).collect()),
+        result: Ok(Renewed {
+            landed: names(landed),
+            busy: Vec::new(),
+            db_now: None,
+        }),
     }
 }
 
@@ -143,17 +155,15 @@ fn leader(lease: &str, epoch: Epoch, t0: Instant, took: Duration) -> Coordinator
 }
 
 /// Steps through every deadline before `until`, failing each renewal at once; returns the last
-/// deadline stepped, checking along the way that no term ends and that no renewal waits past
-/// `safe_until` (while the term runs).
+/// deadline stepped, checking along the way that no term ends before `safe_until`.
 fn fail_renewals_before(c: &mut Coordinator, until: Instant, safe_until: Instant) -> Instant {
     let mut last = None;
     while let Some(at) = c.next_deadline().filter(|&at| at < until) {
         let fx = c.step(Event::Tick, at);
-        assert!(end_terms(&fx).is_empty(), "{fx:?}");
-        let (_, timeout) = renewal(&fx);
         if at < safe_until {
-            assert!(timeout <= safe_until - at, "timeout {timeout:?} at {at:?}");
+            assert!(end_terms(&fx).is_empty(), "{fx:?}");
         }
+        renewal(&fx);
         c.step(renew_failed(), at);
         last = Some(at);
     }
@@ -487,31 +497,234 @@ fn rejected_renewal_ends_the_term_and_campaigns_at_once() {
     assert_eq!(batch, [req("b", 2)]);
 }
 
+fn renewed(landed: &[&str], busy: &[&str], db_now: Option<DbMillis>) -> Event {
+    Event::RenewDone {
+        result: Ok(Renewed {
+            landed: names(landed),
+            busy: names(busy),
+            db_now,
+        }),
+    }
+}
+
+fn renewed_alone(lease: &str, result: Result<bool, String>) -> Event {
+    Event::RenewOneDone {
+        lease: lease.to_string(),
+        result: result.map(|landed| RenewedOne {
+            landed,
+            db_now: None,
+        }),
+    }
+}
+
+fn lone_renewals(fx: &[Effect]) -> Vec<(RenewRequest, Duration)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::RenewOne { request, timeout } => Some((request.clone(), *timeout)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Leader of `a` (epoch 1) and `b` (epoch 2), both won at `t0`.
+fn leader_of_two(t0: Instant) -> Coordinator {
+    let mut c = coordinator(&["a", "b"], t0);
+    c.step(Event::Tick, t0);
+    c.step(campaign_done("a", Ok(Some(1))), t0);
+    c.step(campaign_done("b", Ok(Some(2))), t0);
+    c
+}
+
 #[test]
-fn renew_timeout_never_exceeds_the_time_left() {
+fn the_batch_waits_its_store_timeout_whatever_time_a_lease_has_left() {
+    // One lease near its deadline must not give the whole batch a timeout shorter than a round
+    // trip: each lease's deadline is kept by ticks, not by the call.
     let t0 = Instant::now();
     let mut c = leader("a", 1, t0, ms(10));
-    let safe_until = t0 + ms(2750);
-    // Comfortably early: the store timeout.
     assert_eq!(renewal(&c.step(Event::Tick, t0 + ms(1000))).1, ms(600));
     c.step(renew_failed(), t0 + ms(1000));
     for at in [1200, 1400, 1600, 1800, 2000, 2200, 2400, 2600] {
         let now = t0 + ms(at);
         assert_eq!(c.next_deadline(), Some(now));
-        let (_, timeout) = renewal(&c.step(Event::Tick, now));
-        assert_eq!(timeout, ms(600).min(safe_until - now), "at {at} ms");
+        assert_eq!(renewal(&c.step(Event::Tick, now)).1, ms(600), "at {at} ms");
         c.step(renew_failed(), now);
     }
-    // At 2600 ms only 150 ms were left.
-    assert_eq!(safe_until - (t0 + ms(2600)), ms(150));
+    // The term still ends at safe_until.
+    let fx = c.step(Event::Tick, t0 + ms(2750));
+    assert_eq!(end_terms(&fx), [("a", 1, EndReason::SafeUntil, false)]);
+}
 
-    // A timing whose store timeout exceeds a whole term is still cut to the time left.
-    let mut timing = timing();
-    timing.store_timeout = ms(10_000);
-    let mut c = Coordinator::new(timing, ["a".to_string()], t0, 1);
+#[test]
+fn a_busy_lease_is_renewed_alone_within_its_own_time_left_while_the_others_land() {
+    let t0 = Instant::now();
+    let mut c = leader_of_two(t0);
+    let sent = t0 + ms(1000);
+    renewal(&c.step(Event::Tick, sent));
+    let fx = c.step(renewed(&["b"], &["a"], None), sent + ms(5));
+    assert_eq!(extensions(&fx), [("b", sent + TTL - ms(250))]);
+    let alone = lone_renewals(&fx);
+    assert_eq!(alone.len(), 1, "{fx:?}");
+    // a's term runs until t0 + 2750 ms: that is all its lone renewal may wait.
+    assert_eq!(alone[0], (req("a", 1), t0 + ms(2750) - (sent + ms(5))));
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+    // Until its answer comes, a stays out of the batch.
+    let (batch, _) = renewal(&c.step(Event::Tick, sent + ms(1000)));
+    assert_eq!(batch, [req("b", 2)]);
+    // It lands: a's term runs on from when the lone renewal was sent.
+    let fx = c.step(renewed_alone("a", Ok(true)), sent + ms(1500));
+    assert_eq!(extensions(&fx), [("a", sent + ms(5) + TTL - ms(250))]);
+    c.step(renewed(&["b"], &[], None), sent + ms(1500));
+    let (batch, _) = renewal(&c.step(Event::Tick, sent + ms(2000)));
+    assert_eq!(batch, [req("a", 1), req("b", 2)]);
+}
+
+#[test]
+fn a_busy_lease_refused_alone_is_lost_and_a_failed_one_only_uncertain() {
+    let t0 = Instant::now();
+    let mut c = leader_of_two(t0);
+    renewal(&c.step(Event::Tick, t0 + ms(1000)));
+    c.step(renewed(&[], &["a", "b"], None), t0 + ms(1002));
+    let fx = c.step(renewed_alone("a", Ok(false)), t0 + ms(1010));
+    assert_eq!(end_terms(&fx), [("a", 1, EndReason::Lost, false)]);
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    let fx = c.step(
+        renewed_alone("b", Err("lock timeout".into())),
+        t0 + ms(1010),
+    );
+    assert!(end_terms(&fx).is_empty());
+    assert_eq!(c.view("b"), Some((Role::Uncertain, Some(2))));
+    // b is retried in the batch after the retry interval, not at the next renewal.
+    let retry = t0 + ms(1210);
+    assert_eq!(c.next_deadline(), Some(retry));
+    assert_eq!(renewal(&c.step(Event::Tick, retry)).0, [req("b", 2)]);
+}
+
+#[test]
+fn a_lone_renewal_answering_after_the_lease_moved_on_is_ignored() {
+    let t0 = Instant::now();
+    let mut c = leader_of_two(t0);
+    renewal(&c.step(Event::Tick, t0 + ms(1000)));
+    c.step(renewed(&["b"], &["a"], None), t0 + ms(1002));
+    // Nothing came back before a's safe_until: the term ends on time, the answer changes nothing.
+    let fx = c.step(Event::Tick, t0 + ms(2750));
+    assert_eq!(end_terms(&fx), [("a", 1, EndReason::SafeUntil, false)]);
+    let fx = c.step(renewed_alone("x", Ok(true)), t0 + ms(2800));
+    assert!(fx.is_empty(), "{fx:?}");
+}
+
+#[test]
+fn a_forward_clock_step_ends_every_term_and_keeps_the_replica_quiet_for_a_ttl() {
+    let t0 = Instant::now();
+    let mut c = coordinator(&["a", "b", "c"], t0);
     c.step(Event::Tick, t0);
-    c.step(campaign_done("a", Ok(Some(1))), t0);
-    assert_eq!(renewal(&c.step(Event::Tick, t0 + ms(1000))).1, ms(1750));
+    let won = |epoch, db| Event::CampaignDone {
+        lease: String::new(),
+        result: Ok(Campaigned {
+            epoch,
+            db_now: Some(db),
+        }),
+    };
+    let named = |e: Event, lease: &str| match e {
+        Event::CampaignDone { result, .. } => Event::CampaignDone {
+            lease: lease.to_string(),
+            result,
+        },
+        other => other,
+    };
+    c.step(named(won(Some(1), 1_000_000), "a"), t0 + ms(2));
+    c.step(named(won(Some(1), 1_000_001), "b"), t0 + ms(3));
+    c.step(named(won(None, 1_000_001), "c"), t0 + ms(3));
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+    // The renewal finds 8 s more on the database's clock than the 1 s that passed here.
+    let sent = t0 + ms(1000);
+    let fx = c.step(Event::Tick, sent);
+    renewal(&fx);
+    assert_eq!(campaigns(&fx), ["c"], "c polls at the same tick");
+    let fx = c.step(renewed(&["a", "b"], &[], Some(1_009_003)), sent + ms(2));
+    assert_eq!(
+        end_terms(&fx),
+        [
+            ("a", 1, EndReason::ClockStep, false),
+            ("b", 1, EndReason::ClockStep, false)
+        ]
+    );
+    assert!(
+        start_terms(&fx).is_empty() && extensions(&fx).is_empty(),
+        "{fx:?}"
+    );
+    assert!(fx.iter().any(|e| matches!(
+        e,
+        Effect::Announce(Announcement::ClockStepped { ahead, quiet })
+            if *ahead >= ms(7_990) && *quiet == TTL
+    )));
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+    c.step(campaign_done("c", Ok(None)), sent + ms(3));
+    // Quiet for a ttl: renewals go on (the leases stay ours), c does not campaign, no term starts.
+    let quiet_until = sent + ms(2) + TTL;
+    let mut now = sent + ms(2);
+    while let Some(at) = c.next_deadline().filter(|&at| at < quiet_until) {
+        now = at;
+        let fx = c.step(Event::Tick, now);
+        assert!(
+            campaigns(&fx).is_empty() && start_terms(&fx).is_empty(),
+            "{fx:?}"
+        );
+        if !renewals(&fx).is_empty() {
+            c.step(renewed(&["a", "b"], &[], None), now);
+        }
+    }
+    assert!(now > sent + ms(2000), "renewals went on during the quiet");
+    // Then the terms start again on the renewals that landed, and c campaigns.
+    assert_eq!(c.next_deadline(), Some(quiet_until));
+    let fx = c.step(Event::Tick, quiet_until);
+    let mut started: Vec<&str> = start_terms(&fx).iter().map(|t| t.0).collect();
+    started.sort();
+    assert_eq!(started, ["a", "b"]);
+    assert_eq!(campaigns(&fx), ["c"]);
+}
+
+#[test]
+fn a_campaign_won_across_a_clock_step_starts_no_term_until_the_quiet_ends() {
+    let t0 = Instant::now();
+    let mut c = coordinator(&["a"], t0);
+    c.step(Event::Tick, t0);
+    let lost = Event::CampaignDone {
+        lease: "a".into(),
+        result: Ok(Campaigned {
+            epoch: None,
+            db_now: Some(5_000),
+        }),
+    };
+    c.step(lost, t0 + ms(1));
+    // The next poll wins, but the database's clock moved 5 s in 0.7 s: the old holder may still
+    // be running on the old clock.
+    let at = c.next_deadline().unwrap();
+    assert_eq!(campaigns(&c.step(Event::Tick, at)), ["a"]);
+    let won = Event::CampaignDone {
+        lease: "a".into(),
+        result: Ok(Campaigned {
+            epoch: Some(2),
+            db_now: Some(10_700),
+        }),
+    };
+    let fx = c.step(won, at + ms(1));
+    assert!(start_terms(&fx).is_empty(), "{fx:?}");
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(2))));
+    // The quiet ends a ttl after the step was seen, with renewals landing meanwhile.
+    let quiet_until = at + ms(1) + TTL;
+    loop {
+        let next = c.next_deadline().unwrap();
+        let fx = c.step(Event::Tick, next);
+        if next >= quiet_until {
+            assert_eq!(start_terms(&fx).len(), 1, "{fx:?}");
+            break;
+        }
+        assert!(start_terms(&fx).is_empty(), "{fx:?}");
+        if !renewals(&fx).is_empty() {
+            c.step(renew_done(&["a"]), next);
+        }
+    }
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(2))));
 }
 
 #[test]

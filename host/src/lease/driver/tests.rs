@@ -439,3 +439,44 @@ async fn step_down_alone_reacquires_after_a_poll() {
     }
     a.stop().await;
 }
+
+/// A forward step of the database's clock shortens the lease in the store while its holder runs
+/// on its monotonic `safe_until`. Whoever reads the step (the standby winning the lease early, or
+/// the holder's next renewal) stays quiet for a ttl, so the two terms never overlap.
+#[tokio::test(start_paused = true)]
+async fn a_database_clock_step_never_makes_two_live_terms() {
+    for step in [ms(1_000), ms(2_200), ms(2_900), ms(10_000)] {
+        let store = Arc::new(MemoryStore::new());
+        let a = replica(&store, "a");
+        let mut ra = a.watch();
+        wait_for_leader(&mut ra, TTL).await;
+        let b = replica(&store, "b");
+        tokio::time::sleep(ms(1_337)).await;
+        store.step_clock(step);
+        for _ in 0..(4 * TTL.as_millis() / 10) {
+            tokio::time::sleep(ms(10)).await;
+            let live = |r: &Replica| {
+                r.engine
+                    .leadership(LEASE)
+                    .unwrap()
+                    .term
+                    .is_some_and(|t| t.is_live())
+            };
+            assert!(
+                !(live(&a) && live(&b)),
+                "two live terms after a {step:?} step: {:?} / {:?}",
+                a.engine.leadership(LEASE),
+                b.engine.leadership(LEASE)
+            );
+        }
+        // Someone leads again after the quiet.
+        assert!(
+            a.role() == Role::Leader || b.role() == Role::Leader,
+            "{step:?}: {:?} / {:?}",
+            a.role(),
+            b.role()
+        );
+        a.stop().await;
+        b.stop().await;
+    }
+}
