@@ -10,6 +10,9 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb 
   need_pkgs+=(postgresql)
 fi
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
+# psql takes row locks from outside in the lease tests; libfaketime steps a process's wall clock.
+command -v psql >/dev/null 2>&1 || need_pkgs+=(postgresql-client)
+[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need_pkgs+=(libfaketime)
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   sudo=""

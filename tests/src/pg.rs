@@ -48,6 +48,16 @@ impl Postgres {
                 local: None,
             });
         }
+        Self::start_local(&[])
+    }
+
+    /// A server of the test's own, whatever `DATABASE_URL` says, whose processes run with `env`
+    /// (e.g. libfaketime, to step the database's clock). Stopped when the test process exits.
+    pub fn start_private(env: &[(&str, &str)]) -> anyhow::Result<Postgres> {
+        Self::start_local(env)
+    }
+
+    fn start_local(env: &[(&str, &str)]) -> anyhow::Result<Postgres> {
         let bin = find_bin_dir().or_else(|_| {
             install_postgres()?;
             find_bin_dir()
@@ -91,7 +101,7 @@ impl Postgres {
                 .arg("-t")
                 .arg("60");
             ctl.arg("-o").arg(server_options(port, &dir));
-            ctl.arg("start");
+            ctl.arg("start").envs(env.iter().copied());
             match run(&mut ctl) {
                 Ok(()) => {
                     let local = LocalServer {
