@@ -333,6 +333,132 @@ async fn rows_are_never_deleted(backend: Backend) {
     assert_eq!(s.list(None, 10).await.unwrap().len(), 2);
 }
 
+/// Statements that would take a row away or give a name an old epoch back, run from outside the
+/// lease store on the real database (as the table's owner, who passes every privilege check), are
+/// refused by the schema; the next campaign of each lease still gets its epoch + 1.
+async fn truncates_replaces_and_renames_cannot_reset_an_epoch(backend: Backend) {
+    let db = Db::new(backend).await.unwrap();
+    let s = db.open().await.unwrap();
+    // Lease "a" is at epoch 2, "b" at epoch 1; both released, so any campaign may take them.
+    for _ in 0..2 {
+        let e = s.campaign("a", "h", LONG).await.unwrap().epoch.unwrap();
+        assert!(s.release("a", "h", e).await.unwrap());
+    }
+    let e = s.campaign("b", "h", LONG).await.unwrap().epoch.unwrap();
+    assert!(s.release("b", "h", e).await.unwrap());
+
+    // Each attack with the words its refusal must contain.
+    let attacks: &[(&str, &str)] = match backend {
+        Backend::Postgres => &[
+            // The row-level delete guard does not fire for TRUNCATE.
+            ("TRUNCATE leasehold_leases", "cannot be truncated"),
+            // Renaming b makes b vanish: the same as deleting it.
+            (
+                "UPDATE leasehold_leases SET name = 'c' WHERE name = 'b'",
+                "cannot be renamed",
+            ),
+        ],
+        Backend::Sqlite => &[
+            // REPLACE deletes the conflicting row without firing delete triggers.
+            (
+                "INSERT OR REPLACE INTO leasehold_leases
+                    (name, holder, epoch, acquired_at_ms, renewed_at_ms, expires_at_ms, ttl_ms)
+                    VALUES ('a', 'intruder', 1, 0, 0, 0, 1000)",
+                "would reset its epoch",
+            ),
+            (
+                "REPLACE INTO leasehold_leases
+                    (name, holder, epoch, acquired_at_ms, renewed_at_ms, expires_at_ms, ttl_ms)
+                    VALUES ('a', 'intruder', 2, 0, 0, 0, 1000)",
+                "would reset its epoch",
+            ),
+            // Renaming b onto a replaces a (epoch 2 -> 1) and makes b vanish.
+            (
+                "UPDATE OR REPLACE leasehold_leases SET name = 'a' WHERE name = 'b'",
+                "cannot be renamed",
+            ),
+            (
+                "UPDATE leasehold_leases SET name = 'c' WHERE name = 'b'",
+                "cannot be renamed",
+            ),
+        ],
+        Backend::Memory => &[],
+    };
+    let url = db.url();
+    let mut got_through = Vec::new();
+    for (sql, refusal) in attacks {
+        // Each attack runs in a transaction that is rolled back, so one that gets through does
+        // not change what the next one meets.
+        let outcome = match backend {
+            Backend::Postgres => attack_postgres(url.as_deref().unwrap(), sql).await,
+            Backend::Sqlite => attack_sqlite(url.as_deref().unwrap(), sql).await,
+            Backend::Memory => unreachable!(),
+        };
+        match outcome {
+            Ok(rows) => got_through.push(format!("{sql}\n  left rows {rows:?}")),
+            Err(e) => assert!(e.contains(refusal), "{sql}: refused with {e:?}"),
+        }
+    }
+    assert!(
+        got_through.is_empty(),
+        "{backend:?}: these got through:\n{}",
+        got_through.join("\n")
+    );
+    let rows: Vec<_> = s
+        .list(None, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.name, r.epoch))
+        .collect();
+    assert_eq!(rows, vec![("a".into(), 2), ("b".into(), 1)], "{backend:?}");
+    assert_eq!(
+        s.campaign("a", "g", LONG).await.unwrap().epoch,
+        Some(3),
+        "{backend:?}"
+    );
+    assert_eq!(
+        s.campaign("b", "g", LONG).await.unwrap().epoch,
+        Some(2),
+        "{backend:?}"
+    );
+}
+
+/// Runs `sql` on PostgreSQL in a transaction that is rolled back: the error if it was refused,
+/// else the (name, epoch) rows it left.
+async fn attack_postgres(url: &str, sql: &str) -> Result<Vec<(String, i64)>, String> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(
+        sqlx::query_as("SELECT name, epoch FROM leasehold_leases ORDER BY name")
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap(),
+    )
+}
+
+/// [`attack_postgres`] on the SQLite file.
+async fn attack_sqlite(url: &str, sql: &str) -> Result<Vec<(String, i64)>, String> {
+    use sqlx::Connection;
+    let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(
+        sqlx::query_as("SELECT name, epoch FROM leasehold_leases ORDER BY name")
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap(),
+    )
+}
+
 async fn batch_renew_reports_each_of_1000(backend: Backend) {
     let db = Db::new(backend).await.unwrap();
     let s = db.open().await.unwrap();
@@ -487,6 +613,7 @@ conformance!(
     release_lets_a_standby_in_at_once,
     forced_release_expires_whoever_holds_and_keeps_the_epoch,
     rows_are_never_deleted,
+    truncates_replaces_and_renames_cannot_reset_an_epoch,
     batch_renew_reports_each_of_1000,
     listing_is_paginated,
     replicas_starting_at_once_migrate_safely,

@@ -224,9 +224,13 @@ impl LeaseStore for SqliteStore {
         let err = StoreError::query("campaign");
         let mut tx = self.write().await.map_err(err)?;
         let now = self.clock.now_ms();
+        // The insert part carries the existing epoch + 1 (1 for a new name): the schema refuses
+        // an insert at or below a row's epoch, and BEFORE INSERT fires before the conflict sends
+        // the statement to DO UPDATE.
         let epoch = sqlx::query_scalar(
             "INSERT INTO leasehold_leases (name, holder, epoch, acquired_at_ms, renewed_at_ms, expires_at_ms, ttl_ms, boot)
-             VALUES (?1, ?2, 1, ?4, ?4, ?4 + ?3, ?3, ?5)
+             VALUES (?1, ?2, COALESCE((SELECT epoch FROM leasehold_leases WHERE name = ?1), 0) + 1,
+                     ?4, ?4, ?4 + ?3, ?3, ?5)
              ON CONFLICT (name) DO UPDATE
                 SET holder = excluded.holder, epoch = leasehold_leases.epoch + 1,
                     acquired_at_ms = excluded.acquired_at_ms, renewed_at_ms = excluded.renewed_at_ms,
