@@ -237,7 +237,7 @@ impl Config {
     pub fn resolve(file: ConfigFile, over: Overrides) -> Result<Config, ConfigError> {
         let database_url = match over.database_url.or(file.database_url) {
             Some(raw) => DatabaseUrl::parse(raw.expose())?,
-            None => DatabaseUrl::default_sqlite(),
+            None => DatabaseUrl::parse(DatabaseUrl::DEFAULT_SQLITE)?,
         };
         let replica_id = over
             .replica_id

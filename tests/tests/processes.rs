@@ -258,6 +258,75 @@ fn bad_database_urls_fail_at_start_with_one_clear_line() {
     }
 }
 
+/// An in-memory SQLite database is private to the process (to each connection, even): every
+/// replica would lead at once and every restart would hand out epoch 1 again. Each spelling of
+/// one is refused at start, saying why and what to use instead.
+#[test]
+fn an_in_memory_sqlite_store_is_refused_at_start_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("leases.db");
+    let cases = [
+        "sqlite::memory:".to_string(),
+        "sqlite://:memory:".to_string(),
+        "sqlite:file::memory:?cache=shared".to_string(),
+        format!("sqlite:file:{}?mode=memory", file.display()),
+        format!("sqlite://{}?cache=shared&mode=memory", file.display()),
+        "sqlite://?mode=memory".to_string(),
+    ];
+    for url in &cases {
+        let (status, stderr) = run_to_exit(
+            &["run", "--database-url", url, "--http", "127.0.0.1:0"],
+            Duration::from_secs(20),
+        )
+        .unwrap_or_else(|e| panic!("{url}: {e}"));
+        assert!(!status.success(), "{url}: {status:?}");
+        let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("error")).collect();
+        assert_eq!(lines.len(), 1, "{url}: one error line expected:\n{stderr}");
+        assert!(
+            lines[0].contains("in-memory")
+                && lines[0].contains("every replica would lead")
+                && lines[0].contains("sqlite:/var/lib/leasehold/leases.db"),
+            "{url}: {stderr}"
+        );
+    }
+    assert!(!file.exists(), "a refused URL created {}", file.display());
+}
+
+/// `sqlite:./leases.db` names a different file in every working directory. It is resolved
+/// against the working directory once, at start, and the process logs the absolute path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relative_sqlite_path_is_made_absolute_at_start_and_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    // The process's working directory, as the kernel reports it (symbolic links resolved).
+    let cwd = dir.path().canonicalize().unwrap();
+    let host = Host::start_under_shell(
+        "relative",
+        &format!("cd '{}'", cwd.display()),
+        &["--database-url", "sqlite:./leases.db", "--ttl", "2s"],
+    )
+    .unwrap();
+    wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let absolute = format!("sqlite:{}", cwd.join("leases.db").display());
+    let log = host.log_text();
+    let starting = log
+        .lines()
+        .find(|l| l.contains("leasehold starting"))
+        .unwrap_or_else(|| panic!("no start line:\n{log}"));
+    assert!(starting.contains(&format!("store={absolute} ")), "{log}");
+    let resolved = log
+        .lines()
+        .find(|l| l.contains("relative SQLite path resolved"))
+        .unwrap_or_else(|| panic!("the resolution is not logged:\n{log}"));
+    assert!(
+        resolved.contains("given=./leases.db")
+            && resolved.contains(&format!("path={}", cwd.join("leases.db").display())),
+        "{resolved}"
+    );
+    assert!(cwd.join("leases.db").is_file());
+}
+
 #[test]
 fn bad_settings_are_rejected_by_name() {
     let dir = tempfile::tempdir().unwrap();

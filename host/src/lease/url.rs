@@ -1,4 +1,11 @@
 //! The database URL: which backend it names, and a redacted form safe to print.
+//!
+//! A SQLite URL must name one file that every replica on the machine shares, for as long as the
+//! leases live: the file is the only place their epochs are kept. So [`DatabaseUrl::parse`]
+//! refuses an in-memory database (private to one process, gone at exit: every replica would lead
+//! and every restart would hand out epoch 1 again), and turns a relative path into an absolute one
+//! against the working directory, once, when the process starts: from then on logs, errors and
+//! every later open name the same file, whatever directory the next replica is started from.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -25,20 +32,47 @@ pub enum UrlError {
     UnsupportedScheme(String),
     /// A `sqlite:` URL without a path.
     #[error(
-        "database URL {0:?} names no SQLite file: expected sqlite:PATH, e.g. sqlite:./leasehold.db"
+        "database URL {0:?} names no SQLite file: expected sqlite:PATH, e.g. sqlite:/var/lib/leasehold/leases.db"
     )]
     MissingPath(String),
+    /// An in-memory SQLite database (`:memory:`, `file::memory:`, `mode=memory`, `vfs=memdb`).
+    #[error(
+        "database URL {0:?} is an in-memory SQLite database: it lives inside one process and ends with it, so every replica would lead at once and every restart would reuse epoch 1; use a file all replicas on this machine share, e.g. sqlite:/var/lib/leasehold/leases.db, or PostgreSQL across machines"
+    )]
+    InMemory(String),
+    /// A SQLite URI filename (`sqlite:file:…`): its parameters and relative paths are SQLite's to
+    /// interpret, so the file it names cannot be made absolute or checked here.
+    #[error(
+        "database URL {0:?} is a SQLite URI filename (file:…), which leasehold does not take: give the file's path, e.g. sqlite:/var/lib/leasehold/leases.db"
+    )]
+    UriFilename(String),
+    /// A relative SQLite path that cannot be made absolute (no working directory).
+    #[error(
+        "database URL {url:?} has a relative path that cannot be resolved ({reason}): give an absolute path, e.g. sqlite:/var/lib/leasehold/leases.db"
+    )]
+    RelativePath {
+        /// The URL.
+        url: String,
+        /// Why the working directory is unknown.
+        reason: String,
+    },
 }
 
 impl DatabaseUrl {
-    /// The embedded default: a SQLite file in the working directory, so `leasehold run` needs no setup.
+    /// The URL of the embedded default, a SQLite file in the working directory, so `leasehold run`
+    /// needs no setup.
+    pub const DEFAULT_SQLITE: &'static str = "sqlite:./leasehold.db";
+
+    /// The embedded default ([`Self::DEFAULT_SQLITE`]), made absolute like any relative path.
+    /// Without a working directory it stays relative (and opening it fails).
     pub fn default_sqlite() -> Self {
-        DatabaseUrl::Sqlite {
+        Self::parse(Self::DEFAULT_SQLITE).unwrap_or_else(|_| DatabaseUrl::Sqlite {
             path: PathBuf::from("./leasehold.db"),
-        }
+        })
     }
 
-    /// Parses a URL by its scheme.
+    /// Parses a URL by its scheme. A relative SQLite path is resolved against the working
+    /// directory now, and the absolute path is logged.
     pub fn parse(raw: &str) -> Result<Self, UrlError> {
         let raw = raw.trim();
         if raw.starts_with("postgres://") || raw.starts_with("postgresql://") {
@@ -47,13 +81,32 @@ impl DatabaseUrl {
         if let Some(rest) = raw.strip_prefix("sqlite:") {
             // sqlite://PATH and sqlite:PATH both mean PATH; options after '?' are ours to set.
             let rest = rest.strip_prefix("//").unwrap_or(rest);
-            let path = rest.split('?').next().unwrap_or_default();
+            let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+            if is_in_memory(path, query) {
+                return Err(UrlError::InMemory(redact(raw)));
+            }
             if path.is_empty() {
                 return Err(UrlError::MissingPath(redact(raw)));
             }
-            return Ok(DatabaseUrl::Sqlite {
-                path: PathBuf::from(path),
-            });
+            if path.starts_with("file:") {
+                return Err(UrlError::UriFilename(redact(raw)));
+            }
+            let given = PathBuf::from(path);
+            if given.is_absolute() {
+                return Ok(DatabaseUrl::Sqlite { path: given });
+            }
+            // The same relative path names another file in each working directory: two replicas
+            // started from two directories would each lead on their own file.
+            let path = std::path::absolute(&given).map_err(|e| UrlError::RelativePath {
+                url: redact(raw),
+                reason: e.to_string(),
+            })?;
+            tracing::info!(
+                given = %given.display(),
+                path = %path.display(),
+                "relative SQLite path resolved against the working directory"
+            );
+            return Ok(DatabaseUrl::Sqlite { path });
         }
         Err(UrlError::UnsupportedScheme(redact(raw)))
     }
@@ -65,6 +118,19 @@ impl DatabaseUrl {
             DatabaseUrl::Sqlite { .. } => "sqlite",
         }
     }
+}
+
+/// Whether the SQLite part of a URL (after `sqlite:` and `//`, split at `?`) asks for an
+/// in-memory database, in any of the spellings SQLite or sqlx accept.
+fn is_in_memory(path: &str, query: &str) -> bool {
+    path.strip_prefix("file:").unwrap_or(path) == ":memory:"
+        || query.split('&').any(|kv| {
+            matches!(
+                kv.split_once('='),
+                Some((k, v)) if (k.eq_ignore_ascii_case("mode") && v.eq_ignore_ascii_case("memory"))
+                    || (k.eq_ignore_ascii_case("vfs") && v.eq_ignore_ascii_case("memdb"))
+            )
+        })
 }
 
 impl std::str::FromStr for DatabaseUrl {
@@ -167,7 +233,7 @@ mod tests {
         assert_eq!(
             DatabaseUrl::parse("sqlite:./a.db").unwrap(),
             DatabaseUrl::Sqlite {
-                path: "./a.db".into()
+                path: std::env::current_dir().unwrap().join("a.db")
             }
         );
         assert_eq!(
@@ -187,6 +253,70 @@ mod tests {
         assert!(matches!(
             DatabaseUrl::parse("sqlite:"),
             Err(UrlError::MissingPath(_))
+        ));
+    }
+
+    #[test]
+    fn relative_sqlite_paths_become_absolute_against_the_working_directory() {
+        let cwd = std::env::current_dir().unwrap();
+        for (raw, file) in [
+            ("sqlite:leases.db", "leases.db"),
+            ("sqlite:./leases.db", "leases.db"),
+            ("sqlite://data/leases.db?mode=rwc", "data/leases.db"),
+            ("sqlite:../leases.db", "../leases.db"),
+        ] {
+            let DatabaseUrl::Sqlite { path } = DatabaseUrl::parse(raw).unwrap() else {
+                panic!("{raw}: not sqlite");
+            };
+            assert!(path.is_absolute(), "{raw}: {}", path.display());
+            assert_eq!(path, cwd.join(file), "{raw}");
+        }
+        let DatabaseUrl::Sqlite { path } = DatabaseUrl::default_sqlite() else {
+            panic!("the default is not sqlite");
+        };
+        assert_eq!(path, cwd.join("leasehold.db"));
+        assert_eq!(
+            DatabaseUrl::default_sqlite().to_string(),
+            format!("sqlite:{}", cwd.join("leasehold.db").display())
+        );
+    }
+
+    #[test]
+    fn in_memory_sqlite_databases_are_refused_with_the_reason() {
+        for raw in [
+            "sqlite::memory:",
+            "sqlite://:memory:",
+            "sqlite:file::memory:",
+            "sqlite:file::memory:?cache=shared",
+            "sqlite:file:leases?mode=memory&cache=shared",
+            "sqlite:///tmp/leases.db?mode=memory",
+            "sqlite://?MODE=Memory",
+            "sqlite:/leases.db?vfs=memdb",
+        ] {
+            let e = DatabaseUrl::parse(raw).unwrap_err();
+            assert!(matches!(e, UrlError::InMemory(_)), "{raw}: {e}");
+            let text = e.to_string();
+            assert!(
+                text.contains("every replica would lead")
+                    && text.contains("reuse epoch 1")
+                    && text.contains("sqlite:/var/lib/leasehold/leases.db"),
+                "{text}"
+            );
+        }
+        // A file that merely has "memory" in its name is a file.
+        assert!(DatabaseUrl::parse("sqlite:/tmp/memory.db?mode=rwc").is_ok());
+    }
+
+    #[test]
+    fn sqlite_uri_filenames_are_refused() {
+        // SQLite would read file:… as a URI with its own relative paths and parameters.
+        assert!(matches!(
+            DatabaseUrl::parse("sqlite:file:leases.db"),
+            Err(UrlError::UriFilename(_))
+        ));
+        assert!(matches!(
+            DatabaseUrl::parse("sqlite:file:///tmp/leases.db"),
+            Err(UrlError::UriFilename(_))
         ));
     }
 
