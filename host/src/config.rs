@@ -33,9 +33,15 @@ pub enum ConfigError {
     /// The database URL is not one leasehold can use.
     #[error(transparent)]
     DatabaseUrl(#[from] UrlError),
-    /// The timing breaks a safety relation.
-    #[error(transparent)]
-    Timing(#[from] TimingError),
+    /// The timing breaks a safety relation: the key, its value, where the value came from and
+    /// the rule.
+    #[error("invalid timing.{} = {:?} ({origin}): {}", .error.field, .error.value, .error.reason)]
+    Timing {
+        /// The broken rule, with the field (`margin`, as in `[timing] margin`) and its value.
+        error: TimingError,
+        /// Where the value was set: the config file, `--ttl`, or derived from the ttl.
+        origin: &'static str,
+    },
     /// A lease name is unusable.
     #[error("invalid lease name {name:?}: {reason}")]
     LeaseName {
@@ -56,7 +62,7 @@ pub enum ConfigError {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TimingFile {
-    /// Lease ttl (default 15s).
+    /// Lease ttl (default 15s), a whole number of milliseconds.
     #[serde(default, with = "humantime_serde")]
     pub ttl: Option<Duration>,
     /// Renewal interval (default ttl/3).
@@ -68,7 +74,8 @@ pub struct TimingFile {
     /// Standby poll interval (default ttl/5, plus up to 20% jitter).
     #[serde(default, with = "humantime_serde")]
     pub poll_interval: Option<Duration>,
-    /// Safety margin subtracted from the ttl (default max(2% of ttl, 250ms), at most ttl/4).
+    /// Safety margin subtracted from the ttl (default max(2% of ttl, 250ms), at most ttl/4); at
+    /// least max(10ms, 1% of ttl) and at most ttl/2 when set.
     #[serde(default, with = "humantime_serde")]
     pub margin: Option<Duration>,
     /// Timeout of each store call (default ttl/5).
@@ -279,7 +286,24 @@ impl Config {
             margin: t.margin.unwrap_or(derived.margin),
             store_timeout: t.store_timeout.unwrap_or(derived.store_timeout),
         };
-        timing.validate()?;
+        timing.validate().map_err(|error| {
+            let set_in_file = match error.field {
+                "ttl" => t.ttl.is_some(),
+                "renew_interval" => t.renew_interval.is_some(),
+                "retry_interval" => t.retry_interval.is_some(),
+                "poll_interval" => t.poll_interval.is_some(),
+                "margin" => t.margin.is_some(),
+                "store_timeout" => t.store_timeout.is_some(),
+                _ => false,
+            };
+            let origin = match error.field {
+                "ttl" if over.ttl.is_some() => "from --ttl or LEASEHOLD_TTL",
+                _ if set_in_file => "from the config file",
+                "ttl" => "the default",
+                _ => "derived from the ttl; set it under [timing] in the config file",
+            };
+            ConfigError::Timing { error, origin }
+        })?;
         let http = match over.http.or(file.http) {
             Some(addr) => addr,
             None => DEFAULT_HTTP
@@ -392,6 +416,39 @@ mod tests {
             ..Default::default()
         };
         assert!(Config::resolve(ConfigFile::default(), over).is_err());
+    }
+
+    #[test]
+    fn timing_errors_name_the_config_key_and_where_the_value_came_from() {
+        let file: ConfigFile = toml::from_str("[timing]\nmargin = '1ns'\n").unwrap();
+        let e = Config::resolve(file, Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("timing.margin = 1ns") && e.contains("config file") && e.contains("10ms"),
+            "{e}"
+        );
+        let over = Overrides {
+            ttl: Some(Duration::from_millis(50)),
+            ..Default::default()
+        };
+        let e = Config::resolve(ConfigFile::default(), over)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("timing.ttl = 50ms") && e.contains("--ttl") && e.contains("LEASEHOLD_TTL"),
+            "{e}"
+        );
+        // A value nobody set is named as derived from the ttl, with the key that overrides it.
+        let file: ConfigFile =
+            toml::from_str("[timing]\nttl = '3s'\nrenew_interval = '100ms'\n").unwrap();
+        let e = Config::resolve(file, Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("timing.retry_interval = 200ms") && e.contains("derived from the ttl"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -366,6 +366,44 @@ fn bad_settings_are_rejected_by_name() {
     assert!(stderr.contains("renew_interval"), "{stderr}");
 }
 
+/// A margin of 1ns passed every check, though the ttl and the database's times are whole
+/// milliseconds: the binary refuses it at start, naming the config key, the value and the rule.
+#[test]
+fn a_margin_below_its_floor_is_refused_at_start_by_its_config_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("leasehold.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "database_url = 'sqlite:{}'\n[timing]\nttl = '2s'\nmargin = '1ns'\n",
+            dir.path().join("leases.db").display()
+        ),
+    )
+    .unwrap();
+    let (status, stderr) = run_to_exit(
+        &[
+            "run",
+            "--config",
+            config.to_str().unwrap(),
+            "--http",
+            "127.0.0.1:0",
+        ],
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    assert!(!status.success(), "{status:?}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(lines.len(), 1, "one error line expected:\n{stderr}");
+    assert!(
+        lines[0].contains("timing.margin = 1ns") && lines[0].contains("at least 10ms"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("leases.db").exists(),
+        "refused before opening the store"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_list_pages_through_the_table() {
     let db = Db::new(Backend::Postgres).await.unwrap();

@@ -1,5 +1,6 @@
 //! The timing of the lease protocol: ttl, renewal cadence, retries, polling and the safety margin,
-//! with the defaults of DESIGN §1 and the relations between them checked up front.
+//! with the defaults of DESIGN §1, and the floors and relations that keep them safe checked up
+//! front.
 
 use std::time::Duration;
 
@@ -46,12 +47,28 @@ impl Timing {
     /// that a crashed holder is replaced within seconds.
     pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
 
+    /// The shortest ttl: the database and the scheduler need room to renew.
+    pub const MIN_TTL: Duration = Duration::from_millis(100);
+
+    /// The fixed floor of the margin. The margin absorbs what makes the holder's deadline later
+    /// than the database's expiry by a fixed amount: a timer firing a scheduler tick late (1–4 ms
+    /// on a loaded Linux machine), and the whole milliseconds of the stores (the ttl is sent in
+    /// milliseconds and SQLite's clock reads are cut to milliseconds, each losing up to 1 ms).
+    pub const MIN_MARGIN: Duration = Duration::from_millis(10);
+
+    /// The proportional floor of the margin, as a divisor of the ttl (1%). The holder measures the
+    /// ttl on its monotonic clock, the database on its own; their rates differ (NTP slews up to
+    /// 0.05%, a VM's clock can do worse), and the gap grows with the ttl.
+    pub const MIN_MARGIN_TTL_DIVISOR: u32 = 100;
+
     /// Derives every interval from `ttl` (DESIGN §1 defaults):
     /// - renew every ttl/3, so two renewals can fail before the lease is at risk;
     /// - retry every ttl/15, so several retries fit before `safe_until`;
     /// - poll every ttl/5, so a crashed holder's lease is taken within ttl + ttl/5;
     /// - margin max(2% of ttl, 250 ms): clock-rate drift is proportional, scheduling slack is fixed;
-    ///   capped at ttl/4 so that sub-second ttls (tests, demos) still leave room to renew;
+    ///   capped at ttl/4 so that sub-second ttls (tests, demos) still leave room to renew. For any
+    ///   ttl of at least [`Self::MIN_TTL`] this meets both floors of [`Self::validate`]: ttl/4 is
+    ///   then at least 25 ms, and both ttl/4 and 2% are above the 1% floor;
     /// - store calls time out after ttl/5, so a hung call leaves time for retries before `safe_until`.
     pub fn from_ttl(ttl: Duration) -> Self {
         Timing {
@@ -73,22 +90,55 @@ impl Timing {
                 reason,
             })
         };
-        let ms = Duration::from_millis;
-        if self.ttl < ms(100) {
+        if self.ttl < Self::MIN_TTL {
             return err(
                 "ttl",
                 self.ttl,
-                "must be at least 100ms: the database and the scheduler need room to renew".into(),
+                format!(
+                    "must be at least {:?}: the database and the scheduler need room to renew",
+                    Self::MIN_TTL
+                ),
             );
         }
-        if self.margin.is_zero() || self.margin * 2 > self.ttl {
+        // Refused rather than rounded: the stores keep the ttl in whole milliseconds, so the
+        // database would count a different ttl than the holder's deadline does, and rounding it
+        // silently would run a lease other than the one configured. No one means 1.0005s.
+        if !self.ttl.subsec_nanos().is_multiple_of(1_000_000) {
+            return err(
+                "ttl",
+                self.ttl,
+                "must be a whole number of milliseconds: the lease stores keep the ttl in milliseconds"
+                    .into(),
+            );
+        }
+        // Scheduler lateness and the stores' whole milliseconds: see MIN_MARGIN.
+        if self.margin < Self::MIN_MARGIN {
             return err(
                 "margin",
                 self.margin,
                 format!(
-                    "must be above zero and at most half the ttl ({:?})",
-                    self.ttl
+                    "must be at least {:?}: it covers a timer firing a scheduler tick late and the whole-millisecond rounding of the ttl and the database clock",
+                    Self::MIN_MARGIN
                 ),
+            );
+        }
+        // Clock-rate drift between the holder and the database, which grows with the ttl.
+        let drift_floor = self.ttl / Self::MIN_MARGIN_TTL_DIVISOR;
+        if self.margin < drift_floor {
+            return err(
+                "margin",
+                self.margin,
+                format!(
+                    "must be at least 1% of the ttl ({drift_floor:?}): it covers the rate drift between this holder's monotonic clock and the database clock, which grows with the ttl"
+                ),
+            );
+        }
+        // Half the ttl at most, or too little of the lease is left to run plugins in.
+        if self.margin * 2 > self.ttl {
+            return err(
+                "margin",
+                self.margin,
+                format!("must be at most half the ttl ({:?})", self.ttl / 2),
             );
         }
         let safe = self.ttl - self.margin;
@@ -143,7 +193,8 @@ mod tests {
 
     #[test]
     fn defaults_are_valid_across_ttls() {
-        for ms in [100, 500, 1_000, 2_000, 15_000, 60_000, 3_600_000] {
+        // Every whole millisecond from the shortest ttl to a minute, then some long ones.
+        for ms in (100..=60_000).chain([3_600_000, 86_400_000, 7 * 86_400_000]) {
             let t = Timing::from_ttl(Duration::from_millis(ms));
             assert_eq!(t.validate(), Ok(()), "ttl {ms}ms: {t:?}");
         }
@@ -175,5 +226,53 @@ mod tests {
                 .field,
             "ttl"
         );
+    }
+
+    #[test]
+    fn a_margin_below_a_few_milliseconds_is_refused() {
+        for margin in [
+            Duration::from_nanos(1),
+            Duration::from_micros(999),
+            Duration::from_millis(9),
+        ] {
+            let mut t = Timing::from_ttl(Duration::from_millis(200));
+            t.margin = margin;
+            let e = t.validate().unwrap_err();
+            assert_eq!((e.field, e.value), ("margin", margin), "{e}");
+            let text = e.to_string();
+            assert!(
+                text.contains(&format!("margin = {margin:?}")) && text.contains("at least 10ms"),
+                "{text}"
+            );
+        }
+        let mut t = Timing::from_ttl(Duration::from_millis(200));
+        t.margin = Duration::from_millis(10);
+        assert_eq!(t.validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_margin_below_one_percent_of_the_ttl_is_refused() {
+        let mut t = Timing::from_ttl(Duration::from_secs(60));
+        t.margin = Duration::from_millis(599);
+        let e = t.validate().unwrap_err();
+        assert_eq!(e.field, "margin");
+        assert!(e.to_string().contains("1% of the ttl (600ms)"), "{e}");
+        t.margin = Duration::from_millis(600);
+        assert_eq!(t.validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_ttl_that_is_not_whole_milliseconds_is_refused() {
+        for ttl in [
+            Duration::from_micros(1_500_500),
+            Duration::from_nanos(2_000_000_001),
+        ] {
+            let e = Timing::from_ttl(ttl).validate().unwrap_err();
+            assert_eq!((e.field, e.value), ("ttl", ttl), "{e}");
+            assert!(
+                e.to_string().contains("whole number of milliseconds"),
+                "{e}"
+            );
+        }
     }
 }
