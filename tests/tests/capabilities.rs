@@ -327,10 +327,84 @@ async fn sql_on_the_lease_database_is_fenced_and_capped() {
     assert_eq!(rows.rows, vec![vec![SqlValue::Int(2)]]);
 }
 
-/// A fresh PostgreSQL lease database (kept alive by the returned `Db`), its URL, a fresh
-/// application database on the same server, and the capabilities backed by the lease database.
+/// A grant whose role may not read the lease store's schema cannot tell whether it reaches the
+/// lease database: its writes are refused, saying what to grant, and nothing of them runs; its
+/// reads still run. Once the role may read it, the same grant is fenced (the refusal was not
+/// remembered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_that_cannot_identify_its_database_reads_but_never_writes() {
+    if std::env::var("DATABASE_URL").is_ok() {
+        eprintln!("skipped: DATABASE_URL is given, and this test creates cluster-wide roles");
+        return;
+    }
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let raw = db.url().unwrap();
+    let url = DatabaseUrl::parse(&raw).unwrap();
+    let holding = Holding::acquire(&url, "cap", TTL).await.unwrap();
+    let caps = Capabilities::new(url.clone());
+    let admin = sqlx::PgPool::connect(&raw).await.unwrap();
+    let role = format!("cap_blind_{}", std::process::id());
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE ROLE {role} LOGIN;
+         CREATE SCHEMA blind AUTHORIZATION {role};
+         ALTER ROLE {role} SET search_path = blind;
+         REVOKE ALL ON SCHEMA public FROM PUBLIC;"
+    )))
+    .execute(&admin)
+    .await
+    .unwrap();
+    let role_url = raw.replacen("postgres://postgres@", &format!("postgres://{role}@"), 1);
+    assert_ne!(role_url, raw);
+    let sql = grant("APP_URL", &role_url, &spec("APP_URL"));
+    let f = fence(&holding, "cap");
+
+    let refused = [
+        sql.execute(&caps, &f, "CREATE TABLE t (id int)", &[]).await,
+        sql.transaction(&caps, &f, &[stmt("CREATE TABLE t (id int)", vec![])])
+            .await
+            .map(|counts| counts.len() as u64),
+    ];
+    for r in &refused {
+        assert!(
+            matches!(r, Err(CapabilityError::Database(m))
+                if m.contains("APP_URL") && m.contains(&format!("GRANT SELECT ON \"public\".leasehold_database TO {role}"))),
+            "{r:?}"
+        );
+    }
+    assert!(sql.is_fenced(&caps).await.is_err());
+    let rows = sql.query("SELECT 41 + 1 AS n", &[]).await.unwrap();
+    assert_eq!(rows.rows, vec![vec![SqlValue::Int(42)]]);
+    let created: bool = sqlx::query_scalar("SELECT to_regclass('blind.t') IS NOT NULL")
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    assert!(!created, "a refused write ran");
+
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "GRANT USAGE ON SCHEMA public TO {role};
+         GRANT SELECT ON leasehold_database TO {role};
+         GRANT SELECT, UPDATE ON leasehold_leases TO {role};"
+    )))
+    .execute(&admin)
+    .await
+    .unwrap();
+    assert!(sql.is_fenced(&caps).await.unwrap());
+    sql.execute(&caps, &f, "CREATE TABLE t (id int)", &[])
+        .await
+        .unwrap();
+    expire_behind_the_holders_back(&url, "cap").await;
+    let stale = sql
+        .execute(&caps, &f, "INSERT INTO t VALUES (1)", &[])
+        .await;
+    assert_lease_lost(&stale);
+}
+
+/// A fresh PostgreSQL lease database (kept alive by the returned `Db`, migrated as a host's store
+/// would have it), its URL, a fresh application database on the same server, and the
+/// capabilities backed by the lease database.
 async fn lease_and_app_databases() -> (Db, DatabaseUrl, String, Arc<Capabilities>) {
     let lease_db = Db::new(Backend::Postgres).await.unwrap();
+    lease_db.open().await.unwrap();
     let url = DatabaseUrl::parse(&lease_db.url().unwrap()).unwrap();
     let app = leasehold_tests::pg::server()
         .fresh_database()

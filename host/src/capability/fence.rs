@@ -13,6 +13,21 @@ pub const POSTGRES_CHECK: &str = "SELECT 1 FROM leasehold_leases
      WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()
      FOR SHARE";
 
+/// [`POSTGRES_CHECK`] for a plugin's session, on the lease store's table in `schema` (see
+/// [`super::sql::identity`]). Every name is qualified, the operators and the clock too: the
+/// plugin's role, or a `SET LOCAL search_path` among its statements, could otherwise put a table,
+/// an operator or a function of the same name in front of the real ones.
+pub fn postgres_check_in(schema: &str) -> String {
+    format!(
+        "SELECT 1 FROM {table}
+          WHERE name OPERATOR(pg_catalog.=) $1 AND holder OPERATOR(pg_catalog.=) $2
+            AND epoch OPERATOR(pg_catalog.=) $3
+            AND expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+          FOR SHARE",
+        table = super::sql::identity::qualified(schema, "leasehold_leases")
+    )
+}
+
 /// SQLite, inside a `BEGIN IMMEDIATE` transaction (which already holds the only write lock).
 /// Parameters: name, holder, epoch, and the machine clock's now and boot
 /// ([`crate::lease::sqlite::MachineClock`], read after the lock was taken).

@@ -103,8 +103,9 @@ pub struct Capabilities {
     lease_url: DatabaseUrl,
     /// The key-value store, connected on first use.
     kv: OnceCell<kv::Kv>,
-    /// The lease database's id (PostgreSQL), read on first use; `None` for SQLite.
-    database_id: OnceCell<Option<String>>,
+    /// Where the lease database keeps its tables and its id (PostgreSQL), read on first use;
+    /// `None` for SQLite.
+    lease_database: OnceCell<Option<sql::identity::LeaseDatabase>>,
 }
 
 impl Capabilities {
@@ -113,7 +114,7 @@ impl Capabilities {
         Arc::new(Capabilities {
             lease_url,
             kv: OnceCell::new(),
-            database_id: OnceCell::new(),
+            lease_database: OnceCell::new(),
         })
     }
 
@@ -129,19 +130,25 @@ impl Capabilities {
             .await
     }
 
-    /// The id of the lease database (see the `leasehold_database` table), so that a sql grant can
-    /// tell whether it reaches the same database; `None` when the lease database is SQLite.
-    pub async fn database_id(&self) -> Result<Option<&str>, CapabilityError> {
-        let id = self
-            .database_id
+    /// The lease database as this host's lease store sees it (the schema of its tables and the
+    /// id in `leasehold_database`), so that a sql grant can tell whether it reaches the same
+    /// database whatever its role sees; `None` when the lease database is SQLite. Read on the
+    /// host's own connection; a failure is not remembered.
+    pub async fn lease_database(
+        &self,
+    ) -> Result<Option<&sql::identity::LeaseDatabase>, CapabilityError> {
+        let db = self
+            .lease_database
             .get_or_try_init(|| async {
                 match self.kv().await? {
-                    kv::Kv::Postgres(pool) => sql::database_id(pool).await,
+                    kv::Kv::Postgres(pool) => {
+                        sql::identity::LeaseDatabase::read(pool).await.map(Some)
+                    }
                     kv::Kv::Sqlite(_) => Ok(None),
                 }
             })
             .await?;
-        Ok(id.as_deref())
+        Ok(db.as_ref())
     }
 }
 

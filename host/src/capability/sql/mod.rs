@@ -2,10 +2,12 @@
 //! reads the URL from its own environment; the plugin never sees it. Each grant has its own small
 //! pool with a server-side statement timeout, and results are capped in rows and bytes.
 //!
-//! When the granted database is the lease database (same `leasehold_database` id, whatever URL or
-//! role reaches it), `execute` and `transaction` are fenced: they run in a transaction that first
-//! locks the lease row ([`super::fence`]). `query` always runs read-only, so writes cannot bypass
-//! the fence through it.
+//! When the granted database is the lease database (the lease store's own `leasehold_database`,
+//! holding the same id, whatever URL, role or `search_path` reaches it: [`identity`]), `execute`
+//! and `transaction` are fenced: they run in a transaction that first locks the lease row
+//! ([`super::fence`]). When the grant cannot tell (its role may not read that table), its writes
+//! are refused rather than run unfenced. `query` always runs read-only, so writes cannot bypass
+//! the fence through it, and runs either way.
 //!
 //! A statement is never simply abandoned: each call runs as a task of the plugin's term
 //! ([`SqlGrant::in_term`]). When the guest call that issued it is dropped (term end, timeout,
@@ -15,14 +17,17 @@
 //! called back: its outcome is reported as unknown, and fenced writes need no cancel to be safe.
 //!
 //! - [`guard`]: which statements a plugin may run;
+//! - [`identity`]: whether the granted database is the lease database;
 //! - [`value`]: parameters and column values.
 
 pub mod guard;
+pub mod identity;
 pub mod value;
 
 use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::TryStreamExt;
@@ -35,6 +40,7 @@ use super::fence::{self, Fence};
 use super::{Capabilities, CapabilityError};
 use crate::lease::{DatabaseUrl, Term};
 use crate::plugin::manifest::SqlGrantSpec;
+use identity::{Identity, LeaseDatabase, Unidentified};
 pub use value::SqlValue;
 
 /// One statement of a transaction.
@@ -71,8 +77,11 @@ pub struct SqlGrant {
     spec: SqlGrantSpec,
     /// The pool.
     pool: OnceCell<PgPool>,
-    /// Whether the database is the lease database (decided on first use).
-    fenced: OnceCell<bool>,
+    /// The fence check to run when the database is the lease database, `None` when it is
+    /// another one: decided on first write, and only once it could be.
+    fence_check: OnceCell<Option<String>>,
+    /// Whether it was logged that the database could not be identified (once per grant).
+    warned_unidentified: AtomicBool,
 }
 
 impl std::fmt::Debug for SqlGrant {
@@ -127,7 +136,8 @@ impl SqlGrant {
             session_name,
             spec: spec.clone(),
             pool: OnceCell::new(),
-            fenced: OnceCell::new(),
+            fence_check: OnceCell::new(),
+            warned_unidentified: AtomicBool::new(false),
         })
     }
 
@@ -244,26 +254,89 @@ impl SqlGrant {
         move |e| CapabilityError::from_driver(&what, &e)
     }
 
-    /// Whether writes must be fenced: the granted database is the lease database.
+    /// Whether writes must be fenced: the granted database is the lease database. An error when
+    /// that cannot be told, which refuses the write.
     pub async fn is_fenced(&self, host: &Capabilities) -> Result<bool, CapabilityError> {
-        let fenced = self
-            .fenced
+        Ok(self.fence_check(host).await?.is_some())
+    }
+
+    /// The fence check of this grant's writes (see [`fence::postgres_check_in`]), or `None` when
+    /// the database is not the lease database.
+    async fn fence_check(&self, host: &Capabilities) -> Result<Option<&str>, CapabilityError> {
+        let check = self
+            .fence_check
             .get_or_try_init(|| async {
-                let Some(lease_db) = host.database_id().await? else {
-                    return Ok(false);
+                let Some(lease_db) = host.lease_database().await? else {
+                    // SQLite: no PostgreSQL database is the lease database.
+                    return Ok(None);
                 };
-                let mine = database_id(self.pool().await).await?;
-                let fenced = mine.as_deref() == Some(lease_db);
-                tracing::info!(
-                    plugin = %self.plugin, database_url_env = %self.env, fenced,
-                    "sql grant: {}",
-                    if fenced { "the lease database; writes are fenced" }
-                    else { "an application database; writes are not fenced (pass the epoch along)" }
-                );
-                Ok::<_, CapabilityError>(fenced)
+                let identity = self.identify(lease_db).await.inspect_err(|e| {
+                    if !self.warned_unidentified.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(
+                            plugin = %self.plugin, database_url_env = %self.env,
+                            "sql grant: writes refused: {e}"
+                        );
+                    }
+                })?;
+                match identity {
+                    Identity::LeaseDatabase => {
+                        tracing::info!(
+                            plugin = %self.plugin, database_url_env = %self.env, fenced = true,
+                            "sql grant: the lease database; writes are fenced"
+                        );
+                        Ok(Some(fence::postgres_check_in(&lease_db.schema)))
+                    }
+                    Identity::Other(why) => {
+                        tracing::info!(
+                            plugin = %self.plugin, database_url_env = %self.env, fenced = false,
+                            "sql grant: an application database ({why}); writes are not fenced (pass the epoch along)"
+                        );
+                        Ok::<_, CapabilityError>(None)
+                    }
+                }
             })
             .await?;
-        Ok(*fenced)
+        Ok(check.as_deref())
+    }
+
+    /// Compares the granted database with the lease database; an error that says what to do
+    /// when they cannot be told apart.
+    async fn identify(&self, lease_db: &LeaseDatabase) -> Result<Identity, CapabilityError> {
+        let table = identity::qualified(&lease_db.schema, "leasehold_database");
+        let cannot_tell = format!(
+            "cannot tell whether the database of {} is the lease database, so its writes are refused rather than run unfenced",
+            self.env
+        );
+        let role = self.options.get_username();
+        let remedy = format!(
+            "if it is, let its role read {table}: GRANT USAGE ON SCHEMA {schema} TO {role}; GRANT SELECT ON {table} TO {role} (a fenced grant's role also needs SELECT, UPDATE ON {leases})",
+            schema = identity::quoted(&lease_db.schema),
+            leases = identity::qualified(&lease_db.schema, "leasehold_leases"),
+        );
+        let mut conn = self
+            .pool()
+            .await
+            .acquire()
+            .await
+            .map_err(|e| CapabilityError::Unavailable(format!("{cannot_tell}: {e}")))?;
+        lease_db.identify(&mut conn).await.map_err(|why| match why {
+            Unidentified::Driver(sqlx::Error::Database(db)) => {
+                let code = db
+                    .code()
+                    .map(|c| format!(" (SQLSTATE {c})"))
+                    .unwrap_or_default();
+                CapabilityError::Database(format!(
+                    "{cannot_tell}: {}{code}; {remedy}",
+                    db.message()
+                ))
+            }
+            Unidentified::Driver(other) => {
+                CapabilityError::Unavailable(format!("{cannot_tell}: {other}"))
+            }
+            Unidentified::NoRow => {
+                CapabilityError::Database(format!("{cannot_tell}: {table} has no row"))
+            }
+        })
     }
 
     /// Runs one read-only statement and returns its rows, within the grant's caps.
@@ -359,7 +432,8 @@ impl SqlGrant {
         }
         // The clock first, before any round trip (DESIGN §1.6a).
         fence.check_local()?;
-        let fenced = self.is_fenced(host).await?;
+        let check = self.fence_check(host).await?;
+        let fenced = check.is_some();
         let err = self.driver_error("transaction");
         // Past the local deadline, a failure before the commit is a lost lease (see Fence).
         let before_commit = |e: sqlx::Error| {
@@ -373,8 +447,8 @@ impl SqlGrant {
             }
         };
         let mut tx = self.pool().await.begin().await.map_err(before_commit)?;
-        if fenced {
-            let held: Option<i32> = sqlx::query_scalar(fence::POSTGRES_CHECK)
+        if let Some(check) = check {
+            let held: Option<i32> = sqlx::query_scalar(sqlx::AssertSqlSafe(check))
                 .bind(&fence.lease)
                 .bind(&fence.holder)
                 .bind(fence.epoch())
@@ -424,20 +498,4 @@ fn param_types(params: &[SqlValue]) -> Vec<PgTypeInfo> {
             SqlValue::Bytes(_) => <Vec<u8> as Type<Postgres>>::type_info(),
         })
         .collect()
-}
-
-/// The id in `leasehold_database`, or `None` when the database has no such table.
-pub(super) async fn database_id(pool: &PgPool) -> Result<Option<String>, CapabilityError> {
-    let err = |e: sqlx::Error| CapabilityError::from_driver("reading leasehold_database", &e);
-    let exists: bool = sqlx::query_scalar("SELECT to_regclass('leasehold_database') IS NOT NULL")
-        .fetch_one(pool)
-        .await
-        .map_err(err)?;
-    if !exists {
-        return Ok(None);
-    }
-    sqlx::query_scalar("SELECT id FROM leasehold_database")
-        .fetch_optional(pool)
-        .await
-        .map_err(err)
 }

@@ -1,0 +1,247 @@
+//! Whether a sql grant reaches the lease database (so its writes are fenced) is decided by what no
+//! role can change: the schema the host's own lease store uses and the id stored there. Real
+//! processes, a real PostgreSQL and the `fenced-writer` guest writing through a grant whose role
+//! is set up the way an operator might: its own `search_path`, a table of the same name on it, no
+//! right to read the leasehold schema. Each test creates cluster-wide roles, so none runs against
+//! a server given by `DATABASE_URL`.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use leasehold_tests::host::{Host, plugin_dir, wait_for_single_leader};
+use sqlx::PgPool;
+
+/// The writer makes one fenced sql insert (into `fence_history` as the role's path resolves it,
+/// unless `table` says otherwise) every 20 ms.
+fn writer_manifest(table: &str) -> String {
+    format!(
+        "lease = \"leader\"
+[schedule]
+interval = \"1s\"
+[limits]
+call_timeout = \"2s\"
+[grants.sql]
+database_url_env = \"LEASEHOLD_TEST_APP_URL\"
+[config]
+mode = \"sql\"
+table = \"{table}\"
+requeue_ms = \"20\"
+"
+    )
+}
+
+/// A fresh lease database (migrated) and a pool on it as the superuser; `None` when the server is
+/// not this process's own.
+async fn lease_database() -> Option<(String, PgPool)> {
+    if std::env::var("DATABASE_URL").is_ok() {
+        eprintln!("skipped: DATABASE_URL is given, and this test creates cluster-wide roles");
+        return None;
+    }
+    let url = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    let parsed = leasehold::lease::DatabaseUrl::parse(&url).unwrap();
+    leasehold::lease::open_store(&parsed, Duration::from_secs(10), Duration::from_secs(10))
+        .await
+        .unwrap();
+    let admin = PgPool::connect(&url).await.unwrap();
+    Some((url, admin))
+}
+
+/// A login role unique to this test process, with a schema `appschema` of its own holding the
+/// writer's table; its URL on the database at `url`.
+async fn app_role(admin: &PgPool, url: &str, tag: &str) -> (String, String) {
+    let role = format!("fence_{tag}_{}", std::process::id());
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE ROLE {role} LOGIN;
+         CREATE SCHEMA appschema AUTHORIZATION {role};
+         CREATE TABLE appschema.fence_history (
+             id         bigserial PRIMARY KEY,
+             lease      text   NOT NULL,
+             epoch      bigint NOT NULL,
+             tick       bigint NOT NULL,
+             holder     text   NOT NULL,
+             written_at timestamptz NOT NULL DEFAULT clock_timestamp());
+         ALTER TABLE appschema.fence_history OWNER TO {role};"
+    )))
+    .execute(admin)
+    .await
+    .unwrap();
+    let role_url = url.replacen("postgres://postgres@", &format!("postgres://{role}@"), 1);
+    assert_ne!(role_url, url);
+    (role, role_url)
+}
+
+/// What a fenced grant needs on the leasehold tables today.
+async fn grant_fence_privileges(admin: &PgPool, role: &str) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "GRANT USAGE ON SCHEMA public TO {role};
+         GRANT SELECT, UPDATE ON leasehold_leases TO {role};
+         GRANT SELECT ON leasehold_database TO {role};"
+    )))
+    .execute(admin)
+    .await
+    .unwrap();
+}
+
+async fn start_writer(url: &str, role_url: &str, table: &str) -> (Host, tempfile::TempDir) {
+    let manifest = writer_manifest(table);
+    let dir = plugin_dir(&[("fenced-writer", manifest.as_str())]).unwrap();
+    // A long ttl: the holder's next renewal is seconds away, so it keeps writing after the lease
+    // is expired behind its back.
+    let host = Host::start_with_env(
+        "a",
+        &[
+            "--database-url",
+            url,
+            "--ttl",
+            "30s",
+            "--plugins",
+            dir.path().to_str().unwrap(),
+        ],
+        &[("LEASEHOLD_TEST_APP_URL", role_url)],
+    )
+    .unwrap();
+    wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    (host, dir)
+}
+
+async fn wait_for_log(host: &Host, needle: &str, timeout: Duration) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(line) = host.log_text().lines().find(|l| l.contains(needle)) {
+            return line.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {needle:?} within {timeout:?}:\n{}",
+            host.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn epoch_one_rows(admin: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM appschema.fence_history WHERE epoch = 1")
+        .fetch_one(admin)
+        .await
+        .unwrap()
+}
+
+/// The writer runs as `role_url` and has written at epoch 1; the lease is expired behind the
+/// holder's back. Every epoch-1 write from then on must be refused by the fence: returns how
+/// many were accepted anyway (0 when the grant is fenced) and the holder's log.
+async fn stale_writes_accepted(url: &str, admin: &PgPool, role_url: &str) -> (i64, String) {
+    let (host, _dir) = start_writer(url, role_url, "fence_history").await;
+    wait_for_log(&host, "sql-txn ok epoch=1", Duration::from_secs(15)).await;
+    // Once this returns, no epoch-1 transaction can still pass the fence: one that passed it
+    // holds the lease row until its commit, which this update waits for.
+    sqlx::query("UPDATE leasehold_leases SET expires_at = now() WHERE name = 'leader'")
+        .execute(admin)
+        .await
+        .unwrap();
+    let before = epoch_one_rows(admin).await;
+    // About fifty attempts at 20 ms.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = epoch_one_rows(admin).await;
+    (after - before, host.log_text())
+}
+
+/// A role with `ALTER ROLE … SET search_path = appschema` does not see the leasehold tables by
+/// their bare names; its grant still reaches the lease database, so its writes are fenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_role_with_its_own_search_path_is_still_fenced() {
+    let Some((url, admin)) = lease_database().await else {
+        return;
+    };
+    let (role, role_url) = app_role(&admin, &url, "path").await;
+    grant_fence_privileges(&admin, &role).await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ALTER ROLE {role} SET search_path = appschema"
+    )))
+    .execute(&admin)
+    .await
+    .unwrap();
+    let (accepted, log) = stale_writes_accepted(&url, &admin, &role_url).await;
+    println!("epoch-1 writes accepted after the lease expired: {accepted}");
+    assert!(
+        log.contains("the lease database; writes are fenced"),
+        "the grant was not recognised as the lease database:\n{log}"
+    );
+    assert_eq!(accepted, 0, "stale writes were accepted:\n{log}");
+    assert!(log.contains("sql-txn err=lease-lost epoch=1"), "{log}");
+}
+
+/// A table named `leasehold_database` (with another id) in a schema on the role's path, before
+/// the real one, does not make the grant take the lease database for another database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leasehold_database_table_on_the_grant_role_s_path_does_not_unfence_it() {
+    let Some((url, admin)) = lease_database().await else {
+        return;
+    };
+    let (role, role_url) = app_role(&admin, &url, "decoy").await;
+    grant_fence_privileges(&admin, &role).await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE appschema.leasehold_database (id text NOT NULL);
+         INSERT INTO appschema.leasehold_database VALUES ('somewhere-else');
+         ALTER TABLE appschema.leasehold_database OWNER TO {role};
+         ALTER ROLE {role} SET search_path = appschema, public;"
+    )))
+    .execute(&admin)
+    .await
+    .unwrap();
+    let (accepted, log) = stale_writes_accepted(&url, &admin, &role_url).await;
+    println!("epoch-1 writes accepted after the lease expired: {accepted}");
+    assert!(
+        log.contains("the lease database; writes are fenced"),
+        "the grant was not recognised as the lease database:\n{log}"
+    );
+    assert_eq!(accepted, 0, "stale writes were accepted:\n{log}");
+}
+
+/// A role that may not read the leasehold schema cannot tell whether its database is the lease
+/// database: its writes are refused (naming the grant's variable and what to grant) rather than
+/// run unfenced. Once the role is granted what it needs, the same running host fences its writes:
+/// the refusal was not remembered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_that_cannot_identify_its_database_refuses_writes_until_it_can() {
+    let Some((url, admin)) = lease_database().await else {
+        return;
+    };
+    let (role, role_url) = app_role(&admin, &url, "blind").await;
+    // Only its own schema: PostgreSQL lets every role use `public` unless told otherwise.
+    sqlx::query("REVOKE ALL ON SCHEMA public FROM PUBLIC")
+        .execute(&admin)
+        .await
+        .unwrap();
+    let (host, _dir) = start_writer(&url, &role_url, "appschema.fence_history").await;
+    let first = wait_for_log(&host, "sql-txn ", Duration::from_secs(15)).await;
+    // A dozen more attempts.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let written: i64 = sqlx::query_scalar("SELECT count(*) FROM appschema.fence_history")
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    println!("first write: {first}");
+    println!("writes accepted: {written}");
+    let log = host.log_text();
+    assert_eq!(written, 0, "writes ran unfenced:\n{log}");
+    assert!(!log.contains("sql-txn ok"), "{log}");
+    let refused = first;
+    for needle in ["LEASEHOLD_TEST_APP_URL", "GRANT SELECT ON"] {
+        assert!(refused.contains(needle), "{needle} missing: {refused}");
+    }
+
+    grant_fence_privileges(&admin, &role).await;
+    wait_for_log(&host, "sql-txn ok epoch=1", Duration::from_secs(15)).await;
+    assert!(
+        host.log_text()
+            .contains("the lease database; writes are fenced"),
+        "{}",
+        host.log_text()
+    );
+}
