@@ -399,6 +399,66 @@ async fn a_grant_that_cannot_identify_its_database_reads_but_never_writes() {
     assert_lease_lost(&stale);
 }
 
+/// A fenced transaction's own statements run before its check, so none of them may change what
+/// the check reads: not a temporary `leasehold_leases` (searched before any schema), not a
+/// `SET LOCAL search_path` putting the plugin's own `=` before pg_catalog's. After a takeover,
+/// both transactions are refused and leave nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_transaction_cannot_shadow_what_its_check_reads() {
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let raw = db.url().unwrap();
+    let url = DatabaseUrl::parse(&raw).unwrap();
+    let old = Holding::acquire(&url, "cap", TTL).await.unwrap();
+    let caps = Capabilities::new(url.clone());
+    let sql = grant("APP_URL", &raw, &spec("APP_URL"));
+    let f = fence(&old, "cap");
+    for setup in [
+        "CREATE TABLE items (id bigint)",
+        "CREATE SCHEMA evil",
+        "CREATE FUNCTION evil.yes(text, text) RETURNS boolean LANGUAGE sql AS 'SELECT true'",
+        "CREATE FUNCTION evil.yes(bigint, bigint) RETURNS boolean LANGUAGE sql AS 'SELECT true'",
+        "CREATE OPERATOR evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.yes)",
+        "CREATE OPERATOR evil.= (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = evil.yes)",
+    ] {
+        sql.execute(&caps, &f, setup, &[]).await.unwrap();
+    }
+    expire_behind_the_holders_back(&url, "cap").await;
+    let new = Holding::acquire(&url, "cap", TTL).await.unwrap();
+    assert_eq!(new.term.epoch, old.term.epoch + 1);
+
+    let temp_table = sql
+        .transaction(
+            &caps,
+            &f,
+            &[
+                stmt(
+                    "CREATE TEMP TABLE leasehold_leases (name text, holder text, epoch bigint, expires_at timestamptz)",
+                    vec![],
+                ),
+                stmt(
+                    "INSERT INTO leasehold_leases VALUES ($1, $2, $3, 'infinity')",
+                    vec![text("cap"), text(&old.holder()), SqlValue::Int(old.term.epoch)],
+                ),
+                stmt("INSERT INTO items VALUES (1)", vec![]),
+            ],
+        )
+        .await;
+    assert_lease_lost(&temp_table);
+    let operators = sql
+        .transaction(
+            &caps,
+            &f,
+            &[
+                stmt("SET LOCAL search_path = evil, pg_catalog, public", vec![]),
+                stmt("INSERT INTO public.items VALUES (2)", vec![]),
+            ],
+        )
+        .await;
+    assert_lease_lost(&operators);
+    let rows = sql.query("SELECT count(*) FROM items", &[]).await.unwrap();
+    assert_eq!(rows.rows, vec![vec![SqlValue::Int(0)]]);
+}
+
 /// A fresh PostgreSQL lease database (kept alive by the returned `Db`, migrated as a host's store
 /// would have it), its URL, a fresh application database on the same server, and the
 /// capabilities backed by the lease database.

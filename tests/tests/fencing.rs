@@ -119,3 +119,167 @@ async fn frozen_holders_never_commit_stale_writes() {
         .count();
     assert!(epochs > trials, "{:?}", out.history);
 }
+
+/// The `capability-probe` guest's `slow-write` on the lease database, as a fenced `sql.execute`:
+/// `INSERT INTO slow_writes … SELECT … FROM pg_sleep(1.5)`. Returns once that insert sleeps on
+/// the server, with the host (ttl 30 s: no renewal falls in the sleep), a pool on the database
+/// and the plugin directory.
+async fn slow_fenced_write() -> (Host, sqlx::PgPool, tempfile::TempDir) {
+    let url = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    let manifest = "lease = \"leader\"
+[schedule]
+interval = \"1s\"
+[limits]
+call_timeout = \"10s\"
+[grants.sql]
+database_url_env = \"LEASEHOLD_TEST_APP_URL\"
+statement_timeout = \"10s\"
+[config]
+verb = \"slow-write\"
+sleep_ms = \"1500\"
+";
+    let dir = plugin_dir(&[("capability-probe", manifest)]).unwrap();
+    let host = Host::start_with_env(
+        "a",
+        &[
+            "--database-url",
+            &url,
+            "--ttl",
+            "30s",
+            "--plugins",
+            dir.path().to_str().unwrap(),
+        ],
+        &[("LEASEHOLD_TEST_APP_URL", url.as_str())],
+    )
+    .unwrap();
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let sleeping: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND state = 'active'
+                AND query LIKE 'INSERT INTO slow_writes%'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if sleeping > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the slow write never started:\n{}",
+            host.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let log = host.log_text();
+    assert!(
+        log.contains("the lease database; writes are fenced"),
+        "the probe's grant is not fenced:\n{log}"
+    );
+    (host, pool, dir)
+}
+
+/// The probe's summary line of its slow write.
+async fn slow_write_outcome(host: &Host) -> String {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(line) = host
+            .log_text()
+            .lines()
+            .find(|l| l.contains("probe slow-write ok") || l.contains("probe slow-write FAILED"))
+        {
+            return line.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the slow write never ended:\n{}",
+            host.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// While a fenced plugin statement runs (here it sleeps 1.5 s on the server), the lease row is not
+/// locked: the fence takes its lock only just before the commit, so a renewal or a campaign
+/// never waits for a plugin's slow statements. The write itself still commits under its epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_transaction_does_not_lock_the_lease_row_while_its_statements_run() {
+    let (host, pool, _dir) = slow_fenced_write().await;
+    let mut conn = pool.acquire().await.unwrap();
+    let started = Instant::now();
+    let locked = sqlx::raw_sql(
+        "BEGIN;
+         SELECT name FROM leasehold_leases WHERE name = 'leader' FOR NO KEY UPDATE NOWAIT;
+         ROLLBACK;",
+    )
+    .execute(&mut *conn)
+    .await;
+    let took = started.elapsed();
+    if locked.is_err() {
+        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+    }
+    let still_sleeping: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+          WHERE datname = current_database() AND state = 'active'
+            AND query LIKE 'INSERT INTO slow_writes%'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    println!("lease row locked while the plugin's statement sleeps: {locked:?} ({took:?})");
+    assert!(
+        locked.is_ok(),
+        "the lease row is locked while the plugin's statement runs: {locked:?}"
+    );
+    assert_eq!(still_sleeping, 1, "the plugin's statement was not running");
+    let outcome = slow_write_outcome(&host).await;
+    assert!(
+        outcome.contains("probe slow-write ok: rows=1 epoch=1"),
+        "{outcome}"
+    );
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM slow_writes")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1);
+}
+
+/// Another replica takes the lease while a fenced plugin statement sleeps: the takeover does not
+/// wait for the plugin's transaction, and the write, checked just before its commit, is refused
+/// with `lease-lost` and rolled back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_write_whose_lease_is_taken_during_a_slow_statement_is_refused_and_rolled_back() {
+    let (host, pool, _dir) = slow_fenced_write().await;
+    // What a campaign does to an expired row, done at once behind the holder's back.
+    let started = Instant::now();
+    sqlx::query(
+        "UPDATE leasehold_leases
+            SET holder = 'usurper', epoch = epoch + 1, acquired_at = now(), renewed_at = now(),
+                expires_at = now() + interval '1 minute'
+          WHERE name = 'leader'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let takeover = started.elapsed();
+    let outcome = slow_write_outcome(&host).await;
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM slow_writes")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    println!("takeover took {takeover:?}; the slow write: {outcome}; rows kept: {rows}");
+    assert!(
+        outcome.contains("FAILED") && outcome.contains("lease-lost"),
+        "{outcome}"
+    );
+    assert_eq!(rows, 0, "the refused write was kept");
+    assert!(
+        takeover < Duration::from_secs(1),
+        "the takeover waited {takeover:?} for the plugin's transaction"
+    );
+}

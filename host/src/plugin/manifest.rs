@@ -152,8 +152,9 @@ pub struct SqlGrantSpec {
     pub max_connections: u32,
 }
 
-/// 2 s per statement: on the lease database a fenced statement holds the lease row, delaying the
-/// holder's renewals, so it must stay well inside the renew interval (ttl/3, 5 s by default).
+/// 2 s per statement: a reconcile's statements are short, and one that is not fails and says so
+/// rather than keeping its own locks on the application's rows. (The fence locks the lease row
+/// only around a commit, so a slow statement does not hold up the holder's renewals.)
 pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(2);
 /// 10,000 rows per result: plenty for a reconcile batch; larger reads should page.
 pub const DEFAULT_MAX_ROWS: u32 = 10_000;

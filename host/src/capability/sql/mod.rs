@@ -4,10 +4,11 @@
 //!
 //! When the granted database is the lease database (the lease store's own `leasehold_database`,
 //! holding the same id, whatever URL, role or `search_path` reaches it: [`identity`]), `execute`
-//! and `transaction` are fenced: they run in a transaction that first locks the lease row
-//! ([`super::fence`]). When the grant cannot tell (its role may not read that table), its writes
-//! are refused rather than run unfenced. `query` always runs read-only, so writes cannot bypass
-//! the fence through it, and runs either way.
+//! and `transaction` are fenced: they run in one transaction whose last statement before the
+//! commit checks the lease and locks its row ([`super::fence`]), so the row is locked around the
+//! commit only, however long the plugin's statements run. When the grant cannot tell (its role
+//! may not read that table), its writes are refused rather than run unfenced. `query` always runs
+//! read-only, so writes cannot bypass the fence through it, and runs either way.
 //!
 //! A statement is never simply abandoned: each call runs as a task of the plugin's term
 //! ([`SqlGrant::in_term`]). When the guest call that issued it is dropped (term end, timeout,
@@ -447,18 +448,6 @@ impl SqlGrant {
             }
         };
         let mut tx = self.pool().await.begin().await.map_err(before_commit)?;
-        if let Some(check) = check {
-            let held: Option<i32> = sqlx::query_scalar(sqlx::AssertSqlSafe(check))
-                .bind(&fence.lease)
-                .bind(&fence.holder)
-                .bind(fence.epoch())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(before_commit)?;
-            if held.is_none() {
-                return Err(fence.lost());
-            }
-        }
         let mut counts = Vec::with_capacity(statements.len());
         for (i, s) in statements.iter().enumerate() {
             let args = value::arguments(&s.params)?;
@@ -472,6 +461,23 @@ impl SqlGrant {
                     other => other,
                 })?;
             counts.push(done.rows_affected());
+        }
+        // The fence last, just before the commit: the lease row stays locked for the commit
+        // only, not for the length of the plugin's statements, which would hold up renewals.
+        if let Some(check) = check {
+            let held: Option<i32> = sqlx::query_scalar(sqlx::AssertSqlSafe(check))
+                .bind(&fence.lease)
+                .bind(&fence.holder)
+                .bind(fence.epoch())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(before_commit)?;
+            if held.is_none() {
+                // Now rather than when the connection goes back to the pool: the statements'
+                // own locks go with it, and nothing of them is kept.
+                let _ = tx.rollback().await;
+                return Err(fence.lost());
+            }
         }
         tx.commit().await.map_err(|e| {
             // Once the commit is sent its outcome may be unknown: never claim nothing was kept.
