@@ -19,6 +19,8 @@ use leasehold_tests::stores::{Backend, Db};
 
 /// Long enough that the holder never notices the forced expiry on its own during a test.
 const TTL: Duration = Duration::from_secs(60);
+/// The lease store's call timeout the capabilities are told of: that of a 5 s ttl.
+const STORE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Asserts that a write was refused by the fence.
 #[track_caller]
@@ -61,7 +63,7 @@ async fn kv_round_trip_and_fencing(backend: Backend) {
     let db = Db::new(backend).await.unwrap();
     let url = DatabaseUrl::parse(&db.url().unwrap()).unwrap();
     let old = Holding::acquire(&url, "cap", TTL).await.unwrap();
-    let caps = Capabilities::new(url.clone());
+    let caps = Capabilities::new(url.clone(), STORE_TIMEOUT);
     let kv = caps.kv().await.unwrap();
     let f = fence(&old, "cap");
 
@@ -163,7 +165,7 @@ async fn sql_on_the_lease_database_is_fenced_and_capped() {
     let raw = db.url().unwrap();
     let url = DatabaseUrl::parse(&raw).unwrap();
     let holding = Holding::acquire(&url, "cap", TTL).await.unwrap();
-    let caps = Capabilities::new(url.clone());
+    let caps = Capabilities::new(url.clone(), STORE_TIMEOUT);
     // Another spelling of the same server: the grant still recognises the lease database.
     let other_spelling = raw.replace("127.0.0.1", "localhost");
     assert_ne!(other_spelling, raw);
@@ -341,7 +343,7 @@ async fn a_grant_that_cannot_identify_its_database_reads_but_never_writes() {
     let raw = db.url().unwrap();
     let url = DatabaseUrl::parse(&raw).unwrap();
     let holding = Holding::acquire(&url, "cap", TTL).await.unwrap();
-    let caps = Capabilities::new(url.clone());
+    let caps = Capabilities::new(url.clone(), STORE_TIMEOUT);
     let admin = sqlx::PgPool::connect(&raw).await.unwrap();
     let role = format!("cap_blind_{}", std::process::id());
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
@@ -409,7 +411,7 @@ async fn a_fenced_transaction_cannot_shadow_what_its_check_reads() {
     let raw = db.url().unwrap();
     let url = DatabaseUrl::parse(&raw).unwrap();
     let old = Holding::acquire(&url, "cap", TTL).await.unwrap();
-    let caps = Capabilities::new(url.clone());
+    let caps = Capabilities::new(url.clone(), STORE_TIMEOUT);
     let sql = grant("APP_URL", &raw, &spec("APP_URL"));
     let f = fence(&old, "cap");
     for setup in [
@@ -470,7 +472,7 @@ async fn lease_and_app_databases() -> (Db, DatabaseUrl, String, Arc<Capabilities
         .fresh_database()
         .await
         .unwrap();
-    let caps = Capabilities::new(url.clone());
+    let caps = Capabilities::new(url.clone(), STORE_TIMEOUT);
     (lease_db, url, app, caps)
 }
 
@@ -563,7 +565,7 @@ async fn a_dropped_call_s_statement_is_stopped_on_the_server_before_the_term_cou
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_deadline_writes_are_refused_without_touching_a_database() {
     let nowhere = "postgres://nobody@127.0.0.1:1/nothing";
-    let caps = Capabilities::new(DatabaseUrl::parse(nowhere).unwrap());
+    let caps = Capabilities::new(DatabaseUrl::parse(nowhere).unwrap(), STORE_TIMEOUT);
     let sql = grant("APP_URL", nowhere, &spec("APP_URL"));
     let (term, _control) = Term::standalone("cap", 1, tokio::time::Instant::now());
     let f = Fence::new("cap".into(), "me".into(), Some(term));
@@ -597,4 +599,53 @@ fn a_grant_names_its_variable_and_never_its_value() {
     })
     .unwrap_err();
     assert!(!bad.contains("hunter2"), "{bad}");
+}
+
+/// A session holds the lease row (a stuck admin session, a campaign that never commits): a
+/// fenced transaction's check gives up after the lease store's own budget, whatever `SET LOCAL`
+/// the plugin's statements ran before it, instead of waiting for the row as long as the plugin's
+/// `statement_timeout` (or forever) allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_waits_for_the_lease_row_no_longer_than_the_lease_store_does() {
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let raw = db.url().unwrap();
+    let url = DatabaseUrl::parse(&raw).unwrap();
+    let holding = Holding::acquire(&url, "cap", TTL).await.unwrap();
+    let caps = Capabilities::new(url.clone(), STORE_TIMEOUT);
+    let mut long = spec("LEASE_URL");
+    long.statement_timeout = Duration::from_secs(30);
+    let sql = grant("LEASE_URL", &raw, &long);
+    let f = fence(&holding, "cap");
+    sql.execute(&caps, &f, "CREATE TABLE marks (n int)", &[])
+        .await
+        .unwrap();
+    let locker = sqlx::PgPool::connect(&raw).await.unwrap();
+    let mut lock = locker.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM leasehold_leases WHERE name = 'cap' FOR UPDATE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let written = sql
+        .transaction(
+            &caps,
+            &f,
+            &[
+                stmt("SET LOCAL lock_timeout = 0", vec![]),
+                stmt("SET LOCAL statement_timeout = 0", vec![]),
+                stmt("INSERT INTO marks VALUES (1)", vec![]),
+            ],
+        )
+        .await;
+    let waited = started.elapsed();
+    assert!(written.is_err(), "{written:?}");
+    // The budget is 900 ms of the 1 s store timeout; the lock is held for as long as we like.
+    assert!(
+        waited < Duration::from_secs(2),
+        "the fence waited {waited:?} for the row"
+    );
+    lock.rollback().await.unwrap();
+    let rows = sql.query("SELECT count(*) FROM marks", &[]).await.unwrap();
+    assert_eq!(rows.rows, [[SqlValue::Int(0)]], "nothing of it was kept");
+    eprintln!("fence gave up after {waited:?} (budget 900 ms)");
 }

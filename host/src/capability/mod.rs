@@ -16,6 +16,7 @@ pub mod sql;
 
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
 use tokio::sync::OnceCell;
@@ -106,16 +107,26 @@ pub struct Capabilities {
     /// Where the lease database keeps its tables and its id (PostgreSQL), read on first use;
     /// `None` for SQLite.
     lease_database: OnceCell<Option<sql::identity::LeaseDatabase>>,
+    /// The longest a fenced sql transaction's check may wait for the lease row: the lease
+    /// store's own server budget, so a fence never queues longer than a campaign or renewal.
+    fence_wait: Duration,
 }
 
 impl Capabilities {
-    /// Capabilities backed by the lease database at `lease_url`.
-    pub fn new(lease_url: DatabaseUrl) -> Arc<Self> {
+    /// Capabilities backed by the lease database at `lease_url`, whose lease store gives up on a
+    /// call after `store_timeout` (the timing's).
+    pub fn new(lease_url: DatabaseUrl, store_timeout: Duration) -> Arc<Self> {
         Arc::new(Capabilities {
             lease_url,
             kv: OnceCell::new(),
             lease_database: OnceCell::new(),
+            fence_wait: crate::lease::server_budget(store_timeout),
         })
+    }
+
+    /// How long a fence check may wait for the lease row (see [`Capabilities::new`]).
+    pub fn fence_wait(&self) -> Duration {
+        self.fence_wait
     }
 
     /// The lease database.

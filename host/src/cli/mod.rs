@@ -336,7 +336,10 @@ fn start_plugins(
         ..EngineOptions::default()
     };
     let runtime = Runtime::new(options, &config.cache_dir, metrics)?;
-    let capabilities = crate::capability::Capabilities::new(config.database_url.clone());
+    let capabilities = crate::capability::Capabilities::new(
+        config.database_url.clone(),
+        config.timing.store_timeout,
+    );
     let set = crate::plugin::scan(dir, &runtime, &capabilities, &Default::default())
         .with_context(|| format!("reading plugin directory {}", dir.display()))?;
     for entry in set.values().filter(|e| e.loaded.is_ok()) {

@@ -58,6 +58,6 @@ pub async fn open_store(
 /// How long the database may work on a statement whose caller waits `call_timeout`: a tenth less,
 /// so that the time a request spends in transit and in the pool does not let the server finish
 /// (and commit) after its caller has counted it as failed.
-pub(crate) fn server_budget(call_timeout: std::time::Duration) -> std::time::Duration {
+pub fn server_budget(call_timeout: std::time::Duration) -> std::time::Duration {
     (call_timeout * 9 / 10).max(std::time::Duration::from_millis(1))
 }

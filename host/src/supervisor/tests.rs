@@ -54,9 +54,12 @@ async fn replica(plugin: &str, manifest: &str, ttl: Duration) -> Replica {
         metrics.clone(),
     )
     .unwrap();
-    let capabilities = Capabilities::new(DatabaseUrl::Sqlite {
-        path: scratch.path().join("unused.db"),
-    });
+    let capabilities = Capabilities::new(
+        DatabaseUrl::Sqlite {
+            path: scratch.path().join("unused.db"),
+        },
+        Duration::from_secs(3),
+    );
     let set =
         crate::plugin::scan(plugins.path(), &runtime, &capabilities, &Default::default()).unwrap();
     assert!(

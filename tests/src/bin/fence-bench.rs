@@ -41,7 +41,8 @@ async fn main() -> anyhow::Result<()> {
     let app_url = server.fresh_database().await?;
     let parsed = DatabaseUrl::parse(&lease_url)?;
     let holding = Holding::acquire(&parsed, "bench", Duration::from_secs(600)).await?;
-    let caps = Capabilities::new(parsed);
+    // The default timing's store timeout (ttl 15 s / 5).
+    let caps = Capabilities::new(parsed, Duration::from_secs(3));
     let fence = Fence::new("bench".into(), holding.holder(), Some(holding.term.clone()));
     let fenced = grant(&lease_url);
     let unfenced = grant(&app_url);

@@ -465,6 +465,18 @@ impl SqlGrant {
         // The fence last, just before the commit: the lease row stays locked for the commit
         // only, not for the length of the plugin's statements, which would hold up renewals.
         if let Some(check) = check {
+            // Set here, after the plugin's statements: whatever SET LOCAL they ran, the check
+            // waits for the lease row no longer than the lease store's own statements do, and a
+            // row held by a stuck session fails the write instead of holding the plugin's call.
+            let wait = host.fence_wait().as_millis().to_string();
+            sqlx::query(
+                "SELECT pg_catalog.set_config('lock_timeout', $1, true),
+                        pg_catalog.set_config('statement_timeout', $1, true)",
+            )
+            .bind(&wait)
+            .execute(&mut *tx)
+            .await
+            .map_err(before_commit)?;
             let held: Option<i32> = sqlx::query_scalar(sqlx::AssertSqlSafe(check))
                 .bind(&fence.lease)
                 .bind(&fence.holder)
