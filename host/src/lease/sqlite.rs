@@ -161,7 +161,7 @@ impl SqliteStore {
 }
 
 /// Lock contention (SQLITE_BUSY, SQLITE_LOCKED) and the migration race (another process recorded
-/// the migration first) pass with a retry.
+/// or applied the migration first) pass with a retry.
 fn is_contention(error: &StoreError) -> bool {
     let db = match error {
         StoreError::Connect {
@@ -179,8 +179,12 @@ fn is_contention(error: &StoreError) -> bool {
         _ => return false,
     };
     let code: i64 = db.code().and_then(|c| c.parse().ok()).unwrap_or_default();
-    // Extended result codes keep the primary code in the low byte.
-    matches!(code & 0xff, 5 | 6) || db.is_unique_violation()
+    // Extended result codes keep the primary code in the low byte. A duplicate column is the same
+    // race on an `ALTER TABLE … ADD COLUMN` migration, which SQLite cannot write `IF NOT EXISTS`:
+    // another process applied it between our reading the applied list and running it.
+    matches!(code & 0xff, 5 | 6)
+        || db.is_unique_violation()
+        || db.message().starts_with("duplicate column name")
 }
 
 /// The columns of a [`LeaseRecord`]; `?2` is the clock's now, `?3` its boot (a row of another
