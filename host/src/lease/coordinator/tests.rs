@@ -4,6 +4,7 @@
 //! jitter), margin 250 ms, store calls time out after 600 ms.
 
 use super::*;
+use crate::lease::DbMillis;
 
 const TTL: Duration = Duration::from_secs(3);
 
