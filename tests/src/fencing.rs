@@ -104,11 +104,9 @@ async fn newest_epoch(pool: &PgPool) -> anyhow::Result<Option<i64>> {
 
 /// Runs `trials` pause trials on a fresh database with two hosts (ttl `ttl`).
 pub async fn run_pause_trials(trials: usize, ttl: &str) -> anyhow::Result<PauseTrials> {
-    let url = crate::pg::server().fresh_database().await?;
     // The lease schema first (the hosts would create it), so the commit-order triggers can go on
     // leasehold_kv before anything writes.
-    let parsed = leasehold::lease::DatabaseUrl::parse(&url)?;
-    leasehold::lease::open_store(&parsed, Duration::from_secs(10), Duration::from_secs(10)).await?;
+    let url = crate::pg::server().fresh_lease_database().await?;
     let pool = PgPool::connect(&url).await?;
     sqlx::raw_sql(HISTORY_SCHEMA).execute(&pool).await?;
     let dir = plugin_dir(&[("fenced-writer", WRITER_MANIFEST)])?;

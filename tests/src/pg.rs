@@ -152,6 +152,16 @@ impl Postgres {
         Ok(database_url(&self.admin_url, &name))
     }
 
+    /// A new database with the lease schema already migrated, as a host would leave it: for tests
+    /// that put their own tables or triggers beside it before any host starts.
+    pub async fn fresh_lease_database(&self) -> anyhow::Result<String> {
+        let url = self.fresh_database().await?;
+        let parsed = leasehold::lease::DatabaseUrl::parse(&url)?;
+        let wait = std::time::Duration::from_secs(10);
+        leasehold::lease::open_store(&parsed, wait, wait).await?;
+        Ok(url)
+    }
+
     /// Stops the server (fast shutdown); only for a server this process started.
     pub fn stop(&self) -> anyhow::Result<()> {
         let local = self

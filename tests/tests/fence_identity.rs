@@ -39,11 +39,7 @@ async fn lease_database() -> Option<(String, PgPool)> {
         return None;
     }
     let url = leasehold_tests::pg::server()
-        .fresh_database()
-        .await
-        .unwrap();
-    let parsed = leasehold::lease::DatabaseUrl::parse(&url).unwrap();
-    leasehold::lease::open_store(&parsed, Duration::from_secs(10), Duration::from_secs(10))
+        .fresh_lease_database()
         .await
         .unwrap();
     let admin = PgPool::connect(&url).await.unwrap();

@@ -14,11 +14,7 @@ use leasehold_tests::host::{Host, plugin_dir, plugin_status, wait_for_single_lea
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_that_lost_its_lease_unknowingly_has_every_write_refused() {
     let url = leasehold_tests::pg::server()
-        .fresh_database()
-        .await
-        .unwrap();
-    let parsed = leasehold::lease::DatabaseUrl::parse(&url).unwrap();
-    leasehold::lease::open_store(&parsed, Duration::from_secs(10), Duration::from_secs(10))
+        .fresh_lease_database()
         .await
         .unwrap();
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
