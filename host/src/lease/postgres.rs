@@ -273,7 +273,8 @@ impl LeaseStore for PostgresStore {
         // Rows are locked SKIP LOCKED: a row another session holds (a fenced write's FOR SHARE,
         // an operator's lock) is left out instead of making every other lease of the batch wait
         // (DESIGN §1.7). Those still ours by the statement's snapshot come back as busy, for a
-        // renewal of their own. Expiry is judged by clock_timestamp() once the row is locked.
+        // renewal of their own. Expiry is judged by clock_timestamp() once the row is locked. The
+        // last row (no name) carries the clock's reading when nothing landed.
         let rows: Vec<(Option<String>, bool, DbMillis)> = sqlx::query_as(concat!(
             "WITH r AS (
                 SELECT * FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS r(name, epoch, ttl_ms)),
