@@ -96,7 +96,7 @@ async fn main() -> anyhow::Result<()> {
         samples[4].push(t.elapsed());
     }
     let labels = [
-        "sql execute, fenced (lease database: BEGIN, INSERT, check and lock the lease row, COMMIT)",
+        "sql execute, fenced (lease database: BEGIN, INSERT, bound the wait, check and lock the lease row, COMMIT)",
         "sql execute, unfenced (application database: INSERT, autocommit)",
         "sql transaction of one INSERT, unfenced (BEGIN, INSERT, COMMIT)",
         "kv put, fenced (one statement locking the lease row)",
