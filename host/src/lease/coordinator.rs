@@ -362,11 +362,6 @@ impl Coordinator {
         &self.timing
     }
 
-    /// The names of the leases, in order.
-    pub fn lease_names(&self) -> impl Iterator<Item = &str> {
-        self.leases.keys().map(String::as_str)
-    }
-
     /// The role and held epoch of `lease`, as `/status` and subscribers see it.
     pub fn view(&self, lease: &str) -> Option<(Role, Option<Epoch>)> {
         let state = self.leases.get(lease)?;

@@ -3,7 +3,6 @@
 //! not a silently ignored setting.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -13,15 +12,6 @@ use crate::runtime::host::CallLimits;
 /// Why a manifest was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    /// The file could not be read.
-    #[error("{path}: cannot read: {source}")]
-    Read {
-        /// The manifest.
-        path: String,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
     /// The file is not a valid manifest.
     #[error("{path}: {message}")]
     Parse {
@@ -216,16 +206,6 @@ impl Manifest {
             events: Vec::new(),
             config: BTreeMap::new(),
         }
-    }
-
-    /// Reads and validates the manifest at `path`.
-    pub fn load(path: &Path) -> Result<Self, ManifestError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        Self::parse(&shown, &text)
     }
 
     /// Parses and validates manifest text; `path` only names it in errors.
