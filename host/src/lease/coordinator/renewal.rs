@@ -260,16 +260,12 @@ impl Coordinator {
         let until = received + quiet;
         self.quiet_until = Some(self.quiet_until.map_or(until, |q| q.max(until)));
         for (name, state) in self.leases.iter_mut() {
-            if let Phase::Held {
-                epoch, term: true, ..
-            } = state.phase
+            if let Phase::Held { epoch, term, .. } = &mut state.phase
+                && std::mem::replace(term, false)
             {
-                if let Phase::Held { term, .. } = &mut state.phase {
-                    *term = false;
-                }
                 fx.push(Effect::EndTerm {
                     lease: name.clone(),
-                    epoch,
+                    epoch: *epoch,
                     reason: EndReason::ClockStep,
                     confirm: false,
                 });
