@@ -333,6 +333,29 @@ async fn rows_are_never_deleted(backend: Backend) {
     assert_eq!(s.list(None, 10).await.unwrap().len(), 2);
 }
 
+/// Runs `sql` on a connection of type `$conn` to `$url` in a transaction that is rolled back:
+/// the error if it was refused, else the (name, epoch) rows it left. A macro because the two
+/// drivers' connections share no trait this needs.
+macro_rules! attack {
+    ($conn:ty, $url:expr, $sql:expr) => {{
+        use sqlx::Connection;
+        let mut conn = <$conn>::connect($url).await.unwrap();
+        let mut tx = conn.begin().await.unwrap();
+        match sqlx::query(sqlx::AssertSqlSafe($sql.to_string()))
+            .execute(&mut *tx)
+            .await
+        {
+            Err(e) => Err(e.to_string()),
+            Ok(_) => Ok::<Vec<(String, i64)>, String>(
+                sqlx::query_as("SELECT name, epoch FROM leasehold_leases ORDER BY name")
+                    .fetch_all(&mut *tx)
+                    .await
+                    .unwrap(),
+            ),
+        }
+    }};
+}
+
 /// Statements that would take a row away or give a name an old epoch back, run from outside the
 /// lease store on the real database (as the table's owner, who passes every privilege check), are
 /// refused by the schema; the next campaign of each lease still gets its epoch + 1.
@@ -390,8 +413,8 @@ async fn truncates_replaces_and_renames_cannot_reset_an_epoch(backend: Backend) 
         // Each attack runs in a transaction that is rolled back, so one that gets through does
         // not change what the next one meets.
         let outcome = match backend {
-            Backend::Postgres => attack_postgres(url.as_deref().unwrap(), sql).await,
-            Backend::Sqlite => attack_sqlite(url.as_deref().unwrap(), sql).await,
+            Backend::Postgres => attack!(sqlx::PgConnection, url.as_deref().unwrap(), sql),
+            Backend::Sqlite => attack!(sqlx::SqliteConnection, url.as_deref().unwrap(), sql),
             Backend::Memory => unreachable!(),
         };
         match outcome {
@@ -422,41 +445,6 @@ async fn truncates_replaces_and_renames_cannot_reset_an_epoch(backend: Backend) 
         Some(2),
         "{backend:?}"
     );
-}
-
-/// Runs `sql` on PostgreSQL in a transaction that is rolled back: the error if it was refused,
-/// else the (name, epoch) rows it left.
-async fn attack_postgres(url: &str, sql: &str) -> Result<Vec<(String, i64)>, String> {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
-    let mut tx = conn.begin().await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(
-        sqlx::query_as("SELECT name, epoch FROM leasehold_leases ORDER BY name")
-            .fetch_all(&mut *tx)
-            .await
-            .unwrap(),
-    )
-}
-
-/// [`attack_postgres`] on the SQLite file.
-async fn attack_sqlite(url: &str, sql: &str) -> Result<Vec<(String, i64)>, String> {
-    use sqlx::Connection;
-    let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
-    let mut tx = conn.begin().await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(
-        sqlx::query_as("SELECT name, epoch FROM leasehold_leases ORDER BY name")
-            .fetch_all(&mut *tx)
-            .await
-            .unwrap(),
-    )
 }
 
 async fn batch_renew_reports_each_of_1000(backend: Backend) {
