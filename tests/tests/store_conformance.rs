@@ -641,3 +641,35 @@ async fn postgres_sessions_give_up_before_the_host_does() {
     assert_eq!(store.show("statement_timeout").await.unwrap(), "2700ms");
     assert_eq!(store.show("lock_timeout").await.unwrap(), "2700ms");
 }
+
+/// SQLite times count on the machine's boot clock, which starts again at zero after a reboot: a
+/// row written in an earlier boot (here: its boot id changed, its expiry far ahead) has expired,
+/// whatever its numbers say. Without the boot id, every lease would stay taken for as long as the
+/// machine had been up before the reboot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_rows_of_an_earlier_boot_have_expired() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let s = db.open().await.unwrap();
+    let e = s.campaign("b", "a", LONG).await.unwrap().epoch.unwrap();
+    assert!(s.get(&["b".into()]).await.unwrap()[0].is_held());
+    let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&db.url().unwrap())
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE leasehold_leases SET boot = 'an-earlier-boot', expires_at_ms = 9000000000000",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let row = &s.get(&["b".into()]).await.unwrap()[0];
+    assert!(!row.is_held(), "{row:?}");
+    assert!(
+        s.renew("a", &[renew_req("b", e)])
+            .await
+            .unwrap()
+            .landed
+            .is_empty(),
+        "a lease of an earlier boot was renewed"
+    );
+    assert_eq!(s.campaign("b", "c", LONG).await.unwrap().epoch, Some(e + 1));
+}
