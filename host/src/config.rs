@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::lease::identity::default_replica_id;
-use crate::lease::{DatabaseUrl, RawUrl, Timing, TimingError, UrlError};
+use crate::lease::{DatabaseUrl, LeaseName, LeaseNameError, RawUrl, Timing, TimingError, UrlError};
 
 /// Why the configuration was refused; each variant names the file or value at fault.
 #[derive(Debug, thiserror::Error)]
@@ -43,13 +43,11 @@ pub enum ConfigError {
         origin: &'static str,
     },
     /// A lease name is unusable.
-    #[error("invalid lease name {name:?}: {reason}")]
-    LeaseName {
-        /// The name.
-        name: String,
-        /// Why.
-        reason: &'static str,
-    },
+    #[error(transparent)]
+    LeaseName(#[from] LeaseNameError),
+    /// A lease is listed twice.
+    #[error("invalid lease name {0:?}: listed twice")]
+    DuplicateLease(String),
     /// The lease list is empty: the replica would have nothing to do.
     #[error("leases is empty: list at least one lease to campaign for")]
     NoLeases,
@@ -170,7 +168,7 @@ pub struct Config {
     /// Where `/healthz` and `/status` listen.
     pub http: SocketAddr,
     /// The leases to campaign for.
-    pub leases: Vec<String>,
+    pub leases: Vec<LeaseName>,
     /// The lease timing, validated.
     pub timing: Timing,
     /// How long an ordered shutdown may take.
@@ -192,7 +190,7 @@ struct Effective<'a> {
     database_url: String,
     replica_id: &'a str,
     http: String,
-    leases: &'a [String],
+    leases: &'a [LeaseName],
     #[serde(with = "humantime_serde")]
     shutdown_grace: Duration,
     #[serde(with = "humantime_serde")]
@@ -232,8 +230,6 @@ impl Config {
 /// The default HTTP address: loopback only, so a fresh install exposes nothing; 9464 is free of
 /// the common exporters' ports.
 pub const DEFAULT_HTTP: &str = "127.0.0.1:9464";
-/// The default lease.
-pub const DEFAULT_LEASE: &str = "leader";
 /// Enough for plugins to drain and the release to commit; below Kubernetes' default 30 s grace.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 /// Long enough for a database across a network, short enough that a wrong URL fails fast.
@@ -260,21 +256,22 @@ impl Config {
             over.leases
         } else {
             file.leases
-                .unwrap_or_else(|| vec![DEFAULT_LEASE.to_string()])
+                .unwrap_or_else(|| vec![crate::lease::name::DEFAULT_LEASE.to_string()])
         };
         if leases.is_empty() {
             return Err(ConfigError::NoLeases);
         }
         let mut seen = std::collections::BTreeSet::new();
-        for name in &leases {
-            validate_lease_name(name)?;
-            if !seen.insert(name) {
-                return Err(ConfigError::LeaseName {
-                    name: name.clone(),
-                    reason: "listed twice",
-                });
-            }
-        }
+        let leases = leases
+            .into_iter()
+            .map(|name| {
+                let name = LeaseName::try_from(name)?;
+                if !seen.insert(name.clone()) {
+                    return Err(ConfigError::DuplicateLease(name.into()));
+                }
+                Ok(name)
+            })
+            .collect::<Result<Vec<_>, ConfigError>>()?;
         let t = file.timing;
         let ttl = over.ttl.or(t.ttl).unwrap_or(Timing::DEFAULT_TTL);
         let derived = Timing::from_ttl(ttl);
@@ -332,29 +329,6 @@ impl Config {
             // On by default: plugins are not trusted to stop by themselves (DESIGN §2.4).
             fuel: file.runtime.fuel.unwrap_or(true),
         })
-    }
-}
-
-/// Lease names go into logs, URLs and SQL parameters: keep them short and printable.
-pub fn validate_lease_name(name: &str) -> Result<(), ConfigError> {
-    let reason = if name.is_empty() {
-        Some("empty")
-    } else if name.len() > 200 {
-        Some("longer than 200 bytes")
-    } else if !name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "-_.:/".contains(c))
-    {
-        Some("use ASCII letters, digits and - _ . : / only")
-    } else {
-        None
-    };
-    match reason {
-        Some(reason) => Err(ConfigError::LeaseName {
-            name: name.to_string(),
-            reason,
-        }),
-        None => Ok(()),
     }
 }
 

@@ -18,6 +18,7 @@ pub mod cli;
 pub mod config;
 pub mod http;
 pub mod lease;
+pub mod manifest;
 pub mod metrics;
 pub mod plugin;
 pub mod runtime;

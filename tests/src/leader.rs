@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use leasehold::lease::{DatabaseUrl, Driver, HolderId, LeaseEngine, Term, Timing, open_store};
+use leasehold::lease::{DatabaseUrl, Driver, HolderId, Leases, Term, Timing, open_store};
 use tokio_util::sync::CancellationToken;
 
 /// A replica holding one lease.
 pub struct Holding {
     /// The lease engine (holder id, store).
-    pub engine: Arc<LeaseEngine>,
+    pub engine: Arc<Leases>,
     /// The running term.
     pub term: Term,
     /// Cancelling it releases the lease.

@@ -13,7 +13,7 @@ use std::time::Duration;
 use leasehold::capability::sql::{SqlGrant, SqlValue, Statement};
 use leasehold::capability::{Capabilities, CapabilityError, Fence};
 use leasehold::lease::{DatabaseUrl, Term};
-use leasehold::plugin::manifest::SqlGrantSpec;
+use leasehold::manifest::SqlGrantSpec;
 use leasehold_tests::leader::Holding;
 use leasehold_tests::stores::{Backend, Db};
 

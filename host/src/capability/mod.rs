@@ -22,7 +22,7 @@ use sqlx::postgres::PgConnectOptions;
 use tokio::sync::OnceCell;
 
 use crate::lease::DatabaseUrl;
-use crate::plugin::Manifest;
+use crate::manifest::Manifest;
 
 pub use fence::Fence;
 

@@ -255,7 +255,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         store,
         holder,
         config.timing,
-        config.leases.clone(),
+        config.leases.iter().map(|l| l.to_string()),
         root.clone(),
     );
     let driver = driver.with_metrics(metrics.clone());
@@ -317,7 +317,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 fn start_plugins(
     dir: &std::path::Path,
     config: &Config,
-    leases: std::sync::Arc<crate::lease::LeaseEngine>,
+    leases: std::sync::Arc<crate::lease::Leases>,
     metrics: std::sync::Arc<crate::metrics::Metrics>,
     root: &CancellationToken,
 ) -> anyhow::Result<(

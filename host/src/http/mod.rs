@@ -15,15 +15,15 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::lease::{Epoch, LeaseEngine, Role};
+use crate::lease::{Epoch, Leases, Role};
 use crate::metrics::Metrics;
 use crate::supervisor::status::{PluginStatus, StatusBoard};
 
 /// What the handlers read.
 #[derive(Debug, Clone)]
 pub struct AppState {
-    /// The lease engine.
-    pub leases: Arc<LeaseEngine>,
+    /// The leases of this replica.
+    pub leases: Arc<Leases>,
     /// The plugin statuses, when plugins are enabled.
     pub plugins: Option<StatusBoard>,
     /// The metrics `/metrics` shows.
@@ -83,7 +83,7 @@ pub async fn serve(
 }
 
 /// Builds the status: roles from the coordinator, holders and expiry from the database.
-pub async fn status_of(engine: &LeaseEngine) -> Status {
+pub async fn status_of(engine: &Leases) -> Status {
     let names: Vec<String> = engine.lease_names().map(str::to_string).collect();
     // A status page must answer even when the store hangs: bound the read well below a scrape timeout.
     let timeout = engine.timing().store_timeout.min(Duration::from_secs(1));

@@ -21,10 +21,10 @@ use super::store::{LeaseStore, ReleaseNotice, StoreError};
 use super::timing::Timing;
 use crate::metrics::Metrics;
 
-/// What the rest of the host holds of the lease engine: the identity, the store and a leadership
+/// The leases of this replica as the rest of the host sees them: the identity, the store and a leadership
 /// watch per lease. Cheap to share behind an `Arc`.
 #[derive(Debug)]
-pub struct LeaseEngine {
+pub struct Leases {
     /// This process's holder id.
     holder: HolderId,
     /// The store, for read-only views such as `/status`.
@@ -37,7 +37,7 @@ pub struct LeaseEngine {
     requests: mpsc::UnboundedSender<Event>,
 }
 
-impl LeaseEngine {
+impl Leases {
     /// This process's holder id.
     pub fn holder(&self) -> &HolderId {
         &self.holder
@@ -121,7 +121,7 @@ pub struct Driver {
 }
 
 impl Driver {
-    /// A driver for `leases`, and the engine handle the rest of the host uses. Cancelling `root`
+    /// A driver for `leases`, and the [`Leases`] handle the rest of the host uses. Cancelling `root`
     /// releases every lease in order and makes [`Driver::run`] return.
     pub fn new(
         store: Arc<dyn LeaseStore>,
@@ -129,7 +129,7 @@ impl Driver {
         timing: Timing,
         leases: impl IntoIterator<Item = String>,
         root: CancellationToken,
-    ) -> (Driver, Arc<LeaseEngine>) {
+    ) -> (Driver, Arc<Leases>) {
         let leases: Vec<String> = leases.into_iter().collect();
         let seed = {
             use std::hash::{BuildHasher, RandomState};
@@ -145,7 +145,7 @@ impl Driver {
         }
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (requests_tx, requests_rx) = mpsc::unbounded_channel();
-        let engine = Arc::new(LeaseEngine {
+        let engine = Arc::new(Leases {
             holder: holder.clone(),
             store: store.clone(),
             timing,

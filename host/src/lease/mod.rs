@@ -7,7 +7,7 @@
 //! - [`coordinator`]: the pure state machine, one `step(state, event, now)` for all leases;
 //! - [`driver`]: the thin async loop that runs the coordinator against a store;
 //! - [`leadership`]: what the rest of the host sees of a lease (role, epoch, term);
-//! - [`identity`] and [`url`]: the holder id and the database URL.
+//! - [`identity`], [`name`] and [`url`]: the holder id, lease names and the database URL.
 
 pub mod clock;
 pub mod coordinator;
@@ -15,6 +15,7 @@ pub mod driver;
 pub mod identity;
 pub mod leadership;
 pub mod memory;
+pub mod name;
 pub mod postgres;
 pub mod sqlite;
 pub mod store;
@@ -22,9 +23,10 @@ pub mod timing;
 pub mod url;
 
 pub use coordinator::Coordinator;
-pub use driver::{Driver, LeaseEngine};
+pub use driver::{Driver, Leases};
 pub use identity::HolderId;
 pub use leadership::{Leadership, Role, Term, TermControl};
+pub use name::{LeaseName, LeaseNameError};
 pub use store::{
     Campaigned, DbMillis, Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, Renewed,
     RenewedOne, StoreError,

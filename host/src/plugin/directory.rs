@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use super::manifest::Manifest;
 use crate::capability::{Capabilities, Grants};
+use crate::manifest::Manifest;
 use crate::runtime::{Loaded, Runtime, World};
 
 /// One plugin file as loaded.

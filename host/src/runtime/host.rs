@@ -2,7 +2,7 @@
 //! `sql` are in [`super::capabilities`]). WASI p2 is linked in full but grants nothing.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 use wasmtime::component::ResourceTable;
@@ -13,6 +13,7 @@ use super::bindings::{lease, log};
 use super::call::Cancel;
 use crate::capability::PluginCapabilities;
 use crate::lease::Term;
+use crate::manifest::CallLimits;
 
 /// What a plugin may learn of its lease through the `lease` import.
 #[derive(Debug, Clone)]
@@ -25,17 +26,6 @@ pub struct LeaseView {
     pub term: Option<Term>,
     /// When this replica acquired the lease (host wall clock), or `None` on a standby.
     pub acquired_at: Option<SystemTime>,
-}
-
-/// Per-store limits and budgets of one plugin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CallLimits {
-    /// Wall-clock deadline of one call.
-    pub call_timeout: Duration,
-    /// Linear-memory cap in bytes (per memory).
-    pub memory_bytes: usize,
-    /// Fuel per call, when the engine meters fuel.
-    pub fuel: Option<u64>,
 }
 
 /// The data of one plugin's `Store`: WASI state, limits and what the imports answer.

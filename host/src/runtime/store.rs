@@ -26,10 +26,11 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
 use super::bindings::{self, event_reconciler::EventReconciler, health::HealthCheck};
 use super::call::{CallFailure, CallReport, Called, Cancel, CheckRole, Outcome};
-use super::host::{self, CallLimits, HostState, LeaseView};
+use super::host::{self, HostState, LeaseView};
 use super::{Prepared, Runtime};
 use crate::capability::PluginCapabilities;
 use crate::lease::Term;
+use crate::manifest::CallLimits;
 use crate::metrics::Metrics;
 
 /// Bytes of guest stdout/stderr kept per store; a guest that prints more gets write errors.

@@ -29,7 +29,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info_span};
 
 use crate::capability::Capabilities;
-use crate::lease::{LeaseEngine, Term};
+use crate::lease::{Leases, Term};
 use crate::plugin::{PluginEntry, PluginSet};
 use crate::runtime::host::LeaseView;
 use crate::runtime::{Runtime, World};
@@ -44,8 +44,8 @@ use workers::Workers;
 pub struct Supervisor {
     /// The WebAssembly runtime.
     runtime: Arc<Runtime>,
-    /// The lease engine, for leadership and holder id.
-    leases: Arc<LeaseEngine>,
+    /// The leases of this replica, for leadership and holder id.
+    leases: Arc<Leases>,
     /// What plugins' grants draw on.
     capabilities: Arc<Capabilities>,
     /// The current plugin set, replaced whole when the directory changes.
@@ -58,7 +58,7 @@ impl Supervisor {
     /// A supervisor over `plugins`.
     pub fn new(
         runtime: Arc<Runtime>,
-        leases: Arc<LeaseEngine>,
+        leases: Arc<Leases>,
         capabilities: Arc<Capabilities>,
         plugins: watch::Receiver<Arc<PluginSet>>,
     ) -> Self {
@@ -109,7 +109,7 @@ impl Supervisor {
                 Ok(l) => (Some(l.prepared.world()), PluginState::Idle, None),
                 Err(e) => (None, PluginState::Invalid, Some(e.clone())),
             };
-            let lease = entry.manifest.lease.clone();
+            let lease = entry.manifest.lease.to_string();
             let status = match known.get(&entry.name) {
                 // A plugin that still loads keeps its live state and counters; what it is bound
                 // to comes from the (possibly replaced) file.

@@ -16,14 +16,14 @@ use super::Supervisor;
 use super::status::{PluginStatus, StatusBoard};
 use crate::capability::Capabilities;
 use crate::lease::memory::{Health, MemoryStore};
-use crate::lease::{DatabaseUrl, Driver, HolderId, LeaseEngine, Role, Timing};
+use crate::lease::{DatabaseUrl, Driver, HolderId, Leases, Role, Timing};
 use crate::metrics::Metrics;
 use crate::runtime::Runtime;
 use crate::runtime::engine::EngineOptions;
 
 /// A replica in one process: driver, runtime and supervisor over a plugin directory.
 struct Replica {
-    leases: Arc<LeaseEngine>,
+    leases: Arc<Leases>,
     store: Arc<MemoryStore>,
     board: StatusBoard,
     root: CancellationToken,

@@ -10,7 +10,7 @@ use leasehold::capability::kv::Kv;
 use leasehold::capability::sql::{SqlGrant, SqlValue, Statement};
 use leasehold::capability::{Capabilities, Fence};
 use leasehold::lease::DatabaseUrl;
-use leasehold::plugin::manifest::SqlGrantSpec;
+use leasehold::manifest::SqlGrantSpec;
 use leasehold_tests::fencing::run_pause_trials;
 use leasehold_tests::leader::Holding;
 use leasehold_tests::stats::{env_count, summary};

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold::lease::Term;
+use leasehold::manifest::CallLimits;
 use leasehold::runtime::engine::EngineOptions;
-use leasehold::runtime::host::{CallLimits, LeaseView};
+use leasehold::runtime::host::LeaseView;
 use leasehold::runtime::{CallFailure, Cancel, Runtime};
 use leasehold_tests::host::guests_dist;
 use leasehold_tests::stats::{env_count, summary};

@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 use super::fence::{self, Fence};
 use super::{Capabilities, CapabilityError};
 use crate::lease::{DatabaseUrl, Term};
-use crate::plugin::manifest::SqlGrantSpec;
+use crate::manifest::SqlGrantSpec;
 use identity::{Identity, LeaseDatabase, Unidentified};
 pub use value::SqlValue;
 

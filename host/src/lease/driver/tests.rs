@@ -28,7 +28,7 @@ fn timing() -> Timing {
 
 /// One replica: a running driver for [`LEASE`] on a shared store.
 struct Replica {
-    engine: Arc<LeaseEngine>,
+    engine: Arc<Leases>,
     root: CancellationToken,
     run: JoinHandle<()>,
 }

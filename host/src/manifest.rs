@@ -1,13 +1,16 @@
 //! `NAME.toml` beside `NAME.wasm`: which lease the plugin is bound to, its schedule, its limits
 //! and its config values. Every key is optional; unknown keys are rejected so a typo is an error,
 //! not a silently ignored setting.
+//!
+//! A leaf of the crate: it imports only [`crate::lease::name`], so the layers that act on a
+//! manifest (capabilities, the runtime, plugin loading) can all read it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::runtime::host::CallLimits;
+use crate::lease::name::LeaseName;
 
 /// Why a manifest was refused.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +35,17 @@ pub enum ManifestError {
         /// Why.
         reason: &'static str,
     },
+}
+
+/// Per-call limits of one plugin, as its store enforces them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallLimits {
+    /// Wall-clock deadline of one call.
+    pub call_timeout: Duration,
+    /// Linear-memory cap in bytes (per memory).
+    pub memory_bytes: usize,
+    /// Fuel per call, when the engine meters fuel.
+    pub fuel: Option<u64>,
 }
 
 /// `[schedule]`.
@@ -166,7 +180,7 @@ pub struct GrantSpec {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Manifest {
     /// The lease the plugin is bound to.
-    pub lease: String,
+    pub lease: LeaseName,
     /// Time between calls.
     pub interval: Duration,
     /// Per-call limits.
@@ -194,7 +208,7 @@ impl Manifest {
     /// The manifest of a plugin without a `.toml`.
     pub fn defaults() -> Self {
         Manifest {
-            lease: crate::config::DEFAULT_LEASE.to_string(),
+            lease: LeaseName::default_lease(),
             interval: DEFAULT_INTERVAL,
             limits: CallLimits {
                 call_timeout: DEFAULT_CALL_TIMEOUT,
@@ -221,14 +235,16 @@ impl Manifest {
             reason,
         };
         let d = Self::defaults();
-        let lease = file.lease.unwrap_or(d.lease);
-        if crate::config::validate_lease_name(&lease).is_err() {
-            return Err(invalid(
-                "lease",
-                lease,
-                "use 1-200 ASCII letters, digits and - _ . : /",
-            ));
-        }
+        let lease = match file.lease {
+            None => d.lease,
+            Some(name) => LeaseName::try_from(name).map_err(|e| {
+                invalid(
+                    "lease",
+                    e.name,
+                    "use 1-200 ASCII letters, digits and - _ . : /",
+                )
+            })?,
+        };
         let interval = file.schedule.interval.unwrap_or(d.interval);
         if interval < Duration::from_millis(10) {
             return Err(invalid(
