@@ -2,17 +2,28 @@
 //! SQLite file); the holder of a lease runs the work bound to it, and stops it before any other
 //! replica can take the lease over.
 //!
-//! The crate is a map of the design (DESIGN.md):
-//! - [`lease`]: lease rows, the stores that keep them, the coordinator state machine and its driver;
-//! - [`config`]: the settings of `leasehold run`, from file, environment and flags;
-//! - [`plugin`]: plugin files and their manifests;
-//! - [`runtime`]: the WebAssembly engine, compiled components, stores and guarded calls;
-//! - [`capability`]: what plugins may be granted: fenced kv, sql, events;
-//! - [`supervisor`]: plugins bound to the lifecycle of their lease;
-//! - [`http`]: `/healthz`, `/readyz`, `/status` and `/metrics`;
-//! - [`metrics`]: the Prometheus metrics the lease driver and the runtime record;
-//! - [`cli`]: the command line (`run`, `check`, `leases list`).
+//! The crate is a map of the design (DESIGN.md).
+//!
+//! # Layers
+//!
+//! Each module may use the modules listed before it and never one listed after it, so the
+//! dependencies run one way (`host/tests/layers.rs` fails on an upward import):
+//!
+//! 1. [`metrics`]: the Prometheus metrics the lease driver and the runtime record;
+//! 2. [`lease`]: lease rows and names, the stores that keep them, the coordinator state machine
+//!    and its driver;
+//! 3. [`manifest`]: what a plugin's `NAME.toml` declares (lease, schedule, limits, grants);
+//! 4. [`capability`]: what plugins may be granted: fenced kv, sql, events;
+//! 5. [`runtime`]: the WebAssembly engine, compiled components, stores and guarded calls;
+//! 6. [`plugin`]: the plugin directory: loading files and watching for changes;
+//! 7. [`supervisor`]: plugins bound to the lifecycle of their lease;
+//! 8. [`http`]: `/healthz`, `/readyz`, `/status` and `/metrics`;
+//! 9. [`config`]: the settings of `leasehold run`, from file, environment and flags;
+//! 10. [`app`]: the composition root: one running host, started from a config and shut down in
+//!     order;
+//! 11. [`cli`]: the command line (`run`, `check`, `leases`, …): flags, signals and exit codes.
 
+pub mod app;
 pub mod capability;
 pub mod cli;
 pub mod config;

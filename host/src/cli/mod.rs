@@ -12,16 +12,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
+use crate::app::{App, Shutdown};
 use crate::config::{Config, ConfigFile, Overrides};
-use crate::lease::{Driver, HolderId, RawUrl, open_store};
+use crate::lease::RawUrl;
 
 /// leasehold: replicas compete for named leases; the holder runs the work bound to each lease.
 #[derive(Debug, Parser)]
@@ -216,149 +214,38 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-/// `leasehold run`.
+/// `leasehold run`: the app until SIGTERM or SIGINT, then its ordered shutdown; a second signal
+/// exits at once.
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let file = match &args.config {
         Some(path) => ConfigFile::load(path)?,
         None => ConfigFile::default(),
     };
-    let over = args.overrides();
-    let config = Config::resolve(file, over)?;
-    let holder = HolderId::generate(&config.replica_id);
-    let store = open_store(
-        &config.database_url,
-        config.connect_timeout,
-        config.timing.store_timeout,
-    )
-    .await?;
-    let listener = TcpListener::bind(config.http)
-        .await
-        .with_context(|| format!("cannot listen on {} for HTTP", config.http))?;
-    let addr = listener
-        .local_addr()
-        .context("reading the bound HTTP address")?;
-    info!(
-        holder = %holder,
-        store = %config.database_url,
-        leases = ?config.leases,
-        ttl = ?config.timing.ttl,
-        "leasehold starting"
-    );
-
+    let config = Config::resolve(file, args.overrides())?;
+    let grace = config.shutdown_grace;
+    // Installed before the app starts, so a signal sent as soon as "http listening" is logged is
+    // already ours; one that comes while it starts (nothing is held yet) exits at once.
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-
-    // The root of the cancellation tree: cancelling it ends every term and releases every lease.
-    let root = CancellationToken::new();
-    let metrics = crate::metrics::Metrics::new();
-    let (driver, engine) = Driver::new(
-        store,
-        holder,
-        config.timing,
-        config.leases.iter().map(|l| l.to_string()),
-        root.clone(),
-    );
-    let driver = driver.with_metrics(metrics.clone());
-    let tasks = TaskTracker::new();
-    // Plugins are compiled and pre-linked before the first campaign, so that an acquisition
-    // only has to instantiate them.
-    // The plugin set's sender lives as long as `run`; the directory watcher publishes through a clone.
-    let mut _plugin_set = None;
-    let plugins = match &config.plugins {
-        Some(dir) => {
-            let (supervisor, set) =
-                start_plugins(dir, &config, engine.clone(), metrics.clone(), &root)?;
-            _plugin_set = Some(set);
-            let board = supervisor.board().clone();
-            tasks.spawn(supervisor.run(root.clone()));
-            Some(board)
-        }
-        None => None,
+    let mut app = tokio::select! {
+        app = App::start(config) => app?,
+        _ = sigterm.recv() => { warn!("signal during start-up: exiting at once"); return Ok(ExitCode::from(130)) }
+        _ = sigint.recv() => { warn!("signal during start-up: exiting at once"); return Ok(ExitCode::from(130)) }
     };
-    let http_stop = CancellationToken::new();
-    let state = crate::http::AppState {
-        leases: engine.clone(),
-        plugins,
-        metrics,
-    };
-    // Logged only now: until the plugins are loaded a request would wait unanswered, and
-    // scripts take this line to mean "ready to be asked".
-    info!(addr = %addr, "http listening");
-    let http = tasks.spawn(crate::http::serve(listener, state, http_stop.clone()));
-    let mut driver = tasks.spawn(driver.run());
-    tasks.close();
-
     tokio::select! {
         _ = sigterm.recv() => info!("SIGTERM received"),
         _ = sigint.recv() => info!("SIGINT received"),
-        r = &mut driver => bail!("the lease driver stopped unexpectedly: {r:?}"),
+        e = app.failed() => return Err(e.into()),
     }
-    root.cancel();
-    let grace = tokio::time::sleep(config.shutdown_grace);
     let code = tokio::select! {
-        r = &mut driver => {
-            r.context("the lease driver panicked")?;
-            info!("all leases released; exiting");
-            ExitCode::SUCCESS
-        }
-        _ = grace => {
-            error!(grace = ?config.shutdown_grace, "shutdown grace elapsed before every lease was released; exiting anyway");
-            ExitCode::FAILURE
-        }
+        r = app.shutdown(grace) => match r? {
+            Shutdown::Released => { info!("exiting"); ExitCode::SUCCESS }
+            Shutdown::GraceElapsed => { error!("exiting anyway"); ExitCode::FAILURE }
+        },
         _ = sigterm.recv() => { warn!("second signal: exiting at once"); ExitCode::from(130) }
         _ = sigint.recv() => { warn!("second signal: exiting at once"); ExitCode::from(130) }
     };
-    http_stop.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(1), http).await;
     Ok(code)
-}
-
-/// Builds the runtime, loads the plugin directory and returns the supervisor to run.
-fn start_plugins(
-    dir: &std::path::Path,
-    config: &Config,
-    leases: std::sync::Arc<crate::lease::Leases>,
-    metrics: std::sync::Arc<crate::metrics::Metrics>,
-    root: &CancellationToken,
-) -> anyhow::Result<(
-    crate::supervisor::Supervisor,
-    tokio::sync::watch::Sender<std::sync::Arc<crate::plugin::PluginSet>>,
-)> {
-    use crate::runtime::{Runtime, engine::EngineOptions};
-    if !dir.is_dir() {
-        bail!(
-            "plugin directory {} does not exist or is not a directory",
-            dir.display()
-        );
-    }
-    let options = EngineOptions {
-        fuel: config.fuel,
-        ..EngineOptions::default()
-    };
-    let runtime = Runtime::new(options, &config.cache_dir, metrics)?;
-    let capabilities = crate::capability::Capabilities::new(
-        config.database_url.clone(),
-        config.timing.store_timeout,
-    );
-    let set = crate::plugin::scan(dir, &runtime, &capabilities, &Default::default())
-        .with_context(|| format!("reading plugin directory {}", dir.display()))?;
-    for entry in set.values().filter(|e| e.loaded.is_ok()) {
-        if !config.leases.contains(&entry.manifest.lease) {
-            warn!(plugin = %entry.name, lease = %entry.manifest.lease, "plugin bound to a lease this replica does not campaign for: it will stay idle");
-        }
-    }
-    info!(dir = %dir.display(), plugins = set.len(), allocator = ?runtime.allocator(), "plugins loaded");
-    let (tx, rx) = tokio::sync::watch::channel(std::sync::Arc::new(set));
-    crate::plugin::watch::spawn(
-        dir.to_path_buf(),
-        runtime.clone(),
-        capabilities.clone(),
-        tx.clone(),
-        root.clone(),
-    )
-    .with_context(|| format!("watching plugin directory {}", dir.display()))?;
-    let supervisor = crate::supervisor::Supervisor::new(runtime, leases, capabilities, rx);
-    Ok((supervisor, tx))
 }
 
 /// `leasehold check`: exit 0 only for a loadable plugin.

@@ -1,0 +1,287 @@
+//! The composition root: one running host. [`App::start`] wires the lease store, the driver, the
+//! plugin runtime, the supervisor and the HTTP endpoint from a [`Config`]; [`App::shutdown`]
+//! releases every lease in order (plugins stopped first) within a grace period. The command line
+//! adds only flags, signals and exit codes around it, and the tests start it in-process.
+//!
+//! The cancellation tree: `root` (this app) → one child token per leadership term (the driver)
+//! → every guest task of that term (the supervisor, under the term's tracker).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::{JoinError, JoinHandle};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{error, info, warn};
+
+use crate::capability::Capabilities;
+use crate::config::Config;
+use crate::http::AppState;
+use crate::lease::{Driver, HolderId, Leases, StoreError, open_store};
+use crate::metrics::Metrics;
+use crate::plugin::PluginSet;
+use crate::runtime::engine::EngineOptions;
+use crate::runtime::{Runtime, RuntimeError};
+use crate::supervisor::Supervisor;
+use crate::supervisor::status::StatusBoard;
+
+/// Why the host could not start or stop cleanly; each variant names what failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The lease store could not be opened (or its schema created).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The HTTP address could not be bound.
+    #[error("cannot listen on {addr} for HTTP: {source}")]
+    Listen {
+        /// The configured address.
+        addr: SocketAddr,
+        /// The socket error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The configured plugin directory is missing.
+    #[error("plugin directory {} does not exist or is not a directory", .0.display())]
+    NoPluginDirectory(PathBuf),
+    /// The plugin directory could not be listed.
+    #[error("reading plugin directory {}: {source}", .dir.display())]
+    ReadPluginDirectory {
+        /// The directory.
+        dir: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The plugin directory could not be watched for changes.
+    #[error("watching plugin directory {}: {source}", .dir.display())]
+    WatchPluginDirectory {
+        /// The directory.
+        dir: PathBuf,
+        /// The watcher's error.
+        #[source]
+        source: notify::Error,
+    },
+    /// The WebAssembly engine could not be built.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// The lease driver ended before it was asked to.
+    #[error("the lease driver stopped unexpectedly")]
+    DriverStopped,
+    /// The lease driver panicked.
+    #[error("the lease driver panicked: {0}")]
+    DriverPanicked(#[source] JoinError),
+}
+
+/// How [`App::shutdown`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    /// Every lease was released after its plugins stopped.
+    Released,
+    /// The grace period ran out first; the leases left will expire on their own.
+    GraceElapsed,
+}
+
+/// One running host.
+#[derive(Debug)]
+pub struct App {
+    /// Where `/status` and `/metrics` are served.
+    addr: SocketAddr,
+    /// Each lease's leadership, as the driver publishes it.
+    leases: Arc<Leases>,
+    /// What `/status` shows of each plugin; `None` without a plugin directory.
+    plugins: Option<StatusBoard>,
+    /// Every metric this host records.
+    metrics: Arc<Metrics>,
+    /// The root of the cancellation tree: cancelling it ends every term and releases every lease.
+    root: CancellationToken,
+    /// Stops the HTTP server, after the leases are released (so `/status` shows the release).
+    http_stop: CancellationToken,
+    /// The HTTP server.
+    http: JoinHandle<std::io::Result<()>>,
+    /// The lease driver: it returns once every lease is released.
+    driver: JoinHandle<()>,
+    /// The plugin set's sender: the directory watcher publishes through a clone, and the
+    /// supervisor stops when every sender is gone.
+    _plugin_set: Option<watch::Sender<Arc<PluginSet>>>,
+}
+
+impl App {
+    /// Opens the store, loads the plugins, binds HTTP and starts campaigning.
+    pub async fn start(config: Config) -> Result<App, AppError> {
+        let holder = HolderId::generate(&config.replica_id);
+        let store = open_store(
+            &config.database_url,
+            config.connect_timeout,
+            config.timing.store_timeout,
+        )
+        .await?;
+        let listener = TcpListener::bind(config.http)
+            .await
+            .map_err(|source| AppError::Listen {
+                addr: config.http,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| AppError::Listen {
+            addr: config.http,
+            source,
+        })?;
+        info!(
+            holder = %holder,
+            store = %config.database_url,
+            leases = ?config.leases,
+            ttl = ?config.timing.ttl,
+            "leasehold starting"
+        );
+
+        let root = CancellationToken::new();
+        let metrics = Metrics::new();
+        let (driver, leases) = Driver::new(
+            store,
+            holder,
+            config.timing,
+            config.leases.iter().map(|l| l.to_string()),
+            root.clone(),
+        );
+        let driver = driver.with_metrics(metrics.clone());
+        let tasks = TaskTracker::new();
+        // Plugins are compiled and pre-linked before the first campaign, so that an acquisition
+        // only has to instantiate them.
+        let (plugins, plugin_set) = match &config.plugins {
+            Some(dir) => {
+                let (supervisor, set) =
+                    start_plugins(dir, &config, leases.clone(), metrics.clone(), &root)?;
+                let board = supervisor.board().clone();
+                tasks.spawn(supervisor.run(root.clone()));
+                (Some(board), Some(set))
+            }
+            None => (None, None),
+        };
+        let http_stop = CancellationToken::new();
+        let state = AppState {
+            leases: leases.clone(),
+            plugins: plugins.clone(),
+            metrics: metrics.clone(),
+        };
+        // Logged only now: until the plugins are loaded a request would wait unanswered, and
+        // scripts take this line to mean "ready to be asked".
+        info!(addr = %addr, "http listening");
+        let http = tasks.spawn(crate::http::serve(listener, state, http_stop.clone()));
+        let driver = tasks.spawn(driver.run());
+        tasks.close();
+        Ok(App {
+            addr,
+            leases,
+            plugins,
+            metrics,
+            root,
+            http_stop,
+            http,
+            driver,
+            _plugin_set: plugin_set,
+        })
+    }
+
+    /// The bound HTTP address (the configured one, with port 0 resolved).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Each lease's leadership.
+    pub fn leases(&self) -> &Arc<Leases> {
+        &self.leases
+    }
+
+    /// What `/status` shows of each plugin, when a plugin directory is configured.
+    pub fn plugins(&self) -> Option<&StatusBoard> {
+        self.plugins.as_ref()
+    }
+
+    /// Every metric this host records.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Resolves only if the lease driver ends on its own (it never should before
+    /// [`App::shutdown`]): the host has stopped working and should exit.
+    pub async fn failed(&mut self) -> AppError {
+        match (&mut self.driver).await {
+            Ok(()) => AppError::DriverStopped,
+            Err(e) => AppError::DriverPanicked(e),
+        }
+    }
+
+    /// Ends every term (plugins stopped first) and releases every lease, waiting at most `grace`;
+    /// then stops the HTTP server.
+    pub async fn shutdown(mut self, grace: Duration) -> Result<Shutdown, AppError> {
+        self.root.cancel();
+        let outcome = tokio::select! {
+            r = &mut self.driver => match r {
+                Ok(()) => {
+                    info!("all leases released");
+                    Ok(Shutdown::Released)
+                }
+                Err(e) => Err(AppError::DriverPanicked(e)),
+            },
+            _ = tokio::time::sleep(grace) => {
+                error!(?grace, "shutdown grace elapsed before every lease was released");
+                Ok(Shutdown::GraceElapsed)
+            }
+        };
+        self.http_stop.cancel();
+        if tokio::time::timeout(Duration::from_secs(1), &mut self.http)
+            .await
+            .is_err()
+        {
+            warn!("the HTTP server did not stop within 1s");
+        }
+        outcome
+    }
+}
+
+/// Builds the runtime, loads the plugin directory and returns the supervisor to run.
+fn start_plugins(
+    dir: &Path,
+    config: &Config,
+    leases: Arc<Leases>,
+    metrics: Arc<Metrics>,
+    root: &CancellationToken,
+) -> Result<(Supervisor, watch::Sender<Arc<PluginSet>>), AppError> {
+    if !dir.is_dir() {
+        return Err(AppError::NoPluginDirectory(dir.to_path_buf()));
+    }
+    let options = EngineOptions {
+        fuel: config.fuel,
+        ..EngineOptions::default()
+    };
+    let runtime = Runtime::new(options, &config.cache_dir, metrics)?;
+    let capabilities = Capabilities::new(config.database_url.clone(), config.timing.store_timeout);
+    let set = crate::plugin::scan(dir, &runtime, &capabilities, &PluginSet::default()).map_err(
+        |source| AppError::ReadPluginDirectory {
+            dir: dir.to_path_buf(),
+            source,
+        },
+    )?;
+    for entry in set.values().filter(|e| e.loaded.is_ok()) {
+        if !config.leases.contains(&entry.manifest.lease) {
+            warn!(plugin = %entry.name, lease = %entry.manifest.lease, "plugin bound to a lease this replica does not campaign for: it will stay idle");
+        }
+    }
+    info!(dir = %dir.display(), plugins = set.len(), allocator = ?runtime.allocator(), "plugins loaded");
+    let (tx, rx) = watch::channel(Arc::new(set));
+    crate::plugin::watch::spawn(
+        dir.to_path_buf(),
+        runtime.clone(),
+        capabilities.clone(),
+        tx.clone(),
+        root.clone(),
+    )
+    .map_err(|source| AppError::WatchPluginDirectory {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
+    Ok((Supervisor::new(runtime, leases, capabilities, rx), tx))
+}
