@@ -25,7 +25,7 @@ use crate::lease::{Driver, HolderId, Leases, StoreError, open_store};
 use crate::metrics::Metrics;
 use crate::plugin::PluginSet;
 use crate::runtime::engine::EngineOptions;
-use crate::runtime::{Runtime, RuntimeError};
+use crate::runtime::{EngineError, Runtime};
 use crate::supervisor::Supervisor;
 use crate::supervisor::status::StatusBoard;
 
@@ -67,7 +67,7 @@ pub enum AppError {
     },
     /// The WebAssembly engine could not be built.
     #[error(transparent)]
-    Runtime(#[from] RuntimeError),
+    Engine(#[from] EngineError),
     /// The lease driver ended before it was asked to.
     #[error("the lease driver stopped unexpectedly")]
     DriverStopped,

@@ -9,19 +9,20 @@
 //! Each module may use the modules listed before it and never one listed after it, so the
 //! dependencies run one way (`host/tests/layers.rs` fails on an upward import):
 //!
-//! 1. [`metrics`]: the Prometheus metrics the lease driver and the runtime record;
-//! 2. [`lease`]: lease rows and names, the stores that keep them, the coordinator state machine
+//! 1. [`report`]: one line from an error and its causes;
+//! 2. [`metrics`]: the Prometheus metrics the lease driver and the runtime record;
+//! 3. [`lease`]: lease rows and names, the stores that keep them, the coordinator state machine
 //!    and its driver;
-//! 3. [`manifest`]: what a plugin's `NAME.toml` declares (lease, schedule, limits, grants);
-//! 4. [`capability`]: what plugins may be granted: fenced kv, sql, events;
-//! 5. [`runtime`]: the WebAssembly engine, compiled components, stores and guarded calls;
-//! 6. [`plugin`]: the plugin directory: loading files and watching for changes;
-//! 7. [`supervisor`]: plugins bound to the lifecycle of their lease;
-//! 8. [`http`]: `/healthz`, `/readyz`, `/status` and `/metrics`;
-//! 9. [`config`]: the settings of `leasehold run`, from file, environment and flags;
-//! 10. [`app`]: the composition root: one running host, started from a config and shut down in
+//! 4. [`manifest`]: what a plugin's `NAME.toml` declares (lease, schedule, limits, grants);
+//! 5. [`capability`]: what plugins may be granted: fenced kv, sql, events;
+//! 6. [`runtime`]: the WebAssembly engine, compiled components, stores and guarded calls;
+//! 7. [`plugin`]: the plugin directory: loading files and watching for changes;
+//! 8. [`supervisor`]: plugins bound to the lifecycle of their lease;
+//! 9. [`http`]: `/healthz`, `/readyz`, `/status` and `/metrics`;
+//! 10. [`config`]: the settings of `leasehold run`, from file, environment and flags;
+//! 11. [`app`]: the composition root: one running host, started from a config and shut down in
 //!     order;
-//! 11. [`cli`]: the command line (`run`, `check`, `leases`, …): flags, signals and exit codes.
+//! 12. [`cli`]: the command line (`run`, `check`, `leases`, …): flags, signals and exit codes.
 
 pub mod app;
 pub mod capability;
@@ -32,5 +33,6 @@ pub mod lease;
 pub mod manifest;
 pub mod metrics;
 pub mod plugin;
+pub mod report;
 pub mod runtime;
 pub mod supervisor;

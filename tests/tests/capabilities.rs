@@ -586,18 +586,21 @@ async fn past_the_deadline_writes_are_refused_without_touching_a_database() {
 #[test]
 fn a_grant_names_its_variable_and_never_its_value() {
     let secret = "postgres://app:hunter2-secret@db.example:5432/app";
-    let missing = SqlGrant::resolve("p", &spec("APP_URL"), |_| None).unwrap_err();
+    let line = |e: leasehold::capability::GrantError| leasehold::report::chain(&e);
+    let missing = line(SqlGrant::resolve("p", &spec("APP_URL"), |_| None).unwrap_err());
     assert!(missing.contains("APP_URL"), "{missing}");
     let sqlite =
-        SqlGrant::resolve("p", &spec("APP_URL"), |_| Some("sqlite:x.db".into())).unwrap_err();
+        line(SqlGrant::resolve("p", &spec("APP_URL"), |_| Some("sqlite:x.db".into())).unwrap_err());
     assert!(sqlite.contains("PostgreSQL"), "{sqlite}");
     let grant = SqlGrant::resolve("p", &spec("APP_URL"), |_| Some(secret.into())).unwrap();
     let shown = format!("{grant:?}");
     assert!(!shown.contains("hunter2"), "{shown}");
-    let bad = SqlGrant::resolve("p", &spec("APP_URL"), |_| {
-        Some("postgres://app:hunter2-secret@db.example:notaport/app".into())
-    })
-    .unwrap_err();
+    let bad = line(
+        SqlGrant::resolve("p", &spec("APP_URL"), |_| {
+            Some("postgres://app:hunter2-secret@db.example:notaport/app".into())
+        })
+        .unwrap_err(),
+    );
     assert!(!bad.contains("hunter2"), "{bad}");
 }
 

@@ -163,6 +163,56 @@ impl Capabilities {
     }
 }
 
+/// Why a manifest's grants could not be resolved; each variant names the manifest key at fault
+/// and never the value of a secret.
+#[derive(Debug, thiserror::Error)]
+pub enum GrantError {
+    /// The variable the sql grant names is not set.
+    #[error("[grants.sql] database_url_env = {env:?}: the host's environment has no {env}")]
+    MissingEnv {
+        /// The variable.
+        env: String,
+    },
+    /// The variable's value is not a database URL.
+    #[error("[grants.sql] database_url_env = {env:?}")]
+    Url {
+        /// The variable.
+        env: String,
+        /// Why the URL was refused (it never holds the password).
+        #[source]
+        source: crate::lease::UrlError,
+    },
+    /// The variable names a database other than PostgreSQL.
+    #[error(
+        "[grants.sql] database_url_env = {env:?}: {url} is not a PostgreSQL URL; the sql capability needs PostgreSQL"
+    )]
+    NotPostgres {
+        /// The variable.
+        env: String,
+        /// The URL, password redacted.
+        url: String,
+    },
+    /// The driver refused the URL's options.
+    #[error("[grants.sql] {env} ({url})")]
+    Options {
+        /// The variable.
+        env: String,
+        /// The URL, password redacted.
+        url: String,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The lease database's URL could not be used to listen for events.
+    #[error("[events]")]
+    EventsOptions(#[source] sqlx::Error),
+    /// Events were asked for on a SQLite lease database with no sql grant to listen on.
+    #[error(
+        "[events] needs PostgreSQL: the lease database is SQLite and the plugin has no [grants.sql] to listen on"
+    )]
+    EventsNeedPostgres,
+}
+
 /// What one plugin file was granted by its manifest.
 #[derive(Debug, Clone, Default)]
 pub struct Grants {
@@ -182,7 +232,7 @@ impl Grants {
         manifest: &Manifest,
         host: &Capabilities,
         env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Grants, String> {
+    ) -> Result<Grants, GrantError> {
         let sql = match &manifest.grants.sql {
             None => None,
             Some(spec) => Some(Arc::new(sql::SqlGrant::resolve(plugin, spec, env)?)),
@@ -196,11 +246,11 @@ impl Grants {
                     format!("the database of {}", grant.spec().database_url_env),
                 ),
                 (None, DatabaseUrl::Postgres(raw)) => (
-                    PgConnectOptions::from_str(raw).map_err(|e| format!("[events]: {e}"))?,
+                    PgConnectOptions::from_str(raw).map_err(GrantError::EventsOptions)?,
                     "the lease database".to_string(),
                 ),
                 (None, DatabaseUrl::Sqlite { .. }) => {
-                    return Err("[events] needs PostgreSQL: the lease database is SQLite and the plugin has no [grants.sql] to listen on".into());
+                    return Err(GrantError::EventsNeedPostgres);
                 }
             };
             Some(Arc::new(events::EventSource::new(

@@ -192,7 +192,7 @@ pub fn main() -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("leasehold: error: {e}");
+            eprintln!("leasehold: error: {}", crate::report::chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -274,12 +274,15 @@ pub fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(error) => {
+            let line = crate::report::chain(&error);
             if args.json {
-                let report =
-                    serde_json::json!({ "file": file, "ok": false, "error": error.to_string() });
+                let causes = crate::report::causes(&error);
+                let report = serde_json::json!({
+                    "file": file, "ok": false, "error": line, "causes": causes,
+                });
                 println!("{report}");
             } else {
-                eprintln!("leasehold: error: {error}");
+                eprintln!("leasehold: error: {line}");
             }
             Ok(ExitCode::FAILURE)
         }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
+use super::error::LoadError;
 use crate::capability::{Capabilities, Grants};
 use crate::manifest::Manifest;
 use crate::runtime::{Loaded, Runtime, World};
@@ -21,7 +22,7 @@ pub struct PluginEntry {
     /// The manifest (defaults when there is no `.toml`, or when it did not parse).
     pub manifest: Manifest,
     /// The pre-linked component, or why the file or its manifest did not load.
-    pub loaded: Result<Loaded, String>,
+    pub loaded: Result<Loaded, LoadError>,
     /// What the manifest grants, resolved (empty when the plugin is invalid).
     pub grants: Grants,
     /// Hash of the component and manifest bytes: a change means the plugin was replaced.
@@ -78,7 +79,10 @@ pub fn scan(
         let manifest_text = match std::fs::read(&manifest_path) {
             Ok(bytes) => Ok(Some(bytes)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("{}: cannot read: {e}", manifest_path.display())),
+            Err(source) => Err(LoadError::ReadManifest {
+                path: manifest_path.clone(),
+                source,
+            }),
         };
         let mut hasher = Sha256::new();
         hasher.update(&wasm);
@@ -105,7 +109,11 @@ pub fn scan(
                 plugin = %entry.name, lease = %entry.manifest.lease, world = l.prepared.world().name(),
                 cache = ?l.cache, load_time = ?l.load_time, "plugin loaded"
             ),
-            Err(reason) => tracing::error!(plugin = %entry.name, "invalid plugin: {reason}"),
+            Err(error) => tracing::error!(
+                plugin = %entry.name,
+                "invalid plugin: {}",
+                crate::report::chain(error)
+            ),
         }
         set.insert(name, Arc::new(entry));
     }
@@ -119,57 +127,20 @@ fn load_one(
     name: String,
     path: PathBuf,
     manifest_path: &Path,
-    manifest_text: Result<Option<Vec<u8>>, String>,
+    manifest_text: Result<Option<Vec<u8>>, LoadError>,
     wasm: &[u8],
     digest: String,
 ) -> PluginEntry {
-    let manifest = match manifest_text {
-        Err(reason) => Err(reason),
-        Ok(None) => Ok(Manifest::defaults()),
-        Ok(Some(bytes)) => match String::from_utf8(bytes) {
-            Ok(text) => Manifest::parse(&manifest_path.display().to_string(), &text)
-                .map_err(|e| e.to_string()),
-            Err(_) => Err(format!("{}: not UTF-8 text", manifest_path.display())),
-        },
-    };
-    let (manifest, loaded) = match manifest {
+    let (manifest, loaded) = match read_manifest(manifest_path, manifest_text) {
         Ok(m) => {
-            let loaded = runtime
-                .load_bytes(&path.display().to_string(), wasm)
-                .map_err(|e| e.to_string());
-            let loaded = loaded.and_then(|l| {
-                if m.limits.fuel.is_some() && !runtime.meters_fuel() {
-                    Err(format!(
-                        "{}: limits.fuel is set but this host does not meter fuel",
-                        manifest_path.display()
-                    ))
-                } else {
-                    Ok(l)
-                }
-            });
+            let loaded =
+                load_component(runtime, capabilities, &name, &path, manifest_path, &m, wasm);
             (m, loaded)
         }
         Err(e) => (Manifest::defaults(), Err(e)),
     };
-    let shown = manifest_path.display();
-    let granted = loaded.as_ref().map_err(Clone::clone).and_then(|l| {
-        let world = l.prepared.world();
-        let asks = manifest.grants.kv || manifest.grants.sql.is_some() || !manifest.events.is_empty();
-        if world == World::HealthCheck && asks {
-            return Err(format!(
-                "{shown}: [grants] and [events] are for reconcilers; a health-check cannot use them"
-            ));
-        }
-        if !manifest.events.is_empty() && world != World::EventReconciler {
-            return Err(format!(
-                "{shown}: [events] lists channels but the plugin does not export handle-event (build it as an event-reconciler, e.g. with the SDK's export_event_reconciler!)"
-            ));
-        }
-        Grants::resolve(&name, &manifest, capabilities, |k| std::env::var(k).ok())
-            .map_err(|e| format!("{shown}: {e}"))
-    });
-    let (loaded, grants) = match granted {
-        Ok(grants) => (loaded, grants),
+    let (loaded, grants) = match loaded {
+        Ok((loaded, grants)) => (Ok(loaded), grants),
         Err(e) => (Err(e), Grants::default()),
     };
     PluginEntry {
@@ -180,4 +151,52 @@ fn load_one(
         grants,
         digest,
     }
+}
+
+/// The manifest, or the defaults when there is no `.toml`.
+fn read_manifest(
+    path: &Path,
+    text: Result<Option<Vec<u8>>, LoadError>,
+) -> Result<Manifest, LoadError> {
+    match text? {
+        None => Ok(Manifest::defaults()),
+        Some(bytes) => {
+            let text = String::from_utf8(bytes).map_err(|_| LoadError::ManifestNotUtf8 {
+                path: path.to_path_buf(),
+            })?;
+            Ok(Manifest::parse(&path.display().to_string(), &text)?)
+        }
+    }
+}
+
+/// The component, checked against what its manifest asks for, and its grants resolved.
+fn load_component(
+    runtime: &Runtime,
+    capabilities: &Capabilities,
+    name: &str,
+    path: &Path,
+    manifest_path: &Path,
+    manifest: &Manifest,
+    wasm: &[u8],
+) -> Result<(Loaded, Grants), LoadError> {
+    let at_fault = || manifest_path.to_path_buf();
+    let loaded = runtime.load_bytes(&path.display().to_string(), wasm)?;
+    if manifest.limits.fuel.is_some() && !runtime.meters_fuel() {
+        return Err(LoadError::FuelNotMetered { path: at_fault() });
+    }
+    let world = loaded.prepared.world();
+    let asks = manifest.grants.kv || manifest.grants.sql.is_some() || !manifest.events.is_empty();
+    if world == World::HealthCheck && asks {
+        return Err(LoadError::GrantsOnHealthCheck { path: at_fault() });
+    }
+    if !manifest.events.is_empty() && world != World::EventReconciler {
+        return Err(LoadError::EventsWithoutHandler { path: at_fault() });
+    }
+    let grants = Grants::resolve(name, manifest, capabilities, |k| std::env::var(k).ok()).map_err(
+        |source| LoadError::Grant {
+            path: at_fault(),
+            source,
+        },
+    )?;
+    Ok((loaded, grants))
 }

@@ -107,7 +107,7 @@ impl Supervisor {
         for entry in set.values() {
             let (world, state, last_error) = match &entry.loaded {
                 Ok(l) => (Some(l.prepared.world()), PluginState::Idle, None),
-                Err(e) => (None, PluginState::Invalid, Some(e.clone())),
+                Err(e) => (None, PluginState::Invalid, Some(crate::report::chain(e))),
             };
             let lease = entry.manifest.lease.to_string();
             let status = match known.get(&entry.name) {

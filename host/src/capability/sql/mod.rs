@@ -39,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::fence::{self, Fence};
 use super::{Capabilities, CapabilityError};
+use crate::capability::GrantError;
 use crate::lease::{DatabaseUrl, Term};
 use crate::manifest::SqlGrantSpec;
 use identity::{Identity, LeaseDatabase, Unidentified};
@@ -108,20 +109,24 @@ impl SqlGrant {
         plugin: &str,
         spec: &SqlGrantSpec,
         env_lookup: impl Fn(&str) -> Option<String>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, GrantError> {
         let env = &spec.database_url_env;
-        let raw = env_lookup(env).ok_or_else(|| {
-            format!("[grants.sql] database_url_env = {env:?}: the host's environment has no {env}")
+        let raw = env_lookup(env).ok_or_else(|| GrantError::MissingEnv { env: env.clone() })?;
+        let url = DatabaseUrl::parse(&raw).map_err(|source| GrantError::Url {
+            env: env.clone(),
+            source,
         })?;
-        let url = DatabaseUrl::parse(&raw)
-            .map_err(|e| format!("[grants.sql] database_url_env = {env:?}: {e}"))?;
         let DatabaseUrl::Postgres(raw) = &url else {
-            return Err(format!(
-                "[grants.sql] database_url_env = {env:?}: {url} is not a PostgreSQL URL; the sql capability needs PostgreSQL"
-            ));
+            return Err(GrantError::NotPostgres {
+                env: env.clone(),
+                url: url.to_string(),
+            });
         };
-        let options = PgConnectOptions::from_str(raw)
-            .map_err(|e| format!("[grants.sql] {env} ({url}): {e}"))?;
+        let options = PgConnectOptions::from_str(raw).map_err(|source| GrantError::Options {
+            env: env.clone(),
+            url: url.to_string(),
+            source,
+        })?;
         let timeout = spec.statement_timeout.as_millis().to_string();
         let idle = IDLE_IN_TRANSACTION_TIMEOUT.as_millis().to_string();
         let suffix: u32 = rand::random();
