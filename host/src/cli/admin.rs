@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -13,7 +14,7 @@ use tracing::warn;
 
 use super::{ListArgs, RunArgs};
 use crate::config::{Config, ConfigFile};
-use crate::lease::{DatabaseUrl, RawUrl, open_store};
+use crate::lease::{DatabaseUrl, LeaseStore, RawUrl, open_store};
 
 /// Flags of `leasehold leases release`.
 #[derive(Debug, Args)]
@@ -53,13 +54,7 @@ pub struct MigrateArgs {
 
 /// `leasehold migrate`: opening the store applies every pending migration.
 pub async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
-    let url = database_url(args.database_url)?;
-    open_store(
-        &url,
-        crate::config::DEFAULT_CONNECT_TIMEOUT,
-        crate::lease::Timing::default().store_timeout,
-    )
-    .await?;
+    let (url, _store) = open(args.database_url).await?;
     println!("{url}: the lease schema is up to date");
     Ok(ExitCode::SUCCESS)
 }
@@ -74,11 +69,20 @@ pub struct ConfigCheckArgs {
     pub run: RunArgs,
 }
 
-fn database_url(raw: Option<RawUrl>) -> anyhow::Result<DatabaseUrl> {
-    Ok(match raw {
+/// The store an admin command works on (the default SQLite file when no URL is given), opened
+/// with the defaults of `leasehold run`: its schema is created or migrated on the way.
+async fn open(raw: Option<RawUrl>) -> anyhow::Result<(DatabaseUrl, Arc<dyn LeaseStore>)> {
+    let url = match raw {
         Some(raw) => DatabaseUrl::parse(raw.expose())?,
         None => DatabaseUrl::default_sqlite(),
-    })
+    };
+    let store = open_store(
+        &url,
+        crate::config::DEFAULT_CONNECT_TIMEOUT,
+        crate::lease::Timing::default().store_timeout,
+    )
+    .await?;
+    Ok((url, store))
 }
 
 /// `leasehold leases release NAME --force`.
@@ -89,13 +93,7 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<ExitCode> {
             args.name
         );
     }
-    let url = database_url(args.database_url)?;
-    let store = open_store(
-        &url,
-        crate::config::DEFAULT_CONNECT_TIMEOUT,
-        crate::lease::Timing::default().store_timeout,
-    )
-    .await?;
+    let (url, store) = open(args.database_url).await?;
     match store.force_release(&args.name).await? {
         Some((holder, epoch)) => {
             warn!(lease = %args.name, holder = %holder, epoch, store = %url, "lease force-released by an operator: expired now, epoch kept");
@@ -223,13 +221,7 @@ pub fn config_check(args: ConfigCheckArgs) -> anyhow::Result<ExitCode> {
 
 /// `leasehold leases list`.
 pub async fn list(args: ListArgs) -> anyhow::Result<()> {
-    let url = database_url(args.database_url)?;
-    let store = open_store(
-        &url,
-        crate::config::DEFAULT_CONNECT_TIMEOUT,
-        crate::lease::Timing::default().store_timeout,
-    )
-    .await?;
+    let (_, store) = open(args.database_url).await?;
     let mut out = std::io::stdout().lock();
     let mut after = args.after;
     let mut remaining = args.limit.unwrap_or(u64::MAX);
