@@ -25,7 +25,7 @@ use crate::lease::{Driver, HolderId, Leases, StoreError, open_store};
 use crate::metrics::Metrics;
 use crate::plugin::PluginSet;
 use crate::runtime::engine::EngineOptions;
-use crate::runtime::{EngineError, Runtime};
+use crate::runtime::{ComponentError, EngineError, Loaded, Runtime};
 use crate::supervisor::Supervisor;
 use crate::supervisor::status::StatusBoard;
 
@@ -240,6 +240,17 @@ impl App {
         }
         outcome
     }
+}
+
+/// `leasehold check`: loads one component file as `run` would (default engine, the shared
+/// compile cache). The outer error is the engine's; the inner one says what is wrong with the file.
+pub fn check_component(path: &Path) -> Result<Result<Loaded, ComponentError>, AppError> {
+    let runtime = Runtime::new(
+        EngineOptions::default(),
+        &crate::runtime::cache::default_dir(),
+        Metrics::new(),
+    )?;
+    Ok(runtime.load_file(path))
 }
 
 /// Builds the runtime, loads the plugin directory and returns the supervisor to run.

@@ -250,14 +250,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
 /// `leasehold check`: exit 0 only for a loadable plugin.
 pub fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    use crate::runtime::{Runtime, WIT_PACKAGE, cache, engine::EngineOptions};
-    let runtime = Runtime::new(
-        EngineOptions::default(),
-        &cache::default_dir(),
-        crate::metrics::Metrics::new(),
-    )?;
+    use crate::runtime::WIT_PACKAGE;
     let file = args.file.display().to_string();
-    match runtime.load_file(&args.file) {
+    match crate::app::check_component(&args.file)? {
         Ok(loaded) => {
             let world = loaded.prepared.world();
             if args.json {
