@@ -1,10 +1,12 @@
 //! The settings of `leasehold run`: defaults, then the TOML file, then `LEASEHOLD_*` environment
-//! variables and flags (clap reads those two), each layer overriding the one before.
+//! variables and flags (clap reads those two), each layer overriding the one before. The file and
+//! the flags are the same type, [`Layer`], so a setting is declared once for both.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use clap::Args;
 use serde::Deserialize;
 
 use crate::lease::identity::default_replica_id;
@@ -56,73 +58,136 @@ pub enum ConfigError {
     ReplicaId(String),
 }
 
-/// The `[timing]` table; every key optional, missing ones derived from the ttl.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// The `[timing]` table of a [`Layer`]; every key optional, missing ones derived from the ttl.
+/// Only the ttl is also a flag (`--ttl`); the other keys are set in the file alone.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Args)]
 #[serde(deny_unknown_fields)]
-pub struct TimingFile {
-    /// Lease ttl (default 15s), a whole number of milliseconds.
+pub struct TimingLayer {
+    /// Lease ttl, e.g. 15s or 500ms [default: 15s]; the other intervals derive from it.
+    // Whole milliseconds only (`Timing::validate`). After `--lease` in `--help`: see `Layer`.
     #[serde(default, with = "humantime_serde")]
+    #[arg(
+        long,
+        env = "LEASEHOLD_TTL",
+        value_parser = humantime::parse_duration,
+        display_order = 5
+    )]
     pub ttl: Option<Duration>,
     /// Renewal interval (default ttl/3).
     #[serde(default, with = "humantime_serde")]
+    #[arg(skip)]
     pub renew_interval: Option<Duration>,
     /// Retry interval after a failed renewal (default ttl/15).
     #[serde(default, with = "humantime_serde")]
+    #[arg(skip)]
     pub retry_interval: Option<Duration>,
     /// Standby poll interval (default ttl/5, plus up to 20% jitter).
     #[serde(default, with = "humantime_serde")]
+    #[arg(skip)]
     pub poll_interval: Option<Duration>,
     /// Safety margin subtracted from the ttl (default max(2% of ttl, 250ms), at most ttl/4); at
     /// least max(10ms, 1% of ttl) and at most ttl/2 when set.
     #[serde(default, with = "humantime_serde")]
+    #[arg(skip)]
     pub margin: Option<Duration>,
     /// Timeout of each store call (default ttl/5).
     #[serde(default, with = "humantime_serde")]
+    #[arg(skip)]
     pub store_timeout: Option<Duration>,
 }
 
-/// The `[runtime]` table: the WebAssembly engine.
-#[derive(Debug, Clone, Default, Deserialize)]
+impl TimingLayer {
+    /// Whether this layer sets `field`, spelled as in [`TimingError::field`].
+    fn sets(&self, field: &str) -> bool {
+        match field {
+            "ttl" => self.ttl.is_some(),
+            "renew_interval" => self.renew_interval.is_some(),
+            "retry_interval" => self.retry_interval.is_some(),
+            "poll_interval" => self.poll_interval.is_some(),
+            "margin" => self.margin.is_some(),
+            "store_timeout" => self.store_timeout.is_some(),
+            _ => false,
+        }
+    }
+}
+
+/// The `[runtime]` table of a [`Layer`]: the WebAssembly engine. File only.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RuntimeFile {
+pub struct RuntimeLayer {
     /// Meter fuel: every call gets a budget (`limits.fuel`, else the runtime's default). On by
     /// default so a runaway guest ends on fuel as well as on its deadline; `false` saves the
     /// ~18% it costs in tight loops.
     pub fuel: Option<bool>,
 }
 
-/// The config file, as written by an operator. Every key is optional.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// One layer of settings, every key optional: the config file as an operator writes it, or the
+/// flags and `LEASEHOLD_*` variables of `leasehold run` (clap reads both). The doc line of each
+/// flag is its `--help` text; keys without a flag are `#[arg(skip)]`.
+// The field order is the file's: serde lists it when it refuses an unknown key. `--help` keeps
+// its own order through `display_order`; a new flag needs one too, or it collides with these.
+#[derive(Debug, Clone, Default, Deserialize, Args)]
 #[serde(deny_unknown_fields)]
-pub struct ConfigFile {
-    /// `postgres://…` or `sqlite:PATH`.
+pub struct Layer {
+    /// postgres://USER@HOST/DB or sqlite:PATH [default: sqlite:./leasehold.db].
+    // Usually carries a password: `--help` must not echo the variable.
+    #[arg(
+        long,
+        env = "LEASEHOLD_DATABASE_URL",
+        hide_env_values = true,
+        display_order = 1
+    )]
     pub database_url: Option<RawUrl>,
-    /// The replica id; a random suffix is added per process start.
+    /// Replica id [default: $HOSTNAME]; a random suffix is added per process start.
+    #[arg(long, env = "LEASEHOLD_REPLICA_ID", display_order = 2)]
     pub replica_id: Option<String>,
-    /// Address of the HTTP endpoint.
+    /// Address for /healthz and /status [default: 127.0.0.1:9464]; port 0 picks a free port.
+    #[arg(long, env = "LEASEHOLD_HTTP", display_order = 3)]
     pub http: Option<SocketAddr>,
-    /// Leases to campaign for.
+    /// A lease to campaign for; repeat for several [default: leader].
+    #[arg(
+        long = "lease",
+        env = "LEASEHOLD_LEASES",
+        value_delimiter = ',',
+        display_order = 4
+    )]
     pub leases: Option<Vec<String>>,
-    /// How long an ordered shutdown may take before the process exits anyway.
+    /// How long the ordered release on SIGTERM may take [default: 20s].
     #[serde(default, with = "humantime_serde")]
+    #[arg(
+        long,
+        env = "LEASEHOLD_SHUTDOWN_GRACE",
+        value_parser = humantime::parse_duration,
+        display_order = 7
+    )]
     pub shutdown_grace: Option<Duration>,
-    /// How long the first database connection may take at start-up.
+    /// How long the first database connection may take at start-up [default: 5s].
     #[serde(default, with = "humantime_serde")]
+    #[arg(
+        long,
+        env = "LEASEHOLD_CONNECT_TIMEOUT",
+        value_parser = humantime::parse_duration,
+        display_order = 8
+    )]
     pub connect_timeout: Option<Duration>,
-    /// The plugin directory (`NAME.wasm` + optional `NAME.toml`).
+    /// Plugin directory: NAME.wasm components with optional NAME.toml manifests.
+    #[arg(long, env = "LEASEHOLD_PLUGINS", display_order = 6)]
     pub plugins: Option<PathBuf>,
-    /// Where compiled components are cached.
+    /// Where compiled components are cached [default: $XDG_CACHE_HOME/leasehold/components].
+    #[arg(long, env = "LEASEHOLD_CACHE_DIR", display_order = 9)]
     pub cache_dir: Option<PathBuf>,
-    /// The lease timing.
+    /// The lease timing; its `ttl` is also `--ttl`.
     #[serde(default)]
-    pub timing: TimingFile,
+    #[command(flatten)]
+    pub timing: TimingLayer,
     /// The WebAssembly engine.
     #[serde(default)]
-    pub runtime: RuntimeFile,
+    #[arg(skip)]
+    pub runtime: RuntimeLayer,
 }
 
-impl ConfigFile {
-    /// Reads and parses `path`.
+impl Layer {
+    /// Reads and parses the config file at `path`.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
@@ -133,29 +198,6 @@ impl ConfigFile {
             message: e.to_string(),
         })
     }
-}
-
-/// Values given on the command line or in the environment; they override the file.
-#[derive(Debug, Clone, Default)]
-pub struct Overrides {
-    /// `--database-url` / `LEASEHOLD_DATABASE_URL`.
-    pub database_url: Option<RawUrl>,
-    /// `--replica-id` / `LEASEHOLD_REPLICA_ID`.
-    pub replica_id: Option<String>,
-    /// `--http` / `LEASEHOLD_HTTP`.
-    pub http: Option<SocketAddr>,
-    /// `--lease` (repeatable) / `LEASEHOLD_LEASES` (comma-separated).
-    pub leases: Vec<String>,
-    /// `--ttl` / `LEASEHOLD_TTL`.
-    pub ttl: Option<Duration>,
-    /// `--plugins` / `LEASEHOLD_PLUGINS`.
-    pub plugins: Option<PathBuf>,
-    /// `--shutdown-grace` / `LEASEHOLD_SHUTDOWN_GRACE`.
-    pub shutdown_grace: Option<Duration>,
-    /// `--connect-timeout` / `LEASEHOLD_CONNECT_TIMEOUT`.
-    pub connect_timeout: Option<Duration>,
-    /// `--cache-dir` / `LEASEHOLD_CACHE_DIR`.
-    pub cache_dir: Option<PathBuf>,
 }
 
 /// The effective configuration of `leasehold run`.
@@ -236,13 +278,14 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Config {
-    /// Merges defaults, the file and the overrides, and validates the result.
-    pub fn resolve(file: ConfigFile, over: Overrides) -> Result<Config, ConfigError> {
-        let database_url = match over.database_url.or(file.database_url) {
+    /// Merges defaults, the config file and the flags (each key the flags set wins), and
+    /// validates the result.
+    pub fn resolve(file: Layer, flags: Layer) -> Result<Config, ConfigError> {
+        let database_url = match flags.database_url.or(file.database_url) {
             Some(raw) => DatabaseUrl::parse(raw.expose())?,
             None => DatabaseUrl::parse(DatabaseUrl::DEFAULT_SQLITE)?,
         };
-        let replica_id = over
+        let replica_id = flags
             .replica_id
             .or(file.replica_id)
             .unwrap_or_else(default_replica_id);
@@ -252,12 +295,10 @@ impl Config {
         {
             return Err(ConfigError::ReplicaId(replica_id));
         }
-        let leases = if !over.leases.is_empty() {
-            over.leases
-        } else {
-            file.leases
-                .unwrap_or_else(|| vec![crate::lease::name::DEFAULT_LEASE.to_string()])
-        };
+        let leases = flags
+            .leases
+            .or(file.leases)
+            .unwrap_or_else(|| vec![crate::lease::name::DEFAULT_LEASE.to_string()]);
         if leases.is_empty() {
             return Err(ConfigError::NoLeases);
         }
@@ -272,36 +313,41 @@ impl Config {
                 Ok(name)
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
-        let t = file.timing;
-        let ttl = over.ttl.or(t.ttl).unwrap_or(Timing::DEFAULT_TTL);
+        let (f, t) = (flags.timing, file.timing);
+        let ttl = f.ttl.or(t.ttl).unwrap_or(Timing::DEFAULT_TTL);
         let derived = Timing::from_ttl(ttl);
         let timing = Timing {
             ttl,
-            renew_interval: t.renew_interval.unwrap_or(derived.renew_interval),
-            retry_interval: t.retry_interval.unwrap_or(derived.retry_interval),
-            poll_interval: t.poll_interval.unwrap_or(derived.poll_interval),
-            margin: t.margin.unwrap_or(derived.margin),
-            store_timeout: t.store_timeout.unwrap_or(derived.store_timeout),
+            renew_interval: f
+                .renew_interval
+                .or(t.renew_interval)
+                .unwrap_or(derived.renew_interval),
+            retry_interval: f
+                .retry_interval
+                .or(t.retry_interval)
+                .unwrap_or(derived.retry_interval),
+            poll_interval: f
+                .poll_interval
+                .or(t.poll_interval)
+                .unwrap_or(derived.poll_interval),
+            margin: f.margin.or(t.margin).unwrap_or(derived.margin),
+            store_timeout: f
+                .store_timeout
+                .or(t.store_timeout)
+                .unwrap_or(derived.store_timeout),
         };
         timing.validate().map_err(|error| {
-            let set_in_file = match error.field {
-                "ttl" => t.ttl.is_some(),
-                "renew_interval" => t.renew_interval.is_some(),
-                "retry_interval" => t.retry_interval.is_some(),
-                "poll_interval" => t.poll_interval.is_some(),
-                "margin" => t.margin.is_some(),
-                "store_timeout" => t.store_timeout.is_some(),
-                _ => false,
-            };
             let origin = match error.field {
-                "ttl" if over.ttl.is_some() => "from --ttl or LEASEHOLD_TTL",
-                _ if set_in_file => "from the config file",
+                "ttl" if f.ttl.is_some() => "from --ttl or LEASEHOLD_TTL",
+                // Only the ttl is a flag; the other keys reach the flag layer from code alone.
+                field if f.sets(field) => "from the command line",
+                field if t.sets(field) => "from the config file",
                 "ttl" => "the default",
                 _ => "derived from the ttl; set it under [timing] in the config file",
             };
             ConfigError::Timing { error, origin }
         })?;
-        let http = match over.http.or(file.http) {
+        let http = match flags.http.or(file.http) {
             Some(addr) => addr,
             None => DEFAULT_HTTP
                 .parse()
@@ -313,21 +359,21 @@ impl Config {
             http,
             leases,
             timing,
-            shutdown_grace: over
+            shutdown_grace: flags
                 .shutdown_grace
                 .or(file.shutdown_grace)
                 .unwrap_or(DEFAULT_SHUTDOWN_GRACE),
-            connect_timeout: over
+            connect_timeout: flags
                 .connect_timeout
                 .or(file.connect_timeout)
                 .unwrap_or(DEFAULT_CONNECT_TIMEOUT),
-            plugins: over.plugins.or(file.plugins),
-            cache_dir: over
+            plugins: flags.plugins.or(file.plugins),
+            cache_dir: flags
                 .cache_dir
                 .or(file.cache_dir)
                 .unwrap_or_else(crate::runtime::cache::default_dir),
             // On by default: plugins are not trusted to stop by themselves (DESIGN §2.4).
-            fuel: file.runtime.fuel.unwrap_or(true),
+            fuel: flags.runtime.fuel.or(file.runtime.fuel).unwrap_or(true),
         })
     }
 }
@@ -338,7 +384,7 @@ mod tests {
 
     #[test]
     fn zero_config_is_sqlite_and_leader() {
-        let c = Config::resolve(ConfigFile::default(), Overrides::default()).unwrap();
+        let c = Config::resolve(Layer::default(), Layer::default()).unwrap();
         assert_eq!(c.database_url, DatabaseUrl::default_sqlite());
         assert_eq!(c.leases, vec!["leader"]);
         assert_eq!(c.http.to_string(), DEFAULT_HTTP);
@@ -347,16 +393,19 @@ mod tests {
 
     #[test]
     fn flags_override_file() {
-        let file: ConfigFile = toml::from_str(
+        let file: Layer = toml::from_str(
             "database_url = 'sqlite:/tmp/x.db'\nleases = ['a', 'b']\n[timing]\nttl = '10s'\nrenew_interval = '2s'\n",
         )
         .unwrap();
-        let over = Overrides {
-            leases: vec!["c".into()],
-            ttl: Some(Duration::from_secs(6)),
+        let flags = Layer {
+            leases: Some(vec!["c".into()]),
+            timing: TimingLayer {
+                ttl: Some(Duration::from_secs(6)),
+                ..Default::default()
+            },
             ..Default::default()
         };
-        let c = Config::resolve(file, over).unwrap();
+        let c = Config::resolve(file, flags).unwrap();
         assert_eq!(c.leases, vec!["c"]);
         assert_eq!(c.timing.ttl, Duration::from_secs(6));
         assert_eq!(c.timing.renew_interval, Duration::from_secs(2));
@@ -366,47 +415,49 @@ mod tests {
     #[test]
     fn rejects_bad_input_by_name() {
         assert!(
-            toml::from_str::<ConfigFile>("ttl = '1s'").is_err(),
+            toml::from_str::<Layer>("ttl = '1s'").is_err(),
             "unknown top-level key"
         );
-        let file: ConfigFile =
-            toml::from_str("[timing]\nttl = '2s'\nrenew_interval = '5s'\n").unwrap();
-        let e = Config::resolve(file, Overrides::default())
+        let file: Layer = toml::from_str("[timing]\nttl = '2s'\nrenew_interval = '5s'\n").unwrap();
+        let e = Config::resolve(file, Layer::default())
             .unwrap_err()
             .to_string();
         assert!(e.contains("renew_interval"), "{e}");
-        let over = Overrides {
-            leases: vec!["a b".into()],
+        let flags = Layer {
+            leases: Some(vec!["a b".into()]),
             ..Default::default()
         };
         assert!(
-            Config::resolve(ConfigFile::default(), over)
+            Config::resolve(Layer::default(), flags)
                 .unwrap_err()
                 .to_string()
                 .contains("\"a b\"")
         );
-        let over = Overrides {
-            leases: vec!["a".into(), "a".into()],
+        let flags = Layer {
+            leases: Some(vec!["a".into(), "a".into()]),
             ..Default::default()
         };
-        assert!(Config::resolve(ConfigFile::default(), over).is_err());
+        assert!(Config::resolve(Layer::default(), flags).is_err());
     }
 
     #[test]
     fn timing_errors_name_the_config_key_and_where_the_value_came_from() {
-        let file: ConfigFile = toml::from_str("[timing]\nmargin = '1ns'\n").unwrap();
-        let e = Config::resolve(file, Overrides::default())
+        let file: Layer = toml::from_str("[timing]\nmargin = '1ns'\n").unwrap();
+        let e = Config::resolve(file, Layer::default())
             .unwrap_err()
             .to_string();
         assert!(
             e.contains("timing.margin = 1ns") && e.contains("config file") && e.contains("10ms"),
             "{e}"
         );
-        let over = Overrides {
-            ttl: Some(Duration::from_millis(50)),
+        let flags = Layer {
+            timing: TimingLayer {
+                ttl: Some(Duration::from_millis(50)),
+                ..Default::default()
+            },
             ..Default::default()
         };
-        let e = Config::resolve(ConfigFile::default(), over)
+        let e = Config::resolve(Layer::default(), flags)
             .unwrap_err()
             .to_string();
         assert!(
@@ -414,9 +465,9 @@ mod tests {
             "{e}"
         );
         // A value nobody set is named as derived from the ttl, with the key that overrides it.
-        let file: ConfigFile =
+        let file: Layer =
             toml::from_str("[timing]\nttl = '3s'\nrenew_interval = '100ms'\n").unwrap();
-        let e = Config::resolve(file, Overrides::default())
+        let e = Config::resolve(file, Layer::default())
             .unwrap_err()
             .to_string();
         assert!(
@@ -427,8 +478,8 @@ mod tests {
 
     #[test]
     fn an_empty_lease_list_is_refused() {
-        let file: ConfigFile = toml::from_str("leases = []").unwrap();
-        let e = Config::resolve(file, Overrides::default()).unwrap_err();
+        let file: Layer = toml::from_str("leases = []").unwrap();
+        let e = Config::resolve(file, Layer::default()).unwrap_err();
         assert!(matches!(e, ConfigError::NoLeases), "{e}");
     }
 }

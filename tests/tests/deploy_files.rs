@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use leasehold::config::{Config, ConfigFile, Overrides};
+use leasehold::config::{Config, Layer};
 use serde::Deserialize;
 use serde_norway::Value;
 
@@ -25,10 +25,10 @@ fn read(relative: &str) -> String {
 }
 
 /// Loads a config file the way `leasehold run --config` does: parse (unknown keys rejected), then
-/// resolve over the defaults with the given overrides and validate.
-fn load(path: &Path, over: Overrides) -> Config {
-    let file = ConfigFile::load(path).unwrap_or_else(|e| panic!("{e}"));
-    Config::resolve(file, over).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+/// resolve over the defaults with the given flags and validate.
+fn load(path: &Path, flags: Layer) -> Config {
+    let file = Layer::load(path).unwrap_or_else(|e| panic!("{e}"));
+    Config::resolve(file, flags).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Every document of a multi-document YAML file, by kind.
@@ -53,8 +53,8 @@ fn str_at<'a>(v: &'a Value, what: &str) -> &'a str {
 #[test]
 fn the_example_config_loads_and_documents_the_defaults() {
     let path = examples().join("leasehold.toml");
-    let config = load(&path, Overrides::default());
-    let defaults = Config::resolve(ConfigFile::default(), Overrides::default()).unwrap();
+    let config = load(&path, Layer::default());
+    let defaults = Config::resolve(Layer::default(), Layer::default()).unwrap();
     // The file spells out the defaults: loading it changes nothing.
     assert_eq!(config.timing, defaults.timing);
     assert_eq!(config.leases, defaults.leases);
@@ -114,12 +114,12 @@ fn the_kubernetes_manifests_fit_the_host() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("leasehold.toml");
     std::fs::write(&path, embedded).unwrap();
-    let over = Overrides {
+    let flags = Layer {
         database_url: Some(secret_url.into()),
         replica_id: Some("leasehold-7d9f8c-abcde".into()),
         ..Default::default()
     };
-    let config = load(&path, over);
+    let config = load(&path, flags);
     assert_eq!(config.database_url.backend(), "postgres");
     assert!(
         config.http.ip().is_unspecified(),
@@ -244,7 +244,7 @@ fn unit_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
 #[test]
 fn the_systemd_unit_outlasts_the_ordered_release() {
     let unit = read("systemd/leasehold.service");
-    let config = load(&examples().join("leasehold.toml"), Overrides::default());
+    let config = load(&examples().join("leasehold.toml"), Layer::default());
     let stop = humantime::parse_duration(unit_value(&unit, "TimeoutStopSec").unwrap()).unwrap();
     assert!(
         stop > config.shutdown_grace,

@@ -13,7 +13,7 @@ use serde_json::Value;
 use tracing::warn;
 
 use super::{ListArgs, RunArgs};
-use crate::config::{Config, ConfigFile};
+use crate::config::{Config, Layer};
 use crate::lease::{DatabaseUrl, LeaseStore, RawUrl, open_store};
 
 /// Flags of `leasehold leases release`.
@@ -202,11 +202,10 @@ pub fn render_status(status: &Value) -> String {
 pub fn config_check(args: ConfigCheckArgs) -> anyhow::Result<ExitCode> {
     let path = args.file.clone().or(args.run.config.clone());
     let file = match &path {
-        Some(path) => ConfigFile::load(path)?,
-        None => ConfigFile::default(),
+        Some(path) => Layer::load(path)?,
+        None => Layer::default(),
     };
-    let over = args.run.overrides();
-    let config = Config::resolve(file, over)?;
+    let config = Config::resolve(file, args.run.settings)?;
     if let Some(dir) = config.plugins.as_ref().filter(|d| !d.is_dir()) {
         bail!(
             "plugin directory {} does not exist or is not a directory",

@@ -7,7 +7,6 @@
 
 pub mod admin;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -18,7 +17,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
 use crate::app::{App, Shutdown};
-use crate::config::{Config, ConfigFile, Overrides};
+use crate::config::{Config, Layer};
 use crate::lease::RawUrl;
 
 /// leasehold: replicas compete for named leases; the holder runs the work bound to each lease.
@@ -86,50 +85,9 @@ pub struct RunArgs {
     /// TOML config file.
     #[arg(long, env = "LEASEHOLD_CONFIG")]
     pub config: Option<PathBuf>,
-    /// postgres://USER@HOST/DB or sqlite:PATH [default: sqlite:./leasehold.db].
-    #[arg(long, env = "LEASEHOLD_DATABASE_URL", hide_env_values = true)]
-    pub database_url: Option<RawUrl>,
-    /// Replica id [default: $HOSTNAME]; a random suffix is added per process start.
-    #[arg(long, env = "LEASEHOLD_REPLICA_ID")]
-    pub replica_id: Option<String>,
-    /// Address for /healthz and /status [default: 127.0.0.1:9464]; port 0 picks a free port.
-    #[arg(long, env = "LEASEHOLD_HTTP")]
-    pub http: Option<SocketAddr>,
-    /// A lease to campaign for; repeat for several [default: leader].
-    #[arg(long = "lease", env = "LEASEHOLD_LEASES", value_delimiter = ',')]
-    pub leases: Vec<String>,
-    /// Lease ttl, e.g. 15s or 500ms [default: 15s]; the other intervals derive from it.
-    #[arg(long, env = "LEASEHOLD_TTL", value_parser = humantime::parse_duration)]
-    pub ttl: Option<Duration>,
-    /// Plugin directory: NAME.wasm components with optional NAME.toml manifests.
-    #[arg(long, env = "LEASEHOLD_PLUGINS")]
-    pub plugins: Option<PathBuf>,
-    /// How long the ordered release on SIGTERM may take [default: 20s].
-    #[arg(long, env = "LEASEHOLD_SHUTDOWN_GRACE", value_parser = humantime::parse_duration)]
-    pub shutdown_grace: Option<Duration>,
-    /// How long the first database connection may take at start-up [default: 5s].
-    #[arg(long, env = "LEASEHOLD_CONNECT_TIMEOUT", value_parser = humantime::parse_duration)]
-    pub connect_timeout: Option<Duration>,
-    /// Where compiled components are cached [default: $XDG_CACHE_HOME/leasehold/components].
-    #[arg(long, env = "LEASEHOLD_CACHE_DIR")]
-    pub cache_dir: Option<PathBuf>,
-}
-
-impl RunArgs {
-    /// The flags and variables that override the config file.
-    pub fn overrides(&self) -> Overrides {
-        Overrides {
-            database_url: self.database_url.clone(),
-            replica_id: self.replica_id.clone(),
-            http: self.http,
-            leases: self.leases.clone(),
-            ttl: self.ttl,
-            plugins: self.plugins.clone(),
-            shutdown_grace: self.shutdown_grace,
-            connect_timeout: self.connect_timeout,
-            cache_dir: self.cache_dir.clone(),
-        }
-    }
+    /// The settings given as flags and `LEASEHOLD_*` variables: the same keys as the file.
+    #[command(flatten)]
+    pub settings: Layer,
 }
 
 /// `leasehold leases …`.
@@ -218,10 +176,10 @@ fn init_logging(format: LogFormat) {
 /// exits at once.
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let file = match &args.config {
-        Some(path) => ConfigFile::load(path)?,
-        None => ConfigFile::default(),
+        Some(path) => Layer::load(path)?,
+        None => Layer::default(),
     };
-    let config = Config::resolve(file, args.overrides())?;
+    let config = Config::resolve(file, args.settings)?;
     let grace = config.shutdown_grace;
     // Installed before the app starts, so a signal sent as soon as "http listening" is logged is
     // already ours; one that comes while it starts (nothing is held yet) exits at once.
