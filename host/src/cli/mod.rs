@@ -241,3 +241,42 @@ pub fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_flags_fill_the_layer_a_config_file_fills() {
+        let cli = Cli::try_parse_from([
+            "leasehold",
+            "run",
+            "--lease",
+            "a,b",
+            "--lease",
+            "c",
+            "--ttl",
+            "6s",
+            "--shutdown-grace",
+            "1m",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("parsed as {:?}", cli.command)
+        };
+        let layer = args.settings;
+        assert_eq!(layer.leases, Some(vec!["a".into(), "b".into(), "c".into()]));
+        assert_eq!(layer.timing.ttl, Some(Duration::from_secs(6)));
+        assert_eq!(layer.shutdown_grace, Some(Duration::from_secs(60)));
+        // File-only keys have no flag: clap leaves them unset.
+        assert_eq!(layer.timing.renew_interval, None);
+        assert_eq!(layer.runtime.fuel, None);
+    }
+}
