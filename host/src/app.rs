@@ -265,7 +265,7 @@ fn start_plugins(
         return Err(AppError::NoPluginDirectory(dir.to_path_buf()));
     }
     let options = EngineOptions {
-        fuel: config.fuel,
+        fuel: config.runtime.fuel,
         ..EngineOptions::default()
     };
     let runtime = Runtime::new(options, &config.cache_dir, metrics)?;

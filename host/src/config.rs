@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::lease::identity::default_replica_id;
 use crate::lease::{DatabaseUrl, LeaseName, LeaseNameError, RawUrl, Timing, TimingError, UrlError};
@@ -200,10 +200,13 @@ impl Layer {
     }
 }
 
-/// The effective configuration of `leasehold run`.
-#[derive(Debug, Clone)]
+/// The effective configuration of `leasehold run`. It serialises in the shape of the config
+/// file, password redacted: what `leasehold config check` prints.
+// Field order is the printed order: plain keys first, then the tables.
+#[derive(Debug, Clone, Serialize)]
 pub struct Config {
     /// The lease store.
+    #[serde(serialize_with = "redacted")]
     pub database_url: DatabaseUrl,
     /// The replica id (without the per-process suffix).
     pub replica_id: String,
@@ -211,61 +214,40 @@ pub struct Config {
     pub http: SocketAddr,
     /// The leases to campaign for.
     pub leases: Vec<LeaseName>,
-    /// The lease timing, validated.
-    pub timing: Timing,
     /// How long an ordered shutdown may take.
+    #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
     /// How long the first database connection may take.
+    #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
     /// The plugin directory, if plugins are enabled.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub plugins: Option<PathBuf>,
     /// Where compiled components are cached.
     pub cache_dir: PathBuf,
+    /// The lease timing, validated.
+    pub timing: Timing,
+    /// The WebAssembly engine.
+    pub runtime: RuntimeConfig,
+}
+
+/// The `[runtime]` table of the effective configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RuntimeConfig {
     /// Whether the engine meters fuel.
     pub fuel: bool,
 }
 
-/// The effective configuration as a config file would say it, with the database password
-/// redacted: what `leasehold config check` prints.
-#[derive(Debug, serde::Serialize)]
-struct Effective<'a> {
-    database_url: String,
-    replica_id: &'a str,
-    http: String,
-    leases: &'a [LeaseName],
-    #[serde(with = "humantime_serde")]
-    shutdown_grace: Duration,
-    #[serde(with = "humantime_serde")]
-    connect_timeout: Duration,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    plugins: Option<&'a Path>,
-    cache_dir: &'a Path,
-    timing: &'a Timing,
-    runtime: EffectiveRuntime,
-}
-
-#[derive(Debug, serde::Serialize)]
-struct EffectiveRuntime {
-    fuel: bool,
+/// The URL as `Display` shows it, password redacted.
+fn redacted<S: serde::Serializer>(url: &DatabaseUrl, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(url)
 }
 
 impl Config {
     /// The effective configuration as TOML, in the shape of the config file, password redacted.
     pub fn to_toml(&self) -> String {
-        let effective = Effective {
-            database_url: self.database_url.to_string(),
-            replica_id: &self.replica_id,
-            http: self.http.to_string(),
-            leases: &self.leases,
-            shutdown_grace: self.shutdown_grace,
-            connect_timeout: self.connect_timeout,
-            plugins: self.plugins.as_deref(),
-            cache_dir: &self.cache_dir,
-            timing: &self.timing,
-            runtime: EffectiveRuntime { fuel: self.fuel },
-        };
         // Every field is a plain value: serialising cannot fail.
-        toml::to_string(&effective).unwrap_or_default()
+        toml::to_string(self).unwrap_or_default()
     }
 }
 
@@ -372,8 +354,10 @@ impl Config {
                 .cache_dir
                 .or(file.cache_dir)
                 .unwrap_or_else(crate::runtime::cache::default_dir),
-            // On by default: plugins are not trusted to stop by themselves (DESIGN §2.4).
-            fuel: flags.runtime.fuel.or(file.runtime.fuel).unwrap_or(true),
+            runtime: RuntimeConfig {
+                // On by default: plugins are not trusted to stop by themselves (DESIGN §2.4).
+                fuel: flags.runtime.fuel.or(file.runtime.fuel).unwrap_or(true),
+            },
         })
     }
 }

@@ -61,7 +61,7 @@ fn the_example_config_loads_and_documents_the_defaults() {
     assert_eq!(config.http, defaults.http);
     assert_eq!(config.shutdown_grace, defaults.shutdown_grace);
     assert_eq!(config.connect_timeout, defaults.connect_timeout);
-    assert_eq!(config.fuel, defaults.fuel);
+    assert_eq!(config.runtime, defaults.runtime);
 
     // Every key of the config file is documented, set or commented out.
     let text = read("leasehold.toml");
