@@ -3,12 +3,14 @@
 //! while nobody listens (between terms, during a reconnect) are lost, which is why the schedule
 //! stays the plugin's correctness fallback.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+
+use crate::lease::postgres::listen::{Logs, Received, Subscription};
 
 /// Notifications buffered for a plugin that is busy; beyond it they are dropped (and counted),
 /// since the next reconcile catches up anyway.
@@ -52,73 +54,41 @@ impl EventSource {
         }
     }
 
-    /// Listens until `stop`, reconnecting with backoff. Returns the receiving end and a counter of
-    /// notifications dropped because the plugin fell behind.
-    pub fn listen(
-        &self,
-        stop: CancellationToken,
-    ) -> (
-        mpsc::Receiver<Event>,
-        std::sync::Arc<std::sync::atomic::AtomicU64>,
-    ) {
+    /// Listens until `stop`, reconnecting with backoff (a [`Subscription`]). Returns the receiving
+    /// end and a counter of notifications dropped because the plugin fell behind.
+    pub fn listen(&self, stop: CancellationToken) -> (mpsc::Receiver<Event>, Arc<AtomicU64>) {
         let (tx, rx) = mpsc::channel(BUFFER);
-        let dropped = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let dropped = Arc::new(AtomicU64::new(0));
         let counter = dropped.clone();
         let channels = self.channels.clone();
         let options = self.options.clone();
-        let database = self.database.clone();
+        let logs = Logs {
+            database: Some(self.database.clone()),
+            cannot_subscribe: "cannot listen for plugin events",
+            lost_connection: "plugin event listener lost its connection; listening again",
+            listening: Some("listening for plugin events"),
+        };
         tokio::spawn(async move {
             let pool = PgPoolOptions::new()
                 .max_connections(1)
                 .connect_lazy_with(options.application_name("leasehold-events"));
-            let mut backoff = Duration::from_millis(100);
-            while !stop.is_cancelled() {
-                let subscribed = async {
-                    let mut listener = PgListener::connect_with(&pool).await?;
-                    listener
-                        .listen_all(channels.iter().map(String::as_str))
-                        .await?;
-                    Ok::<_, sqlx::Error>(listener)
+            let mut subscription = Subscription::new(pool, channels, stop, logs);
+            while let Some(received) = subscription.next().await {
+                // A resubscription needs no word: the plugin's schedule catches up on what was lost.
+                let Received::Notification(n) = received else {
+                    continue;
                 };
-                let mut listener = tokio::select! {
-                    _ = stop.cancelled() => return,
-                    r = subscribed => match r {
-                        Ok(l) => l,
-                        Err(e) => {
-                            warn!(%database, error = %e, retry_in = ?backoff, "cannot listen for plugin events");
-                            tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(backoff) => {} }
-                            backoff = (backoff * 2).min(Duration::from_secs(5));
-                            continue;
-                        }
-                    },
+                let event = Event {
+                    channel: n.channel().to_string(),
+                    payload: n.payload().to_string(),
                 };
-                debug!(%database, ?channels, "listening for plugin events");
-                backoff = Duration::from_millis(100);
-                loop {
-                    let received = tokio::select! {
-                        _ = stop.cancelled() => return,
-                        r = listener.try_recv() => r,
-                    };
-                    match received {
-                        Ok(Some(n)) => {
-                            let event = Event {
-                                channel: n.channel().to_string(),
-                                payload: n.payload().to_string(),
-                            };
-                            match tx.try_send(event) {
-                                Ok(()) => {}
-                                Err(mpsc::error::TrySendError::Full(_)) => {
-                                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                }
-                                Err(mpsc::error::TrySendError::Closed(_)) => return,
-                            }
-                        }
-                        Ok(None) => break,
-                        Err(e) => {
-                            warn!(%database, error = %e, "plugin event listener lost its connection; listening again");
-                            break;
-                        }
+                match tx.try_send(event) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        counter.fetch_add(1, Ordering::Relaxed);
                     }
+                    // The plugin's task is over.
+                    Err(mpsc::error::TrySendError::Closed(_)) => return,
                 }
             }
         });

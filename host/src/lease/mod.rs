@@ -2,7 +2,8 @@
 //! campaigns, renews and releases them (DESIGN §1).
 //!
 //! - [`store`]: the [`LeaseStore`] trait every backend implements and its error type;
-//! - [`postgres`], [`sqlite`], [`memory`]: the backends;
+//! - [`postgres`], [`sqlite`], [`memory`]: the backends; [`postgres::listen`] is the host's one
+//!   PostgreSQL `LISTEN` loop, for release notifications and plugin events alike;
 //! - [`clock`]: watching the database's clock for steps, pure;
 //! - [`coordinator`]: the pure state machine, one `step(state, event, now)` for all leases;
 //! - [`driver`]: the thin async loop that runs the coordinator against a store;

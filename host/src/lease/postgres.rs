@@ -1,21 +1,25 @@
 //! The PostgreSQL [`LeaseStore`]: the store for replicas on several machines. Every statement
-//! judges expiry by `now()` of the database; releases `NOTIFY` standbys, which `LISTEN`.
+//! judges expiry by `now()` of the database; releases `NOTIFY` standbys, which `LISTEN` through
+//! [`listen`], the host's one `LISTEN` loop (plugin events use it too).
+
+pub mod listen;
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::Connection;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::store::{
     Campaigned, DbMillis, Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, Renewed,
     RenewedOne, StoreError, ttl_ms,
 };
 use super::url::DatabaseUrl;
+use listen::{Logs, Received, Subscription};
 
 /// The channel releases are announced on; the payload is the lease name.
 pub const RELEASE_CHANNEL: &str = "leasehold_released";
@@ -436,61 +440,34 @@ impl LeaseStore for PostgresStore {
         shutdown: CancellationToken,
     ) -> Option<mpsc::Receiver<ReleaseNotice>> {
         let (tx, rx) = mpsc::channel(256);
-        tokio::spawn(listen(self.pool.clone(), tx, shutdown));
+        tokio::spawn(forward_releases(self.pool.clone(), tx, shutdown));
         Some(rx)
     }
 }
 
 /// Forwards release notifications until `shutdown`, reconnecting with backoff after a lost
 /// connection and reporting [`ReleaseNotice::Resubscribed`] each time it is listening again.
-async fn listen(pool: PgPool, tx: mpsc::Sender<ReleaseNotice>, shutdown: CancellationToken) {
-    let mut backoff = Duration::from_millis(100);
-    let mut first = true;
-    while !shutdown.is_cancelled() {
-        let subscribed = async {
-            let mut listener = PgListener::connect_with(&pool).await?;
-            listener.listen(RELEASE_CHANNEL).await?;
-            Ok::<_, sqlx::Error>(listener)
+async fn forward_releases(
+    pool: PgPool,
+    tx: mpsc::Sender<ReleaseNotice>,
+    shutdown: CancellationToken,
+) {
+    let logs = Logs {
+        database: None,
+        cannot_subscribe: "release listener cannot subscribe",
+        lost_connection: "release listener lost its connection; resubscribing",
+        listening: None,
+    };
+    let channels = vec![RELEASE_CHANNEL.to_string()];
+    let mut subscription = Subscription::new(pool, channels, shutdown, logs);
+    while let Some(received) = subscription.next().await {
+        let notice = match received {
+            Received::Notification(n) => ReleaseNotice::Released(n.payload().to_string()),
+            Received::Resubscribed => ReleaseNotice::Resubscribed,
         };
-        let mut listener = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            r = subscribed => match r {
-                Ok(l) => l,
-                Err(e) => {
-                    warn!(error = %e, retry_in = ?backoff, "release listener cannot subscribe");
-                    tokio::select! { _ = shutdown.cancelled() => return, _ = tokio::time::sleep(backoff) => {} }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                    continue;
-                }
-            },
-        };
-        backoff = Duration::from_millis(100);
-        if !first && tx.send(ReleaseNotice::Resubscribed).await.is_err() {
+        // The driver is gone: nobody needs releases any more.
+        if tx.send(notice).await.is_err() {
             return;
-        }
-        first = false;
-        loop {
-            let received = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                r = listener.try_recv() => r,
-            };
-            match received {
-                Ok(Some(n)) => {
-                    if tx
-                        .send(ReleaseNotice::Released(n.payload().to_string()))
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-                // The connection dropped (None) or failed: subscribe afresh on a new one.
-                Ok(None) => break,
-                Err(e) => {
-                    warn!(error = %e, "release listener lost its connection; resubscribing");
-                    break;
-                }
-            }
         }
     }
 }
