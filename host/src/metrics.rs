@@ -31,8 +31,24 @@ pub struct PluginLabel {
 pub struct PluginKindLabel {
     /// The plugin name.
     pub plugin: String,
-    /// What happened (`timeout`, `fuel`, `memory`, `stack`, `trap`).
+    /// What happened: one of [`TRAP_KINDS`].
     pub kind: String,
+}
+
+/// Every kind of trap `plugin_traps` counts; a plugin's traps are the sum over them.
+pub const TRAP_KINDS: [&str; 5] = ["timeout", "fuel", "memory", "stack", "trap"];
+
+/// A plugin's totals since the process started, as `/status` shows them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PluginCounts {
+    /// Guest calls entered (`plugin_calls`).
+    pub calls: u64,
+    /// Calls and instantiations that trapped, of any kind (`plugin_traps`).
+    pub traps: u64,
+    /// Writes refused by the fence (`plugin_refused_writes`).
+    pub refused_writes: u64,
+    /// Fuel burnt by calls and instantiations (`plugin_fuel`).
+    pub fuel: u64,
 }
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -70,7 +86,8 @@ pub struct Metrics {
     pub expires_in_seconds: Family<LeaseLabel, FloatGauge>,
     /// From the end of a term until every task of it has stopped.
     pub loss_to_stop_seconds: Family<LeaseLabel, Histogram, HistogramMaker>,
-    /// Guest calls (init, reconcile, handle-event, check).
+    /// Guest calls (init, reconcile, handle-event, check), counted as they enter the guest so that
+    /// one that does not return shows; instantiations are not calls.
     pub plugin_calls: Family<PluginLabel, Counter>,
     /// Guest call durations.
     pub plugin_call_seconds: Family<PluginLabel, Histogram, HistogramMaker>,
@@ -186,9 +203,18 @@ impl Metrics {
         out
     }
 
-    /// Records one finished guest call of `plugin`: how long it took, the kind of trap that ended
-    /// it, whether it returned an error, the fuel it burnt, its instance's memory high-water mark
-    /// and the writes the fence refused during it.
+    /// Counts a guest call of `plugin` that is entering the guest (not an instantiation); it is
+    /// recorded with [`Metrics::record_call`] when it ends.
+    pub fn call_started(&self, plugin: &str) {
+        self.plugin_calls
+            .get_or_create(&Metrics::plugin(plugin))
+            .inc();
+    }
+
+    /// Records one finished guest call or instantiation of `plugin`: how long it took, the kind of
+    /// trap that ended it, whether it returned an error, the fuel it burnt, its instance's memory
+    /// high-water mark and the writes the fence refused during it. A call was counted when it
+    /// started ([`Metrics::call_started`]).
     #[allow(clippy::too_many_arguments)] // one call's report, recorded in one place
     pub fn record_call(
         &self,
@@ -201,7 +227,6 @@ impl Metrics {
         refused_writes: u64,
     ) {
         let label = Metrics::plugin(plugin);
-        self.plugin_calls.get_or_create(&label).inc();
         self.plugin_call_seconds
             .get_or_create(&label)
             .observe(took.as_secs_f64());
@@ -236,6 +261,30 @@ impl Metrics {
         }
     }
 
+    /// `plugin`'s totals, read without adding a series for a plugin (or a kind of trap) that has
+    /// none yet.
+    pub fn plugin_counts(&self, plugin: &str) -> PluginCounts {
+        let label = Metrics::plugin(plugin);
+        let count =
+            |family: &Family<PluginLabel, Counter>| family.get(&label).map_or(0, |c| c.get());
+        let traps = TRAP_KINDS
+            .iter()
+            .filter_map(|kind| {
+                self.plugin_traps.get(&PluginKindLabel {
+                    plugin: plugin.to_string(),
+                    kind: (*kind).to_string(),
+                })
+            })
+            .map(|c| c.get())
+            .sum();
+        PluginCounts {
+            calls: count(&self.plugin_calls),
+            traps,
+            refused_writes: count(&self.plugin_refused_writes),
+            fuel: count(&self.plugin_fuel),
+        }
+    }
+
     /// The per-lease label.
     pub fn lease(name: &str) -> LeaseLabel {
         LeaseLabel {
@@ -248,5 +297,34 @@ impl Metrics {
         PluginLabel {
             plugin: name.to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_counts_add_up_what_was_recorded_and_create_no_series() {
+        let m = Metrics::new();
+        assert_eq!(m.plugin_counts("p"), PluginCounts::default());
+        assert!(!m.encode().contains("plugin=\"p\""), "{}", m.encode());
+        let took = Duration::from_millis(1);
+        // An instantiation that trapped: no call, but its trap and fuel count.
+        m.record_call("p", took, Some("timeout"), false, Some(10), 0, 0);
+        m.call_started("p");
+        m.record_call("p", took, Some("fuel"), false, Some(5), 0, 2);
+        m.call_started("p");
+        m.record_call("p", took, None, true, None, 0, 0);
+        m.call_started("other");
+        assert_eq!(
+            m.plugin_counts("p"),
+            PluginCounts {
+                calls: 2,
+                traps: 2,
+                refused_writes: 2,
+                fuel: 15,
+            }
+        );
     }
 }

@@ -159,3 +159,36 @@ pub enum CheckRole {
     /// This replica is a standby.
     Standby,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_of_trap_is_one_the_status_counts() {
+        let traps = [
+            CallFailure::Timeout(Duration::from_secs(1)),
+            CallFailure::OutOfFuel,
+            CallFailure::Memory("m".into()),
+            CallFailure::StackOverflow,
+            CallFailure::Trap("t".into()),
+        ];
+        for failure in traps {
+            // A new variant fails to compile here until it is sorted (and listed above if it traps).
+            match &failure {
+                CallFailure::Returned(_) | CallFailure::Cancelled { .. } => {}
+                CallFailure::Timeout(_)
+                | CallFailure::OutOfFuel
+                | CallFailure::Memory(_)
+                | CallFailure::StackOverflow
+                | CallFailure::Trap(_) => {}
+            }
+            assert!(failure.is_trap(), "{failure:?}");
+            assert!(
+                crate::metrics::TRAP_KINDS.contains(&failure.kind()),
+                "{failure:?}: {}",
+                failure.kind()
+            );
+        }
+    }
+}

@@ -108,4 +108,9 @@ impl Runtime {
     pub fn meters_fuel(&self) -> bool {
         self.options.fuel
     }
+
+    /// Where calls, traps, fuel and memory are recorded.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
 }

@@ -125,6 +125,15 @@ impl Runtime {
     }
 }
 
+/// What goes through the door: the metrics count calls, not instantiations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Entry {
+    /// Instantiating the component, its start function included.
+    Instantiation,
+    /// A call of an export (`init`, `reconcile`, `handle-event`, `check`).
+    Call,
+}
+
 /// One plugin's store: the only door into its guest code.
 pub struct PluginStore {
     /// The wasmtime store; private, so that every entry goes through [`PluginStore::run`].
@@ -154,7 +163,7 @@ impl PluginStore {
         retire: &CancellationToken,
     ) -> Called<Instance> {
         let mut called = self
-            .run(Some(retire), async |store| {
+            .run(Entry::Instantiation, Some(retire), async |store| {
                 let kind = match prepared {
                     Prepared::Reconciler(pre) => {
                         Kind::Reconciler(pre.instantiate_async(store).await?)
@@ -175,7 +184,7 @@ impl PluginStore {
 
     /// Calls `init(config)`.
     pub async fn init(&mut self, instance: &Instance, config: &[(String, String)]) -> Called<()> {
-        self.run(None, async |store| match &instance.0 {
+        self.run(Entry::Call, None, async |store| match &instance.0 {
             Kind::Reconciler(i) => i.call_init(store, config).await,
             Kind::Events(i) => i.call_init(store, config).await,
             Kind::Health(i) => i.call_init(store, config).await,
@@ -197,7 +206,7 @@ impl PluginStore {
             tick,
         };
         let called = self
-            .run(None, async |store| match &instance.0 {
+            .run(Entry::Call, None, async |store| match &instance.0 {
                 Kind::Reconciler(i) => i.call_reconcile(store, &ctx).await,
                 Kind::Events(i) => i.call_reconcile(store, &ctx).await,
                 Kind::Health(_) => Ok(Err("a health check has no reconcile".into())),
@@ -224,7 +233,7 @@ impl PluginStore {
                 report: CallReport::default(),
             };
         };
-        self.run(None, async |store| {
+        self.run(Entry::Call, None, async |store| {
             i.call_handle_event(store, channel, payload).await
         })
         .await
@@ -236,7 +245,7 @@ impl PluginStore {
             CheckRole::Active => bindings::types::Role::Active,
             CheckRole::Standby => bindings::types::Role::Standby,
         };
-        self.run(None, async |store| match &instance.0 {
+        self.run(Entry::Call, None, async |store| match &instance.0 {
             Kind::Health(i) => i.call_check(store, role).await,
             _ => Ok(Err("a reconciler has no check".into())),
         })
@@ -255,7 +264,7 @@ impl PluginStore {
 
     /// Enters the guest through `f`, unless the term is over, under the plugin's deadline and
     /// fuel budget; then logs what the guest printed and records the call.
-    async fn run<T, F>(&mut self, stop: Option<&CancellationToken>, f: F) -> Called<T>
+    async fn run<T, F>(&mut self, entry: Entry, stop: Option<&CancellationToken>, f: F) -> Called<T>
     where
         F: AsyncFnOnce(&mut Store<HostState>) -> wasmtime::Result<Result<T, String>>,
     {
@@ -271,6 +280,10 @@ impl PluginStore {
                 }),
                 report: CallReport::default(),
             };
+        }
+        if entry == Entry::Call {
+            // Counted as it enters, so that a call that does not return shows in `/status`.
+            self.metrics.call_started(&self.store.data().plugin);
         }
         let timeout = self.limits.call_timeout;
         let deadline = now + timeout;
