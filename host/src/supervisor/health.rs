@@ -53,13 +53,12 @@ pub(super) async fn health_loop(
             .runtime
             .new_store(name.clone(), view, &entry.manifest.limits, None);
         let called = store.instantiate(&loaded.prepared, &retire).await;
-        sup.board.record_instantiation(&name, &called);
+        sup.board.record(&name, &called);
         let (instance, mut outcome) = match called.result {
             Ok(instance) => (Some(instance), Ok(())),
             Err(failure) => (None, Err(failure)),
         };
         if let Some(instance) = &instance {
-            sup.board.started(&name);
             let called = store.init(instance, &config).await;
             sup.board.record(&name, &called);
             outcome = called.result;
@@ -68,7 +67,6 @@ pub(super) async fn health_loop(
         let ready = instance.as_ref().filter(|_| outcome.is_ok());
         loop {
             if let Some(instance) = ready {
-                sup.board.started(&name);
                 let called = store.check(instance, role).await;
                 sup.board.record(&name, &called);
                 outcome = called.result;

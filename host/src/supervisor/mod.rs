@@ -36,7 +36,7 @@ use crate::runtime::{Runtime, World};
 use futures::future::BoxFuture;
 use health::health_loop;
 use reconcile::ReconcileTask;
-use status::{PluginState, PluginStatus, StatusBoard};
+use status::{PluginCard, PluginState, StatusBoard};
 use workers::Workers;
 
 /// Runs the plugins of every lease of this replica.
@@ -62,7 +62,8 @@ impl Supervisor {
         capabilities: Arc<Capabilities>,
         plugins: watch::Receiver<Arc<PluginSet>>,
     ) -> Self {
-        let board = StatusBoard::default();
+        // The board's counts are the runtime's metrics, where every call is recorded.
+        let board = StatusBoard::new(runtime.metrics().clone());
         let sup = Supervisor {
             runtime,
             leases,
@@ -93,11 +94,12 @@ impl Supervisor {
         tasks.wait().await;
     }
 
-    /// Adds new plugins to the board and drops removed ones; running ones keep their state.
+    /// Adds new plugins to the board and drops removed ones; running ones keep their state. Their
+    /// counts are the metrics', kept across a reload of the file since the plugin's name stays.
     fn publish_set(&self, set: &PluginSet) {
-        let known: std::collections::BTreeMap<String, PluginStatus> = self
+        let known: std::collections::BTreeMap<String, PluginCard> = self
             .board
-            .snapshot()
+            .cards()
             .into_iter()
             .map(|s| (s.name.clone(), s))
             .collect();
@@ -110,30 +112,26 @@ impl Supervisor {
                 Err(e) => (None, PluginState::Invalid, Some(crate::report::chain(e))),
             };
             let lease = entry.manifest.lease.to_string();
-            let status = match known.get(&entry.name) {
-                // A plugin that still loads keeps its live state and counters; what it is bound
-                // to comes from the (possibly replaced) file.
+            let card = match known.get(&entry.name) {
+                // A plugin that still loads keeps its live state; what it is bound to comes from
+                // the (possibly replaced) file.
                 Some(old) if old.state != PluginState::Invalid && state != PluginState::Invalid => {
-                    PluginStatus {
+                    PluginCard {
                         lease,
                         world,
                         ..old.clone()
                     }
                 }
-                old => PluginStatus {
+                old => PluginCard {
                     name: entry.name.clone(),
                     lease,
                     world,
                     state,
                     last_error,
-                    calls: old.map_or(0, |o| o.calls),
-                    traps: old.map_or(0, |o| o.traps),
-                    refused_writes: old.map_or(0, |o| o.refused_writes),
                     fuel_last_call: old.and_then(|o| o.fuel_last_call),
-                    fuel_total: old.map_or(0, |o| o.fuel_total),
                 },
             };
-            self.board.put(status);
+            self.board.put(card);
         }
     }
 

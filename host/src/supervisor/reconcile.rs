@@ -91,7 +91,7 @@ impl ReconcileTask {
                 Some(caps.clone()),
             );
             let called = store.instantiate(&loaded.prepared, &self.retire).await;
-            self.board.record_instantiation(&name, &called);
+            self.board.record(&name, &called);
             let (instance, result) = split(called.result);
             match self.follow(&mut failures, result).await {
                 Then::Go => {}
@@ -101,7 +101,6 @@ impl ReconcileTask {
             let Some(instance) = instance else {
                 continue 'instance;
             };
-            self.board.started(&name);
             let called = store.init(&instance, &config).await;
             self.board.record(&name, &called);
             let initialised = called.result.is_ok();
@@ -116,7 +115,6 @@ impl ReconcileTask {
                 Then::End => return,
             }
             loop {
-                self.board.started(&name);
                 let called = store.reconcile(&instance, tick).await;
                 tick += 1;
                 self.board.record(&name, &called);
@@ -155,7 +153,6 @@ impl ReconcileTask {
                         }
                     }
                     debug!(channel = %event.channel, "delivering a notification");
-                    self.board.started(&name);
                     let called = handle(&mut store, &instance, &event).await;
                     self.board.record(&name, &called);
                     match self.follow(&mut failures, called.result).await {
