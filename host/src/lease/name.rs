@@ -20,9 +20,7 @@ pub struct LeaseNameError {
 
 /// A valid lease name: 1 to 200 bytes of ASCII letters, digits and `- _ . : /`. Names go into
 /// logs, URLs, metric labels and SQL parameters, so they are kept short and printable.
-#[derive(
-    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct LeaseName(String);
 
@@ -91,6 +89,13 @@ impl Deref for LeaseName {
 impl std::borrow::Borrow<str> for LeaseName {
     fn borrow(&self) -> &str {
         &self.0
+    }
+}
+
+/// Shown as the plain string (`"leader"`), as logs showed lease names before they had a type.
+impl fmt::Debug for LeaseName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
     }
 }
 
