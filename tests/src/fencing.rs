@@ -7,9 +7,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use sqlx::PgPool;
 
+use crate::eventually::{eventually, when};
 use crate::host::{Host, plugin_dir, wait_for_single_leader};
 
 /// The app table the guest writes to, and a commit-order log for it and for `leasehold_kv`: a
@@ -130,9 +131,13 @@ pub async fn run_pause_trials(trials: usize, ttl: &str) -> anyhow::Result<PauseT
         // The holder is writing at its epoch. Usually the host that took over in the last trial,
         // but with a short ttl the resumed one may have won the lease back: ask both for their
         // own view (the epoch in /status is the database's, the role is the host's).
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let epoch = 'found: loop {
-            if let Some(e) = newest_epoch(&pool).await? {
+        let epoch = eventually(
+            format!("trial {trial}: the holder writing at its epoch"),
+            Duration::from_secs(20),
+            async || {
+                let Some(e) = newest_epoch(&pool).await.map_err(|e| e.to_string())? else {
+                    return Err("no write yet".to_string());
+                };
                 for i in [leader, 1 - leader] {
                     let Ok(status) = hosts[i].status().await else {
                         continue;
@@ -140,26 +145,29 @@ pub async fn run_pause_trials(trials: usize, ttl: &str) -> anyhow::Result<PauseT
                     let lease = &status["leases"][0];
                     if lease["role"] == "leader" && lease["epoch"].as_i64() == Some(e) {
                         leader = i;
-                        break 'found e;
+                        return Ok(e);
                     }
                 }
-            }
-            if Instant::now() > deadline {
-                bail!("trial {trial}: the holder is not writing");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+                Err(format!("newest epoch {e}, written by no leader"))
+            },
+        )
+        .await?;
         // Freeze it mid-work for longer than the ttl; wait for the other host's first write.
         tokio::time::sleep(Duration::from_millis(rand_ms(trial))).await;
         let frozen_at = Instant::now();
         hosts[leader].signal("STOP")?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while newest_epoch(&pool).await?.unwrap_or_default() <= epoch {
-            if Instant::now() > deadline {
-                hosts[leader].signal("CONT")?;
-                bail!("trial {trial}: no takeover while the holder was frozen");
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let takeover = eventually(
+            format!("trial {trial}: a takeover while the holder is frozen"),
+            Duration::from_secs(30),
+            async || {
+                let newest = newest_epoch(&pool).await.map_err(|e| e.to_string())?;
+                when(newest, |n| n.unwrap_or_default() > epoch).map_err(|n| format!("{n:?}"))
+            },
+        )
+        .await;
+        if let Err(e) = takeover {
+            hosts[leader].signal("CONT")?;
+            return Err(e);
         }
         out.takeover_s.push(frozen_at.elapsed().as_secs_f64());
         hosts[leader].signal("CONT")?;

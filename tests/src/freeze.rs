@@ -17,9 +17,10 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 use tempfile::TempDir;
 
+use crate::eventually::{eventually, eventually_every, when};
 use crate::host::{Host, now_time_of_day, plugin_dir, time_of_day};
 use crate::stats::summary;
 use crate::stores::{Backend, Db};
@@ -255,43 +256,41 @@ impl FreezeCluster {
     /// Waits until exactly one replica reports itself `leader`, the others `standby`, and the
     /// leader's reconciler has run at its epoch; returns the leader's index and epoch.
     pub async fn holder(&self, timeout: Duration) -> anyhow::Result<(usize, u64)> {
-        let deadline = Instant::now() + timeout;
-        let mut seen = Vec::new();
-        loop {
-            seen.clear();
-            for host in &self.hosts {
-                let lease = host.status().await.ok().map(|s| s["leases"][0].clone());
-                let role = lease
-                    .as_ref()
-                    .and_then(|l| l["role"].as_str().map(str::to_string));
-                let epoch = lease.as_ref().and_then(|l| l["epoch"].as_u64());
-                seen.push((role, epoch));
-            }
-            let leaders: Vec<usize> = (0..seen.len())
-                .filter(|&i| seen[i].0.as_deref() == Some("leader"))
-                .collect();
-            let standbys = seen
-                .iter()
-                .filter(|(role, _)| role.as_deref() == Some("standby"))
-                .count();
-            if let [leader] = leaders[..]
-                && standbys == self.hosts.len() - 1
-                && let Some(epoch) = seen[leader].1
-                && self.hosts[leader]
-                    .log_lines_from(0)
+        eventually(
+            "a single reconciling leader: (role, epoch) per replica",
+            timeout,
+            async || {
+                let mut seen = Vec::new();
+                for host in &self.hosts {
+                    let lease = host.status().await.ok().map(|s| s["leases"][0].clone());
+                    let role = lease
+                        .as_ref()
+                        .and_then(|l| l["role"].as_str().map(str::to_string));
+                    let epoch = lease.as_ref().and_then(|l| l["epoch"].as_u64());
+                    seen.push((role, epoch));
+                }
+                let leaders: Vec<usize> = (0..seen.len())
+                    .filter(|&i| seen[i].0.as_deref() == Some("leader"))
+                    .collect();
+                let standbys = seen
                     .iter()
-                    .rev()
-                    .any(|l| l.contains(&call_tag(epoch)))
-            {
-                return Ok((leader, epoch));
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "no single reconciling leader within {timeout:?}: (role, epoch) per replica {seen:?}"
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+                    .filter(|(role, _)| role.as_deref() == Some("standby"))
+                    .count();
+                if let [leader] = leaders[..]
+                    && standbys == self.hosts.len() - 1
+                    && let Some(epoch) = seen[leader].1
+                    && self.hosts[leader]
+                        .log_lines_from(0)
+                        .iter()
+                        .rev()
+                        .any(|l| l.contains(&call_tag(epoch)))
+                {
+                    return Ok((leader, epoch));
+                }
+                Err(seen)
+            },
+        )
+        .await
     }
 }
 
@@ -347,29 +346,34 @@ async fn freeze_trial(
     let frozen = Instant::now();
 
     // Another replica acquires the next epoch (and the freeze lasts at least `settings.freeze`).
-    let deadline = frozen + settings.ttl * 3 + Duration::from_secs(5);
-    let (successor, successor_epoch, acquired_at) = loop {
-        let found = hosts.iter().enumerate().find_map(|(i, h)| {
-            (i != holder)
-                .then(|| h.log_lines_from(offsets[i]))?
+    let acquired = eventually_every(
+        "another replica to acquire the lease while the holder is frozen",
+        settings.ttl * 3 + Duration::from_secs(5),
+        Duration::from_millis(5),
+        async || {
+            hosts
                 .iter()
-                .filter(|l| l.contains("lease acquired"))
-                .find_map(|l| {
-                    let e = field_u64(l, "epoch")?;
-                    (e > epoch).then_some((i, e, time_of_day(l)?))
+                .enumerate()
+                .find_map(|(i, h)| {
+                    (i != holder)
+                        .then(|| h.log_lines_from(offsets[i]))?
+                        .iter()
+                        .filter(|l| l.contains("lease acquired"))
+                        .find_map(|l| {
+                            let e = field_u64(l, "epoch")?;
+                            (e > epoch).then_some((i, e, time_of_day(l)?))
+                        })
                 })
-        });
-        if let Some(found) = found {
-            break found;
-        }
-        if Instant::now() > deadline {
+                .ok_or(frozen.elapsed())
+        },
+    )
+    .await;
+    let (successor, successor_epoch, acquired_at) = match acquired {
+        Ok(found) => found,
+        Err(e) => {
             host.signal("CONT")?;
-            bail!(
-                "no other replica acquired the lease within {:?} of the freeze",
-                frozen.elapsed()
-            );
+            return Err(e);
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
     };
     if let Some(rest) = settings.freeze.checked_sub(frozen.elapsed()) {
         // The freeze itself: its length is the trial's parameter, not a condition to wait for.
@@ -379,38 +383,30 @@ async fn freeze_trial(
     host.signal("CONT")?;
 
     // The resumed holder ends its term at this epoch…
-    let deadline = Instant::now() + settings.ttl * 2 + Duration::from_secs(10);
-    let ended = loop {
-        let ended = host
-            .log_lines_from(offsets[holder])
-            .into_iter()
-            .find(|l| l.contains("term ended") && field_u64(l, "epoch") == Some(epoch));
-        if let Some(line) = ended {
-            break line;
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "r{holder} logged no `term ended` for epoch {epoch} after the resume"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    let ended = eventually_every(
+        format!("r{holder} to log `term ended` for epoch {epoch} after the resume"),
+        settings.ttl * 2 + Duration::from_secs(10),
+        Duration::from_millis(5),
+        async || {
+            host.log_lines_from(offsets[holder])
+                .into_iter()
+                .find(|l| l.contains("term ended") && field_u64(l, "epoch") == Some(epoch))
+                .ok_or(())
+        },
+    )
+    .await?;
     let ended_at = time_of_day(&ended).context("term ended line without a time")?;
     ensure!(
         since(ended_at, resumed_at) >= 0.0,
         "the term ended before the freeze: {ended}"
     );
     // …and settles as a standby, still running.
-    let deadline = Instant::now() + settings.ttl * 3 + Duration::from_secs(10);
-    loop {
-        match host.role(LEASE).await.as_deref() {
-            Some("standby") => break,
-            role => ensure!(
-                Instant::now() < deadline,
-                "r{holder} did not settle as a standby after the resume (role {role:?})"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(
+        format!("r{holder} to settle as a standby after the resume (its role)"),
+        settings.ttl * 3 + Duration::from_secs(10),
+        async || when(host.role(LEASE).await, |r| r.as_deref() == Some("standby")),
+    )
+    .await?;
 
     let log = host.log_lines_from(offsets[holder]);
     Ok(FreezeTrial {

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
+use crate::eventually::{Text, eventually, eventually_every};
+
 /// The `leasehold` binary beside the running test executable (`target/<profile>/leasehold`),
 /// or `LEASEHOLD_BIN`. `make test` builds it first.
 pub fn binary() -> anyhow::Result<PathBuf> {
@@ -142,6 +144,22 @@ impl Host {
             .unwrap_or_default()
     }
 
+    /// Waits up to `timeout` for a log line containing `needle`, and returns the first such line.
+    pub async fn wait_for_log(&self, needle: &str, timeout: Duration) -> anyhow::Result<String> {
+        eventually(
+            format!("{} to log {needle:?} (its log)", self.name),
+            timeout,
+            async || {
+                let log = self.log_text();
+                match log.lines().find(|l| l.contains(needle)) {
+                    Some(line) => Ok(line.to_string()),
+                    None => Err(Text(log)),
+                }
+            },
+        )
+        .await
+    }
+
     /// `GET /status` as JSON.
     pub async fn status(&self) -> anyhow::Result<Value> {
         let url = format!("http://{}/status", self.addr);
@@ -228,24 +246,27 @@ pub async fn wait_for_single_leader(
     lease: &str,
     timeout: Duration,
 ) -> anyhow::Result<usize> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let mut leaders = Vec::new();
-        for (i, h) in hosts.iter().enumerate() {
-            if h.role(lease).await.as_deref() == Some("leader") {
-                leaders.push(i);
+    // Polls are sequential, so a handoff between two polls can show the old and the new leader
+    // together: that is not a double holder, so keep polling. A short period, as handoffs are
+    // timed by this wait.
+    eventually_every(
+        format!("a single leader of {lease}"),
+        timeout,
+        Duration::from_millis(2),
+        async || {
+            let mut leaders = Vec::new();
+            for (i, h) in hosts.iter().enumerate() {
+                if h.role(lease).await.as_deref() == Some("leader") {
+                    leaders.push(i);
+                }
             }
-        }
-        if leaders.len() == 1 {
-            return Ok(leaders[0]);
-        }
-        // Polls are sequential, so a handoff between two polls can show the old and the new
-        // leader together: that is not a double holder, so keep polling.
-        if Instant::now() > deadline {
-            bail!("no single leader of {lease} within {timeout:?}: leaders {leaders:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+            match leaders[..] {
+                [one] => Ok(one),
+                _ => Err(format!("leaders {leaders:?}")),
+            }
+        },
+    )
+    .await
 }
 
 /// Runs `leasehold ARGS` to completion (at most `timeout`) and returns its exit status and stderr.

@@ -1,11 +1,12 @@
 //! The test harness of leasehold: a real PostgreSQL started on demand ([`pg`]), real `leasehold`
 //! processes ([`host`]), and the store backends opened fresh for each test ([`stores`]); shared
 //! trials of fencing ([`fencing`]) and of frozen holders ([`freeze`]); a wall clock tests can
-//! step ([`faketime`]).
+//! step ([`faketime`]); one way to wait for a condition ([`eventually`]).
 //! Integration tests live in `tests/`; the benchmarks are binaries in `src/bin/`.
 
 #![allow(clippy::unwrap_used)]
 
+pub mod eventually;
 pub mod faketime;
 pub mod fencing;
 pub mod freeze;

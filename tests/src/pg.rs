@@ -430,22 +430,22 @@ pub async fn wait_for_listeners(
     timeout: std::time::Duration,
 ) -> anyhow::Result<()> {
     let mut conn = sqlx::PgConnection::connect(url).await?;
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        let listening: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity
-              WHERE datname = current_database() AND query LIKE 'LISTEN%'",
-        )
-        .fetch_one(&mut conn)
-        .await?;
-        if listening >= n {
-            return Ok(());
-        }
-        if std::time::Instant::now() > deadline {
-            bail!("{listening} of {n} listeners subscribed within {timeout:?}");
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    crate::eventually::eventually(
+        format!("{n} listeners to subscribe (sessions listening)"),
+        timeout,
+        async || {
+            let listening: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+            )
+            .fetch_one(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+            crate::eventually::when(listening, |l| *l >= n).map_err(|l| l.to_string())
+        },
+    )
+    .await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -4,7 +4,9 @@
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use leasehold_tests::eventually::{eventually, when};
 
 use leasehold_tests::host::{Host, binary, wait_for_single_leader};
 
@@ -64,18 +66,16 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
     );
     // The standby heard the release and took the lease with the next epoch; the old holder's
     // renewal was rejected.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while b.role("leader").await.as_deref() != Some("leader") {
-        assert!(Instant::now() < deadline, "{}", b.log_text());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("b to lead", Duration::from_secs(10), async || {
+        when(b.role("leader").await, |r| r.as_deref() == Some("leader"))
+    })
+    .await
+    .unwrap();
     let status = b.status().await.unwrap();
     assert_eq!(status["leases"][0]["epoch"], 2, "{status}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !a.log_text().contains("lease lost") {
-        assert!(Instant::now() < deadline, "{}", a.log_text());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    a.wait_for_log("lease lost", Duration::from_secs(10))
+        .await
+        .unwrap();
     let again = leasehold(
         &[
             "leases",

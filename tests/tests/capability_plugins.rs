@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use leasehold_tests::eventually::{Text, eventually_every, when};
 use leasehold_tests::host::{Host, guests_dist, wait_for_single_leader};
 
 /// A plugin directory with `guest` copied under each name, with its manifest.
@@ -24,18 +25,7 @@ fn plugins(guest: &str, entries: &[(&str, String)]) -> tempfile::TempDir {
 }
 
 async fn wait_for_log(host: &Host, needle: &str, timeout: Duration) -> String {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let log = host.log_text();
-        if let Some(line) = log.lines().find(|l| l.contains(needle)) {
-            return line.to_string();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {needle:?} within {timeout:?}:\n{log}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    host.wait_for_log(needle, timeout).await.unwrap()
 }
 
 fn dir_arg(dir: &Path) -> &str {
@@ -157,25 +147,31 @@ async fn notifications_reach_only_the_holder() {
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     // The holder's listener starts with its term: notify until one arrives.
     let deliver = async |host: &Host, tag: &str| -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        for n in 0.. {
-            let payload = format!("{tag}-{n}");
-            sqlx::query("SELECT pg_notify('probe_events', $1)")
-                .bind(&payload)
-                .execute(&pool)
-                .await
-                .unwrap();
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            if host.log_text().contains(&format!("payload={payload}")) {
-                return payload;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no event delivered:\n{}",
-                host.log_text()
-            );
-        }
-        unreachable!()
+        let mut n = 0;
+        // Each probe notifies once and gives the delivery 150 ms.
+        eventually_every(
+            "an event delivered (the holder's log)",
+            Duration::from_secs(20),
+            Duration::ZERO,
+            async || {
+                n += 1;
+                let payload = format!("{tag}-{n}");
+                sqlx::query("SELECT pg_notify('probe_events', $1)")
+                    .bind(&payload)
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                let log = host.log_text();
+                if log.contains(&format!("payload={payload}")) {
+                    Ok(payload)
+                } else {
+                    Err(Text(log))
+                }
+            },
+        )
+        .await
+        .unwrap()
     };
     let first = deliver(&hosts[leader], "first").await;
     let line = wait_for_log(
@@ -298,12 +294,17 @@ delete_after = \"2s\"
             .await
             .unwrap()
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while state("gone-1").await.unwrap().0 != "orphaned" {
-        assert!(Instant::now() < deadline, "{}", hosts[leader].log_text());
-        beat().await;
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually_every(
+        "gone-1 to be orphaned",
+        Duration::from_secs(20),
+        Duration::from_millis(200),
+        async || {
+            beat().await;
+            when(state("gone-1").await.unwrap(), |s| s.0 == "orphaned")
+        },
+    )
+    .await
+    .unwrap();
     // One sweep marks both, under one epoch.
     assert_eq!(state("gone-2").await, state("gone-1").await);
 
@@ -311,12 +312,18 @@ delete_after = \"2s\"
     hosts[leader].signal("KILL").unwrap();
     hosts[leader].wait_exit(Duration::from_secs(5)).unwrap();
     let survivor = hosts.remove(1 - leader);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while state("gone-1").await.is_some() || state("gone-2").await.is_some() {
-        assert!(Instant::now() < deadline, "{}", survivor.log_text());
-        beat().await;
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually_every(
+        "the survivor to delete gone-1 and gone-2",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        async || {
+            beat().await;
+            let left = (state("gone-1").await, state("gone-2").await);
+            when(left, |l| l.0.is_none() && l.1.is_none())
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(state("alive").await.unwrap().0, "active");
     // The guest logs its sweep after the commit the test has just seen.
     wait_for_log(&survivor, "sweep epoch=", Duration::from_secs(10)).await;
@@ -325,22 +332,32 @@ delete_after = \"2s\"
         .execute(&pool)
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while state("flaky").await.unwrap().0 != "orphaned" {
-        assert!(Instant::now() < deadline, "{}", survivor.log_text());
-        beat().await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually_every(
+        "flaky to be orphaned",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        async || {
+            beat().await;
+            when(state("flaky").await.unwrap(), |s| s.0 == "orphaned")
+        },
+    )
+    .await
+    .unwrap();
     sqlx::query("UPDATE sandboxes SET last_heartbeat = now() WHERE id = 'flaky'")
         .execute(&pool)
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while state("flaky").await.unwrap().0 != "active" {
-        assert!(Instant::now() < deadline, "{}", survivor.log_text());
-        beat().await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually_every(
+        "flaky to be revived",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        async || {
+            beat().await;
+            when(state("flaky").await.unwrap(), |s| s.0 == "active")
+        },
+    )
+    .await
+    .unwrap();
 }
 
 /// A statement a guest left in flight on an application database (unfenced: `pg_sleep(3)`,

@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leasehold_tests::host::{Host, plugin_dir, wait_for_single_leader};
 use sqlx::PgPool;
@@ -107,18 +107,7 @@ async fn start_writer(url: &str, role_url: &str, table: &str) -> (Host, tempfile
 }
 
 async fn wait_for_log(host: &Host, needle: &str, timeout: Duration) -> String {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(line) = host.log_text().lines().find(|l| l.contains(needle)) {
-            return line.to_string();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {needle:?} within {timeout:?}:\n{}",
-            host.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    host.wait_for_log(needle, timeout).await.unwrap()
 }
 
 async fn epoch_one_rows(admin: &PgPool) -> i64 {

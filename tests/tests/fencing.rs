@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use leasehold_tests::eventually::{Text, eventually, when};
 use leasehold_tests::fencing::{HISTORY_SCHEMA, WRITER_MANIFEST, history, run_pause_trials};
 use leasehold_tests::host::{Host, plugin_dir, plugin_status, wait_for_single_leader};
 
@@ -34,11 +35,9 @@ async fn a_holder_that_lost_its_lease_unknowingly_has_every_write_refused() {
     wait_for_single_leader(&[&a], "leader", Duration::from_secs(15))
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !a.log_text().contains("sql-txn ok epoch=1") {
-        assert!(Instant::now() < deadline, "no write: {}", a.log_text());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    a.wait_for_log("sql-txn ok epoch=1", Duration::from_secs(10))
+        .await
+        .unwrap();
     sqlx::query("UPDATE leasehold_leases SET expires_at = now()")
         .execute(&pool)
         .await
@@ -46,14 +45,18 @@ async fn a_holder_that_lost_its_lease_unknowingly_has_every_write_refused() {
     let expired_at = Instant::now();
     // Another replica takes the lease at once (epoch 2) and writes.
     let b = Host::start_with_env("b", &args, &env).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
     // The writer does sql, then kv, in each tick: wait for both, or the history may miss the kv.
-    while !(b.log_text().contains("sql-txn ok epoch=2")
-        && b.log_text().contains("kv-put ok epoch=2"))
-    {
-        assert!(Instant::now() < deadline, "no takeover: {}", b.log_text());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        "b to take over and write",
+        Duration::from_secs(10),
+        async || {
+            when(Text(b.log_text()), |l| {
+                l.0.contains("sql-txn ok epoch=2") && l.0.contains("kv-put ok epoch=2")
+            })
+        },
+    )
+    .await
+    .unwrap();
     let log = a.log_text();
     for refused in [
         "sql-txn err=lease-lost epoch=1",
@@ -63,14 +66,12 @@ async fn a_holder_that_lost_its_lease_unknowingly_has_every_write_refused() {
     }
     // The old holder noticed on its own well within the ttl (its next renewal failed), and shows
     // the refusals in /status.
-    while !a.log_text().contains("lease lost") {
-        assert!(
-            expired_at.elapsed() < Duration::from_secs(9),
-            "the old holder did not notice within the ttl:\n{}",
-            a.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    a.wait_for_log(
+        "lease lost",
+        Duration::from_secs(9).saturating_sub(expired_at.elapsed()),
+    )
+    .await
+    .unwrap();
     let status = plugin_status(&a, "fenced-writer").await.unwrap();
     assert!(status["refused_writes"].as_u64().unwrap() >= 2, "{status}");
     let h = history(&pool).await.unwrap();
@@ -152,26 +153,23 @@ sleep_ms = \"1500\"
     )
     .unwrap();
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let sleeping: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity
-              WHERE datname = current_database() AND state = 'active'
-                AND query LIKE 'INSERT INTO slow_writes%'",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        if sleeping > 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the slow write never started:\n{}",
-            host.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(
+        "the slow write to sleep on the server (sessions running it)",
+        Duration::from_secs(20),
+        async || {
+            let sleeping: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND state = 'active'
+                    AND query LIKE 'INSERT INTO slow_writes%'",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            when(sleeping, |n| *n > 0)
+        },
+    )
+    .await
+    .unwrap();
     let log = host.log_text();
     assert!(
         log.contains("the lease database; writes are fenced"),
@@ -182,22 +180,21 @@ sleep_ms = \"1500\"
 
 /// The probe's summary line of its slow write.
 async fn slow_write_outcome(host: &Host) -> String {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(line) = host
-            .log_text()
-            .lines()
-            .find(|l| l.contains("probe slow-write ok") || l.contains("probe slow-write FAILED"))
-        {
-            return line.to_string();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the slow write never ended:\n{}",
-            host.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        "the slow write to end (its log)",
+        Duration::from_secs(15),
+        async || {
+            let log = host.log_text();
+            log.lines()
+                .find(|l| {
+                    l.contains("probe slow-write ok") || l.contains("probe slow-write FAILED")
+                })
+                .map(str::to_string)
+                .ok_or(Text(log))
+        },
+    )
+    .await
+    .unwrap()
 }
 
 /// While a fenced plugin statement runs (here it sleeps 1.5 s on the server), the lease row is not

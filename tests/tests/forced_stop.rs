@@ -4,7 +4,9 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use leasehold_tests::eventually::{eventually, when};
 
 use leasehold_tests::host::{Host, log_time, plugin_dir, plugin_status, wait_for_single_leader};
 use leasehold_tests::pg;
@@ -39,31 +41,25 @@ async fn a_spinning_guest_is_stopped_before_the_database_lease_expires() {
         .await
         .unwrap();
     // Wait until the guest is inside its endless reconcile (init and one reconcile call counted).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while plugin_status(&host, "misbehave")
-        .await
-        .and_then(|s| s["calls"].as_u64())
-        .unwrap_or(0)
-        < 2
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the guest never started spinning"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        "the guest to start spinning (its /status)",
+        Duration::from_secs(10),
+        async || {
+            when(plugin_status(&host, "misbehave").await, |s| {
+                s.as_ref()
+                    .and_then(|s| s["calls"].as_u64())
+                    .is_some_and(|calls| calls >= 2)
+            })
+        },
+    )
+    .await
+    .unwrap();
 
     pg::server().stop().unwrap();
 
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !host.log_text().contains("call interrupted: the term ended") {
-        assert!(
-            Instant::now() < deadline,
-            "the spinning call was never interrupted:\n{}",
-            host.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    host.wait_for_log("call interrupted: the term ended", Duration::from_secs(10))
+        .await
+        .unwrap();
     let log = host.log_text();
     let interrupted = log_time(&log, "call interrupted: the term ended").unwrap();
     // The host survives: it answers and reports the lease as no longer led.

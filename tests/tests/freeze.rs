@@ -6,7 +6,9 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use leasehold_tests::eventually::{Text, eventually_every, when};
 
 use leasehold_tests::freeze::{FreezeCluster, FreezeSettings, LEASE, run_freeze_trials};
 use leasehold_tests::host::now_time_of_day;
@@ -54,15 +56,17 @@ async fn short_freezes_keep_the_term() {
     for i in 0..freezes {
         // A call of this epoch after the previous resume: the term goes on reconciling.
         let from = host.log_len();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !host.log_lines_from(from).iter().any(|l| l.contains(&call)) {
-            assert!(
-                Instant::now() < deadline,
-                "freeze {i}: no call at epoch {epoch} since the last resume:\n{}",
-                host.log_lines_from(offsets[holder]).join("\n")
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        eventually_every(
+            format!("freeze {i}: a call at epoch {epoch} since the last resume (the log)"),
+            Duration::from_secs(5),
+            Duration::from_millis(2),
+            async || {
+                let log = host.log_lines_from(from);
+                when(Text(log.join("\n")), |l| l.0.contains(&call))
+            },
+        )
+        .await
+        .unwrap();
         host.signal("STOP").unwrap();
         // The freeze is the parameter here, not a condition to wait for.
         tokio::time::sleep(Duration::from_millis(100 + (i as u64 * 37) % 51)).await;
@@ -70,13 +74,21 @@ async fn short_freezes_keep_the_term() {
     }
     let resumed_at = now_time_of_day();
     // A call after the last resume, and still the leader at the same epoch.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !host.log_lines_from(offsets[holder]).iter().any(|l| {
-        l.contains(&call) && leasehold_tests::host::time_of_day(l).is_some_and(|t| t >= resumed_at)
-    }) {
-        assert!(Instant::now() < deadline, "no call after the last resume");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    eventually_every(
+        "a call after the last resume (the log)",
+        Duration::from_secs(5),
+        Duration::from_millis(2),
+        async || {
+            let log = host.log_lines_from(offsets[holder]);
+            let after = log.iter().any(|l| {
+                l.contains(&call)
+                    && leasehold_tests::host::time_of_day(l).is_some_and(|t| t >= resumed_at)
+            });
+            when(Text(log.join("\n")), |_| after)
+        },
+    )
+    .await
+    .unwrap();
     let status = host.status().await.unwrap();
     assert_eq!(status["leases"][0]["role"], "leader", "{status}");
     assert_eq!(

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::lease::postgres::PostgresStore;
 use leasehold::lease::{DatabaseUrl, LeaseStore, RenewRequest};
+use leasehold_tests::eventually::{eventually, when};
 use leasehold_tests::faketime::SteppedClock;
 use leasehold_tests::host::{Host, wait_for_single_leader};
 use leasehold_tests::pg;
@@ -46,22 +47,23 @@ fn psql(url: &str, sql: &str) -> std::process::Child {
 /// Waits until a backend of the database holds a lock on a `leasehold_leases` row.
 async fn wait_for_row_lock(url: &str) {
     let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let waiting: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-                             WHERE datname = current_database() AND query LIKE '%pg_sleep%'
-                               AND state = 'active')",
-        )
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
-        if waiting {
-            return;
-        }
-        assert!(Instant::now() < deadline, "psql never took its lock");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        "psql to take its lock (a session sleeping with it)",
+        Duration::from_secs(10),
+        async || {
+            let waiting: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                                 WHERE datname = current_database() AND query LIKE '%pg_sleep%'
+                                   AND state = 'active')",
+            )
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+            when(waiting, |w| *w)
+        },
+    )
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -3,7 +3,9 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use leasehold_tests::eventually::{Text, eventually_every};
 
 use leasehold_tests::host::{Host, plugin_dir, wait_for_single_leader};
 
@@ -22,15 +24,21 @@ async fn scrape(host: &Host) -> String {
 }
 
 async fn wait_for(host: &Host, series: &str, ok: impl Fn(f64) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = scrape(host).await;
-        if sample(&text, series).is_some_and(&ok) {
-            return text;
-        }
-        assert!(Instant::now() < deadline, "{series} never matched:\n{text}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually_every(
+        format!("{series} to match (the exposition)"),
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        async || {
+            let text = scrape(host).await;
+            if sample(&text, series).is_some_and(&ok) {
+                Ok(text)
+            } else {
+                Err(Text(text))
+            }
+        },
+    )
+    .await
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,8 +4,9 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use leasehold_tests::eventually::{eventually, when};
 use leasehold_tests::host::{Host, last_log_time, now_time_of_day, wait_for_single_leader};
 use leasehold_tests::pg;
 use leasehold_tests::stores::{Backend, Db};
@@ -39,23 +40,21 @@ async fn a_database_outage_fails_closed_and_recovers() {
         .unwrap();
 
     pg::server().stop().unwrap();
-    let stopped = Instant::now();
     let stopped_at = now_time_of_day();
     // Within ttl (safe_until is earlier still) nobody may lead any more.
-    let deadline = stopped + ttl + Duration::from_secs(3);
-    loop {
-        let now = roles(&hosts).await;
-        // "uncertain" comes with the first failed renewal; the term (and its plugins) ends later.
-        if now.iter().all(|r| r != "leader") && hosts[leader].log_text().contains("term ended") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still leading {:?} after the database stopped: {now:?}",
-            stopped.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        "nobody to lead and the holder's term to end: the roles",
+        ttl + Duration::from_secs(3),
+        async || {
+            let now = roles(&hosts).await;
+            // "uncertain" comes with the first failed renewal; the term (and its plugins) ends
+            // later.
+            let ended = hosts[leader].log_text().contains("term ended");
+            when(now, |now| now.iter().all(|r| r != "leader") && ended)
+        },
+    )
+    .await
+    .unwrap();
     // Timed by the holder's own log, free of this test's polling.
     let ended = last_log_time(&hosts[leader].log_text(), "term ended").unwrap();
     let fail_closed = Duration::from_secs_f64((ended - stopped_at).max(0.0));

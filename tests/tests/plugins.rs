@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use leasehold_tests::eventually::{Text, eventually, when};
 use leasehold_tests::host::{
     Host, guests_dist, plugin_dir, plugin_status, run_to_exit, wait_for_single_leader,
 };
@@ -30,14 +31,6 @@ fn manifest(interval: &str, call_timeout: &str, config: &str) -> String {
     format!(
         "lease = \"leader\"\n[schedule]\ninterval = \"{interval}\"\n[limits]\ncall_timeout = \"{call_timeout}\"\nmemory = \"16MiB\"\n[config]\n{config}\n"
     )
-}
-
-async fn wait_until<F: AsyncFnMut() -> bool>(what: &str, timeout: Duration, mut cond: F) {
-    let deadline = Instant::now() + timeout;
-    while !cond().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -67,12 +60,16 @@ async fn reconcilers_run_only_on_the_holder_and_follow_a_failover() {
         .await
         .unwrap();
     let standby = 1 - leader;
-    wait_until(
-        "reconcile calls on the leader",
+    eventually(
+        "three reconcile calls on the leader (its log)",
         Duration::from_secs(10),
-        async || hosts[leader].log_text().matches("hi from epoch 1").count() >= 3,
+        async || {
+            let log = hosts[leader].log_text();
+            when(Text(log), |l| l.0.matches("hi from epoch 1").count() >= 3)
+        },
     )
-    .await;
+    .await
+    .unwrap();
     assert!(
         !hosts[standby].log_text().contains("hi from epoch"),
         "the standby ran the reconciler"
@@ -92,12 +89,10 @@ async fn reconcilers_run_only_on_the_holder_and_follow_a_failover() {
     let mut old = hosts.remove(leader);
     old.signal("KILL").unwrap();
     old.wait_exit(Duration::from_secs(5)).unwrap();
-    wait_until(
-        "reconcile calls after the failover",
-        Duration::from_secs(10),
-        async || hosts[0].log_text().contains("hi from epoch 2"),
-    )
-    .await;
+    hosts[0]
+        .wait_for_log("hi from epoch 2", Duration::from_secs(10))
+        .await
+        .unwrap();
     assert!(!hosts[0].log_text().contains("hi from epoch 1"));
 }
 
@@ -143,16 +138,17 @@ async fn every_misbehaving_verb_ends_as_a_classified_failure() {
         running.push((db, dir, host));
     }
     for ((verb, kind, words), (_, _, host)) in VERBS.iter().zip(&running) {
-        wait_until(
-            &format!("{verb} to fail"),
+        eventually(
+            format!("{verb} to fail"),
             Duration::from_secs(20),
             async || {
-                plugin_status(host, "misbehave")
-                    .await
-                    .is_some_and(|s| s["last_error"].is_string())
+                when(plugin_status(host, "misbehave").await, |s| {
+                    s.as_ref().is_some_and(|s| s["last_error"].is_string())
+                })
             },
         )
-        .await;
+        .await
+        .unwrap();
         let status = plugin_status(host, "misbehave").await.unwrap();
         let error = status["last_error"].as_str().unwrap();
         assert!(error.contains(words), "{verb}: {status}");
@@ -165,42 +161,36 @@ async fn every_misbehaving_verb_ends_as_a_classified_failure() {
         assert_eq!(traps > 0, *kind != "error", "{verb}: {status}");
         // The warning is logged before /status changes, but reaches this test through a pipe.
         let needle = format!("kind=\"{kind}\"");
-        wait_until(
-            &format!("{verb}: kind {kind} logged"),
-            Duration::from_secs(5),
-            async || host.log_text().contains(&needle),
-        )
-        .await;
+        host.wait_for_log(&needle, Duration::from_secs(5))
+            .await
+            .unwrap();
         // The host and its lease are unharmed: still the leader at the first epoch. (A renewal
         // slowed by eight busy hosts on two cores may show "uncertain" for a moment.)
-        wait_until(
-            &format!("{verb}: the host to lead"),
+        eventually(
+            format!("{verb}: the host to lead"),
             Duration::from_secs(5),
-            async || host.role("leader").await.as_deref() == Some("leader"),
+            async || {
+                when(host.role("leader").await, |r| {
+                    r.as_deref() == Some("leader")
+                })
+            },
         )
-        .await;
+        .await
+        .unwrap();
         let lease = &host.status().await.unwrap()["leases"][0];
         assert_eq!(lease["epoch"].as_i64(), Some(1), "{verb}");
     }
     let flood = &running[VERBS.iter().position(|v| v.0 == "log-flood").unwrap()].2;
-    wait_until(
-        "the log budget to apply",
-        Duration::from_secs(5),
-        async || flood.log_text().contains("guest log lines dropped"),
-    )
-    .await;
+    flood
+        .wait_for_log("guest log lines dropped", Duration::from_secs(5))
+        .await
+        .unwrap();
     // A panic's message reaches the host log beside the trap.
     let panic_host = &running[VERBS.iter().position(|v| v.0 == "panic").unwrap()].2;
-    wait_until(
-        "the panic message logged",
-        Duration::from_secs(5),
-        async || {
-            panic_host
-                .log_text()
-                .contains("misbehave: deliberate panic")
-        },
-    )
-    .await;
+    panic_host
+        .wait_for_log("misbehave: deliberate panic", Duration::from_secs(5))
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -213,12 +203,13 @@ async fn repeated_failures_quarantine_the_plugin_not_the_host() {
     .unwrap();
     let host = sqlite_host("q", &db, dir.path());
     // Backoff 0.5 + 1 + 2 + 4 s before the fifth failure quarantines it.
-    wait_until("quarantine", Duration::from_secs(20), async || {
-        plugin_status(&host, "misbehave")
-            .await
-            .is_some_and(|s| s["state"] == "quarantined")
+    eventually("quarantine", Duration::from_secs(20), async || {
+        when(plugin_status(&host, "misbehave").await, |s| {
+            s.as_ref().is_some_and(|s| s["state"] == "quarantined")
+        })
     })
-    .await;
+    .await
+    .unwrap();
     let status = plugin_status(&host, "misbehave").await.unwrap();
     assert_eq!(
         status["last_error"],
@@ -286,12 +277,13 @@ async fn bad_plugin_files_are_reported_and_isolated() {
     std::fs::create_dir(dir.path().join("unreadable.toml")).unwrap();
 
     let host = sqlite_host("bad", &db, dir.path());
-    wait_until("hello to run", Duration::from_secs(15), async || {
-        plugin_status(&host, "hello-reconciler")
-            .await
-            .is_some_and(|s| s["state"] == "running")
+    eventually("hello to run", Duration::from_secs(15), async || {
+        when(plugin_status(&host, "hello-reconciler").await, |s| {
+            s.as_ref().is_some_and(|s| s["state"] == "running")
+        })
     })
-    .await;
+    .await
+    .unwrap();
     for (name, _, reason) in &bad {
         let status = plugin_status(&host, name).await.unwrap();
         assert_eq!(status["state"], "invalid", "{status}");
@@ -405,13 +397,14 @@ async fn a_failing_active_health_check_makes_the_holder_step_down() {
     .unwrap();
     // Two failed checks, an ordered release, and the healthy standby takes over long before the
     // 10 s ttl could have expired.
-    wait_until(
+    eventually(
         "the healthy replica to lead",
         // Under the ttl: only the step-down and release can have let it in.
         Duration::from_secs(9),
-        async || b.role("leader").await.as_deref() == Some("leader"),
+        async || when(b.role("leader").await, |r| r.as_deref() == Some("leader")),
     )
-    .await;
+    .await
+    .unwrap();
     let log = a.log_text();
     let stepped = log.find("stepping down").expect("step-down logged");
     let released = log.find("lease released").expect("release logged");
@@ -462,12 +455,9 @@ async fn a_standby_whose_check_fails_does_not_campaign() {
         ],
     )
     .unwrap();
-    wait_until(
-        "the standby check to fail",
-        Duration::from_secs(15),
-        async || b.log_text().contains("not campaigning until it passes"),
-    )
-    .await;
+    b.wait_for_log("not campaigning until it passes", Duration::from_secs(15))
+        .await
+        .unwrap();
     a.signal("KILL").unwrap();
     a.wait_exit(Duration::from_secs(5)).unwrap();
     // Well past ttl + poll the lease is free, yet the failing standby never takes it.
@@ -505,12 +495,9 @@ async fn plugins_are_added_replaced_and_removed_without_a_restart() {
     // Well inside the 300 ms quiet period, so a stalled test thread does not outlast it.
     tokio::time::sleep(Duration::from_millis(20)).await;
     std::fs::write(&path, &wasm).unwrap();
-    wait_until(
-        "the added plugin to run",
-        Duration::from_secs(15),
-        async || host.log_text().contains("first from epoch 1"),
-    )
-    .await;
+    host.wait_for_log("first from epoch 1", Duration::from_secs(15))
+        .await
+        .unwrap();
     assert!(
         !host.log_text().contains("invalid plugin"),
         "a half-written file was loaded:\n{}",
@@ -519,12 +506,9 @@ async fn plugins_are_added_replaced_and_removed_without_a_restart() {
 
     // Replace: the new version takes over after the current call.
     put("second");
-    wait_until(
-        "the replaced plugin to run",
-        Duration::from_secs(15),
-        async || host.log_text().contains("second from epoch 1"),
-    )
-    .await;
+    host.wait_for_log("second from epoch 1", Duration::from_secs(15))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let log = host.log_text();
     let last_first = log.rfind("first from epoch").unwrap();
@@ -536,12 +520,13 @@ async fn plugins_are_added_replaced_and_removed_without_a_restart() {
 
     // Remove: it stops and leaves /status.
     std::fs::remove_file(&path).unwrap();
-    wait_until(
+    eventually(
         "the removed plugin to leave /status",
         Duration::from_secs(15),
-        async || plugin_status(&host, "hello").await.is_none(),
+        async || when(plugin_status(&host, "hello").await, Option::is_none),
     )
-    .await;
+    .await
+    .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let calls_then = host.log_text().matches("second from epoch").count();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -559,12 +544,9 @@ async fn guest_output_is_captured_capped_and_tagged() {
     let db = Db::new(Backend::Sqlite).await.unwrap();
     let dir = plugin_dir(&[("misbehave", &manifest("200ms", "1s", "verb = \"print\""))]).unwrap();
     let host = sqlite_host("print", &db, dir.path());
-    wait_until(
-        "guest output in the log",
-        Duration::from_secs(15),
-        async || host.log_text().contains("stream=\"stdout\""),
-    )
-    .await;
+    host.wait_for_log("stream=\"stdout\"", Duration::from_secs(15))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let log = host.log_text();
     let out: Vec<&str> = log
@@ -584,10 +566,13 @@ async fn guest_output_is_captured_capped_and_tagged() {
         "{} output lines for {calls} calls",
         out.len()
     );
-    wait_until("the host to lead", Duration::from_secs(5), async || {
-        host.role("leader").await.as_deref() == Some("leader")
+    eventually("the host to lead", Duration::from_secs(5), async || {
+        when(host.role("leader").await, |r| {
+            r.as_deref() == Some("leader")
+        })
     })
-    .await;
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -637,21 +622,22 @@ async fn fuel_budgets_stop_a_spinning_guest_by_default() {
         ],
     )
     .unwrap();
-    wait_until(
+    eventually(
         "the fuel budget to run out",
         Duration::from_secs(10),
         async || {
-            plugin_status(&host, "misbehave")
-                .await
-                .is_some_and(|s| s["last_error"] == "ran out of fuel")
+            when(plugin_status(&host, "misbehave").await, |s| {
+                s.as_ref()
+                    .is_some_and(|s| s["last_error"] == "ran out of fuel")
+            })
         },
     )
-    .await;
+    .await
+    .unwrap();
     // The warning is logged before /status changes, but reaches this test through a pipe.
-    wait_until("the fuel trap logged", Duration::from_secs(5), async || {
-        host.log_text().contains("kind=\"fuel\"")
-    })
-    .await;
+    host.wait_for_log("kind=\"fuel\"", Duration::from_secs(5))
+        .await
+        .unwrap();
     // Fuel per call shows in /status and /metrics.
     let status = plugin_status(&host, "misbehave").await.unwrap();
     assert!(
@@ -687,22 +673,24 @@ async fn a_looping_start_function_times_out_and_its_replacement_runs() {
     };
     put("slow-start", "200ms");
     let host = sqlite_host("starter", &db, dir.path());
-    wait_until(
+    eventually(
         "the start function to time out",
         Duration::from_secs(15),
         async || {
-            plugin_status(&host, "starter").await.is_some_and(|s| {
-                s["last_error"]
-                    .as_str()
-                    .is_some_and(|e| e.contains("interrupted after its 200ms deadline"))
+            when(plugin_status(&host, "starter").await, |s| {
+                s.as_ref().is_some_and(|s| {
+                    s["last_error"]
+                        .as_str()
+                        .is_some_and(|e| e.contains("interrupted after its 200ms deadline"))
+                })
             })
         },
     )
-    .await;
-    wait_until("the timeout logged", Duration::from_secs(5), async || {
-        host.log_text().contains("kind=\"timeout\"")
-    })
-    .await;
+    .await
+    .unwrap();
+    host.wait_for_log("kind=\"timeout\"", Duration::from_secs(5))
+        .await
+        .unwrap();
     let status = plugin_status(&host, "starter").await.unwrap();
     assert!(status["traps"].as_u64().unwrap() >= 1, "{status}");
     assert_eq!(status["calls"], 0, "init was entered: {status}");
@@ -713,12 +701,9 @@ async fn a_looping_start_function_times_out_and_its_replacement_runs() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let replaced = Instant::now();
     put("hello-reconciler", "1m");
-    wait_until(
-        "the replacement to run",
-        Duration::from_secs(15),
-        async || host.log_text().contains("hello from epoch 1"),
-    )
-    .await;
+    host.wait_for_log("hello from epoch 1", Duration::from_secs(15))
+        .await
+        .unwrap();
     assert!(
         replaced.elapsed() < Duration::from_secs(30),
         "the replacement waited for the old start function's deadline"
@@ -741,14 +726,15 @@ async fn a_reconcile_can_ask_to_run_again_sooner() {
     )])
     .unwrap();
     let host = sqlite_host("requeue", &db, dir.path());
-    wait_until("requeued calls", Duration::from_secs(10), async || {
-        plugin_status(&host, "misbehave")
-            .await
-            .and_then(|s| s["calls"].as_u64())
-            .unwrap_or(0)
-            >= 10
+    eventually("ten requeued calls", Duration::from_secs(10), async || {
+        when(plugin_status(&host, "misbehave").await, |s| {
+            s.as_ref()
+                .and_then(|s| s["calls"].as_u64())
+                .is_some_and(|calls| calls >= 10)
+        })
     })
-    .await;
+    .await
+    .unwrap();
     assert!(plugin_status(&host, "misbehave").await.unwrap()["last_error"].is_null());
 }
 
@@ -769,10 +755,9 @@ async fn wasi_grants_a_plugin_nothing() {
         &[("LEASEHOLD_TEST_SECRET", "must-not-leak")],
     )
     .unwrap();
-    wait_until("the escape attempt", Duration::from_secs(10), async || {
-        host.log_text().contains("sandbox held")
-    })
-    .await;
+    host.wait_for_log("sandbox held", Duration::from_secs(10))
+        .await
+        .unwrap();
     let status = plugin_status(&host, "misbehave").await.unwrap();
     assert!(status["last_error"].is_null(), "{status}");
 }
@@ -799,10 +784,9 @@ async fn plugins_run_when_the_pooling_allocator_cannot_reserve_its_space() {
         ],
     )
     .unwrap();
-    wait_until("reconcile calls", Duration::from_secs(15), async || {
-        host.log_text().contains("small from epoch 1")
-    })
-    .await;
+    host.wait_for_log("small from epoch 1", Duration::from_secs(15))
+        .await
+        .unwrap();
     assert!(
         host.log_text().contains("allocator=OnDemand"),
         "{}",

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold::lease::{LeaseStore, ReleaseNotice, RenewRequest};
+use leasehold_tests::eventually::{eventually, when};
 use leasehold_tests::stores::{Backend, Db};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -551,21 +552,23 @@ async fn postgres_listener_reconnects_after_its_connection_is_killed() {
     let mut rx = standby.listen_releases(stop.clone()).unwrap();
     let admin = sqlx::PgPool::connect(&db.url().unwrap()).await.unwrap();
     // Wait until the listener is subscribed, then kill its backend.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let killed = loop {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-              WHERE datname = current_database() AND query LIKE 'LISTEN%'",
-        )
-        .fetch_one(&admin)
-        .await
-        .unwrap();
-        if n > 0 || Instant::now() > deadline {
-            break n;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert_eq!(killed, 1, "the listener's backend was not found");
+    let killed = eventually(
+        "the listener's backend to be found (backends terminated)",
+        Duration::from_secs(10),
+        async || {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                  WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+            )
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+            when(n, |n| *n > 0)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(killed, 1, "more than one listener's backend");
     let notice = tokio::time::timeout(Duration::from_secs(10), rx.recv())
         .await
         .expect("resubscribed")
