@@ -12,6 +12,7 @@ use sqlx::PgPool;
 
 use crate::eventually::{eventually, when};
 use crate::host::{Host, plugin_dir, wait_for_single_leader};
+use crate::status::Role;
 
 /// The app table the guest writes to, and a commit-order log for it and for `leasehold_kv`: a
 /// deferred constraint trigger runs as its transaction commits, so `seq` follows commit order.
@@ -142,8 +143,8 @@ pub async fn run_pause_trials(trials: usize, ttl: &str) -> anyhow::Result<PauseT
                     let Ok(status) = hosts[i].status().await else {
                         continue;
                     };
-                    let lease = &status["leases"][0];
-                    if lease["role"] == "leader" && lease["epoch"].as_i64() == Some(e) {
+                    let lease = &status.leases[0];
+                    if lease.role == Role::Leader && lease.epoch == Some(e) {
                         leader = i;
                         return Ok(e);
                     }

@@ -23,6 +23,7 @@ use tempfile::TempDir;
 use crate::eventually::{eventually, eventually_every, when};
 use crate::host::{Host, now_time_of_day, plugin_dir, time_of_day};
 use crate::stats::summary;
+use crate::status::{Role, StatusExt};
 use crate::stores::{Backend, Db};
 
 /// The lease every replica campaigns for.
@@ -262,19 +263,18 @@ impl FreezeCluster {
             async || {
                 let mut seen = Vec::new();
                 for host in &self.hosts {
-                    let lease = host.status().await.ok().map(|s| s["leases"][0].clone());
-                    let role = lease
-                        .as_ref()
-                        .and_then(|l| l["role"].as_str().map(str::to_string));
-                    let epoch = lease.as_ref().and_then(|l| l["epoch"].as_u64());
+                    let status = host.status().await.ok();
+                    let lease = status.as_ref().and_then(|s| s.lease(LEASE));
+                    let role = lease.map(|l| l.role);
+                    let epoch = lease.and_then(|l| u64::try_from(l.epoch?).ok());
                     seen.push((role, epoch));
                 }
                 let leaders: Vec<usize> = (0..seen.len())
-                    .filter(|&i| seen[i].0.as_deref() == Some("leader"))
+                    .filter(|&i| seen[i].0 == Some(Role::Leader))
                     .collect();
                 let standbys = seen
                     .iter()
-                    .filter(|(role, _)| role.as_deref() == Some("standby"))
+                    .filter(|(role, _)| *role == Some(Role::Standby))
                     .count();
                 if let [leader] = leaders[..]
                     && standbys == self.hosts.len() - 1
@@ -404,7 +404,7 @@ async fn freeze_trial(
     eventually(
         format!("r{holder} to settle as a standby after the resume (its role)"),
         settings.ttl * 3 + Duration::from_secs(10),
-        async || when(host.role(LEASE).await, |r| r.as_deref() == Some("standby")),
+        async || when(host.role(LEASE).await, |r| *r == Some(Role::Standby)),
     )
     .await?;
 

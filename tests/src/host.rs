@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use serde_json::Value;
 
 use crate::eventually::{Text, eventually, eventually_every};
+use crate::status::{PluginStatus, Role, Status, StatusExt};
 
 /// The `leasehold` binary beside the running test executable (`target/<profile>/leasehold`),
 /// or `LEASEHOLD_BIN`. `make test` builds it first.
@@ -160,17 +160,18 @@ impl Host {
         .await
     }
 
-    /// `GET /status` as JSON.
-    pub async fn status(&self) -> anyhow::Result<Value> {
+    /// `GET /status`, read into the host's own types.
+    pub async fn status(&self) -> anyhow::Result<Status> {
         let url = format!("http://{}/status", self.addr);
-        Ok(self
+        let body = self
             .client
             .get(url)
             .send()
             .await?
             .error_for_status()?
-            .json()
-            .await?)
+            .bytes()
+            .await?;
+        crate::status::parse(&body)
     }
 
     /// `GET path`: the status code and the body.
@@ -185,14 +186,9 @@ impl Host {
     }
 
     /// The role of `lease` in `/status`, or `None` if the process does not answer.
-    pub async fn role(&self, lease: &str) -> Option<String> {
+    pub async fn role(&self, lease: &str) -> Option<Role> {
         let status = self.status().await.ok()?;
-        status["leases"]
-            .as_array()?
-            .iter()
-            .find(|l| l["name"] == lease)
-            .and_then(|l| l["role"].as_str())
-            .map(str::to_string)
+        status.lease(lease).map(|l| l.role)
     }
 
     /// The process id.
@@ -256,7 +252,7 @@ pub async fn wait_for_single_leader(
         async || {
             let mut leaders = Vec::new();
             for (i, h) in hosts.iter().enumerate() {
-                if h.role(lease).await.as_deref() == Some("leader") {
+                if h.role(lease).await == Some(Role::Leader) {
                     leaders.push(i);
                 }
             }
@@ -361,11 +357,7 @@ pub fn plugin_dir(plugins: &[(&str, &str)]) -> anyhow::Result<tempfile::TempDir>
 }
 
 /// The `/status` entry of plugin `name`.
-pub async fn plugin_status(host: &Host, name: &str) -> Option<Value> {
+pub async fn plugin_status(host: &Host, name: &str) -> Option<PluginStatus> {
     let status = host.status().await.ok()?;
-    status["plugins"]
-        .as_array()?
-        .iter()
-        .find(|p| p["name"] == name)
-        .cloned()
+    status.plugin(name).cloned()
 }

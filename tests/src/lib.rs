@@ -1,7 +1,8 @@
 //! The test harness of leasehold: a real PostgreSQL started on demand ([`pg`]), real `leasehold`
-//! processes ([`host`]), and the store backends opened fresh for each test ([`stores`]); shared
-//! trials of fencing ([`fencing`]) and of frozen holders ([`freeze`]); a wall clock tests can
-//! step ([`faketime`]); one way to wait for a condition ([`eventually`]).
+//! processes ([`host`]) and their `/status` in the host's own types ([`status`]), and the store
+//! backends opened fresh for each test ([`stores`]); shared trials of fencing ([`fencing`]) and
+//! of frozen holders ([`freeze`]); a wall clock tests can step ([`faketime`]); one way to wait
+//! for a condition ([`eventually`]).
 //! Integration tests live in `tests/`; the benchmarks are binaries in `src/bin/`.
 
 #![allow(clippy::unwrap_used)]
@@ -14,4 +15,5 @@ pub mod host;
 pub mod leader;
 pub mod pg;
 pub mod stats;
+pub mod status;
 pub mod stores;

@@ -7,6 +7,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use leasehold_tests::eventually::{eventually, when};
+use leasehold_tests::status::Role;
 
 use leasehold_tests::host::{Host, binary, wait_for_single_leader};
 
@@ -67,12 +68,12 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
     // The standby heard the release and took the lease with the next epoch; the old holder's
     // renewal was rejected.
     eventually("b to lead", Duration::from_secs(10), async || {
-        when(b.role("leader").await, |r| r.as_deref() == Some("leader"))
+        when(b.role("leader").await, |r| *r == Some(Role::Leader))
     })
     .await
     .unwrap();
     let status = b.status().await.unwrap();
-    assert_eq!(status["leases"][0]["epoch"], 2, "{status}");
+    assert_eq!(status.leases[0].epoch, Some(2), "{status:?}");
     a.wait_for_log("lease lost", Duration::from_secs(10))
         .await
         .unwrap();
@@ -106,8 +107,8 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
         &["status", "--url", &format!("http://{}", b.addr), "--json"],
         &[],
     );
-    let json: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
-    assert_eq!(json["leases"][0]["role"], "leader");
+    let json = leasehold_tests::status::parse(&shown.stdout).unwrap();
+    assert_eq!(json.leases[0].role, Role::Leader);
     let nobody = leasehold(&["status", "--url", "127.0.0.1:1"], &[]);
     assert_eq!(nobody.status.code(), Some(1));
     assert!(

@@ -10,6 +10,7 @@ use leasehold_tests::eventually::{eventually, when};
 
 use leasehold_tests::host::{Host, log_time, plugin_dir, plugin_status, wait_for_single_leader};
 use leasehold_tests::pg;
+use leasehold_tests::status::Role;
 use leasehold_tests::stores::{Backend, Db};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -46,9 +47,7 @@ async fn a_spinning_guest_is_stopped_before_the_database_lease_expires() {
         Duration::from_secs(10),
         async || {
             when(plugin_status(&host, "misbehave").await, |s| {
-                s.as_ref()
-                    .and_then(|s| s["calls"].as_u64())
-                    .is_some_and(|calls| calls >= 2)
+                s.as_ref().is_some_and(|s| s.calls >= 2)
             })
         },
     )
@@ -64,7 +63,7 @@ async fn a_spinning_guest_is_stopped_before_the_database_lease_expires() {
     let interrupted = log_time(&log, "call interrupted: the term ended").unwrap();
     // The host survives: it answers and reports the lease as no longer led.
     let status = host.status().await.unwrap();
-    assert_ne!(status["leases"][0]["role"], "leader", "{status}");
+    assert_ne!(status.leases[0].role, Role::Leader, "{status:?}");
 
     // The row now holds the last renewal that committed before the outage, by the database clock:
     // when the database lets anyone else in. Kill the host first so it cannot take the lease again.

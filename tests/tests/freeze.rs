@@ -12,6 +12,7 @@ use leasehold_tests::eventually::{Text, eventually_every, when};
 
 use leasehold_tests::freeze::{FreezeCluster, FreezeSettings, LEASE, run_freeze_trials};
 use leasehold_tests::host::now_time_of_day;
+use leasehold_tests::status::Role;
 
 /// Three replicas, ttl 1 s, hello-reconciler every 15 ms; the holder is frozen for ttl + 750 ms
 /// (until another replica has acquired the next epoch), then resumed. Over at least 50 trials
@@ -90,11 +91,11 @@ async fn short_freezes_keep_the_term() {
     .await
     .unwrap();
     let status = host.status().await.unwrap();
-    assert_eq!(status["leases"][0]["role"], "leader", "{status}");
+    assert_eq!(status.leases[0].role, Role::Leader, "{status:?}");
     assert_eq!(
-        status["leases"][0]["epoch"].as_u64(),
+        status.leases[0].epoch.and_then(|e| u64::try_from(e).ok()),
         Some(epoch),
-        "{status}"
+        "{status:?}"
     );
     let log = host.log_lines_from(offsets[holder]).join("\n");
     for stop in ["term ended", "lease lost", "renewal failing", "safe_until"] {
@@ -104,7 +105,7 @@ async fn short_freezes_keep_the_term() {
         if i != holder {
             let log = other.log_lines_from(offsets[i]).join("\n");
             assert!(!log.contains("lease acquired"), "r{i} acquired:\n{log}");
-            assert_eq!(other.role(LEASE).await.as_deref(), Some("standby"));
+            assert_eq!(other.role(LEASE).await, Some(Role::Standby));
         }
     }
 }

@@ -9,11 +9,12 @@ use std::time::Duration;
 use leasehold_tests::eventually::{eventually, when};
 use leasehold_tests::host::{Host, last_log_time, now_time_of_day, wait_for_single_leader};
 use leasehold_tests::pg;
+use leasehold_tests::status::Role;
 use leasehold_tests::stores::{Backend, Db};
 
 /// Both hosts' roles of the lease `leader`, asked at once: while the database is down each answer
 /// takes up to the store timeout.
-async fn roles(hosts: &[&Host; 2]) -> [String; 2] {
+async fn roles(hosts: &[&Host; 2]) -> [Role; 2] {
     let (a, b) = tokio::join!(hosts[0].role("leader"), hosts[1].role("leader"));
     [a, b].map(|role| role.expect("a host stopped answering /status"))
 }
@@ -35,9 +36,7 @@ async fn a_database_outage_fails_closed_and_recovers() {
     let leader = wait_for_single_leader(&hosts, "leader", Duration::from_secs(15))
         .await
         .unwrap();
-    let epoch = a.status().await.unwrap()["leases"][0]["epoch"]
-        .as_i64()
-        .unwrap();
+    let epoch = a.status().await.unwrap().leases[0].epoch.unwrap();
 
     pg::server().stop().unwrap();
     let stopped_at = now_time_of_day();
@@ -50,7 +49,7 @@ async fn a_database_outage_fails_closed_and_recovers() {
             // "uncertain" comes with the first failed renewal; the term (and its plugins) ends
             // later.
             let ended = hosts[leader].log_text().contains("term ended");
-            when(now, |now| now.iter().all(|r| r != "leader") && ended)
+            when(now, |now| now.iter().all(|r| *r != Role::Leader) && ended)
         },
     )
     .await
@@ -63,7 +62,7 @@ async fn a_database_outage_fails_closed_and_recovers() {
         "the holder stopped leading only after {fail_closed:?}, ttl {ttl:?}"
     );
     let status = hosts[leader].status().await.unwrap();
-    assert!(status["store_error"].is_string(), "{status}");
+    assert!(status.store_error.is_some(), "{status:?}");
     // Not ready while the store is down, with the reason; alive all the same.
     for h in hosts {
         let (code, body) = h.get("/readyz").await.unwrap();
@@ -73,7 +72,7 @@ async fn a_database_outage_fails_closed_and_recovers() {
     }
     // Ride out the outage for a few ttls: nobody exits, nobody leads.
     tokio::time::sleep(ttl * 2).await;
-    assert!(roles(&hosts).await.iter().all(|r| r != "leader"));
+    assert!(roles(&hosts).await.iter().all(|r| *r != Role::Leader));
 
     pg::server().restart().unwrap();
     wait_for_single_leader(&hosts, "leader", Duration::from_secs(20))
@@ -84,8 +83,8 @@ async fn a_database_outage_fails_closed_and_recovers() {
         assert_eq!(code, 200, "{body}");
     }
     let status = a.status().await.unwrap();
-    let new_epoch = status["leases"][0]["epoch"].as_i64().unwrap();
-    assert_eq!(new_epoch, epoch + 1, "{status}");
+    let new_epoch = status.leases[0].epoch.unwrap();
+    assert_eq!(new_epoch, epoch + 1, "{status:?}");
     for h in hosts {
         let log = h.log_text();
         assert!(!log.contains("panicked"), "{log}");

@@ -8,6 +8,7 @@ use leasehold_tests::eventually::{Text, eventually, when};
 use leasehold_tests::host::{
     Host, guests_dist, plugin_dir, plugin_status, run_to_exit, wait_for_single_leader,
 };
+use leasehold_tests::status::{PluginState, Role, World};
 use leasehold_tests::stores::{Backend, Db};
 
 /// A host on `db` (ttl 2 s) with the plugin directory `plugins`.
@@ -77,13 +78,14 @@ async fn reconcilers_run_only_on_the_holder_and_follow_a_failover() {
     let status = plugin_status(&hosts[leader], "hello-reconciler")
         .await
         .unwrap();
-    assert_eq!(status["state"], "running", "{status}");
-    assert_eq!(status["world"], "reconciler");
+    assert_eq!(status.state, PluginState::Running, "{status:?}");
+    assert_eq!(status.world, Some(World::Reconciler));
     assert_eq!(
         plugin_status(&hosts[standby], "hello-reconciler")
             .await
-            .unwrap()["state"],
-        "idle"
+            .unwrap()
+            .state,
+        PluginState::Idle
     );
 
     let mut old = hosts.remove(leader);
@@ -143,22 +145,25 @@ async fn every_misbehaving_verb_ends_as_a_classified_failure() {
             Duration::from_secs(20),
             async || {
                 when(plugin_status(host, "misbehave").await, |s| {
-                    s.as_ref().is_some_and(|s| s["last_error"].is_string())
+                    s.as_ref().is_some_and(|s| s.last_error.is_some())
                 })
             },
         )
         .await
         .unwrap();
         let status = plugin_status(host, "misbehave").await.unwrap();
-        let error = status["last_error"].as_str().unwrap();
-        assert!(error.contains(words), "{verb}: {status}");
-        let state = status["state"].as_str().unwrap();
+        let error = status.last_error.as_deref().unwrap();
+        assert!(error.contains(words), "{verb}: {status:?}");
         assert!(
-            ["backoff", "quarantined", "running"].contains(&state),
-            "{verb}: {status}"
+            [
+                PluginState::Backoff,
+                PluginState::Quarantined,
+                PluginState::Running
+            ]
+            .contains(&status.state),
+            "{verb}: {status:?}"
         );
-        let traps = status["traps"].as_u64().unwrap();
-        assert_eq!(traps > 0, *kind != "error", "{verb}: {status}");
+        assert_eq!(status.traps > 0, *kind != "error", "{verb}: {status:?}");
         // The warning is logged before /status changes, but reaches this test through a pipe.
         let needle = format!("kind=\"{kind}\"");
         host.wait_for_log(&needle, Duration::from_secs(5))
@@ -169,16 +174,12 @@ async fn every_misbehaving_verb_ends_as_a_classified_failure() {
         eventually(
             format!("{verb}: the host to lead"),
             Duration::from_secs(5),
-            async || {
-                when(host.role("leader").await, |r| {
-                    r.as_deref() == Some("leader")
-                })
-            },
+            async || when(host.role("leader").await, |r| *r == Some(Role::Leader)),
         )
         .await
         .unwrap();
-        let lease = &host.status().await.unwrap()["leases"][0];
-        assert_eq!(lease["epoch"].as_i64(), Some(1), "{verb}");
+        let status = host.status().await.unwrap();
+        assert_eq!(status.leases[0].epoch, Some(1), "{verb}");
     }
     let flood = &running[VERBS.iter().position(|v| v.0 == "log-flood").unwrap()].2;
     flood
@@ -205,26 +206,28 @@ async fn repeated_failures_quarantine_the_plugin_not_the_host() {
     // Backoff 0.5 + 1 + 2 + 4 s before the fifth failure quarantines it.
     eventually("quarantine", Duration::from_secs(20), async || {
         when(plugin_status(&host, "misbehave").await, |s| {
-            s.as_ref().is_some_and(|s| s["state"] == "quarantined")
+            s.as_ref()
+                .is_some_and(|s| s.state == PluginState::Quarantined)
         })
     })
     .await
     .unwrap();
     let status = plugin_status(&host, "misbehave").await.unwrap();
     assert_eq!(
-        status["last_error"],
-        "returned an error: deliberate failure"
+        status.last_error.as_deref(),
+        Some("returned an error: deliberate failure")
     );
     assert_eq!(
-        plugin_status(&host, "hello-reconciler").await.unwrap()["state"],
-        "running"
+        plugin_status(&host, "hello-reconciler")
+            .await
+            .unwrap()
+            .state,
+        PluginState::Running
     );
-    let calls = status["calls"].as_u64().unwrap();
+    let calls = status.calls;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
-        plugin_status(&host, "misbehave").await.unwrap()["calls"]
-            .as_u64()
-            .unwrap(),
+        plugin_status(&host, "misbehave").await.unwrap().calls,
         calls,
         "quarantined plugin still called"
     );
@@ -279,15 +282,15 @@ async fn bad_plugin_files_are_reported_and_isolated() {
     let host = sqlite_host("bad", &db, dir.path());
     eventually("hello to run", Duration::from_secs(15), async || {
         when(plugin_status(&host, "hello-reconciler").await, |s| {
-            s.as_ref().is_some_and(|s| s["state"] == "running")
+            s.as_ref().is_some_and(|s| s.state == PluginState::Running)
         })
     })
     .await
     .unwrap();
     for (name, _, reason) in &bad {
         let status = plugin_status(&host, name).await.unwrap();
-        assert_eq!(status["state"], "invalid", "{status}");
-        let error = status["last_error"].as_str().unwrap();
+        assert_eq!(status.state, PluginState::Invalid, "{status:?}");
+        let error = status.last_error.as_deref().unwrap();
         assert!(
             error.contains(&format!("{name}.wasm")) && error.contains(reason),
             "{name}: {error}"
@@ -304,22 +307,17 @@ async fn bad_plugin_files_are_reported_and_isolated() {
         );
     }
     let unreadable = plugin_status(&host, "unreadable").await.unwrap();
-    assert_eq!(unreadable["state"], "invalid", "{unreadable}");
-    let reason = unreadable["last_error"].as_str().unwrap();
+    assert_eq!(unreadable.state, PluginState::Invalid, "{unreadable:?}");
+    let reason = unreadable.last_error.as_deref().unwrap();
     assert!(
         reason.contains("unreadable.toml: cannot read"),
-        "{unreadable}"
+        "{unreadable:?}"
     );
     let typo = plugin_status(&host, "typo").await.unwrap();
-    assert_eq!(typo["state"], "invalid");
-    assert!(
-        typo["last_error"].as_str().unwrap().contains("typo.toml"),
-        "{typo}"
-    );
-    assert!(
-        typo["last_error"].as_str().unwrap().contains("intervall"),
-        "{typo}"
-    );
+    assert_eq!(typo.state, PluginState::Invalid);
+    let reason = typo.last_error.as_deref().unwrap();
+    assert!(reason.contains("typo.toml"), "{typo:?}");
+    assert!(reason.contains("intervall"), "{typo:?}");
     // Every bad file was logged with its path and reason.
     let log = host.log_text();
     assert_eq!(log.matches("invalid plugin").count(), 7, "{log}");
@@ -401,7 +399,7 @@ async fn a_failing_active_health_check_makes_the_holder_step_down() {
         "the healthy replica to lead",
         // Under the ttl: only the step-down and release can have let it in.
         Duration::from_secs(9),
-        async || when(b.role("leader").await, |r| r.as_deref() == Some("leader")),
+        async || when(b.role("leader").await, |r| *r == Some(Role::Leader)),
     )
     .await
     .unwrap();
@@ -411,15 +409,16 @@ async fn a_failing_active_health_check_makes_the_holder_step_down() {
     assert!(stepped < released, "{log}");
     let status = plugin_status(&a, "flaky-health").await.unwrap();
     assert!(
-        status["last_error"]
-            .as_str()
+        status
+            .last_error
+            .as_deref()
             .unwrap()
             .contains("deliberate active failure"),
-        "{status}"
+        "{status:?}"
     );
     // The healthy holder keeps it.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(b.role("leader").await.as_deref(), Some("leader"));
+    assert_eq!(b.role("leader").await, Some(Role::Leader));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -462,11 +461,11 @@ async fn a_standby_whose_check_fails_does_not_campaign() {
     a.wait_exit(Duration::from_secs(5)).unwrap();
     // Well past ttl + poll the lease is free, yet the failing standby never takes it.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(b.role("leader").await.as_deref(), Some("standby"));
-    let lease = &b.status().await.unwrap()["leases"][0];
+    assert_eq!(b.role("leader").await, Some(Role::Standby));
+    let status = b.status().await.unwrap();
     assert!(
-        lease["holder"].is_null(),
-        "the lease should be free: {lease}"
+        status.leases[0].holder.is_none(),
+        "the lease should be free: {status:?}"
     );
 }
 
@@ -536,7 +535,7 @@ async fn plugins_are_added_replaced_and_removed_without_a_restart() {
         "a removed plugin still runs"
     );
     // The lease was never disturbed.
-    assert_eq!(host.status().await.unwrap()["leases"][0]["epoch"], 1);
+    assert_eq!(host.status().await.unwrap().leases[0].epoch, Some(1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -557,9 +556,7 @@ async fn guest_output_is_captured_capped_and_tagged() {
         out.iter().all(|l| l.contains("plugin=\"misbehave\"")),
         "untagged guest output"
     );
-    let calls = plugin_status(&host, "misbehave").await.unwrap()["calls"]
-        .as_u64()
-        .unwrap();
+    let calls = plugin_status(&host, "misbehave").await.unwrap().calls;
     // At most 200 lines per stream per call reach the log, however much the guest prints.
     assert!(
         out.len() as u64 <= calls * 400,
@@ -567,9 +564,7 @@ async fn guest_output_is_captured_capped_and_tagged() {
         out.len()
     );
     eventually("the host to lead", Duration::from_secs(5), async || {
-        when(host.role("leader").await, |r| {
-            r.as_deref() == Some("leader")
-        })
+        when(host.role("leader").await, |r| *r == Some(Role::Leader))
     })
     .await
     .unwrap();
@@ -599,13 +594,14 @@ async fn fuel_budgets_stop_a_spinning_guest_by_default() {
     )
     .unwrap();
     let status = plugin_status(&off, "misbehave").await.unwrap();
-    assert_eq!(status["state"], "invalid");
+    assert_eq!(status.state, PluginState::Invalid);
     assert!(
-        status["last_error"]
-            .as_str()
+        status
+            .last_error
+            .as_deref()
             .unwrap()
             .contains("does not meter fuel"),
-        "{status}"
+        "{status:?}"
     );
     drop(off);
     // By default the host meters fuel: the budget ends the call long before its 60 s deadline.
@@ -628,7 +624,7 @@ async fn fuel_budgets_stop_a_spinning_guest_by_default() {
         async || {
             when(plugin_status(&host, "misbehave").await, |s| {
                 s.as_ref()
-                    .is_some_and(|s| s["last_error"] == "ran out of fuel")
+                    .is_some_and(|s| s.last_error.as_deref() == Some("ran out of fuel"))
             })
         },
     )
@@ -640,14 +636,8 @@ async fn fuel_budgets_stop_a_spinning_guest_by_default() {
         .unwrap();
     // Fuel per call shows in /status and /metrics.
     let status = plugin_status(&host, "misbehave").await.unwrap();
-    assert!(
-        status["fuel_last_call"].as_u64().unwrap() >= 1_000_000,
-        "{status}"
-    );
-    assert!(
-        status["fuel_total"].as_u64().unwrap() >= 1_000_000,
-        "{status}"
-    );
+    assert!(status.fuel_last_call.unwrap() >= 1_000_000, "{status:?}");
+    assert!(status.fuel_total >= 1_000_000, "{status:?}");
     let (_, metrics) = host.get("/metrics").await.unwrap();
     assert!(
         metrics.contains("leasehold_plugin_call_fuel_count{plugin=\"misbehave\"}"),
@@ -679,8 +669,8 @@ async fn a_looping_start_function_times_out_and_its_replacement_runs() {
         async || {
             when(plugin_status(&host, "starter").await, |s| {
                 s.as_ref().is_some_and(|s| {
-                    s["last_error"]
-                        .as_str()
+                    s.last_error
+                        .as_deref()
                         .is_some_and(|e| e.contains("interrupted after its 200ms deadline"))
                 })
             })
@@ -692,8 +682,8 @@ async fn a_looping_start_function_times_out_and_its_replacement_runs() {
         .await
         .unwrap();
     let status = plugin_status(&host, "starter").await.unwrap();
-    assert!(status["traps"].as_u64().unwrap() >= 1, "{status}");
-    assert_eq!(status["calls"], 0, "init was entered: {status}");
+    assert!(status.traps >= 1, "{status:?}");
+    assert_eq!(status.calls, 0, "init was entered: {status:?}");
     assert!(!host.log_text().contains("slow-start: init reached"));
 
     // Under a one-minute deadline the start function loops on; replacing the file retires it.
@@ -728,14 +718,18 @@ async fn a_reconcile_can_ask_to_run_again_sooner() {
     let host = sqlite_host("requeue", &db, dir.path());
     eventually("ten requeued calls", Duration::from_secs(10), async || {
         when(plugin_status(&host, "misbehave").await, |s| {
-            s.as_ref()
-                .and_then(|s| s["calls"].as_u64())
-                .is_some_and(|calls| calls >= 10)
+            s.as_ref().is_some_and(|s| s.calls >= 10)
         })
     })
     .await
     .unwrap();
-    assert!(plugin_status(&host, "misbehave").await.unwrap()["last_error"].is_null());
+    assert!(
+        plugin_status(&host, "misbehave")
+            .await
+            .unwrap()
+            .last_error
+            .is_none()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -759,7 +753,7 @@ async fn wasi_grants_a_plugin_nothing() {
         .await
         .unwrap();
     let status = plugin_status(&host, "misbehave").await.unwrap();
-    assert!(status["last_error"].is_null(), "{status}");
+    assert!(status.last_error.is_none(), "{status:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

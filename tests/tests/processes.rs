@@ -5,17 +5,12 @@
 use std::time::{Duration, Instant};
 
 use leasehold_tests::host::{Host, run_to_exit, wait_for_single_leader};
+use leasehold_tests::status::{LeaseStatus, Role, Status, StatusExt};
 use leasehold_tests::stores::{Backend, Db};
 use serde_json::Value;
 
-fn lease_entry(status: &Value) -> Value {
-    status["leases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["name"] == "leader")
-        .unwrap()
-        .clone()
+fn lease_entry(status: &Status) -> &LeaseStatus {
+    status.lease("leader").unwrap()
 }
 
 async fn start_replicas(url: &str, ttl: &str, n: usize) -> Vec<Host> {
@@ -28,11 +23,9 @@ async fn start_replicas(url: &str, ttl: &str, n: usize) -> Vec<Host> {
 async fn agreed_holder(hosts: &[&Host]) -> (String, i64) {
     let mut seen = Vec::new();
     for h in hosts {
-        let entry = lease_entry(&h.status().await.unwrap());
-        seen.push((
-            entry["holder"].as_str().unwrap().to_string(),
-            entry["epoch"].as_i64().unwrap(),
-        ));
+        let status = h.status().await.unwrap();
+        let entry = lease_entry(&status);
+        seen.push((entry.holder.clone().unwrap(), entry.epoch.unwrap()));
     }
     assert!(
         seen.windows(2).all(|w| w[0] == w[1]),
@@ -53,14 +46,14 @@ async fn three_replicas_on_postgres_elect_one_and_survive_kill_9() {
         .unwrap();
     let (holder, epoch) = agreed_holder(&refs).await;
     let status = hosts[leader].status().await.unwrap();
-    assert_eq!(status["replica"].as_str().unwrap(), holder);
+    assert_eq!(status.replica, holder);
     assert!(hosts[leader].log_text().contains(&format!(
         "lease acquired lease=leader epoch={epoch} holder={holder}"
     )));
     for (i, h) in hosts.iter().enumerate().filter(|(i, _)| *i != leader) {
         assert_eq!(
-            lease_entry(&h.status().await.unwrap())["role"],
-            "standby",
+            lease_entry(&h.status().await.unwrap()).role,
+            Role::Standby,
             "host {i}"
         );
     }
@@ -81,12 +74,7 @@ async fn three_replicas_on_postgres_elect_one_and_survive_kill_9() {
     let (new_holder, new_epoch) = agreed_holder(&refs).await;
     assert_ne!(new_holder, holder);
     assert_eq!(new_epoch, epoch + 1);
-    assert_eq!(
-        hosts[next].status().await.unwrap()["replica"]
-            .as_str()
-            .unwrap(),
-        new_holder
-    );
+    assert_eq!(hosts[next].status().await.unwrap().replica, new_holder);
     println!("kill -9 failover with ttl {ttl:?}: {took:?}");
 }
 

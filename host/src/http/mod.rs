@@ -31,7 +31,7 @@ pub struct AppState {
 }
 
 /// `/status`: who this replica is and what it knows of each lease.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, serde::Deserialize)]
 pub struct Status {
     /// This process's holder id.
     pub replica: String,
@@ -47,7 +47,7 @@ pub struct Status {
 }
 
 /// One lease in `/status`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, serde::Deserialize)]
 pub struct LeaseStatus {
     /// The lease name.
     pub name: String,

@@ -12,7 +12,7 @@ use tokio_util::task::TaskTracker;
 use super::store::Epoch;
 
 /// This replica's role for one lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Not holding the lease; campaigning when it is free.

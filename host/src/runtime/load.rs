@@ -95,7 +95,7 @@ pub enum ComponentError {
 }
 
 /// The world a component implements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum World {
     /// `reconciler`.

@@ -12,7 +12,7 @@ use crate::metrics::Metrics;
 use crate::runtime::{CallFailure, Called, World};
 
 /// A plugin's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PluginState {
     /// Loaded; its lease is held elsewhere (or not at all) so it is not running here.
@@ -28,7 +28,7 @@ pub enum PluginState {
 }
 
 /// One plugin in `/status`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct PluginStatus {
     /// The plugin name (its file name without `.wasm`).
     pub name: String,

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use leasehold_tests::host::{Host, last_log_time, log_time};
 use leasehold_tests::stats::{env_count, env_duration, summary};
+use leasehold_tests::status::Role;
 use leasehold_tests::stores::{Backend, Db};
 
 async fn leader_index(client: &reqwest::Client, hosts: &[Host]) -> Option<usize> {
@@ -19,26 +20,27 @@ async fn leader_index(client: &reqwest::Client, hosts: &[Host]) -> Option<usize>
     let leaders: Vec<usize> = roles
         .iter()
         .enumerate()
-        .filter(|(_, r)| r.as_deref() == Some("leader"))
+        .filter(|(_, r)| **r == Some(Role::Leader))
         .map(|(i, _)| i)
         .collect();
     (leaders.len() == 1).then(|| leaders[0])
 }
 
-async fn futures_roles(client: &reqwest::Client, hosts: &[Host]) -> Vec<Option<String>> {
+async fn futures_roles(client: &reqwest::Client, hosts: &[Host]) -> Vec<Option<Role>> {
     let mut handles = Vec::new();
     for h in hosts {
         let (addr, client) = (h.addr, client.clone());
         handles.push(tokio::spawn(async move {
-            let status: serde_json::Value = client
+            let body = client
                 .get(format!("http://{addr}/status"))
                 .send()
                 .await
                 .ok()?
-                .json()
+                .bytes()
                 .await
                 .ok()?;
-            status["leases"][0]["role"].as_str().map(str::to_string)
+            let status = leasehold_tests::status::parse(&body).ok()?;
+            Some(status.leases.first()?.role)
         }));
     }
     let mut out = Vec::new();
