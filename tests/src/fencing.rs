@@ -122,8 +122,8 @@ pub async fn run_pause_trials(trials: usize, ttl: &str) -> anyhow::Result<PauseT
     ];
     let env = [("LEASEHOLD_TEST_APP_URL", url.as_str())];
     let hosts = [
-        Host::start_with_env("a", &args, &env)?,
-        Host::start_with_env("b", &args, &env)?,
+        Host::start_with_env("a", &args, &env).await?,
+        Host::start_with_env("b", &args, &env).await?,
     ];
     let refs: Vec<&Host> = hosts.iter().collect();
     let mut leader = wait_for_single_leader(&refs, "leader", Duration::from_secs(20)).await?;

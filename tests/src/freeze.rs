@@ -244,9 +244,10 @@ impl FreezeCluster {
             "--plugins",
             plugins.path().to_str().context("plugin dir path")?,
         ];
-        let hosts = (0..settings.replicas)
-            .map(|i| Host::start(&format!("r{i}"), &args))
-            .collect::<anyhow::Result<Vec<Host>>>()?;
+        let mut hosts = Vec::with_capacity(settings.replicas);
+        for i in 0..settings.replicas {
+            hosts.push(Host::start(&format!("r{i}"), &args).await?);
+        }
         Ok(FreezeCluster {
             hosts,
             _plugins: plugins,

@@ -1,13 +1,17 @@
-//! Real `leasehold` processes: spawn one, read its log, ask its `/status`, signal it.
+//! Real `leasehold` processes: spawn one, read its log, ask its `/status`, signal it. All of it
+//! async (`tokio::process`, the log read by a task), so no test blocks its runtime's threads.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
+use rustix::process::{Pid, Signal, kill_process};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStderr, Command};
+use tokio::sync::oneshot;
 
 use crate::eventually::{Text, eventually, eventually_every};
 use crate::status::{PluginStatus, Role, Status, StatusExt};
@@ -40,34 +44,44 @@ pub struct Host {
     /// The HTTP address it bound.
     pub addr: SocketAddr,
     child: Child,
+    /// Kept apart from `child`, which forgets its id once the exit is collected.
+    pid: u32,
     log: Arc<Mutex<Vec<String>>>,
     client: reqwest::Client,
 }
 
 impl Host {
     /// Starts `leasehold run ARGS --http 127.0.0.1:0` and waits until it serves HTTP.
-    pub fn start(name: &str, args: &[&str]) -> anyhow::Result<Host> {
-        Self::start_with_env(name, args, &[])
+    pub async fn start(name: &str, args: &[&str]) -> anyhow::Result<Host> {
+        Self::start_with_env(name, args, &[]).await
     }
 
     /// [`Host::start`] with extra environment variables.
-    pub fn start_with_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Host> {
-        Self::spawn(name, Command::new(binary()?), args, env)
+    pub async fn start_with_env(
+        name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Host> {
+        Self::spawn(name, Command::new(binary()?), args, env).await
     }
 
     /// [`Host::start`] under a shell that first runs `prefix` (e.g. `ulimit -v …`), then execs
     /// the host.
-    pub fn start_under_shell(name: &str, prefix: &str, args: &[&str]) -> anyhow::Result<Host> {
+    pub async fn start_under_shell(
+        name: &str,
+        prefix: &str,
+        args: &[&str],
+    ) -> anyhow::Result<Host> {
         let mut shell = Command::new("bash");
         shell
             .arg("-c")
             .arg(format!("{prefix}; exec \"$@\""))
             .arg("bash")
             .arg(binary()?);
-        Self::spawn(name, shell, args, &[])
+        Self::spawn(name, shell, args, &[]).await
     }
 
-    fn spawn(
+    async fn spawn(
         name: &str,
         mut cmd: Command,
         args: &[&str],
@@ -81,44 +95,32 @@ impl Host {
             .env("RUST_BACKTRACE", "0");
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
         let mut child = cmd.spawn().context("spawning leasehold")?;
+        let pid = child.id().context("no pid")?;
         let stderr = child.stderr.take().context("no stderr")?;
         let log = Arc::new(Mutex::new(Vec::new()));
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                // The bound address, from a text line (`addr=…`) or a JSON one (`"addr":"…"`).
-                let addr = line.split("addr=").nth(1).map(|a| a.trim()).or_else(|| {
-                    line.split("\"addr\":\"")
-                        .nth(1)
-                        .and_then(|rest| rest.split('"').next())
-                });
-                if let Some(addr) = addr
-                    && line.contains("http listening")
-                {
-                    let _ = addr_tx.send(addr.to_string());
-                }
-                sink.lock().unwrap().push(line);
-            }
-        });
+        let (addr_tx, addr_rx) = oneshot::channel();
+        tokio::spawn(read_log(stderr, log.clone(), addr_tx));
         let mut host = Host {
             name: name.to_string(),
             addr: "127.0.0.1:0".parse()?,
             child,
+            pid,
             log,
             client: reqwest::Client::builder()
                 .timeout(Duration::from_secs(5))
                 .build()?,
         };
-        match addr_rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(addr) => {
+        match tokio::time::timeout(Duration::from_secs(60), addr_rx).await {
+            Ok(Ok(addr)) => {
                 host.addr = addr
                     .parse()
                     .with_context(|| format!("bad address {addr:?}"))?
             }
-            Err(_) => bail!(
+            // Timed out, or the log ended (the process exited) without the line.
+            _ => bail!(
                 "{name} did not start serving HTTP; log:\n{}",
                 host.log_text()
             ),
@@ -193,46 +195,64 @@ impl Host {
 
     /// The process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.pid
     }
 
     /// Sends `signal` (e.g. "TERM", "KILL", "STOP", "CONT").
     pub fn signal(&self, signal: &str) -> anyhow::Result<()> {
-        let ok = Command::new("kill")
-            .arg("-s")
-            .arg(signal)
-            .arg(self.pid().to_string())
-            .status()?
-            .success();
-        if !ok {
-            bail!("kill -s {signal} {} failed", self.pid());
-        }
-        Ok(())
+        let sig = match signal {
+            "TERM" => Signal::TERM,
+            "KILL" => Signal::KILL,
+            "STOP" => Signal::STOP,
+            "CONT" => Signal::CONT,
+            "INT" => Signal::INT,
+            other => bail!("unknown signal {other:?}"),
+        };
+        let pid = i32::try_from(self.pid)
+            .ok()
+            .and_then(Pid::from_raw)
+            .context("no such pid")?;
+        kill_process(pid, sig).with_context(|| format!("kill -s {signal} {}", self.pid))
     }
 
     /// Waits up to `timeout` for the process to exit.
-    pub fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                return Ok(status);
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "{} did not exit within {timeout:?}; log:\n{}",
-                    self.name,
-                    self.log_text()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(5));
+    pub async fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
+        match tokio::time::timeout(timeout, self.child.wait()).await {
+            Ok(status) => Ok(status?),
+            Err(_) => bail!(
+                "{} did not exit within {timeout:?}; log:\n{}",
+                self.name,
+                self.log_text()
+            ),
         }
     }
 }
 
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+/// Collects the process's stderr into `log` line by line, and sends the address of its
+/// "http listening" line.
+async fn read_log(
+    stderr: ChildStderr,
+    log: Arc<Mutex<Vec<String>>>,
+    addr: oneshot::Sender<String>,
+) {
+    let mut addr = Some(addr);
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        // The bound address, from a text line (`addr=…`) or a JSON one (`"addr":"…"`).
+        let listening = line.split("addr=").nth(1).map(|a| a.trim()).or_else(|| {
+            line.split("\"addr\":\"")
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+        });
+        let listening = listening
+            .filter(|_| line.contains("http listening"))
+            .map(str::to_string);
+        log.lock().unwrap().push(line);
+        if let Some(found) = listening
+            && let Some(tx) = addr.take()
+        {
+            let _ = tx.send(found);
+        }
     }
 }
 
@@ -266,32 +286,26 @@ pub async fn wait_for_single_leader(
 }
 
 /// Runs `leasehold ARGS` to completion (at most `timeout`) and returns its exit status and stderr.
-pub fn run_to_exit(args: &[&str], timeout: Duration) -> anyhow::Result<(ExitStatus, String)> {
-    let mut child = Command::new(binary()?)
+pub async fn run_to_exit(args: &[&str], timeout: Duration) -> anyhow::Result<(ExitStatus, String)> {
+    let child = Command::new(binary()?)
         .args(args)
         .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
+        .kill_on_drop(true)
         .spawn()?;
-    let mut stderr = child.stderr.take().context("no stderr")?;
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
-        s
-    });
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
+    // On a timeout the child is dropped, hence killed.
+    match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Ok(out) => {
+            let out = out?;
+            Ok((
+                out.status,
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            ))
         }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            bail!("leasehold {args:?} still running after {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Ok((status, reader.join().unwrap_or_default()))
+        Err(_) => bail!("leasehold {args:?} still running after {timeout:?}"),
+    }
 }
 
 /// Seconds since midnight of the first log line containing `needle` (RFC 3339 timestamps).

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use leasehold_tests::eventually::{eventually, when};
@@ -11,15 +11,15 @@ use leasehold_tests::status::Role;
 
 use leasehold_tests::host::{Host, binary, wait_for_single_leader};
 
-fn leasehold(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(binary().unwrap());
+async fn leasehold(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = tokio::process::Command::new(binary().unwrap());
     cmd.args(args)
         .env_remove("LEASEHOLD_DATABASE_URL")
         .env_remove("LEASEHOLD_CONFIG");
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.output().unwrap()
+    cmd.output().await.unwrap()
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -33,16 +33,17 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
         .await
         .unwrap();
     let args = ["--database-url", url.as_str(), "--ttl", "6s"];
-    let a = Host::start("a", &args).unwrap();
+    let a = Host::start("a", &args).await.unwrap();
     wait_for_single_leader(&[&a], "leader", Duration::from_secs(15))
         .await
         .unwrap();
-    let b = Host::start("b", &args).unwrap();
+    let b = Host::start("b", &args).await.unwrap();
 
     let refused = leasehold(
         &["leases", "release", "leader", "--database-url", &url],
         &[],
-    );
+    )
+    .await;
     assert_eq!(refused.status.code(), Some(1));
     assert!(
         text(&refused.stderr).contains("--force"),
@@ -53,7 +54,8 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
     let released = leasehold(
         &["leases", "release", "leader", "--force"],
         &[("LEASEHOLD_DATABASE_URL", &url)],
-    );
+    )
+    .await;
     let out = text(&released.stdout);
     assert!(released.status.success(), "{out}{}", text(&released.stderr));
     assert!(
@@ -87,7 +89,8 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
             &url,
         ],
         &[],
-    );
+    )
+    .await;
     assert!(again.status.success());
     assert!(
         text(&again.stdout).contains("not held"),
@@ -96,7 +99,7 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
     );
 
     // status --url renders the live host's view.
-    let shown = leasehold(&["status", "--url", &b.addr.to_string()], &[]);
+    let shown = leasehold(&["status", "--url", &b.addr.to_string()], &[]).await;
     let out = text(&shown.stdout);
     assert!(shown.status.success(), "{}", text(&shown.stderr));
     assert!(
@@ -106,10 +109,11 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
     let shown = leasehold(
         &["status", "--url", &format!("http://{}", b.addr), "--json"],
         &[],
-    );
+    )
+    .await;
     let json = leasehold_tests::status::parse(&shown.stdout).unwrap();
     assert_eq!(json.leases[0].role, Role::Leader);
-    let nobody = leasehold(&["status", "--url", "127.0.0.1:1"], &[]);
+    let nobody = leasehold(&["status", "--url", "127.0.0.1:1"], &[]).await;
     assert_eq!(nobody.status.code(), Some(1));
     assert!(
         text(&nobody.stderr).contains("127.0.0.1:1"),
@@ -118,8 +122,8 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
     );
 }
 
-#[test]
-fn config_check_prints_the_effective_config_redacted_or_names_the_fault() {
+#[tokio::test]
+async fn config_check_prints_the_effective_config_redacted_or_names_the_fault() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("leasehold.toml");
     std::fs::write(
@@ -142,7 +146,8 @@ fn config_check_prints_the_effective_config_redacted_or_names_the_fault() {
             ),
             ("LEASEHOLD_SHUTDOWN_GRACE", "7s"),
         ],
-    );
+    )
+    .await;
     let out = text(&ok.stdout);
     assert!(ok.status.success(), "{out}{}", text(&ok.stderr));
     assert!(!out.contains("hunter2"), "{out}");
@@ -157,11 +162,11 @@ fn config_check_prints_the_effective_config_redacted_or_names_the_fault() {
     // The output is itself a valid config file.
     let effective = dir.path().join("effective.toml");
     std::fs::write(&effective, &out).unwrap();
-    let again = leasehold(&["config", "check", effective.to_str().unwrap()], &[]);
+    let again = leasehold(&["config", "check", effective.to_str().unwrap()], &[]).await;
     assert!(again.status.success(), "{}", text(&again.stderr));
 
     std::fs::write(&file, "leases = [\"jobs\"]\n[timing]\nttll = \"9s\"\n").unwrap();
-    let bad = leasehold(&["config", "check", file.to_str().unwrap()], &[]);
+    let bad = leasehold(&["config", "check", file.to_str().unwrap()], &[]).await;
     assert_eq!(bad.status.code(), Some(1));
     let err = text(&bad.stderr);
     assert!(

@@ -87,6 +87,7 @@ async fn probes_pass_grants_hold_and_credentials_stay_with_the_host() {
             ("PROBE_HOST_SECRET", secret.as_str()),
         ],
     )
+    .await
     .unwrap();
     let t = Duration::from_secs(30);
     for verb in ["kv", "sql", "not-granted"] {
@@ -135,8 +136,8 @@ async fn notifications_reach_only_the_holder() {
         dir_arg(dir.path()),
     ];
     let mut hosts = vec![
-        Host::start("a", &args).unwrap(),
-        Host::start("b", &args).unwrap(),
+        Host::start("a", &args).await.unwrap(),
+        Host::start("b", &args).await.unwrap(),
     ];
     let leader = {
         let refs: Vec<&Host> = hosts.iter().collect();
@@ -190,7 +191,10 @@ async fn notifications_reach_only_the_holder() {
 
     // The holder dies; the other replica takes over and now receives them.
     hosts[leader].signal("KILL").unwrap();
-    hosts[leader].wait_exit(Duration::from_secs(5)).unwrap();
+    hosts[leader]
+        .wait_exit(Duration::from_secs(5))
+        .await
+        .unwrap();
     let survivor = hosts.remove(standby);
     wait_for_single_leader(&[&survivor], "leader", Duration::from_secs(20))
         .await
@@ -267,8 +271,8 @@ delete_after = \"2s\"
     ];
     let env = [("APP_DATABASE_URL", url.as_str())];
     let mut hosts = vec![
-        Host::start_with_env("a", &args, &env).unwrap(),
-        Host::start_with_env("b", &args, &env).unwrap(),
+        Host::start_with_env("a", &args, &env).await.unwrap(),
+        Host::start_with_env("b", &args, &env).await.unwrap(),
     ];
     let leader = {
         let refs: Vec<&Host> = hosts.iter().collect();
@@ -310,7 +314,10 @@ delete_after = \"2s\"
 
     // The holder dies before the second grace ends; the other replica finishes the job.
     hosts[leader].signal("KILL").unwrap();
-    hosts[leader].wait_exit(Duration::from_secs(5)).unwrap();
+    hosts[leader]
+        .wait_exit(Duration::from_secs(5))
+        .await
+        .unwrap();
     let survivor = hosts.remove(1 - leader);
     eventually_every(
         "the survivor to delete gone-1 and gone-2",
@@ -382,13 +389,14 @@ async fn an_unfenced_statement_in_flight_is_cancelled_before_the_lease_is_releas
         ],
         &[("APP_URL", app.as_str())],
     )
+    .await
     .unwrap();
     wait_for_log(&host, "probe slow-write started", Duration::from_secs(30)).await;
     // The insert is now sleeping on the server.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let stopping = Instant::now();
     host.signal("TERM").unwrap();
-    let status = host.wait_exit(Duration::from_secs(20)).unwrap();
+    let status = host.wait_exit(Duration::from_secs(20)).await.unwrap();
     assert!(status.success(), "{status:?}");
     let log = host.log_text();
     let cancelled = log

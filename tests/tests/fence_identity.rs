@@ -99,6 +99,7 @@ async fn start_writer(url: &str, role_url: &str, table: &str) -> (Host, tempfile
         ],
         &[("LEASEHOLD_TEST_APP_URL", role_url)],
     )
+    .await
     .unwrap();
     wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
         .await

@@ -31,7 +31,7 @@ async fn a_holder_that_lost_its_lease_unknowingly_has_every_write_refused() {
         dir.path().to_str().unwrap(),
     ];
     let env = [("LEASEHOLD_TEST_APP_URL", url.as_str())];
-    let a = Host::start_with_env("a", &args, &env).unwrap();
+    let a = Host::start_with_env("a", &args, &env).await.unwrap();
     wait_for_single_leader(&[&a], "leader", Duration::from_secs(15))
         .await
         .unwrap();
@@ -44,7 +44,7 @@ async fn a_holder_that_lost_its_lease_unknowingly_has_every_write_refused() {
         .unwrap();
     let expired_at = Instant::now();
     // Another replica takes the lease at once (epoch 2) and writes.
-    let b = Host::start_with_env("b", &args, &env).unwrap();
+    let b = Host::start_with_env("b", &args, &env).await.unwrap();
     // The writer does sql, then kv, in each tick: wait for both, or the history may miss the kv.
     eventually(
         "b to take over and write",
@@ -151,6 +151,7 @@ sleep_ms = \"1500\"
         ],
         &[("LEASEHOLD_TEST_APP_URL", url.as_str())],
     )
+    .await
     .unwrap();
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     eventually(

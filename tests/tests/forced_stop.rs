@@ -37,6 +37,7 @@ async fn a_spinning_guest_is_stopped_before_the_database_lease_expires() {
             dir.path().to_str().unwrap(),
         ],
     )
+    .await
     .unwrap();
     wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
         .await
@@ -68,7 +69,7 @@ async fn a_spinning_guest_is_stopped_before_the_database_lease_expires() {
     // The row now holds the last renewal that committed before the outage, by the database clock:
     // when the database lets anyone else in. Kill the host first so it cannot take the lease again.
     host.signal("KILL").unwrap();
-    host.wait_exit(Duration::from_secs(10)).unwrap();
+    host.wait_exit(Duration::from_secs(10)).await.unwrap();
     pg::server().restart().unwrap();
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     let (epoch, expiry): (i64, f64) = sqlx::query_as(

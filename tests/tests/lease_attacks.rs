@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use leasehold::lease::postgres::PostgresStore;
@@ -37,8 +37,8 @@ fn renewal(name: &str, epoch: i64, ttl: Duration) -> RenewRequest {
 }
 
 /// `psql URL -c SQL` in the background, as an operator would run it.
-fn psql(url: &str, sql: &str) -> std::process::Child {
-    Command::new("psql")
+fn psql(url: &str, sql: &str) -> tokio::process::Child {
+    tokio::process::Command::new("psql")
         .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", url, "-c", sql])
         .stdout(Stdio::null())
         .spawn()
@@ -74,6 +74,7 @@ async fn a_psql_lock_on_one_lease_row_does_not_stall_the_other_leases() {
         "a",
         &["--database-url", &url, "--ttl", "2s", "--lease", "a,b"],
     )
+    .await
     .unwrap();
     for lease in ["a", "b"] {
         wait_for_single_leader(&[&host], lease, Duration::from_secs(15))
@@ -96,7 +97,7 @@ async fn a_psql_lock_on_one_lease_row_does_not_stall_the_other_leases() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(lock.wait().unwrap().success());
+    assert!(lock.wait().await.unwrap().success());
     let log = host.log_lines_from(from);
     let of_b: Vec<&String> = log
         .iter()
@@ -181,7 +182,7 @@ async fn a_campaign_the_host_stopped_waiting_for_never_commits_later() {
         "{campaign:?}"
     );
     assert!(started.elapsed() < call_timeout + Duration::from_millis(200));
-    assert!(lock.wait().unwrap().success());
+    assert!(lock.wait().await.unwrap().success());
     let row = s.get(&["c".to_string()]).await.unwrap();
     assert_eq!(
         (row[0].holder.as_str(), row[0].epoch),
@@ -228,8 +229,8 @@ async fn clock_step_trials(
     };
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let args = ["--database-url", url, "--ttl", "3s"];
-    let a = Host::start_with_env("a", &args, &env).unwrap();
-    let b = Host::start_with_env("b", &args, &env).unwrap();
+    let a = Host::start_with_env("a", &args, &env).await.unwrap();
+    let b = Host::start_with_env("b", &args, &env).await.unwrap();
     wait_for_single_leader(&[&a, &b], "leader", Duration::from_secs(20))
         .await
         .unwrap();

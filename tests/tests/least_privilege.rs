@@ -38,8 +38,9 @@ async fn hosts_run_as_a_dml_only_role_after_the_owner_migrates() {
     assert_ne!(owner, url);
 
     // Before the migration the host role cannot create the schema, and says what to do.
-    let (status, stderr) =
-        run_to_exit(&["run", "--database-url", &app], Duration::from_secs(30)).unwrap();
+    let (status, stderr) = run_to_exit(&["run", "--database-url", &app], Duration::from_secs(30))
+        .await
+        .unwrap();
     assert!(!status.success());
     assert!(stderr.contains("leasehold migrate"), "{stderr}");
 
@@ -47,6 +48,7 @@ async fn hosts_run_as_a_dml_only_role_after_the_owner_migrates() {
         &["migrate", "--database-url", &owner],
         Duration::from_secs(30),
     )
+    .await
     .unwrap();
     assert!(status.success(), "{stderr}");
     sqlx::raw_sql(sqlx::AssertSqlSafe(example("grants.sql")))
@@ -54,7 +56,9 @@ async fn hosts_run_as_a_dml_only_role_after_the_owner_migrates() {
         .await
         .unwrap();
 
-    let host = Host::start("app", &["--database-url", &app, "--ttl", "2s"]).unwrap();
+    let host = Host::start("app", &["--database-url", &app, "--ttl", "2s"])
+        .await
+        .unwrap();
     wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
         .await
         .unwrap();
@@ -69,6 +73,7 @@ async fn hosts_run_as_a_dml_only_role_after_the_owner_migrates() {
         ],
         Duration::from_secs(30),
     )
+    .await
     .unwrap();
     assert!(status.success(), "{stderr}");
     // The host role has no DDL rights and cannot delete lease rows.

@@ -57,8 +57,8 @@ async fn lease_and_plugin_metrics_follow_a_failover() {
         dir.path().to_str().unwrap(),
     ];
     let mut hosts = vec![
-        Host::start("a", &args).unwrap(),
-        Host::start("b", &args).unwrap(),
+        Host::start("a", &args).await.unwrap(),
+        Host::start("b", &args).await.unwrap(),
     ];
     let leader = {
         let refs: Vec<&Host> = hosts.iter().collect();
@@ -152,7 +152,10 @@ async fn lease_and_plugin_metrics_follow_a_failover() {
 
     // A crash failover: the survivor leads at the next epoch and runs the plugin.
     hosts[new_leader].signal("KILL").unwrap();
-    hosts[new_leader].wait_exit(Duration::from_secs(5)).unwrap();
+    hosts[new_leader]
+        .wait_exit(Duration::from_secs(5))
+        .await
+        .unwrap();
     let survivor = hosts.remove(1 - new_leader);
     let text = wait_for(&survivor, &format!("leasehold_lease_epoch{lease}"), |v| {
         v > second

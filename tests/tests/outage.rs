@@ -30,8 +30,12 @@ async fn a_database_outage_fails_closed_and_recovers() {
     let db = Db::new(Backend::Postgres).await.unwrap();
     let url = db.url().unwrap();
     let ttl = Duration::from_secs(2);
-    let a = Host::start("a", &["--database-url", &url, "--ttl", "2s"]).unwrap();
-    let b = Host::start("b", &["--database-url", &url, "--ttl", "2s"]).unwrap();
+    let a = Host::start("a", &["--database-url", &url, "--ttl", "2s"])
+        .await
+        .unwrap();
+    let b = Host::start("b", &["--database-url", &url, "--ttl", "2s"])
+        .await
+        .unwrap();
     let hosts = [&a, &b];
     let leader = wait_for_single_leader(&hosts, "leader", Duration::from_secs(15))
         .await

@@ -12,7 +12,7 @@ use leasehold_tests::status::{PluginState, Role, World};
 use leasehold_tests::stores::{Backend, Db};
 
 /// A host on `db` (ttl 2 s) with the plugin directory `plugins`.
-fn sqlite_host(name: &str, db: &Db, plugins: &std::path::Path) -> Host {
+async fn sqlite_host(name: &str, db: &Db, plugins: &std::path::Path) -> Host {
     let url = db.url().unwrap();
     Host::start(
         name,
@@ -25,6 +25,7 @@ fn sqlite_host(name: &str, db: &Db, plugins: &std::path::Path) -> Host {
             plugins.to_str().unwrap(),
         ],
     )
+    .await
     .unwrap()
 }
 
@@ -53,8 +54,8 @@ async fn reconcilers_run_only_on_the_holder_and_follow_a_failover() {
         plugins,
     ];
     let mut hosts = vec![
-        Host::start("a", &args).unwrap(),
-        Host::start("b", &args).unwrap(),
+        Host::start("a", &args).await.unwrap(),
+        Host::start("b", &args).await.unwrap(),
     ];
     let refs: Vec<&Host> = hosts.iter().collect();
     let leader = wait_for_single_leader(&refs, "leader", Duration::from_secs(15))
@@ -90,7 +91,7 @@ async fn reconcilers_run_only_on_the_holder_and_follow_a_failover() {
 
     let mut old = hosts.remove(leader);
     old.signal("KILL").unwrap();
-    old.wait_exit(Duration::from_secs(5)).unwrap();
+    old.wait_exit(Duration::from_secs(5)).await.unwrap();
     hosts[0]
         .wait_for_log("hi from epoch 2", Duration::from_secs(10))
         .await
@@ -136,6 +137,7 @@ async fn every_misbehaving_verb_ends_as_a_classified_failure() {
                 dir.path().to_str().unwrap(),
             ],
         )
+        .await
         .unwrap();
         running.push((db, dir, host));
     }
@@ -202,7 +204,7 @@ async fn repeated_failures_quarantine_the_plugin_not_the_host() {
         ("hello-reconciler", &manifest("100ms", "1s", "")),
     ])
     .unwrap();
-    let host = sqlite_host("q", &db, dir.path());
+    let host = sqlite_host("q", &db, dir.path()).await;
     // Backoff 0.5 + 1 + 2 + 4 s before the fifth failure quarantines it.
     eventually("quarantine", Duration::from_secs(20), async || {
         when(plugin_status(&host, "misbehave").await, |s| {
@@ -279,7 +281,7 @@ async fn bad_plugin_files_are_reported_and_isolated() {
     std::fs::write(dir.path().join("unreadable.wasm"), &hello).unwrap();
     std::fs::create_dir(dir.path().join("unreadable.toml")).unwrap();
 
-    let host = sqlite_host("bad", &db, dir.path());
+    let host = sqlite_host("bad", &db, dir.path()).await;
     eventually("hello to run", Duration::from_secs(15), async || {
         when(plugin_status(&host, "hello-reconciler").await, |s| {
             s.as_ref().is_some_and(|s| s.state == PluginState::Running)
@@ -298,7 +300,9 @@ async fn bad_plugin_files_are_reported_and_isolated() {
         // The same file through `leasehold check`: one line naming the file, exit 1.
         let path = dir.path().join(format!("{name}.wasm"));
         let (exit, stderr) =
-            run_to_exit(&["check", path.to_str().unwrap()], Duration::from_secs(30)).unwrap();
+            run_to_exit(&["check", path.to_str().unwrap()], Duration::from_secs(30))
+                .await
+                .unwrap();
         assert!(!exit.success());
         assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
         assert!(
@@ -377,6 +381,7 @@ async fn a_failing_active_health_check_makes_the_holder_step_down() {
             sick.path().to_str().unwrap(),
         ],
     )
+    .await
     .unwrap();
     wait_for_single_leader(&[&a], "leader", Duration::from_secs(15))
         .await
@@ -392,6 +397,7 @@ async fn a_failing_active_health_check_makes_the_holder_step_down() {
             healthy.path().to_str().unwrap(),
         ],
     )
+    .await
     .unwrap();
     // Two failed checks, an ordered release, and the healthy standby takes over long before the
     // 10 s ttl could have expired.
@@ -438,6 +444,7 @@ async fn a_standby_whose_check_fails_does_not_campaign() {
             healthy.path().to_str().unwrap(),
         ],
     )
+    .await
     .unwrap();
     wait_for_single_leader(&[&a], "leader", Duration::from_secs(15))
         .await
@@ -453,12 +460,13 @@ async fn a_standby_whose_check_fails_does_not_campaign() {
             sick.path().to_str().unwrap(),
         ],
     )
+    .await
     .unwrap();
     b.wait_for_log("not campaigning until it passes", Duration::from_secs(15))
         .await
         .unwrap();
     a.signal("KILL").unwrap();
-    a.wait_exit(Duration::from_secs(5)).unwrap();
+    a.wait_exit(Duration::from_secs(5)).await.unwrap();
     // Well past ttl + poll the lease is free, yet the failing standby never takes it.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(b.role("leader").await, Some(Role::Standby));
@@ -473,7 +481,7 @@ async fn a_standby_whose_check_fails_does_not_campaign() {
 async fn plugins_are_added_replaced_and_removed_without_a_restart() {
     let db = Db::new(Backend::Sqlite).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let host = sqlite_host("reload", &db, dir.path());
+    let host = sqlite_host("reload", &db, dir.path()).await;
     wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
         .await
         .unwrap();
@@ -542,7 +550,7 @@ async fn plugins_are_added_replaced_and_removed_without_a_restart() {
 async fn guest_output_is_captured_capped_and_tagged() {
     let db = Db::new(Backend::Sqlite).await.unwrap();
     let dir = plugin_dir(&[("misbehave", &manifest("200ms", "1s", "verb = \"print\""))]).unwrap();
-    let host = sqlite_host("print", &db, dir.path());
+    let host = sqlite_host("print", &db, dir.path()).await;
     host.wait_for_log("stream=\"stdout\"", Duration::from_secs(15))
         .await
         .unwrap();
@@ -592,6 +600,7 @@ async fn fuel_budgets_stop_a_spinning_guest_by_default() {
             plugins,
         ],
     )
+    .await
     .unwrap();
     let status = plugin_status(&off, "misbehave").await.unwrap();
     assert_eq!(status.state, PluginState::Invalid);
@@ -617,6 +626,7 @@ async fn fuel_budgets_stop_a_spinning_guest_by_default() {
             plugins,
         ],
     )
+    .await
     .unwrap();
     eventually(
         "the fuel budget to run out",
@@ -662,7 +672,7 @@ async fn a_looping_start_function_times_out_and_its_replacement_runs() {
         std::fs::rename(&tmp, &wasm).unwrap();
     };
     put("slow-start", "200ms");
-    let host = sqlite_host("starter", &db, dir.path());
+    let host = sqlite_host("starter", &db, dir.path()).await;
     eventually(
         "the start function to time out",
         Duration::from_secs(15),
@@ -715,7 +725,7 @@ async fn a_reconcile_can_ask_to_run_again_sooner() {
         &manifest("10s", "1s", "verb = \"requeue\"\nms = \"50\""),
     )])
     .unwrap();
-    let host = sqlite_host("requeue", &db, dir.path());
+    let host = sqlite_host("requeue", &db, dir.path()).await;
     eventually("ten requeued calls", Duration::from_secs(10), async || {
         when(plugin_status(&host, "misbehave").await, |s| {
             s.as_ref().is_some_and(|s| s.calls >= 10)
@@ -748,6 +758,7 @@ async fn wasi_grants_a_plugin_nothing() {
         ],
         &[("LEASEHOLD_TEST_SECRET", "must-not-leak")],
     )
+    .await
     .unwrap();
     host.wait_for_log("sandbox held", Duration::from_secs(10))
         .await
@@ -777,6 +788,7 @@ async fn plugins_run_when_the_pooling_allocator_cannot_reserve_its_space() {
             dir.path().to_str().unwrap(),
         ],
     )
+    .await
     .unwrap();
     host.wait_for_log("small from epoch 1", Duration::from_secs(15))
         .await

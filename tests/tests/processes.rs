@@ -14,9 +14,12 @@ fn lease_entry(status: &Status) -> &LeaseStatus {
 }
 
 async fn start_replicas(url: &str, ttl: &str, n: usize) -> Vec<Host> {
-    (0..n)
-        .map(|i| Host::start(&format!("r{i}"), &["--database-url", url, "--ttl", ttl]).unwrap())
-        .collect()
+    let mut hosts = Vec::with_capacity(n);
+    for i in 0..n {
+        let args = ["--database-url", url, "--ttl", ttl];
+        hosts.push(Host::start(&format!("r{i}"), &args).await.unwrap());
+    }
+    hosts
 }
 
 /// Every replica's `/status` names the same holder and epoch for `leader`; returns them.
@@ -62,7 +65,7 @@ async fn three_replicas_on_postgres_elect_one_and_survive_kill_9() {
     let mut dead = hosts.remove(leader);
     let killed = Instant::now();
     dead.signal("KILL").unwrap();
-    dead.wait_exit(Duration::from_secs(5)).unwrap();
+    dead.wait_exit(Duration::from_secs(5)).await.unwrap();
     let refs: Vec<&Host> = hosts.iter().collect();
     let next = wait_for_single_leader(&refs, "leader", Duration::from_secs(10))
         .await
@@ -103,7 +106,7 @@ async fn sigterm_hands_the_lease_over_at_once() {
         .await
         .unwrap();
     let took = sent.elapsed();
-    let status = old.wait_exit(Duration::from_secs(10)).unwrap();
+    let status = old.wait_exit(Duration::from_secs(10)).await.unwrap();
     assert!(
         status.success(),
         "SIGTERM exit: {status:?}; log:\n{}",
@@ -168,7 +171,9 @@ async fn two_processes_on_one_sqlite_file_elect_one() {
 async fn a_second_signal_exits_at_once() {
     let db = Db::new(Backend::Sqlite).await.unwrap();
     let url = db.url().unwrap();
-    let mut host = Host::start("solo", &["--database-url", &url, "--ttl", "10s"]).unwrap();
+    let mut host = Host::start("solo", &["--database-url", &url, "--ttl", "10s"])
+        .await
+        .unwrap();
     wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
         .await
         .unwrap();
@@ -183,12 +188,12 @@ async fn a_second_signal_exits_at_once() {
     host.signal("TERM").unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
-        host.wait_exit(Duration::from_millis(1)).is_err(),
+        host.wait_exit(Duration::from_millis(1)).await.is_err(),
         "first signal should still be releasing"
     );
     let second = Instant::now();
     host.signal("TERM").unwrap();
-    let status = host.wait_exit(Duration::from_secs(5)).unwrap();
+    let status = host.wait_exit(Duration::from_secs(5)).await.unwrap();
     assert!(
         second.elapsed() < Duration::from_secs(1),
         "second signal took {:?}",
@@ -199,8 +204,8 @@ async fn a_second_signal_exits_at_once() {
     sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap();
 }
 
-#[test]
-fn bad_database_urls_fail_at_start_with_one_clear_line() {
+#[tokio::test]
+async fn bad_database_urls_fail_at_start_with_one_clear_line() {
     let cases = [
         (
             "postgres://leasehold:hunter2@127.0.0.1:1/nowhere",
@@ -225,6 +230,7 @@ fn bad_database_urls_fail_at_start_with_one_clear_line() {
             &["run", "--database-url", url, "--http", "127.0.0.1:0"],
             Duration::from_secs(30),
         )
+        .await
         .unwrap();
         assert!(!status.success(), "{url}: {status:?}");
         let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("error")).collect();
@@ -249,8 +255,8 @@ fn bad_database_urls_fail_at_start_with_one_clear_line() {
 /// An in-memory SQLite database is private to the process (to each connection, even): every
 /// replica would lead at once and every restart would hand out epoch 1 again. Each spelling of
 /// one is refused at start, saying why and what to use instead.
-#[test]
-fn an_in_memory_sqlite_store_is_refused_at_start_with_the_reason() {
+#[tokio::test]
+async fn an_in_memory_sqlite_store_is_refused_at_start_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("leases.db");
     let cases = [
@@ -266,6 +272,7 @@ fn an_in_memory_sqlite_store_is_refused_at_start_with_the_reason() {
             &["run", "--database-url", url, "--http", "127.0.0.1:0"],
             Duration::from_secs(20),
         )
+        .await
         .unwrap_or_else(|e| panic!("{url}: {e}"));
         assert!(!status.success(), "{url}: {status:?}");
         let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("error")).collect();
@@ -292,6 +299,7 @@ async fn a_relative_sqlite_path_is_made_absolute_at_start_and_logged() {
         &format!("cd '{}'", cwd.display()),
         &["--database-url", "sqlite:./leases.db", "--ttl", "2s"],
     )
+    .await
     .unwrap();
     wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
         .await
@@ -315,14 +323,15 @@ async fn a_relative_sqlite_path_is_made_absolute_at_start_and_logged() {
     assert!(cwd.join("leases.db").is_file());
 }
 
-#[test]
-fn bad_settings_are_rejected_by_name() {
+#[tokio::test]
+async fn bad_settings_are_rejected_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite:{}", dir.path().join("x.db").display());
     let (status, stderr) = run_to_exit(
         &["run", "--database-url", &db, "--ttl", "10ms"],
         Duration::from_secs(20),
     )
+    .await
     .unwrap();
     assert!(!status.success());
     assert!(stderr.contains("ttl = 10ms"), "{stderr}");
@@ -332,6 +341,7 @@ fn bad_settings_are_rejected_by_name() {
         &["run", "--config", config.to_str().unwrap()],
         Duration::from_secs(20),
     )
+    .await
     .unwrap();
     assert!(!status.success());
     assert!(
@@ -349,6 +359,7 @@ fn bad_settings_are_rejected_by_name() {
         ],
         Duration::from_secs(20),
     )
+    .await
     .unwrap();
     assert!(!status.success());
     assert!(stderr.contains("renew_interval"), "{stderr}");
@@ -356,8 +367,8 @@ fn bad_settings_are_rejected_by_name() {
 
 /// A margin of 1ns passed every check, though the ttl and the database's times are whole
 /// milliseconds: the binary refuses it at start, naming the config key, the value and the rule.
-#[test]
-fn a_margin_below_its_floor_is_refused_at_start_by_its_config_key() {
+#[tokio::test]
+async fn a_margin_below_its_floor_is_refused_at_start_by_its_config_key() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("leasehold.toml");
     std::fs::write(
@@ -378,6 +389,7 @@ fn a_margin_below_its_floor_is_refused_at_start_by_its_config_key() {
         ],
         Duration::from_secs(20),
     )
+    .await
     .unwrap();
     assert!(!status.success(), "{status:?}");
     let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("error")).collect();
@@ -404,11 +416,12 @@ async fn leases_list_pages_through_the_table() {
             .unwrap();
     }
     let bin = leasehold_tests::host::binary().unwrap();
-    let list = |extra: &[&str]| {
-        let out = std::process::Command::new(&bin)
+    let list = async |extra: &[&str]| {
+        let out = tokio::process::Command::new(&bin)
             .args(["leases", "list", "--database-url", url.as_str()])
             .args(extra)
             .output()
+            .await
             .unwrap();
         assert!(
             out.status.success(),
@@ -418,7 +431,7 @@ async fn leases_list_pages_through_the_table() {
         String::from_utf8(out.stdout).unwrap()
     };
     // Small pages must still return every row once, in order.
-    let json: Value = serde_json::from_str(&list(&["--json", "--page-size", "2"])).unwrap();
+    let json: Value = serde_json::from_str(&list(&["--json", "--page-size", "2"]).await).unwrap();
     let names: Vec<&str> = json
         .as_array()
         .unwrap()
@@ -433,14 +446,14 @@ async fn leases_list_pages_through_the_table() {
     assert_eq!(json[0]["epoch"], 1);
     assert!(json[0]["expires_in_ms"].as_i64().unwrap() > 50_000);
     let json: Value =
-        serde_json::from_str(&list(&["--json", "--after", "job-4", "--limit", "1"])).unwrap();
+        serde_json::from_str(&list(&["--json", "--after", "job-4", "--limit", "1"]).await).unwrap();
     assert_eq!(json.as_array().unwrap().len(), 1);
     assert_eq!(json[0]["name"], "job-5");
-    let table = list(&[]);
+    let table = list(&[]).await;
     assert!(table.starts_with("NAME"), "{table}");
     assert_eq!(table.lines().count(), 8, "{table}");
     let empty = Db::new(Backend::Sqlite).await.unwrap();
-    let out = std::process::Command::new(&bin)
+    let out = tokio::process::Command::new(&bin)
         .args([
             "leases",
             "list",
@@ -449,6 +462,7 @@ async fn leases_list_pages_through_the_table() {
             &empty.url().unwrap(),
         ])
         .output()
+        .await
         .unwrap();
     assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), "[]");
 }
@@ -473,7 +487,7 @@ async fn postgres_over_tls_with_sslmode() {
             .await
             .unwrap();
     assert!(encrypted);
-    let host = Host::start("tls", &["--database-url", &tls]).unwrap();
+    let host = Host::start("tls", &["--database-url", &tls]).await.unwrap();
     wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
         .await
         .unwrap();
@@ -481,6 +495,7 @@ async fn postgres_over_tls_with_sslmode() {
         &["leases", "list", "--database-url", &tls],
         Duration::from_secs(30),
     )
+    .await
     .unwrap();
     assert!(status.success(), "{stderr}");
     // A certificate the client does not trust is refused, with the reason.
@@ -489,6 +504,7 @@ async fn postgres_over_tls_with_sslmode() {
         &["leases", "list", "--database-url", &wrong],
         Duration::from_secs(30),
     )
+    .await
     .unwrap();
     assert!(!status.success());
     assert!(
@@ -517,6 +533,7 @@ async fn json_logs_and_no_password_anywhere() {
         "json",
         &["--database-url", &with_password, "--log-format", "json"],
     )
+    .await
     .unwrap();
     wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
         .await
@@ -534,6 +551,7 @@ async fn json_logs_and_no_password_anywhere() {
         &["leases", "list", "--database-url", &unreachable],
         Duration::from_secs(30),
     )
+    .await
     .unwrap();
     assert!(!status.success());
     assert!(

@@ -94,9 +94,10 @@ async fn main() -> anyhow::Result<()> {
         "--plugins",
         plugin_path.as_str(),
     ];
-    let mut hosts: Vec<Host> = (0..3)
-        .map(|i| Host::start(&format!("r{i}"), &args))
-        .collect::<Result<_, _>>()?;
+    let mut hosts: Vec<Host> = Vec::new();
+    for i in 0..3 {
+        hosts.push(Host::start(&format!("r{i}"), &args).await?);
+    }
     let mut next_name = 3;
     let client = reqwest::Client::new();
     println!("handoff benchmark: 3 replicas on PostgreSQL, ttl {ttl:?}, {trials} trials per kind");
@@ -120,7 +121,7 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("{kind} trial {trial}"))?;
             let took = sent.elapsed();
-            old.wait_exit(Duration::from_secs(30))?;
+            old.wait_exit(Duration::from_secs(30)).await?;
             if kind == "TERM" {
                 graceful.push(took);
                 let old_log = old.log_text();
@@ -152,7 +153,7 @@ async fn main() -> anyhow::Result<()> {
             } else {
                 crash.push(took);
             }
-            hosts.push(Host::start(&format!("r{next_name}"), &args)?);
+            hosts.push(Host::start(&format!("r{next_name}"), &args).await?);
             next_name += 1;
         }
     }
