@@ -1,8 +1,10 @@
-//! Real `leasehold` processes: spawn one, read its log, ask its `/status`, signal it. All of it
-//! async (`tokio::process`, the log read by a task), so no test blocks its runtime's threads.
+//! Hosts for tests: a [`HostBuilder`] starts one as a real `leasehold run` process ([`Host`]:
+//! read its log, signal it) or in-process ([`crate::in_process`]); both are asked through an
+//! [`Endpoint`]. Processes are async (`tokio::process`, the log read by a task), so no test
+//! blocks its runtime's threads.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,8 +15,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
 use tokio::sync::oneshot;
 
+use crate::endpoint::Endpoint;
 use crate::eventually::{Text, eventually, eventually_every};
-use crate::status::{PluginStatus, Role, Status, StatusExt};
+use crate::status::Role;
 
 /// The `leasehold` binary beside the running test executable (`target/<profile>/leasehold`),
 /// or `LEASEHOLD_BIN`. `make test` builds it first.
@@ -36,24 +39,200 @@ pub fn binary() -> anyhow::Result<PathBuf> {
     )
 }
 
-/// A running `leasehold run` process; killed when dropped.
+/// How to start a host: what every test sets (name, database, leases, ttl, plugins, extra
+/// config), and what only a process has (arguments, environment, a shell prefix). It starts the
+/// same host two ways: [`HostBuilder::spawn`] runs a `leasehold run` process, and
+/// [`HostBuilder::start_in_process`] an [`leasehold::app::App`] in the test's own runtime.
+#[derive(Debug, Clone, Default)]
+pub struct HostBuilder {
+    /// The replica id, and a name for messages.
+    pub(crate) name: String,
+    /// `database_url`.
+    pub(crate) database_url: Option<String>,
+    /// `leases`; the host's default when empty.
+    pub(crate) leases: Vec<String>,
+    /// `[timing] ttl`.
+    pub(crate) ttl: Option<Duration>,
+    /// `plugins`.
+    pub(crate) plugins: Option<PathBuf>,
+    /// More config file text (e.g. `[runtime] fuel = false`).
+    pub(crate) config: Option<String>,
+    /// More `leasehold run` arguments (process only).
+    pub(crate) args: Vec<String>,
+    /// More environment variables (process only).
+    pub(crate) env: Vec<(String, String)>,
+    /// A shell command run before the host is exec'd, e.g. `ulimit -v …` (process only).
+    pub(crate) shell: Option<String>,
+}
+
+impl HostBuilder {
+    /// A host named `name` (its replica id), with the host's defaults for everything else.
+    pub fn new(name: &str) -> HostBuilder {
+        HostBuilder {
+            name: name.to_string(),
+            ..HostBuilder::default()
+        }
+    }
+
+    /// The lease store.
+    pub fn database_url(mut self, url: &str) -> Self {
+        self.database_url = Some(url.to_string());
+        self
+    }
+
+    /// One more lease to campaign for.
+    pub fn lease(mut self, name: &str) -> Self {
+        self.leases.push(name.to_string());
+        self
+    }
+
+    /// The lease ttl (the rest of the timing derived from it).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// The plugin directory.
+    pub fn plugins(mut self, dir: &Path) -> Self {
+        self.plugins = Some(dir.to_path_buf());
+        self
+    }
+
+    /// Config file text for settings the builder has no method for; the builder's own
+    /// settings win over the same keys in it.
+    pub fn config(mut self, toml: &str) -> Self {
+        self.config = Some(toml.to_string());
+        self
+    }
+
+    /// More `leasehold run` arguments (process only).
+    pub fn args(mut self, args: &[&str]) -> Self {
+        self.args.extend(args.iter().map(|a| a.to_string()));
+        self
+    }
+
+    /// One more environment variable (process only).
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Runs `prefix` in a shell that then execs the host, e.g. `ulimit -v …` (process only).
+    pub fn under_shell(mut self, prefix: &str) -> Self {
+        self.shell = Some(prefix.to_string());
+        self
+    }
+
+    /// Starts `leasehold run --http 127.0.0.1:0 --replica-id NAME …` and waits until it serves
+    /// HTTP.
+    pub async fn spawn(self) -> anyhow::Result<Host> {
+        let mut cmd = match &self.shell {
+            Some(prefix) => {
+                let mut shell = Command::new("bash");
+                shell
+                    .arg("-c")
+                    .arg(format!("{prefix}; exec \"$@\""))
+                    .arg("bash")
+                    .arg(binary()?);
+                shell
+            }
+            None => Command::new(binary()?),
+        };
+        cmd.arg("run");
+        let config_dir = match &self.config {
+            Some(text) => {
+                let dir = tempfile::tempdir()?;
+                let file = dir.path().join("leasehold.toml");
+                std::fs::write(&file, text)?;
+                cmd.arg("--config").arg(file);
+                Some(dir)
+            }
+            None => None,
+        };
+        if let Some(url) = &self.database_url {
+            cmd.args(["--database-url", url]);
+        }
+        for lease in &self.leases {
+            cmd.args(["--lease", lease]);
+        }
+        if let Some(ttl) = self.ttl {
+            cmd.arg("--ttl").arg(format!("{}ms", ttl.as_millis()));
+        }
+        if let Some(dir) = &self.plugins {
+            cmd.arg("--plugins").arg(dir);
+        }
+        cmd.args(&self.args)
+            .args(["--http", "127.0.0.1:0", "--replica-id", &self.name]);
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)))
+            .env("RUST_LOG", "info")
+            .env("RUST_BACKTRACE", "0");
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let name = self.name;
+        let mut child = cmd.spawn().context("spawning leasehold")?;
+        let pid = child.id().context("no pid")?;
+        let stderr = child.stderr.take().context("no stderr")?;
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (addr_tx, addr_rx) = oneshot::channel();
+        tokio::spawn(read_log(stderr, log.clone(), addr_tx));
+        let log_text = || log.lock().unwrap().join("\n");
+        let addr = match tokio::time::timeout(Duration::from_secs(60), addr_rx).await {
+            Ok(Ok(addr)) => addr,
+            // Timed out, or the log ended (the process exited) without the line.
+            _ => bail!("{name} did not start serving HTTP; log:\n{}", log_text()),
+        };
+        let addr = addr
+            .parse()
+            .with_context(|| format!("bad address {addr:?}"))?;
+        Ok(Host {
+            name,
+            endpoint: Endpoint::new(addr)?,
+            child,
+            pid,
+            log,
+            _config: config_dir,
+        })
+    }
+}
+
+/// A running `leasehold run` process; killed when dropped. Asked over HTTP through its
+/// [`Endpoint`] (`host.status()`, `host.role(…)`, …).
 #[derive(Debug)]
 pub struct Host {
     /// A name for messages.
     pub name: String,
-    /// The HTTP address it bound.
-    pub addr: SocketAddr,
+    /// Its HTTP endpoint.
+    endpoint: Endpoint,
+    /// The process.
     child: Child,
     /// Kept apart from `child`, which forgets its id once the exit is collected.
     pid: u32,
+    /// Every line of its stderr so far.
     log: Arc<Mutex<Vec<String>>>,
-    client: reqwest::Client,
+    /// Holds the config file given with `--config`, if any.
+    _config: Option<tempfile::TempDir>,
+}
+
+impl Deref for Host {
+    type Target = Endpoint;
+
+    fn deref(&self) -> &Endpoint {
+        &self.endpoint
+    }
+}
+
+impl AsRef<Endpoint> for Host {
+    fn as_ref(&self) -> &Endpoint {
+        &self.endpoint
+    }
 }
 
 impl Host {
     /// Starts `leasehold run ARGS --http 127.0.0.1:0` and waits until it serves HTTP.
     pub async fn start(name: &str, args: &[&str]) -> anyhow::Result<Host> {
-        Self::start_with_env(name, args, &[]).await
+        HostBuilder::new(name).args(args).spawn().await
     }
 
     /// [`Host::start`] with extra environment variables.
@@ -62,7 +241,11 @@ impl Host {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> anyhow::Result<Host> {
-        Self::spawn(name, Command::new(binary()?), args, env).await
+        let mut builder = HostBuilder::new(name).args(args);
+        for (key, value) in env {
+            builder = builder.env(key, value);
+        }
+        builder.spawn().await
     }
 
     /// [`Host::start`] under a shell that first runs `prefix` (e.g. `ulimit -v …`), then execs
@@ -72,60 +255,11 @@ impl Host {
         prefix: &str,
         args: &[&str],
     ) -> anyhow::Result<Host> {
-        let mut shell = Command::new("bash");
-        shell
-            .arg("-c")
-            .arg(format!("{prefix}; exec \"$@\""))
-            .arg("bash")
-            .arg(binary()?);
-        Self::spawn(name, shell, args, &[]).await
-    }
-
-    async fn spawn(
-        name: &str,
-        mut cmd: Command,
-        args: &[&str],
-        env: &[(&str, &str)],
-    ) -> anyhow::Result<Host> {
-        cmd.arg("run")
+        HostBuilder::new(name)
+            .under_shell(prefix)
             .args(args)
-            .args(["--http", "127.0.0.1:0", "--replica-id", name]);
-        cmd.envs(env.iter().copied())
-            .env("RUST_LOG", "info")
-            .env("RUST_BACKTRACE", "0");
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().context("spawning leasehold")?;
-        let pid = child.id().context("no pid")?;
-        let stderr = child.stderr.take().context("no stderr")?;
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (addr_tx, addr_rx) = oneshot::channel();
-        tokio::spawn(read_log(stderr, log.clone(), addr_tx));
-        let mut host = Host {
-            name: name.to_string(),
-            addr: "127.0.0.1:0".parse()?,
-            child,
-            pid,
-            log,
-            client: reqwest::Client::builder()
-                .timeout(Duration::from_secs(5))
-                .build()?,
-        };
-        match tokio::time::timeout(Duration::from_secs(60), addr_rx).await {
-            Ok(Ok(addr)) => {
-                host.addr = addr
-                    .parse()
-                    .with_context(|| format!("bad address {addr:?}"))?
-            }
-            // Timed out, or the log ended (the process exited) without the line.
-            _ => bail!(
-                "{name} did not start serving HTTP; log:\n{}",
-                host.log_text()
-            ),
-        }
-        Ok(host)
+            .spawn()
+            .await
     }
 
     /// Everything the process logged so far.
@@ -162,37 +296,6 @@ impl Host {
         .await
     }
 
-    /// `GET /status`, read into the host's own types.
-    pub async fn status(&self) -> anyhow::Result<Status> {
-        let url = format!("http://{}/status", self.addr);
-        let body = self
-            .client
-            .get(url)
-            .send()
-            .await?
-            .error_for_status()?
-            .bytes()
-            .await?;
-        crate::status::parse(&body)
-    }
-
-    /// `GET path`: the status code and the body.
-    pub async fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
-        let response = self
-            .client
-            .get(format!("http://{}{path}", self.addr))
-            .send()
-            .await?;
-        let code = response.status().as_u16();
-        Ok((code, response.text().await?))
-    }
-
-    /// The role of `lease` in `/status`, or `None` if the process does not answer.
-    pub async fn role(&self, lease: &str) -> Option<Role> {
-        let status = self.status().await.ok()?;
-        status.lease(lease).map(|l| l.role)
-    }
-
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.pid
@@ -213,6 +316,12 @@ impl Host {
             .and_then(Pid::from_raw)
             .context("no such pid")?;
         kill_process(pid, sig).with_context(|| format!("kill -s {signal} {}", self.pid))
+    }
+
+    /// The graceful stop: SIGTERM, then up to `timeout` for the process to exit.
+    pub async fn stop(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
+        self.signal("TERM")?;
+        self.wait_exit(timeout).await
     }
 
     /// Waits up to `timeout` for the process to exit.
@@ -257,8 +366,8 @@ async fn read_log(
 }
 
 /// Polls the hosts' `/status` until exactly one reports `leader` for `lease`; returns its index.
-pub async fn wait_for_single_leader(
-    hosts: &[&Host],
+pub async fn wait_for_single_leader<H: AsRef<Endpoint>>(
+    hosts: &[&H],
     lease: &str,
     timeout: Duration,
 ) -> anyhow::Result<usize> {
@@ -272,7 +381,7 @@ pub async fn wait_for_single_leader(
         async || {
             let mut leaders = Vec::new();
             for (i, h) in hosts.iter().enumerate() {
-                if h.role(lease).await == Some(Role::Leader) {
+                if h.as_ref().role(lease).await == Some(Role::Leader) {
                     leaders.push(i);
                 }
             }
@@ -368,10 +477,4 @@ pub fn plugin_dir(plugins: &[(&str, &str)]) -> anyhow::Result<tempfile::TempDir>
         std::fs::write(dir.path().join(format!("{name}.toml")), manifest)?;
     }
     Ok(dir)
-}
-
-/// The `/status` entry of plugin `name`.
-pub async fn plugin_status(host: &Host, name: &str) -> Option<PluginStatus> {
-    let status = host.status().await.ok()?;
-    status.plugin(name).cloned()
 }

@@ -1,5 +1,6 @@
-//! The test harness of leasehold: a real PostgreSQL started on demand ([`pg`]), real `leasehold`
-//! processes ([`host`]) and their `/status` in the host's own types ([`status`]), and the store
+//! The test harness of leasehold: a real PostgreSQL started on demand ([`pg`]); hosts started as
+//! real `leasehold` processes ([`host`]) or in the test's process ([`in_process`]), asked through
+//! one [`endpoint`] that reads `/status` in the host's own types ([`status`]); the store
 //! backends opened fresh for each test ([`stores`]); shared trials of fencing ([`fencing`]) and
 //! of frozen holders ([`freeze`]); a wall clock tests can step ([`faketime`]); one way to wait
 //! for a condition ([`eventually`]).
@@ -7,11 +8,13 @@
 
 #![allow(clippy::unwrap_used)]
 
+pub mod endpoint;
 pub mod eventually;
 pub mod faketime;
 pub mod fencing;
 pub mod freeze;
 pub mod host;
+pub mod in_process;
 pub mod leader;
 pub mod pg;
 pub mod stats;

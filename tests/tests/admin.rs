@@ -99,7 +99,7 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
     );
 
     // status --url renders the live host's view.
-    let shown = leasehold(&["status", "--url", &b.addr.to_string()], &[]).await;
+    let shown = leasehold(&["status", "--url", &b.addr().to_string()], &[]).await;
     let out = text(&shown.stdout);
     assert!(shown.status.success(), "{}", text(&shown.stderr));
     assert!(
@@ -107,7 +107,7 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
         "{out}"
     );
     let shown = leasehold(
-        &["status", "--url", &format!("http://{}", b.addr), "--json"],
+        &["status", "--url", &format!("http://{}", b.addr()), "--json"],
         &[],
     )
     .await;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_tests::eventually::{Text, eventually, when};
 use leasehold_tests::fencing::{HISTORY_SCHEMA, WRITER_MANIFEST, history, run_pause_trials};
-use leasehold_tests::host::{Host, plugin_dir, plugin_status, wait_for_single_leader};
+use leasehold_tests::host::{Host, plugin_dir, wait_for_single_leader};
 
 /// The lease is expired behind the holder's back (as a forced release does): its term still runs
 /// until its next renewal, and every write it makes meanwhile is refused by the database fence —
@@ -72,7 +72,7 @@ async fn a_holder_that_lost_its_lease_unknowingly_has_every_write_refused() {
     )
     .await
     .unwrap();
-    let status = plugin_status(&a, "fenced-writer").await.unwrap();
+    let status = a.plugin_status("fenced-writer").await.unwrap();
     assert!(status.refused_writes >= 2, "{status:?}");
     let h = history(&pool).await.unwrap();
     assert_eq!(h.stale, 0, "{h:?}");

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use leasehold_tests::eventually::{eventually, when};
 
-use leasehold_tests::host::{Host, log_time, plugin_dir, plugin_status, wait_for_single_leader};
+use leasehold_tests::host::{Host, log_time, plugin_dir, wait_for_single_leader};
 use leasehold_tests::pg;
 use leasehold_tests::status::Role;
 use leasehold_tests::stores::{Backend, Db};
@@ -47,7 +47,7 @@ async fn a_spinning_guest_is_stopped_before_the_database_lease_expires() {
         "the guest to start spinning (its /status)",
         Duration::from_secs(10),
         async || {
-            when(plugin_status(&host, "misbehave").await, |s| {
+            when(host.plugin_status("misbehave").await, |s| {
                 s.as_ref().is_some_and(|s| s.calls >= 2)
             })
         },

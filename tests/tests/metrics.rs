@@ -7,20 +7,11 @@ use std::time::Duration;
 
 use leasehold_tests::eventually::{Text, eventually_every};
 
+use leasehold_tests::endpoint::sample;
 use leasehold_tests::host::{Host, plugin_dir, wait_for_single_leader};
 
-/// The value of the sample `name{labels}` in an exposition, or `None` when absent.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-        l.strip_prefix(series)
-            .and_then(|rest| rest.trim().parse().ok())
-    })
-}
-
 async fn scrape(host: &Host) -> String {
-    let (code, body) = host.get("/metrics").await.unwrap();
-    assert_eq!(code, 200, "{body}");
-    body
+    host.metrics().await.unwrap()
 }
 
 async fn wait_for(host: &Host, series: &str, ok: impl Fn(f64) -> bool) -> String {

@@ -5,9 +5,7 @@
 use std::time::{Duration, Instant};
 
 use leasehold_tests::eventually::{Text, eventually, when};
-use leasehold_tests::host::{
-    Host, guests_dist, plugin_dir, plugin_status, run_to_exit, wait_for_single_leader,
-};
+use leasehold_tests::host::{Host, guests_dist, plugin_dir, run_to_exit, wait_for_single_leader};
 use leasehold_tests::status::{PluginState, Role, World};
 use leasehold_tests::stores::{Backend, Db};
 
@@ -76,13 +74,15 @@ async fn reconcilers_run_only_on_the_holder_and_follow_a_failover() {
         !hosts[standby].log_text().contains("hi from epoch"),
         "the standby ran the reconciler"
     );
-    let status = plugin_status(&hosts[leader], "hello-reconciler")
+    let status = hosts[leader]
+        .plugin_status("hello-reconciler")
         .await
         .unwrap();
     assert_eq!(status.state, PluginState::Running, "{status:?}");
     assert_eq!(status.world, Some(World::Reconciler));
     assert_eq!(
-        plugin_status(&hosts[standby], "hello-reconciler")
+        hosts[standby]
+            .plugin_status("hello-reconciler")
             .await
             .unwrap()
             .state,
@@ -146,14 +146,14 @@ async fn every_misbehaving_verb_ends_as_a_classified_failure() {
             format!("{verb} to fail"),
             Duration::from_secs(20),
             async || {
-                when(plugin_status(host, "misbehave").await, |s| {
+                when(host.plugin_status("misbehave").await, |s| {
                     s.as_ref().is_some_and(|s| s.last_error.is_some())
                 })
             },
         )
         .await
         .unwrap();
-        let status = plugin_status(host, "misbehave").await.unwrap();
+        let status = host.plugin_status("misbehave").await.unwrap();
         let error = status.last_error.as_deref().unwrap();
         assert!(error.contains(words), "{verb}: {status:?}");
         assert!(
@@ -207,29 +207,26 @@ async fn repeated_failures_quarantine_the_plugin_not_the_host() {
     let host = sqlite_host("q", &db, dir.path()).await;
     // Backoff 0.5 + 1 + 2 + 4 s before the fifth failure quarantines it.
     eventually("quarantine", Duration::from_secs(20), async || {
-        when(plugin_status(&host, "misbehave").await, |s| {
+        when(host.plugin_status("misbehave").await, |s| {
             s.as_ref()
                 .is_some_and(|s| s.state == PluginState::Quarantined)
         })
     })
     .await
     .unwrap();
-    let status = plugin_status(&host, "misbehave").await.unwrap();
+    let status = host.plugin_status("misbehave").await.unwrap();
     assert_eq!(
         status.last_error.as_deref(),
         Some("returned an error: deliberate failure")
     );
     assert_eq!(
-        plugin_status(&host, "hello-reconciler")
-            .await
-            .unwrap()
-            .state,
+        host.plugin_status("hello-reconciler").await.unwrap().state,
         PluginState::Running
     );
     let calls = status.calls;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
-        plugin_status(&host, "misbehave").await.unwrap().calls,
+        host.plugin_status("misbehave").await.unwrap().calls,
         calls,
         "quarantined plugin still called"
     );
@@ -283,14 +280,14 @@ async fn bad_plugin_files_are_reported_and_isolated() {
 
     let host = sqlite_host("bad", &db, dir.path()).await;
     eventually("hello to run", Duration::from_secs(15), async || {
-        when(plugin_status(&host, "hello-reconciler").await, |s| {
+        when(host.plugin_status("hello-reconciler").await, |s| {
             s.as_ref().is_some_and(|s| s.state == PluginState::Running)
         })
     })
     .await
     .unwrap();
     for (name, _, reason) in &bad {
-        let status = plugin_status(&host, name).await.unwrap();
+        let status = host.plugin_status(name).await.unwrap();
         assert_eq!(status.state, PluginState::Invalid, "{status:?}");
         let error = status.last_error.as_deref().unwrap();
         assert!(
@@ -310,14 +307,14 @@ async fn bad_plugin_files_are_reported_and_isolated() {
             "{stderr}"
         );
     }
-    let unreadable = plugin_status(&host, "unreadable").await.unwrap();
+    let unreadable = host.plugin_status("unreadable").await.unwrap();
     assert_eq!(unreadable.state, PluginState::Invalid, "{unreadable:?}");
     let reason = unreadable.last_error.as_deref().unwrap();
     assert!(
         reason.contains("unreadable.toml: cannot read"),
         "{unreadable:?}"
     );
-    let typo = plugin_status(&host, "typo").await.unwrap();
+    let typo = host.plugin_status("typo").await.unwrap();
     assert_eq!(typo.state, PluginState::Invalid);
     let reason = typo.last_error.as_deref().unwrap();
     assert!(reason.contains("typo.toml"), "{typo:?}");
@@ -413,7 +410,7 @@ async fn a_failing_active_health_check_makes_the_holder_step_down() {
     let stepped = log.find("stepping down").expect("step-down logged");
     let released = log.find("lease released").expect("release logged");
     assert!(stepped < released, "{log}");
-    let status = plugin_status(&a, "flaky-health").await.unwrap();
+    let status = a.plugin_status("flaky-health").await.unwrap();
     assert!(
         status
             .last_error
@@ -530,7 +527,7 @@ async fn plugins_are_added_replaced_and_removed_without_a_restart() {
     eventually(
         "the removed plugin to leave /status",
         Duration::from_secs(15),
-        async || when(plugin_status(&host, "hello").await, Option::is_none),
+        async || when(host.plugin_status("hello").await, Option::is_none),
     )
     .await
     .unwrap();
@@ -564,7 +561,7 @@ async fn guest_output_is_captured_capped_and_tagged() {
         out.iter().all(|l| l.contains("plugin=\"misbehave\"")),
         "untagged guest output"
     );
-    let calls = plugin_status(&host, "misbehave").await.unwrap().calls;
+    let calls = host.plugin_status("misbehave").await.unwrap().calls;
     // At most 200 lines per stream per call reach the log, however much the guest prints.
     assert!(
         out.len() as u64 <= calls * 400,
@@ -602,7 +599,7 @@ async fn fuel_budgets_stop_a_spinning_guest_by_default() {
     )
     .await
     .unwrap();
-    let status = plugin_status(&off, "misbehave").await.unwrap();
+    let status = off.plugin_status("misbehave").await.unwrap();
     assert_eq!(status.state, PluginState::Invalid);
     assert!(
         status
@@ -632,7 +629,7 @@ async fn fuel_budgets_stop_a_spinning_guest_by_default() {
         "the fuel budget to run out",
         Duration::from_secs(10),
         async || {
-            when(plugin_status(&host, "misbehave").await, |s| {
+            when(host.plugin_status("misbehave").await, |s| {
                 s.as_ref()
                     .is_some_and(|s| s.last_error.as_deref() == Some("ran out of fuel"))
             })
@@ -645,7 +642,7 @@ async fn fuel_budgets_stop_a_spinning_guest_by_default() {
         .await
         .unwrap();
     // Fuel per call shows in /status and /metrics.
-    let status = plugin_status(&host, "misbehave").await.unwrap();
+    let status = host.plugin_status("misbehave").await.unwrap();
     assert!(status.fuel_last_call.unwrap() >= 1_000_000, "{status:?}");
     assert!(status.fuel_total >= 1_000_000, "{status:?}");
     let (_, metrics) = host.get("/metrics").await.unwrap();
@@ -677,7 +674,7 @@ async fn a_looping_start_function_times_out_and_its_replacement_runs() {
         "the start function to time out",
         Duration::from_secs(15),
         async || {
-            when(plugin_status(&host, "starter").await, |s| {
+            when(host.plugin_status("starter").await, |s| {
                 s.as_ref().is_some_and(|s| {
                     s.last_error
                         .as_deref()
@@ -691,7 +688,7 @@ async fn a_looping_start_function_times_out_and_its_replacement_runs() {
     host.wait_for_log("kind=\"timeout\"", Duration::from_secs(5))
         .await
         .unwrap();
-    let status = plugin_status(&host, "starter").await.unwrap();
+    let status = host.plugin_status("starter").await.unwrap();
     assert!(status.traps >= 1, "{status:?}");
     assert_eq!(status.calls, 0, "init was entered: {status:?}");
     assert!(!host.log_text().contains("slow-start: init reached"));
@@ -727,14 +724,14 @@ async fn a_reconcile_can_ask_to_run_again_sooner() {
     .unwrap();
     let host = sqlite_host("requeue", &db, dir.path()).await;
     eventually("ten requeued calls", Duration::from_secs(10), async || {
-        when(plugin_status(&host, "misbehave").await, |s| {
+        when(host.plugin_status("misbehave").await, |s| {
             s.as_ref().is_some_and(|s| s.calls >= 10)
         })
     })
     .await
     .unwrap();
     assert!(
-        plugin_status(&host, "misbehave")
+        host.plugin_status("misbehave")
             .await
             .unwrap()
             .last_error
@@ -763,7 +760,7 @@ async fn wasi_grants_a_plugin_nothing() {
     host.wait_for_log("sandbox held", Duration::from_secs(10))
         .await
         .unwrap();
-    let status = plugin_status(&host, "misbehave").await.unwrap();
+    let status = host.plugin_status("misbehave").await.unwrap();
     assert!(status.last_error.is_none(), "{status:?}");
 }
 

@@ -29,7 +29,7 @@ async fn leader_index(client: &reqwest::Client, hosts: &[Host]) -> Option<usize>
 async fn futures_roles(client: &reqwest::Client, hosts: &[Host]) -> Vec<Option<Role>> {
     let mut handles = Vec::new();
     for h in hosts {
-        let (addr, client) = (h.addr, client.clone());
+        let (addr, client) = (h.addr(), client.clone());
         handles.push(tokio::spawn(async move {
             let body = client
                 .get(format!("http://{addr}/status"))
