@@ -1,5 +1,6 @@
-//! The admin commands against real processes and a real PostgreSQL: `leases release --force`
-//! (break-glass, epoch kept), `status --url`, and `config check`.
+//! The admin commands, as processes, against a real PostgreSQL and hosts running in the test's
+//! process: `leases release --force` (break-glass, epoch kept), `status --url`, and `config
+//! check`.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -7,9 +8,8 @@ use std::process::Output;
 use std::time::Duration;
 
 use leasehold_tests::eventually::{eventually, when};
+use leasehold_tests::host::{HostBuilder, binary, wait_for_single_leader};
 use leasehold_tests::status::Role;
-
-use leasehold_tests::host::{Host, binary, wait_for_single_leader};
 
 async fn leasehold(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = tokio::process::Command::new(binary().unwrap());
@@ -32,12 +32,16 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
         .fresh_database()
         .await
         .unwrap();
-    let args = ["--database-url", url.as_str(), "--ttl", "6s"];
-    let a = Host::start("a", &args).await.unwrap();
+    let host = |name: &str| {
+        HostBuilder::new(name)
+            .database_url(&url)
+            .ttl(Duration::from_secs(6))
+    };
+    let a = host("a").start_in_process().await.unwrap();
     wait_for_single_leader(&[&a], "leader", Duration::from_secs(15))
         .await
         .unwrap();
-    let b = Host::start("b", &args).await.unwrap();
+    let b = host("b").start_in_process().await.unwrap();
 
     let refused = leasehold(
         &["leases", "release", "leader", "--database-url", &url],
@@ -76,9 +80,11 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
     .unwrap();
     let status = b.status().await.unwrap();
     assert_eq!(status.leases[0].epoch, Some(2), "{status:?}");
-    a.wait_for_log("lease lost", Duration::from_secs(10))
-        .await
-        .unwrap();
+    eventually("a to lose the lease", Duration::from_secs(10), async || {
+        when(a.role("leader").await, |r| *r == Some(Role::Standby))
+    })
+    .await
+    .unwrap();
     let again = leasehold(
         &[
             "leases",

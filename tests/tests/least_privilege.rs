@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use leasehold_tests::host::{Host, run_to_exit, wait_for_single_leader};
+use leasehold_tests::host::{HostBuilder, run_to_exit, wait_for_single_leader};
 
 fn example(name: &str) -> String {
     std::fs::read_to_string(
@@ -56,7 +56,11 @@ async fn hosts_run_as_a_dml_only_role_after_the_owner_migrates() {
         .await
         .unwrap();
 
-    let host = Host::start("app", &["--database-url", &app, "--ttl", "2s"])
+    // The host runs in-process: what is tested is its database role, not its process.
+    let host = HostBuilder::new("app")
+        .database_url(&app)
+        .ttl(Duration::from_secs(2))
+        .start_in_process()
         .await
         .unwrap();
     wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
