@@ -8,10 +8,6 @@ pub use leasehold::supervisor::status::{PluginState, PluginStatus};
 
 /// Parses a `/status` body.
 pub fn parse(body: &[u8]) -> anyhow::Result<Status> {
-    // `Status::store` is a `&'static str` on the host (it only ever writes a backend's name), so
-    // the type deserializes only from text that lives forever: the body is leaked, a few hundred
-    // bytes per read for the life of a test binary.
-    let body: &'static [u8] = Box::leak(body.to_vec().into_boxed_slice());
     serde_json::from_slice(body).map_err(|e| {
         anyhow::anyhow!(
             "/status is not what the host's Status type reads: {e}: {}",

@@ -36,7 +36,7 @@ pub struct Status {
     /// This process's holder id.
     pub replica: String,
     /// The store backend (`postgres`, `sqlite`).
-    pub store: &'static str,
+    pub store: String,
     /// Set when the store could not be read; holder and expiry then come from local knowledge.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store_error: Option<String>,
@@ -123,7 +123,7 @@ pub async fn status_of(engine: &Leases) -> Status {
         .collect();
     Status {
         replica: me,
-        store: engine.store().backend(),
+        store: engine.store().backend().to_string(),
         store_error: rows.err(),
         leases,
         plugins: Vec::new(),
