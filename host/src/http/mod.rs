@@ -83,22 +83,22 @@ pub async fn serve(
 }
 
 /// Builds the status: roles from the coordinator, holders and expiry from the database.
-pub async fn status_of(engine: &Leases) -> Status {
-    let names: Vec<String> = engine.lease_names().map(str::to_string).collect();
+pub async fn status_of(replica: &Leases) -> Status {
+    let names: Vec<String> = replica.lease_names().map(str::to_string).collect();
     // A status page must answer even when the store hangs: bound the read well below a scrape timeout.
-    let timeout = engine.timing().store_timeout.min(Duration::from_secs(1));
-    let rows = match tokio::time::timeout(timeout, engine.store().get(&names)).await {
+    let timeout = replica.timing().store_timeout.min(Duration::from_secs(1));
+    let rows = match tokio::time::timeout(timeout, replica.store().get(&names)).await {
         Ok(Ok(rows)) => Ok(rows),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!(
             "reading the lease table timed out after {timeout:?}"
         )),
     };
-    let me = engine.holder().to_string();
+    let me = replica.holder().to_string();
     let leases = names
         .iter()
         .map(|name| {
-            let leadership = engine.leadership(name);
+            let leadership = replica.leadership(name);
             let role = leadership.as_ref().map_or(Role::Standby, |l| l.role);
             let (holder, epoch, expires_in_ms) = match &rows {
                 Ok(rows) => match rows.iter().find(|r| &r.name == name) {
@@ -123,7 +123,7 @@ pub async fn status_of(engine: &Leases) -> Status {
         .collect();
     Status {
         replica: me,
-        store: engine.store().backend().to_string(),
+        store: replica.store().backend().to_string(),
         store_error: rows.err(),
         leases,
         plugins: Vec::new(),
