@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 /// A replica holding one lease.
 pub struct Holding {
-    /// The lease engine (holder id, store).
-    pub engine: Arc<Leases>,
+    /// The leases of the holding replica (holder id, store).
+    pub leases: Arc<Leases>,
     /// The running term.
     pub term: Term,
     /// Cancelling it releases the lease.
@@ -23,7 +23,7 @@ impl Holding {
     pub async fn acquire(url: &DatabaseUrl, lease: &str, ttl: Duration) -> anyhow::Result<Self> {
         let store = open_store(url, Duration::from_secs(10), Duration::from_secs(10)).await?;
         let root = CancellationToken::new();
-        let (driver, engine) = Driver::new(
+        let (driver, leases) = Driver::new(
             store,
             HolderId::generate("cap-test"),
             Timing::from_ttl(ttl),
@@ -31,7 +31,7 @@ impl Holding {
             root.clone(),
         );
         tokio::spawn(driver.run());
-        let mut leadership = engine.subscribe(lease).context("lease not configured")?;
+        let mut leadership = leases.subscribe(lease).context("lease not configured")?;
         let term = tokio::time::timeout(Duration::from_secs(10), async {
             loop {
                 if let Some(term) = leadership.borrow_and_update().term.clone() {
@@ -43,12 +43,12 @@ impl Holding {
         .await
         .context("no leadership within 10 s")?
         .map_err(|e: tokio::sync::watch::error::RecvError| anyhow::anyhow!(e))?;
-        Ok(Holding { engine, term, root })
+        Ok(Holding { leases, term, root })
     }
 
     /// This replica's holder id.
     pub fn holder(&self) -> String {
-        self.engine.holder().to_string()
+        self.leases.holder().to_string()
     }
 }
 

@@ -145,7 +145,7 @@ impl Driver {
         }
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (requests_tx, requests_rx) = mpsc::unbounded_channel();
-        let engine = Arc::new(Leases {
+        let leases = Arc::new(Leases {
             holder: holder.clone(),
             store: store.clone(),
             timing,
@@ -165,7 +165,7 @@ impl Driver {
             calls: TaskTracker::new(),
             metrics: Metrics::new(),
         };
-        (driver, engine)
+        (driver, leases)
     }
 
     /// Records into `metrics` (by default, into a registry nobody reads).

@@ -28,7 +28,7 @@ fn timing() -> Timing {
 
 /// One replica: a running driver for [`LEASE`] on a shared store.
 struct Replica {
-    engine: Arc<Leases>,
+    leases: Arc<Leases>,
     root: CancellationToken,
     run: JoinHandle<()>,
 }
@@ -36,7 +36,7 @@ struct Replica {
 fn replica(store: &Arc<MemoryStore>, id: &str) -> Replica {
     let root = CancellationToken::new();
     let shared: Arc<dyn LeaseStore> = store.clone();
-    let (driver, engine) = Driver::new(
+    let (driver, leases) = Driver::new(
         shared,
         HolderId::generate(id),
         timing(),
@@ -44,7 +44,7 @@ fn replica(store: &Arc<MemoryStore>, id: &str) -> Replica {
         root.clone(),
     );
     Replica {
-        engine,
+        leases,
         root,
         run: tokio::spawn(driver.run()),
     }
@@ -52,11 +52,11 @@ fn replica(store: &Arc<MemoryStore>, id: &str) -> Replica {
 
 impl Replica {
     fn watch(&self) -> watch::Receiver<Leadership> {
-        self.engine.subscribe(LEASE).unwrap()
+        self.leases.subscribe(LEASE).unwrap()
     }
 
     fn role(&self) -> Role {
-        self.engine.leadership(LEASE).unwrap().role
+        self.leases.leadership(LEASE).unwrap().role
     }
 
     /// Cancels the root token and waits for the ordered shutdown to finish.
@@ -134,12 +134,12 @@ async fn a_lone_replica_acquires_and_keeps_renewing() {
     assert!(!term.is_cancelled());
     assert!(term.safe_until() > Instant::now());
     assert!(term.safe_until() >= first + TTL * 9);
-    let l = a.engine.leadership(LEASE).unwrap();
+    let l = a.leases.leadership(LEASE).unwrap();
     assert_eq!((l.role, l.epoch), (Role::Leader, Some(1)));
     let r = row(&store).await;
     assert_eq!(
         (r.holder.as_str(), r.epoch),
-        (a.engine.holder().as_str(), 1)
+        (a.leases.holder().as_str(), 1)
     );
     assert!(r.is_held());
     a.stop().await;
@@ -278,7 +278,7 @@ async fn recovery_after_expiry_recampaigns_with_the_next_epoch() {
     let r = row(&store).await;
     assert_eq!(
         (r.holder.as_str(), r.epoch),
-        (a.engine.holder().as_str(), 2)
+        (a.leases.holder().as_str(), 2)
     );
     a.stop().await;
 }
@@ -308,7 +308,7 @@ async fn two_replicas_one_leader_and_instant_handover() {
     } else {
         (b, a, ra)
     };
-    let lead = leader.engine.leadership(LEASE).unwrap();
+    let lead = leader.leases.leadership(LEASE).unwrap();
     assert_eq!(lead.epoch, Some(1), "no churn");
     let term = lead.term.unwrap();
     let ended = when_cancelled(&term);
@@ -324,7 +324,7 @@ async fn two_replicas_one_leader_and_instant_handover() {
     let r = row(&store).await;
     assert_eq!(
         (r.holder.as_str(), r.epoch),
-        (other.engine.holder().as_str(), 2)
+        (other.leases.holder().as_str(), 2)
     );
     leader.stop().await;
     other.stop().await;
@@ -341,7 +341,7 @@ async fn shutdown_waits_for_term_tasks_before_releasing() {
     let mut rb = b.watch();
 
     let drained = Arc::new(Mutex::new(None));
-    let holder = a.engine.holder().as_str().to_string();
+    let holder = a.leases.holder().as_str().to_string();
     term.spawn({
         let (term, store, drained) = (term.clone(), store.clone(), drained.clone());
         async move {
@@ -378,12 +378,12 @@ async fn shutdown_releases_the_lease_keeping_its_epoch() {
     let a = replica(&store, "a");
     let mut rx = a.watch();
     wait_for_leader(&mut rx, ms(10)).await;
-    let engine = a.engine.clone();
+    let leases = a.leases.clone();
     a.stop().await;
     let r = row(&store).await;
     assert!(!r.is_held());
     assert_eq!(r.epoch, 1);
-    assert_eq!(engine.leadership(LEASE).unwrap().role, Role::Standby);
+    assert_eq!(leases.leadership(LEASE).unwrap().role, Role::Standby);
     // The next acquisition, by a new process, gets the next epoch.
     let b = replica(&store, "b");
     let (epoch, _) = wait_for_leader(&mut b.watch(), ms(10)).await;
@@ -404,7 +404,7 @@ async fn step_down_hands_the_lease_to_the_standby() {
     assert_eq!(b.role(), Role::Standby);
 
     let asked = Instant::now();
-    a.engine.step_down(LEASE);
+    a.leases.step_down(LEASE);
     let (epoch, _) = wait_for_leader(&mut rb, ms(10)).await;
     assert_eq!(epoch, 2);
     assert!(term.is_cancelled());
@@ -426,7 +426,7 @@ async fn step_down_alone_reacquires_after_a_poll() {
     let (mut epoch, _) = wait_for_leader(&mut rx, ms(10)).await;
     for round in 0..20 {
         let asked = Instant::now();
-        a.engine.step_down(LEASE);
+        a.leases.step_down(LEASE);
         wait_for_role(&mut rx, Role::Standby, ms(10)).await;
         let (again, _) = wait_for_leader(&mut rx, poll * 2).await;
         assert_eq!(again, epoch + 1);
@@ -456,7 +456,7 @@ async fn a_database_clock_step_never_makes_two_live_terms() {
         for _ in 0..(4 * TTL.as_millis() / 10) {
             tokio::time::sleep(ms(10)).await;
             let live = |r: &Replica| {
-                r.engine
+                r.leases
                     .leadership(LEASE)
                     .unwrap()
                     .term
@@ -465,8 +465,8 @@ async fn a_database_clock_step_never_makes_two_live_terms() {
             assert!(
                 !(live(&a) && live(&b)),
                 "two live terms after a {step:?} step: {:?} / {:?}",
-                a.engine.leadership(LEASE),
-                b.engine.leadership(LEASE)
+                a.leases.leadership(LEASE),
+                b.leases.leadership(LEASE)
             );
         }
         // Someone leads again after the quiet.
