@@ -1,11 +1,13 @@
 //! What a test asks a running host over HTTP, whichever way it runs (a process or in-process):
 //! `/status` in the host's own types, a role, a plugin's entry, `/metrics`.
 
+use std::fmt::Display;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use anyhow::ensure;
+use anyhow::{Context, ensure};
 
+use crate::eventually::{eventually, when};
 use crate::status::{PluginStatus, Role, Status, StatusExt};
 
 /// A host's HTTP endpoint.
@@ -68,6 +70,24 @@ impl Endpoint {
     pub async fn plugin_status(&self, name: &str) -> Option<PluginStatus> {
         let status = self.status().await.ok()?;
         status.plugin(name).cloned()
+    }
+
+    /// Polls `/status` up to `timeout` until plugin `name` has an entry for which `ok` holds, and
+    /// returns that entry; a timeout names `what` and the last entry seen.
+    pub async fn wait_for_plugin(
+        &self,
+        name: &str,
+        what: impl Display,
+        timeout: Duration,
+        ok: impl Fn(&PluginStatus) -> bool,
+    ) -> anyhow::Result<PluginStatus> {
+        let seen = eventually(what, timeout, async || {
+            when(self.plugin_status(name).await, |s| {
+                s.as_ref().is_some_and(&ok)
+            })
+        })
+        .await?;
+        seen.context("no entry")
     }
 
     /// `GET /metrics`: the text exposition.

@@ -121,12 +121,8 @@ pub async fn run_pause_trials(trials: usize, ttl: &str) -> anyhow::Result<PauseT
         dir.path().to_str().context("temp path")?,
     ];
     let env = [("LEASEHOLD_TEST_APP_URL", url.as_str())];
-    let hosts = [
-        Host::start_with_env("a", &args, &env).await?,
-        Host::start_with_env("b", &args, &env).await?,
-    ];
-    let refs: Vec<&Host> = hosts.iter().collect();
-    let mut leader = wait_for_single_leader(&refs, "leader", Duration::from_secs(20)).await?;
+    let hosts = Host::start_each(&["a", "b"], &args, &env).await?;
+    let mut leader = wait_for_single_leader(&hosts, "leader", Duration::from_secs(20)).await?;
     let mut out = PauseTrials::default();
     for trial in 0..trials {
         // The holder is writing at its epoch. Usually the host that took over in the last trial,

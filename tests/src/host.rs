@@ -248,6 +248,20 @@ impl Host {
         builder.spawn().await
     }
 
+    /// One host per name in `names`, all with the same `args` and `env`, started one after
+    /// another: replicas competing for the same leases.
+    pub async fn start_each(
+        names: &[&str],
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Vec<Host>> {
+        let mut hosts = Vec::with_capacity(names.len());
+        for name in names {
+            hosts.push(Host::start_with_env(name, args, env).await?);
+        }
+        Ok(hosts)
+    }
+
     /// [`Host::start`] under a shell that first runs `prefix` (e.g. `ulimit -v …`), then execs
     /// the host.
     pub async fn start_under_shell(
@@ -324,6 +338,12 @@ impl Host {
         self.wait_exit(timeout).await
     }
 
+    /// The crash: SIGKILL (no release, no clean-up), then up to 5 s for the process to exit.
+    pub async fn kill(&mut self) -> anyhow::Result<ExitStatus> {
+        self.signal("KILL")?;
+        self.wait_exit(Duration::from_secs(5)).await
+    }
+
     /// Waits up to `timeout` for the process to exit.
     pub async fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
         match tokio::time::timeout(timeout, self.child.wait()).await {
@@ -367,7 +387,7 @@ async fn read_log(
 
 /// Polls the hosts' `/status` until exactly one reports `leader` for `lease`; returns its index.
 pub async fn wait_for_single_leader<H: AsRef<Endpoint>>(
-    hosts: &[&H],
+    hosts: &[H],
     lease: &str,
     timeout: Duration,
 ) -> anyhow::Result<usize> {

@@ -15,7 +15,7 @@ use tempfile::TempDir;
 use tokio::sync::Mutex;
 
 use crate::endpoint::Endpoint;
-use crate::host::HostBuilder;
+use crate::host::{HostBuilder, wait_for_single_leader};
 
 /// The prefix of the compiled-component cache directories of test binaries.
 const CACHE_PREFIX: &str = "leasehold-test-cache-";
@@ -108,6 +108,14 @@ impl HostBuilder {
             app: Some(app),
             grace,
         })
+    }
+
+    /// [`HostBuilder::start_in_process`], then up to 15 s until the host leads `leader` (its
+    /// default lease): for tests whose scenario starts from a holder.
+    pub async fn start_in_process_leading(self) -> anyhow::Result<InProcessHost> {
+        let host = self.start_in_process().await?;
+        wait_for_single_leader(&[&host], "leader", Duration::from_secs(15)).await?;
+        Ok(host)
     }
 
     /// The builder's settings as a config file, over the text given to

@@ -32,6 +32,17 @@ struct LocalServer {
 static SERVER: OnceLock<Postgres> = OnceLock::new();
 static NEXT_DB: AtomicU32 = AtomicU32::new(0);
 
+/// Whether a test that needs a server of its own (`why`: "must stop and start its own server",
+/// "creates cluster-wide roles") must skip, as `DATABASE_URL` names a server others may use; says
+/// so on stderr when it must.
+pub fn skip_on_a_given_server(why: &str) -> bool {
+    let given = std::env::var("DATABASE_URL").is_ok();
+    if given {
+        eprintln!("skipped: DATABASE_URL is given, and this test {why}");
+    }
+    given
+}
+
 /// The shared server of this test process, started on first use.
 pub fn server() -> &'static Postgres {
     SERVER.get_or_init(|| match Postgres::start() {
