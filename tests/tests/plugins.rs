@@ -18,12 +18,17 @@ use leasehold_tests::in_process::InProcessHost;
 use leasehold_tests::status::{PluginState, Role, World};
 use leasehold_tests::stores::{Backend, Db};
 
-/// An in-process host on `db` (ttl 2 s) with the plugin directory `plugins`.
-async fn sqlite_in_process(name: &str, db: &Db, plugins: &Path) -> InProcessHost {
+/// A host on `url` (ttl 2 s) with the plugin directory `plugins`, to start either way.
+fn plugin_host(name: &str, url: &str, plugins: &Path) -> HostBuilder {
     HostBuilder::new(name)
-        .database_url(&db.url().unwrap())
+        .database_url(url)
         .ttl(Duration::from_secs(2))
         .plugins(plugins)
+}
+
+/// An in-process host on `db` (ttl 2 s) with the plugin directory `plugins`.
+async fn sqlite_in_process(name: &str, db: &Db, plugins: &Path) -> InProcessHost {
+    plugin_host(name, &db.url().unwrap(), plugins)
         .start_in_process()
         .await
         .unwrap()
@@ -31,20 +36,10 @@ async fn sqlite_in_process(name: &str, db: &Db, plugins: &Path) -> InProcessHost
 
 /// A host process on `db` (ttl 2 s) with the plugin directory `plugins`.
 async fn sqlite_host(name: &str, db: &Db, plugins: &Path) -> Host {
-    let url = db.url().unwrap();
-    Host::start(
-        name,
-        &[
-            "--database-url",
-            &url,
-            "--ttl",
-            "2s",
-            "--plugins",
-            plugins.to_str().unwrap(),
-        ],
-    )
-    .await
-    .unwrap()
+    plugin_host(name, &db.url().unwrap(), plugins)
+        .spawn()
+        .await
+        .unwrap()
 }
 
 fn manifest(interval: &str, call_timeout: &str, config: &str) -> String {
@@ -62,21 +57,11 @@ async fn reconcilers_run_only_on_the_holder_and_follow_a_failover() {
         &manifest("100ms", "1s", "greeting = \"hi\""),
     )])
     .unwrap();
-    let plugins = dir.path().to_str().unwrap();
-    let args = [
-        "--database-url",
-        url.as_str(),
-        "--ttl",
-        "2s",
-        "--plugins",
-        plugins,
-    ];
     let mut hosts = vec![
-        Host::start("a", &args).await.unwrap(),
-        Host::start("b", &args).await.unwrap(),
+        plugin_host("a", &url, dir.path()).spawn().await.unwrap(),
+        plugin_host("b", &url, dir.path()).spawn().await.unwrap(),
     ];
-    let refs: Vec<&Host> = hosts.iter().collect();
-    let leader = wait_for_single_leader(&refs, "leader", Duration::from_secs(15))
+    let leader = wait_for_single_leader(&hosts, "leader", Duration::from_secs(15))
         .await
         .unwrap();
     let standby = 1 - leader;
@@ -110,8 +95,7 @@ async fn reconcilers_run_only_on_the_holder_and_follow_a_failover() {
     );
 
     let mut old = hosts.remove(leader);
-    old.signal("KILL").unwrap();
-    old.wait_exit(Duration::from_secs(5)).await.unwrap();
+    old.kill().await.unwrap();
     hosts[0]
         .wait_for_log("hi from epoch 2", Duration::from_secs(10))
         .await
@@ -146,30 +130,15 @@ async fn every_misbehaving_verb_ends_as_a_classified_failure() {
             &manifest("100ms", "300ms", &format!("verb = \"{verb}\"")),
         )])
         .unwrap();
-        let host = Host::start(
-            verb,
-            &[
-                "--database-url",
-                &db.url().unwrap(),
-                "--ttl",
-                "2s",
-                "--plugins",
-                dir.path().to_str().unwrap(),
-            ],
-        )
-        .await
-        .unwrap();
+        let host = sqlite_host(verb, &db, dir.path()).await;
         running.push((db, dir, host));
     }
     for ((verb, kind, words), (_, _, host)) in VERBS.iter().zip(&running) {
-        eventually(
+        host.wait_for_plugin(
+            "misbehave",
             format!("{verb} to fail"),
             Duration::from_secs(20),
-            async || {
-                when(host.plugin_status("misbehave").await, |s| {
-                    s.as_ref().is_some_and(|s| s.last_error.is_some())
-                })
-            },
+            |s| s.last_error.is_some(),
         )
         .await
         .unwrap();
@@ -226,15 +195,12 @@ async fn repeated_failures_quarantine_the_plugin_not_the_host() {
     .unwrap();
     let host = sqlite_in_process("q", &db, dir.path()).await;
     // Backoff 0.5 + 1 + 2 + 4 s before the fifth failure quarantines it.
-    eventually("quarantine", Duration::from_secs(20), async || {
-        when(host.plugin_status("misbehave").await, |s| {
-            s.as_ref()
-                .is_some_and(|s| s.state == PluginState::Quarantined)
+    let status = host
+        .wait_for_plugin("misbehave", "quarantine", Duration::from_secs(20), |s| {
+            s.state == PluginState::Quarantined
         })
-    })
-    .await
-    .unwrap();
-    let status = host.plugin_status("misbehave").await.unwrap();
+        .await
+        .unwrap();
     assert_eq!(
         status.last_error.as_deref(),
         Some("returned an error: deliberate failure")
@@ -299,11 +265,12 @@ async fn bad_plugin_files_are_reported_and_isolated() {
     std::fs::create_dir(dir.path().join("unreadable.toml")).unwrap();
 
     let host = sqlite_host("bad", &db, dir.path()).await;
-    eventually("hello to run", Duration::from_secs(15), async || {
-        when(host.plugin_status("hello-reconciler").await, |s| {
-            s.as_ref().is_some_and(|s| s.state == PluginState::Running)
-        })
-    })
+    host.wait_for_plugin(
+        "hello-reconciler",
+        "hello to run",
+        Duration::from_secs(15),
+        |s| s.state == PluginState::Running,
+    )
     .await
     .unwrap();
     for (name, _, reason) in &bad {
@@ -389,20 +356,13 @@ async fn a_failing_active_health_check_makes_the_holder_step_down() {
     let sick = plugin_dir(&[("flaky-health", &health_manifest("active"))]).unwrap();
     let healthy = plugin_dir(&[("flaky-health", &health_manifest("never"))]).unwrap();
     let ttl = Duration::from_secs(10);
-    let a = HostBuilder::new("sick")
-        .database_url(&url)
+    let a = plugin_host("sick", &url, sick.path())
         .ttl(ttl)
-        .plugins(sick.path())
-        .start_in_process()
+        .start_in_process_leading()
         .await
         .unwrap();
-    wait_for_single_leader(&[&a], "leader", Duration::from_secs(15))
-        .await
-        .unwrap();
-    let b = HostBuilder::new("healthy")
-        .database_url(&url)
+    let b = plugin_host("healthy", &url, healthy.path())
         .ttl(ttl)
-        .plugins(healthy.path())
         .start_in_process()
         .await
         .unwrap();
@@ -442,47 +402,32 @@ async fn a_standby_whose_check_fails_does_not_campaign() {
     let healthy = plugin_dir(&[("flaky-health", &health_manifest("never"))]).unwrap();
     let sick = plugin_dir(&[("flaky-health", &health_manifest("standby"))]).unwrap();
     let ttl = Duration::from_secs(1);
-    let mut a = HostBuilder::new("holder")
-        .database_url(&url)
+    let mut a = plugin_host("holder", &url, healthy.path())
         .ttl(ttl)
-        .plugins(healthy.path())
-        .start_in_process()
+        .start_in_process_leading()
         .await
         .unwrap();
-    wait_for_single_leader(&[&a], "leader", Duration::from_secs(15))
-        .await
-        .unwrap();
-    let b = HostBuilder::new("sick-standby")
-        .database_url(&url)
+    let b = plugin_host("sick-standby", &url, sick.path())
         .ttl(ttl)
-        .plugins(sick.path())
         .start_in_process()
         .await
         .unwrap();
     // The first failed check stops the standby's campaigns; the check after it is counted only
     // once that is done (one task does both, in turn).
-    let failed = eventually(
-        "the standby check to fail",
-        Duration::from_secs(15),
-        async || {
-            let status = b.plugin_status("flaky-health").await;
-            when(status, |s| {
-                s.as_ref().is_some_and(|s| s.last_error.is_some())
-            })
-        },
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    eventually(
+    let failed = b
+        .wait_for_plugin(
+            "flaky-health",
+            "the standby check to fail",
+            Duration::from_secs(15),
+            |s| s.last_error.is_some(),
+        )
+        .await
+        .unwrap();
+    b.wait_for_plugin(
+        "flaky-health",
         "the standby's next check",
         Duration::from_secs(15),
-        async || {
-            let status = b.plugin_status("flaky-health").await;
-            when(status, |s| {
-                s.as_ref().is_some_and(|s| s.calls > failed.calls)
-            })
-        },
+        |s| s.calls > failed.calls,
     )
     .await
     .unwrap();
@@ -605,11 +550,8 @@ async fn fuel_budgets_stop_a_spinning_guest_by_default() {
     let manifest = "[schedule]\ninterval = \"100ms\"\n[limits]\ncall_timeout = \"60s\"\nfuel = 1000000\n[config]\nverb = \"loop\"\n";
     let dir = plugin_dir(&[("misbehave", manifest)]).unwrap();
     // A host that opted out of metering refuses the manifest, saying why.
-    let off = HostBuilder::new("nofuel")
+    let off = plugin_host("nofuel", &db.url().unwrap(), dir.path())
         .config("[runtime]\nfuel = false\n")
-        .database_url(&db.url().unwrap())
-        .ttl(Duration::from_secs(2))
-        .plugins(dir.path())
         .start_in_process()
         .await
         .unwrap();
@@ -627,15 +569,11 @@ async fn fuel_budgets_stop_a_spinning_guest_by_default() {
     // By default the host meters fuel: the budget ends the call long before its 60 s deadline.
     let db = Db::new(Backend::Sqlite).await.unwrap();
     let host = sqlite_in_process("fuel", &db, dir.path()).await;
-    eventually(
+    host.wait_for_plugin(
+        "misbehave",
         "the fuel budget to run out",
         Duration::from_secs(10),
-        async || {
-            when(host.plugin_status("misbehave").await, |s| {
-                s.as_ref()
-                    .is_some_and(|s| s.last_error.as_deref() == Some("ran out of fuel"))
-            })
-        },
+        |s| s.last_error.as_deref() == Some("ran out of fuel"),
     )
     .await
     .unwrap();
@@ -673,17 +611,14 @@ async fn a_looping_start_function_times_out_and_its_replacement_runs() {
     };
     put("slow-start", "200ms");
     let host = sqlite_host("starter", &db, dir.path()).await;
-    eventually(
+    host.wait_for_plugin(
+        "starter",
         "the start function to time out",
         Duration::from_secs(15),
-        async || {
-            when(host.plugin_status("starter").await, |s| {
-                s.as_ref().is_some_and(|s| {
-                    s.last_error
-                        .as_deref()
-                        .is_some_and(|e| e.contains("interrupted after its 200ms deadline"))
-                })
-            })
+        |s| {
+            s.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("interrupted after its 200ms deadline"))
         },
     )
     .await
@@ -726,11 +661,12 @@ async fn a_reconcile_can_ask_to_run_again_sooner() {
     )])
     .unwrap();
     let host = sqlite_in_process("requeue", &db, dir.path()).await;
-    eventually("ten requeued calls", Duration::from_secs(10), async || {
-        when(host.plugin_status("misbehave").await, |s| {
-            s.as_ref().is_some_and(|s| s.calls >= 10)
-        })
-    })
+    host.wait_for_plugin(
+        "misbehave",
+        "ten requeued calls",
+        Duration::from_secs(10),
+        |s| s.calls >= 10,
+    )
     .await
     .unwrap();
     assert!(
@@ -752,14 +688,15 @@ async fn wasi_grants_a_plugin_nothing() {
     assert!(std::env::vars().next().is_some());
     let host = sqlite_in_process("sandbox", &db, dir.path()).await;
     // init, the first escape attempt, and the second one started: the first has ended.
-    let status = eventually("the escape attempt", Duration::from_secs(10), async || {
-        when(host.plugin_status("misbehave").await, |s| {
-            s.as_ref().is_some_and(|s| s.calls >= 3)
-        })
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let status = host
+        .wait_for_plugin(
+            "misbehave",
+            "the escape attempt",
+            Duration::from_secs(10),
+            |s| s.calls >= 3,
+        )
+        .await
+        .unwrap();
     assert!(status.last_error.is_none(), "{status:?}");
 }
 
@@ -772,20 +709,11 @@ async fn plugins_run_when_the_pooling_allocator_cannot_reserve_its_space() {
     )])
     .unwrap();
     // 16 GB of address space: too little for the pool's reservation, enough for one instance.
-    let host = Host::start_under_shell(
-        "no-pool",
-        "ulimit -v 16000000",
-        &[
-            "--database-url",
-            &db.url().unwrap(),
-            "--ttl",
-            "2s",
-            "--plugins",
-            dir.path().to_str().unwrap(),
-        ],
-    )
-    .await
-    .unwrap();
+    let host = plugin_host("no-pool", &db.url().unwrap(), dir.path())
+        .under_shell("ulimit -v 16000000")
+        .spawn()
+        .await
+        .unwrap();
     host.wait_for_log("small from epoch 1", Duration::from_secs(15))
         .await
         .unwrap();
