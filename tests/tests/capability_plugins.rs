@@ -135,16 +135,10 @@ async fn notifications_reach_only_the_holder() {
         "--plugins",
         dir_arg(dir.path()),
     ];
-    let mut hosts = vec![
-        Host::start("a", &args).await.unwrap(),
-        Host::start("b", &args).await.unwrap(),
-    ];
-    let leader = {
-        let refs: Vec<&Host> = hosts.iter().collect();
-        wait_for_single_leader(&refs, "leader", Duration::from_secs(20))
-            .await
-            .unwrap()
-    };
+    let mut hosts = Host::start_each(&["a", "b"], &args, &[]).await.unwrap();
+    let leader = wait_for_single_leader(&hosts, "leader", Duration::from_secs(20))
+        .await
+        .unwrap();
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     // The holder's listener starts with its term: notify until one arrives.
     let deliver = async |host: &Host, tag: &str| -> String {
@@ -190,11 +184,7 @@ async fn notifications_reach_only_the_holder() {
     );
 
     // The holder dies; the other replica takes over and now receives them.
-    hosts[leader].signal("KILL").unwrap();
-    hosts[leader]
-        .wait_exit(Duration::from_secs(5))
-        .await
-        .unwrap();
+    hosts[leader].kill().await.unwrap();
     let survivor = hosts.remove(standby);
     wait_for_single_leader(&[&survivor], "leader", Duration::from_secs(20))
         .await
@@ -270,16 +260,10 @@ delete_after = \"2s\"
         dir_arg(dir.path()),
     ];
     let env = [("APP_DATABASE_URL", url.as_str())];
-    let mut hosts = vec![
-        Host::start_with_env("a", &args, &env).await.unwrap(),
-        Host::start_with_env("b", &args, &env).await.unwrap(),
-    ];
-    let leader = {
-        let refs: Vec<&Host> = hosts.iter().collect();
-        wait_for_single_leader(&refs, "sweeper", Duration::from_secs(20))
-            .await
-            .unwrap()
-    };
+    let mut hosts = Host::start_each(&["a", "b"], &args, &env).await.unwrap();
+    let leader = wait_for_single_leader(&hosts, "sweeper", Duration::from_secs(20))
+        .await
+        .unwrap();
     // The app: "alive" heartbeats, and every change is announced.
     let beat = async || {
         sqlx::query("UPDATE sandboxes SET last_heartbeat = now() WHERE backend = 'b2'")
@@ -313,11 +297,7 @@ delete_after = \"2s\"
     assert_eq!(state("gone-2").await, state("gone-1").await);
 
     // The holder dies before the second grace ends; the other replica finishes the job.
-    hosts[leader].signal("KILL").unwrap();
-    hosts[leader]
-        .wait_exit(Duration::from_secs(5))
-        .await
-        .unwrap();
+    hosts[leader].kill().await.unwrap();
     let survivor = hosts.remove(1 - leader);
     eventually_every(
         "the survivor to delete gone-1 and gone-2",

@@ -47,16 +47,10 @@ async fn lease_and_plugin_metrics_follow_a_failover() {
         "--plugins",
         dir.path().to_str().unwrap(),
     ];
-    let mut hosts = vec![
-        Host::start("a", &args).await.unwrap(),
-        Host::start("b", &args).await.unwrap(),
-    ];
-    let leader = {
-        let refs: Vec<&Host> = hosts.iter().collect();
-        wait_for_single_leader(&refs, "leader", Duration::from_secs(20))
-            .await
-            .unwrap()
-    };
+    let mut hosts = Host::start_each(&["a", "b"], &args, &[]).await.unwrap();
+    let leader = wait_for_single_leader(&hosts, "leader", Duration::from_secs(20))
+        .await
+        .unwrap();
     let l = &hosts[leader];
     let text = wait_for(
         l,
@@ -126,12 +120,9 @@ async fn lease_and_plugin_metrics_follow_a_failover() {
         sample(&text, &format!("leasehold_lease_transitions_total{lease}")).unwrap() >= 2.0,
         "{text}"
     );
-    let new_leader = {
-        let refs: Vec<&Host> = hosts.iter().collect();
-        wait_for_single_leader(&refs, "leader", Duration::from_secs(20))
-            .await
-            .unwrap()
-    };
+    let new_leader = wait_for_single_leader(&hosts, "leader", Duration::from_secs(20))
+        .await
+        .unwrap();
     // Epoch 2, or later if the 2 s lease changed hands again under load.
     let text = wait_for(
         &hosts[new_leader],
@@ -142,11 +133,7 @@ async fn lease_and_plugin_metrics_follow_a_failover() {
     let second = sample(&text, &format!("leasehold_lease_epoch{lease}")).unwrap();
 
     // A crash failover: the survivor leads at the next epoch and runs the plugin.
-    hosts[new_leader].signal("KILL").unwrap();
-    hosts[new_leader]
-        .wait_exit(Duration::from_secs(5))
-        .await
-        .unwrap();
+    hosts[new_leader].kill().await.unwrap();
     let survivor = hosts.remove(1 - new_leader);
     let text = wait_for(&survivor, &format!("leasehold_lease_epoch{lease}"), |v| {
         v > second
