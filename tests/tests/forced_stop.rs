@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use leasehold::app::Shutdown;
 use leasehold_tests::endpoint::sample;
-use leasehold_tests::eventually::{Text, eventually, eventually_every, when};
-use leasehold_tests::host::{HostBuilder, now_time_of_day, plugin_dir, wait_for_single_leader};
+use leasehold_tests::eventually::{Text, eventually_every};
+use leasehold_tests::host::{HostBuilder, now_time_of_day, plugin_dir};
 use leasehold_tests::pg;
 use leasehold_tests::status::Role;
 use leasehold_tests::stores::{Backend, Db};
@@ -21,10 +21,7 @@ const ENDED: &str = "leasehold_plugin_call_seconds_count{plugin=\"misbehave\"}";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_spinning_guest_is_stopped_before_the_database_lease_expires() {
-    if std::env::var("DATABASE_URL").is_ok() {
-        eprintln!(
-            "skipped: DATABASE_URL is given, and this test must stop and start its own server"
-        );
+    if pg::skip_on_a_given_server("must stop and start its own server") {
         return;
     }
     let db = Db::new(Backend::Postgres).await.unwrap();
@@ -36,21 +33,15 @@ async fn a_spinning_guest_is_stopped_before_the_database_lease_expires() {
         .database_url(&url)
         .ttl(Duration::from_secs(2))
         .plugins(dir.path())
-        .start_in_process()
-        .await
-        .unwrap();
-    wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
+        .start_in_process_leading()
         .await
         .unwrap();
     // Wait until the guest is inside its endless reconcile (init and one reconcile call counted).
-    eventually(
+    host.wait_for_plugin(
+        "misbehave",
         "the guest to start spinning (its /status)",
         Duration::from_secs(10),
-        async || {
-            when(host.plugin_status("misbehave").await, |s| {
-                s.as_ref().is_some_and(|s| s.calls >= 2)
-            })
-        },
+        |s| s.calls >= 2,
     )
     .await
     .unwrap();

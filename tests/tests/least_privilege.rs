@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use leasehold_tests::host::{HostBuilder, run_to_exit, wait_for_single_leader};
+use leasehold_tests::host::{HostBuilder, run_to_exit};
 
 fn example(name: &str) -> String {
     std::fs::read_to_string(
@@ -19,8 +19,7 @@ fn example(name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hosts_run_as_a_dml_only_role_after_the_owner_migrates() {
-    if std::env::var("DATABASE_URL").is_ok() {
-        eprintln!("skipped: DATABASE_URL is given, and this test creates cluster-wide roles");
+    if leasehold_tests::pg::skip_on_a_given_server("creates cluster-wide roles") {
         return;
     }
     let url = leasehold_tests::pg::server()
@@ -57,13 +56,11 @@ async fn hosts_run_as_a_dml_only_role_after_the_owner_migrates() {
         .unwrap();
 
     // The host runs in-process: what is tested is its database role, not its process.
-    let host = HostBuilder::new("app")
+    // Held (not dropped) while the lease is force-released under it.
+    let _host = HostBuilder::new("app")
         .database_url(&app)
         .ttl(Duration::from_secs(2))
-        .start_in_process()
-        .await
-        .unwrap();
-    wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
+        .start_in_process_leading()
         .await
         .unwrap();
     let (status, stderr) = run_to_exit(

@@ -21,10 +21,7 @@ async fn roles(hosts: &[&Host; 2]) -> [Role; 2] {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_database_outage_fails_closed_and_recovers() {
-    if std::env::var("DATABASE_URL").is_ok() {
-        eprintln!(
-            "skipped: DATABASE_URL is given, and this test must stop and start its own server"
-        );
+    if pg::skip_on_a_given_server("must stop and start its own server") {
         return;
     }
     let db = Db::new(Backend::Postgres).await.unwrap();
