@@ -34,8 +34,7 @@ requeue_ms = \"20\"
 /// A fresh lease database (migrated) and a pool on it as the superuser; `None` when the server is
 /// not this process's own.
 async fn lease_database() -> Option<(String, PgPool)> {
-    if std::env::var("DATABASE_URL").is_ok() {
-        eprintln!("skipped: DATABASE_URL is given, and this test creates cluster-wide roles");
+    if leasehold_tests::pg::skip_on_a_given_server("creates cluster-wide roles") {
         return None;
     }
     let url = leasehold_tests::pg::server()
@@ -50,8 +49,10 @@ async fn lease_database() -> Option<(String, PgPool)> {
 /// writer's table; its URL on the database at `url`.
 async fn app_role(admin: &PgPool, url: &str, tag: &str) -> (String, String) {
     let role = format!("fence_{tag}_{}", std::process::id());
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE ROLE {role} LOGIN;
+    run_sql(
+        admin,
+        format!(
+            "CREATE ROLE {role} LOGIN;
          CREATE SCHEMA appschema AUTHORIZATION {role};
          CREATE TABLE appschema.fence_history (
              id         bigserial PRIMARY KEY,
@@ -61,10 +62,9 @@ async fn app_role(admin: &PgPool, url: &str, tag: &str) -> (String, String) {
              holder     text   NOT NULL,
              written_at timestamptz NOT NULL DEFAULT clock_timestamp());
          ALTER TABLE appschema.fence_history OWNER TO {role};"
-    )))
-    .execute(admin)
-    .await
-    .unwrap();
+        ),
+    )
+    .await;
     let role_url = url.replacen("postgres://postgres@", &format!("postgres://{role}@"), 1);
     assert_ne!(role_url, url);
     (role, role_url)
@@ -72,14 +72,15 @@ async fn app_role(admin: &PgPool, url: &str, tag: &str) -> (String, String) {
 
 /// What a fenced grant needs on the leasehold tables today.
 async fn grant_fence_privileges(admin: &PgPool, role: &str) {
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "GRANT USAGE ON SCHEMA public TO {role};
-         GRANT SELECT, UPDATE ON leasehold_leases TO {role};
-         GRANT SELECT ON leasehold_database TO {role};"
-    )))
-    .execute(admin)
-    .await
-    .unwrap();
+    run_sql(
+        admin,
+        format!(
+            "GRANT USAGE ON SCHEMA public TO {role};
+             GRANT SELECT, UPDATE ON leasehold_leases TO {role};
+             GRANT SELECT ON leasehold_database TO {role};"
+        ),
+    )
+    .await;
 }
 
 async fn start_writer(url: &str, role_url: &str, table: &str) -> (Host, tempfile::TempDir) {
@@ -137,6 +138,27 @@ async fn stale_writes_accepted(url: &str, admin: &PgPool, role_url: &str) -> (i6
     (after - before, host.log_text())
 }
 
+/// [`stale_writes_accepted`], asserting the grant was recognised as the lease database and no
+/// stale write was accepted; returns the holder's log.
+async fn assert_stale_writes_fenced(url: &str, admin: &PgPool, role_url: &str) -> String {
+    let (accepted, log) = stale_writes_accepted(url, admin, role_url).await;
+    println!("epoch-1 writes accepted after the lease expired: {accepted}");
+    assert!(
+        log.contains("the lease database; writes are fenced"),
+        "the grant was not recognised as the lease database:\n{log}"
+    );
+    assert_eq!(accepted, 0, "stale writes were accepted:\n{log}");
+    log
+}
+
+/// Runs `sql` as the superuser.
+async fn run_sql(admin: &PgPool, sql: String) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+        .execute(admin)
+        .await
+        .unwrap();
+}
+
 /// A role with `ALTER ROLE … SET search_path = appschema` does not see the leasehold tables by
 /// their bare names; its grant still reaches the lease database, so its writes are fenced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,19 +168,12 @@ async fn a_grant_role_with_its_own_search_path_is_still_fenced() {
     };
     let (role, role_url) = app_role(&admin, &url, "path").await;
     grant_fence_privileges(&admin, &role).await;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "ALTER ROLE {role} SET search_path = appschema"
-    )))
-    .execute(&admin)
-    .await
-    .unwrap();
-    let (accepted, log) = stale_writes_accepted(&url, &admin, &role_url).await;
-    println!("epoch-1 writes accepted after the lease expired: {accepted}");
-    assert!(
-        log.contains("the lease database; writes are fenced"),
-        "the grant was not recognised as the lease database:\n{log}"
-    );
-    assert_eq!(accepted, 0, "stale writes were accepted:\n{log}");
+    run_sql(
+        &admin,
+        format!("ALTER ROLE {role} SET search_path = appschema"),
+    )
+    .await;
+    let log = assert_stale_writes_fenced(&url, &admin, &role_url).await;
     assert!(log.contains("sql-txn err=lease-lost epoch=1"), "{log}");
 }
 
@@ -171,22 +186,17 @@ async fn a_leasehold_database_table_on_the_grant_role_s_path_does_not_unfence_it
     };
     let (role, role_url) = app_role(&admin, &url, "decoy").await;
     grant_fence_privileges(&admin, &role).await;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE TABLE appschema.leasehold_database (id text NOT NULL);
-         INSERT INTO appschema.leasehold_database VALUES ('somewhere-else');
-         ALTER TABLE appschema.leasehold_database OWNER TO {role};
-         ALTER ROLE {role} SET search_path = appschema, public;"
-    )))
-    .execute(&admin)
-    .await
-    .unwrap();
-    let (accepted, log) = stale_writes_accepted(&url, &admin, &role_url).await;
-    println!("epoch-1 writes accepted after the lease expired: {accepted}");
-    assert!(
-        log.contains("the lease database; writes are fenced"),
-        "the grant was not recognised as the lease database:\n{log}"
-    );
-    assert_eq!(accepted, 0, "stale writes were accepted:\n{log}");
+    run_sql(
+        &admin,
+        format!(
+            "CREATE TABLE appschema.leasehold_database (id text NOT NULL);
+             INSERT INTO appschema.leasehold_database VALUES ('somewhere-else');
+             ALTER TABLE appschema.leasehold_database OWNER TO {role};
+             ALTER ROLE {role} SET search_path = appschema, public;"
+        ),
+    )
+    .await;
+    assert_stale_writes_fenced(&url, &admin, &role_url).await;
 }
 
 /// A role that may not read the leasehold schema cannot tell whether its database is the lease

@@ -157,17 +157,7 @@ sleep_ms = \"1500\"
     eventually(
         "the slow write to sleep on the server (sessions running it)",
         Duration::from_secs(20),
-        async || {
-            let sleeping: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity
-                  WHERE datname = current_database() AND state = 'active'
-                    AND query LIKE 'INSERT INTO slow_writes%'",
-            )
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-            when(sleeping, |n| *n > 0)
-        },
+        async || when(slow_writes_running(&pool).await, |n| *n > 0),
     )
     .await
     .unwrap();
@@ -177,6 +167,26 @@ sleep_ms = \"1500\"
         "the probe's grant is not fenced:\n{log}"
     );
     (host, pool, dir)
+}
+
+/// How many sessions are running the slow write's insert (sleeping on the server).
+async fn slow_writes_running(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+          WHERE datname = current_database() AND state = 'active'
+            AND query LIKE 'INSERT INTO slow_writes%'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// How many rows of the slow write were committed.
+async fn slow_writes_kept(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM slow_writes")
+        .fetch_one(pool)
+        .await
+        .unwrap()
 }
 
 /// The probe's summary line of its slow write.
@@ -217,14 +227,7 @@ async fn a_fenced_transaction_does_not_lock_the_lease_row_while_its_statements_r
     if locked.is_err() {
         let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
     }
-    let still_sleeping: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity
-          WHERE datname = current_database() AND state = 'active'
-            AND query LIKE 'INSERT INTO slow_writes%'",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    let still_sleeping = slow_writes_running(&pool).await;
     println!("lease row locked while the plugin's statement sleeps: {locked:?} ({took:?})");
     assert!(
         locked.is_ok(),
@@ -236,11 +239,7 @@ async fn a_fenced_transaction_does_not_lock_the_lease_row_while_its_statements_r
         outcome.contains("probe slow-write ok: rows=1 epoch=1"),
         "{outcome}"
     );
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM slow_writes")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(rows, 1);
+    assert_eq!(slow_writes_kept(&pool).await, 1);
 }
 
 /// Another replica takes the lease while a fenced plugin statement sleeps: the takeover does not
@@ -262,10 +261,7 @@ async fn a_fenced_write_whose_lease_is_taken_during_a_slow_statement_is_refused_
     .unwrap();
     let takeover = started.elapsed();
     let outcome = slow_write_outcome(&host).await;
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM slow_writes")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let rows = slow_writes_kept(&pool).await;
     println!("takeover took {takeover:?}; the slow write: {outcome}; rows kept: {rows}");
     assert!(
         outcome.contains("FAILED") && outcome.contains("lease-lost"),
