@@ -203,18 +203,18 @@ impl Metrics {
         out
     }
 
-    /// Counts a guest call of `plugin` that is entering the guest (not an instantiation); it is
-    /// recorded with [`Metrics::record_call`] when it ends.
-    pub fn call_started(&self, plugin: &str) {
+    /// The counter of `plugin`'s guest calls, to be incremented as each call enters the guest
+    /// (not on instantiation); the call is recorded with [`Metrics::record_call`] when it ends.
+    pub fn calls_of(&self, plugin: &str) -> Counter {
         self.plugin_calls
             .get_or_create(&Metrics::plugin(plugin))
-            .inc();
+            .clone()
     }
 
     /// Records one finished guest call or instantiation of `plugin`: how long it took, the kind of
     /// trap that ended it, whether it returned an error, the fuel it burnt, its instance's memory
     /// high-water mark and the writes the fence refused during it. A call was counted when it
-    /// started ([`Metrics::call_started`]).
+    /// started ([`Metrics::calls_of`]).
     #[allow(clippy::too_many_arguments)] // one call's report, recorded in one place
     pub fn record_call(
         &self,
@@ -312,11 +312,11 @@ mod tests {
         let took = Duration::from_millis(1);
         // An instantiation that trapped: no call, but its trap and fuel count.
         m.record_call("p", took, Some("timeout"), false, Some(10), 0, 0);
-        m.call_started("p");
+        m.calls_of("p").inc();
         m.record_call("p", took, Some("fuel"), false, Some(5), 0, 2);
-        m.call_started("p");
+        m.calls_of("p").inc();
         m.record_call("p", took, None, true, None, 0, 0);
-        m.call_started("other");
+        m.calls_of("other").inc();
         assert_eq!(
             m.plugin_counts("p"),
             PluginCounts {

@@ -9,6 +9,7 @@
 //! - [`bindings`]: the generated bindings of the WIT worlds (used by this module only);
 //! - [`host`]: the store data and the host side of the `lease` and `log` imports;
 //! - `imports`: the host side of the `kv` and `sql` imports (the capability layer behind them);
+//! - `output`: the guest's stdout and stderr, captured per store and logged after each call;
 //! - [`engine`]: the engine and its epoch ticker;
 //! - [`cache`]: compiled components on disk.
 
@@ -19,6 +20,7 @@ pub mod engine;
 pub mod host;
 mod imports;
 pub mod load;
+mod output;
 pub mod store;
 
 use std::path::Path;

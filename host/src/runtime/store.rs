@@ -22,19 +22,16 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use wasmtime::{Store, Trap, UpdateDeadline};
 use wasmtime_wasi::WasiCtxBuilder;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
 use super::bindings::{self, event_reconciler::EventReconciler, health::HealthCheck};
 use super::call::{CallFailure, CallReport, Called, Cancel, CheckRole, Outcome};
 use super::host::{self, HostState, LeaseView};
+use super::output::GuestOutput;
 use super::{Prepared, Runtime};
 use crate::capability::PluginCapabilities;
 use crate::lease::Term;
 use crate::manifest::CallLimits;
 use crate::metrics::Metrics;
-
-/// Bytes of guest stdout/stderr kept per store; a guest that prints more gets write errors.
-const OUTPUT_CAPACITY: usize = 1 << 20;
 
 /// Fuel per call when the manifest sets none. A tight loop burns ~1.5·10¹⁰ units a second on a
 /// two-core CI machine, so this is 6–7 s of pure computation: more than the 5 s default call
@@ -63,11 +60,10 @@ impl Runtime {
         limits: &CallLimits,
         capabilities: Option<PluginCapabilities>,
     ) -> PluginStore {
-        let stdout = MemoryOutputPipe::new(OUTPUT_CAPACITY);
-        let stderr = MemoryOutputPipe::new(OUTPUT_CAPACITY);
-        let wasi = WasiCtxBuilder::new()
-            .stdout(stdout.clone())
-            .stderr(stderr.clone())
+        let calls = self.metrics.calls_of(&plugin);
+        let mut wasi = WasiCtxBuilder::new();
+        let output = GuestOutput::capture(&mut wasi);
+        let wasi = wasi
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
@@ -115,11 +111,10 @@ impl Runtime {
         PluginStore {
             store,
             metrics: self.metrics.clone(),
+            calls,
             limits: *limits,
             meters_fuel: self.options.fuel,
-            stdout,
-            stderr,
-            seen: (0, 0),
+            output,
             _watch: store_gone.drop_guard(),
         }
     }
@@ -140,16 +135,15 @@ pub struct PluginStore {
     store: Store<HostState>,
     /// Where each call is recorded.
     metrics: Arc<Metrics>,
+    /// This plugin's `plugin_calls` counter, looked up once per store: it is counted on every
+    /// call's way in, where a label lookup would cost as much as a host import.
+    calls: prometheus_client::metrics::counter::Counter,
     /// The plugin's deadline, memory and fuel budget.
     limits: CallLimits,
     /// Whether the engine meters fuel.
     meters_fuel: bool,
-    /// The guest's captured stdout.
-    stdout: MemoryOutputPipe,
-    /// The guest's captured stderr.
-    stderr: MemoryOutputPipe,
-    /// How many bytes of stdout and stderr have been logged already.
-    seen: (usize, usize),
+    /// What the guest prints, logged after each call.
+    output: GuestOutput,
     /// Ends the epoch-bump watcher with the store.
     _watch: DropGuard,
 }
@@ -283,7 +277,7 @@ impl PluginStore {
         }
         if entry == Entry::Call {
             // Counted as it enters, so that a call that does not return shows in `/status`.
-            self.metrics.call_started(&self.store.data().plugin);
+            self.calls.inc();
         }
         let timeout = self.limits.call_timeout;
         let deadline = now + timeout;
@@ -338,7 +332,8 @@ impl PluginStore {
             data.call_deadline = None;
             data.interrupted.take()
         };
-        self.flush_output();
+        let state = self.store.data();
+        self.output.flush(&state.plugin, &state.lease);
         let result = match outcome {
             Ok(Ok(Ok(value))) => Ok(value),
             Ok(Ok(Err(message))) => Err(CallFailure::Returned(message)),
@@ -382,25 +377,6 @@ impl PluginStore {
             took,
             fuel,
             refused_writes,
-        }
-    }
-
-    /// Logs what the guest printed since the last call, with the plugin's name.
-    fn flush_output(&mut self) {
-        let state = self.store.data();
-        for (name, pipe, seen) in [
-            ("stdout", &self.stdout, &mut self.seen.0),
-            ("stderr", &self.stderr, &mut self.seen.1),
-        ] {
-            let contents = pipe.contents();
-            if contents.len() <= *seen {
-                continue;
-            }
-            let fresh = String::from_utf8_lossy(&contents[*seen..]);
-            *seen = contents.len();
-            for line in fresh.lines().filter(|l| !l.trim().is_empty()).take(200) {
-                tracing::info!(plugin = &*state.plugin, lease = %state.lease.name, stream = name, "{line}");
-            }
         }
     }
 }
