@@ -125,17 +125,24 @@ async fn main() -> anyhow::Result<()> {
             if kind == "TERM" {
                 graceful.push(took);
                 let old_log = old.log_text();
-                let new_log = hosts[new].log_text();
-                let epoch_line = new_log
+                let epoch_line = hosts[new].log_text();
+                let epoch = epoch_line
                     .lines()
                     .rev()
                     .find(|l| l.contains("lease acquired"))
-                    .unwrap_or_default();
-                let epoch = epoch_line
-                    .split("epoch=")
-                    .nth(1)
+                    .and_then(|l| l.split("epoch=").nth(1))
                     .and_then(|r| r.split_whitespace().next())
-                    .unwrap_or("?");
+                    .unwrap_or("?")
+                    .to_string();
+                // The first reconcile runs within milliseconds, but its line reaches this
+                // process through a pipe: wait for it rather than miss it.
+                let _ = hosts[new]
+                    .wait_for_log(
+                        &format!("bench from epoch {epoch},"),
+                        Duration::from_secs(2),
+                    )
+                    .await;
+                let new_log = hosts[new].log_text();
                 if let (Some(acq), Some(first)) = (
                     last_log_time(&new_log, "lease acquired"),
                     log_time(&new_log, &format!("bench from epoch {epoch},")),
