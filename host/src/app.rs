@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
-use crate::capability::Capabilities;
+use crate::capability::{Capabilities, Environment};
 use crate::config::Config;
 use crate::http::AppState;
 use crate::lease::{Driver, HolderId, Leases, StoreError, open_store};
@@ -112,6 +112,11 @@ pub struct App {
 impl App {
     /// Opens the store, loads the plugins, binds HTTP and starts campaigning.
     pub async fn start(config: Config) -> Result<App, AppError> {
+        Self::start_with(config, Environment::Process).await
+    }
+
+    /// [`App::start`], with plugin grants reading the variables they name from `environment`.
+    pub async fn start_with(config: Config, environment: Environment) -> Result<App, AppError> {
         let holder = HolderId::generate(&config.replica_id);
         let store = open_store(
             &config.database_url,
@@ -152,8 +157,14 @@ impl App {
         // only has to instantiate them.
         let (plugins, plugin_set) = match &config.plugins {
             Some(dir) => {
-                let (supervisor, set) =
-                    start_plugins(dir, &config, leases.clone(), metrics.clone(), &root)?;
+                let (supervisor, set) = start_plugins(
+                    dir,
+                    &config,
+                    environment,
+                    leases.clone(),
+                    metrics.clone(),
+                    &root,
+                )?;
                 let board = supervisor.board().clone();
                 tasks.spawn(supervisor.run(root.clone()));
                 (Some(board), Some(set))
@@ -257,6 +268,7 @@ pub fn check_component(path: &Path) -> Result<Result<Loaded, ComponentError>, Ap
 fn start_plugins(
     dir: &Path,
     config: &Config,
+    environment: Environment,
     leases: Arc<Leases>,
     metrics: Arc<Metrics>,
     root: &CancellationToken,
@@ -269,7 +281,11 @@ fn start_plugins(
         ..EngineOptions::default()
     };
     let runtime = Runtime::new(options, &config.cache_dir, metrics)?;
-    let capabilities = Capabilities::new(config.database_url.clone(), config.timing.store_timeout);
+    let capabilities = Capabilities::with_environment(
+        config.database_url.clone(),
+        config.timing.store_timeout,
+        environment,
+    );
     let set = crate::plugin::scan(dir, &runtime, &capabilities, &PluginSet::default()).map_err(
         |source| AppError::ReadPluginDirectory {
             dir: dir.to_path_buf(),

@@ -6,7 +6,6 @@
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -16,7 +15,8 @@ use tokio::process::{Child, ChildStderr, Command};
 use tokio::sync::oneshot;
 
 use crate::endpoint::Endpoint;
-use crate::eventually::{Text, eventually, eventually_every};
+use crate::eventually::eventually_every;
+use crate::log::Log;
 use crate::status::Role;
 
 /// The `leasehold` binary beside the running test executable (`target/<profile>/leasehold`),
@@ -174,10 +174,10 @@ impl HostBuilder {
         let mut child = cmd.spawn().context("spawning leasehold")?;
         let pid = child.id().context("no pid")?;
         let stderr = child.stderr.take().context("no stderr")?;
-        let log = Arc::new(Mutex::new(Vec::new()));
+        let log = Log::new(&name);
         let (addr_tx, addr_rx) = oneshot::channel();
         tokio::spawn(read_log(stderr, log.clone(), addr_tx));
-        let log_text = || log.lock().unwrap().join("\n");
+        let log_text = || log.text();
         let addr = match tokio::time::timeout(Duration::from_secs(60), addr_rx).await {
             Ok(Ok(addr)) => addr,
             // Timed out, or the log ended (the process exited) without the line.
@@ -210,7 +210,7 @@ pub struct Host {
     /// Kept apart from `child`, which forgets its id once the exit is collected.
     pid: u32,
     /// Every line of its stderr so far.
-    log: Arc<Mutex<Vec<String>>>,
+    log: Log,
     /// Holds the config file given with `--config`, if any.
     _config: Option<tempfile::TempDir>,
 }
@@ -278,36 +278,22 @@ impl Host {
 
     /// Everything the process logged so far.
     pub fn log_text(&self) -> String {
-        self.log.lock().unwrap().join("\n")
+        self.log.text()
     }
 
     /// How many lines the process logged so far: an offset for [`Host::log_lines_from`].
     pub fn log_len(&self) -> usize {
-        self.log.lock().unwrap().len()
+        self.log.len()
     }
 
     /// The lines logged from line `offset` on (0-based), without copying the whole log.
     pub fn log_lines_from(&self, offset: usize) -> Vec<String> {
-        let log = self.log.lock().unwrap();
-        log.get(offset..)
-            .map(<[String]>::to_vec)
-            .unwrap_or_default()
+        self.log.lines_from(offset)
     }
 
     /// Waits up to `timeout` for a log line containing `needle`, and returns the first such line.
     pub async fn wait_for_log(&self, needle: &str, timeout: Duration) -> anyhow::Result<String> {
-        eventually(
-            format!("{} to log {needle:?} (its log)", self.name),
-            timeout,
-            async || {
-                let log = self.log_text();
-                match log.lines().find(|l| l.contains(needle)) {
-                    Some(line) => Ok(line.to_string()),
-                    None => Err(Text(log)),
-                }
-            },
-        )
-        .await
+        self.log.wait_for(needle, timeout).await
     }
 
     /// The process id.
@@ -359,11 +345,7 @@ impl Host {
 
 /// Collects the process's stderr into `log` line by line, and sends the address of its
 /// "http listening" line.
-async fn read_log(
-    stderr: ChildStderr,
-    log: Arc<Mutex<Vec<String>>>,
-    addr: oneshot::Sender<String>,
-) {
+async fn read_log(stderr: ChildStderr, log: Log, addr: oneshot::Sender<String>) {
     let mut addr = Some(addr);
     let mut lines = BufReader::new(stderr).lines();
     while let Ok(Some(line)) = lines.next_line().await {
@@ -376,7 +358,7 @@ async fn read_log(
         let listening = listening
             .filter(|_| line.contains("http listening"))
             .map(str::to_string);
-        log.lock().unwrap().push(line);
+        log.push(line);
         if let Some(found) = listening
             && let Some(tx) = addr.take()
         {

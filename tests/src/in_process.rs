@@ -1,7 +1,8 @@
 //! Hosts in the test's own process: [`HostBuilder::start_in_process`] starts a
-//! [`leasehold::app::App`] (the composition root `leasehold run` wraps) in the test's runtime, for
-//! tests whose point is not the process — no binary to spawn, no log to scrape; they read
-//! `/status`, `/metrics` and the database, as through [`Endpoint`].
+//! [`leasehold::app::App`] (the composition root `leasehold run` wraps) for tests whose point is
+//! not the process. Each host gets a tokio runtime of its own whose threads log into the host's
+//! own [`Log`], in the format `leasehold run` writes to stderr, so a test reads an in-process
+//! host's log as it reads a process's; `/status` and `/metrics` are read through [`Endpoint`].
 
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
@@ -10,12 +11,14 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use leasehold::app::{App, Shutdown};
+use leasehold::capability::Environment;
 use leasehold::config::Config;
 use tempfile::TempDir;
 use tokio::sync::Mutex;
 
 use crate::endpoint::Endpoint;
 use crate::host::{HostBuilder, wait_for_single_leader};
+use crate::log::Log;
 
 /// The prefix of the compiled-component cache directories of test binaries.
 const CACHE_PREFIX: &str = "leasehold-test-cache-";
@@ -32,6 +35,10 @@ pub struct InProcessHost {
     app: Option<App>,
     /// The configured `shutdown_grace`, which [`InProcessHost::stop`] gives the shutdown.
     grace: Duration,
+    /// What the host's tasks logged.
+    log: Log,
+    /// The runtime the host's tasks run on; `None` once handed to the thread that drops it.
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl Deref for InProcessHost {
@@ -61,18 +68,46 @@ impl InProcessHost {
             .app
             .take()
             .with_context(|| format!("{} is already stopped", self.name))?;
-        Ok(app.shutdown(self.grace).await?)
+        let runtime = self
+            .runtime
+            .as_ref()
+            .context("the host's runtime is gone")?;
+        Ok(runtime.spawn(app.shutdown(self.grace)).await??)
+    }
+
+    /// Everything the host logged so far.
+    pub fn log_text(&self) -> String {
+        self.log.text()
+    }
+
+    /// How many lines the host logged so far: an offset for [`InProcessHost::log_lines_from`].
+    pub fn log_len(&self) -> usize {
+        self.log.len()
+    }
+
+    /// The lines logged from line `offset` on (0-based).
+    pub fn log_lines_from(&self, offset: usize) -> Vec<String> {
+        self.log.lines_from(offset)
+    }
+
+    /// Waits up to `timeout` for a log line containing `needle`, and returns the first such line.
+    pub async fn wait_for_log(&self, needle: &str, timeout: Duration) -> anyhow::Result<String> {
+        self.log.wait_for(needle, timeout).await
     }
 }
 
 impl Drop for InProcessHost {
     fn drop(&mut self) {
-        // A dropped App's tasks would go on campaigning: end them. When the runtime itself is
-        // going away (the test is over) its tasks end with it.
-        if let Some(app) = self.app.take()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            runtime.spawn(app.shutdown(self.grace));
+        // A dropped App's tasks would go on campaigning: release its leases in order, as a
+        // SIGTERM would, on a thread of its own (a runtime cannot be dropped inside another).
+        let (app, runtime, grace) = (self.app.take(), self.runtime.take(), self.grace);
+        if let Some(runtime) = runtime {
+            std::thread::spawn(move || {
+                if let Some(app) = app {
+                    let _ = runtime.block_on(app.shutdown(grace));
+                }
+                runtime.shutdown_timeout(Duration::from_secs(1));
+            });
         }
     }
 }
@@ -82,9 +117,9 @@ impl HostBuilder {
     /// reads the same settings as the process would, from the same config file keys; its
     /// compiled components go to a cache private to this test binary, not to `$HOME`.
     pub async fn start_in_process(self) -> anyhow::Result<InProcessHost> {
-        if !self.args.is_empty() || !self.env.is_empty() || self.shell.is_some() {
+        if !self.args.is_empty() || self.shell.is_some() {
             bail!(
-                "{}: arguments, environment and shell prefixes are for processes; in-process hosts take config text",
+                "{}: arguments and shell prefixes are for processes; in-process hosts take config text",
                 self.name
             );
         }
@@ -92,14 +127,28 @@ impl HostBuilder {
         let file: leasehold::config::Layer = toml::from_str(&text)?;
         let config = Config::resolve(file, Default::default())?;
         let grace = config.shutdown_grace;
+        // Grants read these instead of the test process's environment.
+        let environment = Environment::Fixed(std::sync::Arc::new(self.env.into_iter().collect()));
+        let log = Log::new(&self.name);
+        let dispatch = log.dispatch();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name(format!("host-{}", self.name))
+            .on_thread_start(move || {
+                // For the thread's whole life: every task of this host logs into its log.
+                std::mem::forget(tracing::dispatcher::set_default(&dispatch));
+            })
+            .build()?;
         // One start at a time in a test binary: the first compiles its components into the
         // shared cache, and those after it load them instead of compiling the same ones again
         // side by side on two cores.
         static STARTING: Mutex<()> = Mutex::const_new(());
         let app = {
             let _one = STARTING.lock().await;
-            App::start(config)
-                .await
+            runtime
+                .spawn(App::start_with(config, environment))
+                .await?
                 .with_context(|| format!("starting {} in-process", self.name))?
         };
         Ok(InProcessHost {
@@ -107,6 +156,8 @@ impl HostBuilder {
             endpoint: Endpoint::new(app.addr())?,
             app: Some(app),
             grace,
+            log,
+            runtime: Some(runtime),
         })
     }
 

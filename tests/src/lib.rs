@@ -16,6 +16,7 @@ pub mod freeze;
 pub mod host;
 pub mod in_process;
 pub mod leader;
+pub mod log;
 pub mod pg;
 pub mod stats;
 pub mod status;

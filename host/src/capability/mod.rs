@@ -96,6 +96,38 @@ impl CapabilityError {
     }
 }
 
+/// Where grants read the variables they name (`[grants.sql] database_url_env`): the process's
+/// environment, or a fixed set for a host started in-process (a test cannot set its own process
+/// environment safely while other threads run).
+#[derive(Clone, Default)]
+pub enum Environment {
+    /// `std::env::var`.
+    #[default]
+    Process,
+    /// These variables and no others.
+    Fixed(Arc<std::collections::BTreeMap<String, String>>),
+}
+
+impl Environment {
+    /// The value of `key`, if set.
+    pub fn get(&self, key: &str) -> Option<String> {
+        match self {
+            Environment::Process => std::env::var(key).ok(),
+            Environment::Fixed(vars) => vars.get(key).cloned(),
+        }
+    }
+}
+
+/// Names only: the values are database URLs with passwords.
+impl std::fmt::Debug for Environment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Environment::Process => f.write_str("Process"),
+            Environment::Fixed(vars) => f.debug_tuple("Fixed").field(&vars.keys()).finish(),
+        }
+    }
+}
+
 /// What this process offers plugins: the lease database, for `kv`, for fencing, and for `events`
 /// of plugins without a sql grant. Connections are opened on first use.
 #[derive(Debug)]
@@ -110,18 +142,35 @@ pub struct Capabilities {
     /// The longest a fenced sql transaction's check may wait for the lease row: the lease
     /// store's own server budget, so a fence never queues longer than a campaign or renewal.
     fence_wait: Duration,
+    /// Where grants read the variables they name.
+    environment: Environment,
 }
 
 impl Capabilities {
     /// Capabilities backed by the lease database at `lease_url`, whose lease store gives up on a
     /// call after `store_timeout` (the timing's).
     pub fn new(lease_url: DatabaseUrl, store_timeout: Duration) -> Arc<Self> {
+        Self::with_environment(lease_url, store_timeout, Environment::Process)
+    }
+
+    /// [`Capabilities::new`], with grants reading their variables from `environment`.
+    pub fn with_environment(
+        lease_url: DatabaseUrl,
+        store_timeout: Duration,
+        environment: Environment,
+    ) -> Arc<Self> {
         Arc::new(Capabilities {
             lease_url,
             kv: OnceCell::new(),
             lease_database: OnceCell::new(),
             fence_wait: crate::lease::server_budget(store_timeout),
+            environment,
         })
+    }
+
+    /// Where grants read the variables they name.
+    pub fn environment(&self) -> &Environment {
+        &self.environment
     }
 
     /// How long a fence check may wait for the lease row (see [`Capabilities::new`]).

@@ -192,11 +192,12 @@ fn load_component(
     if !manifest.events.is_empty() && world != World::EventReconciler {
         return Err(LoadError::EventsWithoutHandler { path: at_fault() });
     }
-    let grants = Grants::resolve(name, manifest, capabilities, |k| std::env::var(k).ok()).map_err(
-        |source| LoadError::Grant {
-            path: at_fault(),
-            source,
-        },
-    )?;
+    let grants = Grants::resolve(name, manifest, capabilities, |k| {
+        capabilities.environment().get(k)
+    })
+    .map_err(|source| LoadError::Grant {
+        path: at_fault(),
+        source,
+    })?;
     Ok((loaded, grants))
 }
