@@ -7,8 +7,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use leasehold::app::Shutdown;
 use leasehold_tests::eventually::{Text, eventually_every, when};
-use leasehold_tests::host::{Host, guests_dist, wait_for_single_leader};
+use leasehold_tests::host::{Host, HostBuilder, guests_dist, wait_for_single_leader};
 
 /// A plugin directory with `guest` copied under each name, with its manifest.
 fn plugins(guest: &str, entries: &[(&str, String)]) -> tempfile::TempDir {
@@ -357,27 +358,23 @@ async fn an_unfenced_statement_in_flight_is_cancelled_before_the_lease_is_releas
     let app = server.fresh_database().await.unwrap();
     let manifest = "[schedule]\ninterval = \"1s\"\n[limits]\ncall_timeout = \"10s\"\n[grants.sql]\ndatabase_url_env = \"APP_URL\"\nstatement_timeout = \"10s\"\n[config]\nverb = \"slow-write\"\nsleep_ms = \"3000\"\n";
     let dir = plugins("capability-probe", &[("slow", manifest.to_string())]);
-    let mut host = Host::start_with_env(
-        "slow",
-        &[
-            "--database-url",
-            &url,
-            "--ttl",
-            "2s",
-            "--plugins",
-            dir_arg(dir.path()),
-        ],
-        &[("APP_URL", app.as_str())],
-    )
-    .await
-    .unwrap();
-    wait_for_log(&host, "probe slow-write started", Duration::from_secs(30)).await;
+    let mut host = HostBuilder::new("slow")
+        .database_url(&url)
+        .ttl(Duration::from_secs(2))
+        .plugins(dir.path())
+        .env("APP_URL", &app)
+        .start_in_process()
+        .await
+        .unwrap();
+    host.wait_for_log("probe slow-write started", Duration::from_secs(30))
+        .await
+        .unwrap();
     // The insert is now sleeping on the server.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let stopping = Instant::now();
-    host.signal("TERM").unwrap();
-    let status = host.wait_exit(Duration::from_secs(20)).await.unwrap();
-    assert!(status.success(), "{status:?}");
+    // The ordered shutdown a SIGTERM starts.
+    let stopped = host.stop().await.unwrap();
+    assert_eq!(stopped, Shutdown::Released);
     let log = host.log_text();
     let cancelled = log
         .find("statement cancelled on the server")

@@ -9,7 +9,8 @@
 
 use std::time::Duration;
 
-use leasehold_tests::host::{Host, plugin_dir, wait_for_single_leader};
+use leasehold_tests::host::{HostBuilder, plugin_dir};
+use leasehold_tests::in_process::InProcessHost;
 use sqlx::PgPool;
 
 /// The writer makes one fenced sql insert (into `fence_history` as the role's path resolves it,
@@ -83,32 +84,27 @@ async fn grant_fence_privileges(admin: &PgPool, role: &str) {
     .await;
 }
 
-async fn start_writer(url: &str, role_url: &str, table: &str) -> (Host, tempfile::TempDir) {
+async fn start_writer(
+    url: &str,
+    role_url: &str,
+    table: &str,
+) -> (InProcessHost, tempfile::TempDir) {
     let manifest = writer_manifest(table);
     let dir = plugin_dir(&[("fenced-writer", manifest.as_str())]).unwrap();
     // A long ttl: the holder's next renewal is seconds away, so it keeps writing after the lease
     // is expired behind its back.
-    let host = Host::start_with_env(
-        "a",
-        &[
-            "--database-url",
-            url,
-            "--ttl",
-            "30s",
-            "--plugins",
-            dir.path().to_str().unwrap(),
-        ],
-        &[("LEASEHOLD_TEST_APP_URL", role_url)],
-    )
-    .await
-    .unwrap();
-    wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
+    let host = HostBuilder::new("a")
+        .database_url(url)
+        .ttl(Duration::from_secs(30))
+        .plugins(dir.path())
+        .env("LEASEHOLD_TEST_APP_URL", role_url)
+        .start_in_process_leading()
         .await
         .unwrap();
     (host, dir)
 }
 
-async fn wait_for_log(host: &Host, needle: &str, timeout: Duration) -> String {
+async fn wait_for_log(host: &InProcessHost, needle: &str, timeout: Duration) -> String {
     host.wait_for_log(needle, timeout).await.unwrap()
 }
 
