@@ -4,6 +4,7 @@
 //! write, then resumes the frozen one. The database records the commit order of every accepted
 //! write, so a write from an old epoch committed after a newer epoch's shows up as "stale".
 
+use crate::log::Logged;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

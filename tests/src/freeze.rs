@@ -15,6 +15,7 @@
 //! resume to the holder's `term ended` line and how long the next holder had held the lease by
 //! then; the test (`tests/freeze.rs`) and the benchmark (`freeze-bench`) share it.
 
+use crate::log::Logged;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};

@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 
 use crate::endpoint::Endpoint;
 use crate::eventually::eventually_every;
-use crate::log::Log;
+use crate::log::{Log, Logged};
 use crate::status::Role;
 
 /// The `leasehold` binary beside the running test executable (`target/<profile>/leasehold`),
@@ -276,26 +276,6 @@ impl Host {
             .await
     }
 
-    /// Everything the process logged so far.
-    pub fn log_text(&self) -> String {
-        self.log.text()
-    }
-
-    /// How many lines the process logged so far: an offset for [`Host::log_lines_from`].
-    pub fn log_len(&self) -> usize {
-        self.log.len()
-    }
-
-    /// The lines logged from line `offset` on (0-based), without copying the whole log.
-    pub fn log_lines_from(&self, offset: usize) -> Vec<String> {
-        self.log.lines_from(offset)
-    }
-
-    /// Waits up to `timeout` for a log line containing `needle`, and returns the first such line.
-    pub async fn wait_for_log(&self, needle: &str, timeout: Duration) -> anyhow::Result<String> {
-        self.log.wait_for(needle, timeout).await
-    }
-
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.pid
@@ -479,4 +459,10 @@ pub fn plugin_dir(plugins: &[(&str, &str)]) -> anyhow::Result<tempfile::TempDir>
         std::fs::write(dir.path().join(format!("{name}.toml")), manifest)?;
     }
     Ok(dir)
+}
+
+impl Logged for Host {
+    fn log(&self) -> &Log {
+        &self.log
+    }
 }

@@ -18,7 +18,7 @@ use tokio::sync::Mutex;
 
 use crate::endpoint::Endpoint;
 use crate::host::{HostBuilder, wait_for_single_leader};
-use crate::log::Log;
+use crate::log::{Log, Logged};
 
 /// The prefix of the compiled-component cache directories of test binaries.
 const CACHE_PREFIX: &str = "leasehold-test-cache-";
@@ -73,26 +73,6 @@ impl InProcessHost {
             .as_ref()
             .context("the host's runtime is gone")?;
         Ok(runtime.spawn(app.shutdown(self.grace)).await??)
-    }
-
-    /// Everything the host logged so far.
-    pub fn log_text(&self) -> String {
-        self.log.text()
-    }
-
-    /// How many lines the host logged so far: an offset for [`InProcessHost::log_lines_from`].
-    pub fn log_len(&self) -> usize {
-        self.log.len()
-    }
-
-    /// The lines logged from line `offset` on (0-based).
-    pub fn log_lines_from(&self, offset: usize) -> Vec<String> {
-        self.log.lines_from(offset)
-    }
-
-    /// Waits up to `timeout` for a log line containing `needle`, and returns the first such line.
-    pub async fn wait_for_log(&self, needle: &str, timeout: Duration) -> anyhow::Result<String> {
-        self.log.wait_for(needle, timeout).await
     }
 }
 
@@ -239,6 +219,12 @@ fn remove_stale_caches() {
         if !PathBuf::from("/proc").join(pid).exists() {
             let _ = std::fs::remove_dir_all(entry.path());
         }
+    }
+}
+
+impl Logged for InProcessHost {
+    fn log(&self) -> &Log {
+        &self.log
     }
 }
 

@@ -82,6 +82,36 @@ impl Log {
     }
 }
 
+/// A host whose log a test reads: a process or an in-process host, asked the same way.
+pub trait Logged {
+    /// The host's log.
+    fn log(&self) -> &Log;
+
+    /// Everything the host logged so far.
+    fn log_text(&self) -> String {
+        self.log().text()
+    }
+
+    /// How many lines the host logged so far: an offset for [`Logged::log_lines_from`].
+    fn log_len(&self) -> usize {
+        self.log().len()
+    }
+
+    /// The lines logged from line `offset` on (0-based), without copying the whole log.
+    fn log_lines_from(&self, offset: usize) -> Vec<String> {
+        self.log().lines_from(offset)
+    }
+
+    /// Waits up to `timeout` for a log line containing `needle`, and returns the first such line.
+    fn wait_for_log(
+        &self,
+        needle: &str,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = anyhow::Result<String>> {
+        self.log().wait_for(needle, timeout)
+    }
+}
+
 /// One formatted event, split into the log's lines.
 pub struct LineWriter(Log);
 

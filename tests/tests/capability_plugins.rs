@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use leasehold_tests::log::Logged;
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use leasehold_tests::log::Logged;
 use std::time::{Duration, Instant};
 
 use leasehold_tests::eventually::{Text, eventually, when};

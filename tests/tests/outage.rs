@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use leasehold_tests::log::Logged;
 use std::time::Duration;
 
 use leasehold_tests::eventually::{eventually, when};

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use leasehold_tests::log::Logged;
 use std::time::{Duration, Instant};
 
 use leasehold_tests::host::{Host, run_to_exit, wait_for_single_leader};

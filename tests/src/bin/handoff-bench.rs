@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use leasehold_tests::log::Logged;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
