@@ -176,7 +176,7 @@ impl HostBuilder {
         let stderr = child.stderr.take().context("no stderr")?;
         let log = Log::new(&name);
         let (addr_tx, addr_rx) = oneshot::channel();
-        tokio::spawn(read_log(stderr, log.clone(), addr_tx));
+        let reader = tokio::spawn(read_log(stderr, log.clone(), addr_tx));
         let log_text = || log.text();
         let addr = match tokio::time::timeout(Duration::from_secs(60), addr_rx).await {
             Ok(Ok(addr)) => addr,
@@ -192,6 +192,7 @@ impl HostBuilder {
             child,
             pid,
             log,
+            reader: Some(reader),
             _config: config_dir,
         })
     }
@@ -211,6 +212,8 @@ pub struct Host {
     pid: u32,
     /// Every line of its stderr so far.
     log: Log,
+    /// The task reading stderr into `log`; it ends when the process's stderr closes.
+    reader: Option<tokio::task::JoinHandle<()>>,
     /// Holds the config file given with `--config`, if any.
     _config: Option<tempfile::TempDir>,
 }
@@ -313,7 +316,14 @@ impl Host {
     /// Waits up to `timeout` for the process to exit.
     pub async fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
         match tokio::time::timeout(timeout, self.child.wait()).await {
-            Ok(status) => Ok(status?),
+            Ok(status) => {
+                // The process is gone, but its last lines may still be in the pipe: read them
+                // all before anyone asks what it logged.
+                if let Some(reader) = self.reader.take() {
+                    let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+                }
+                Ok(status?)
+            }
             Err(_) => bail!(
                 "{} did not exit within {timeout:?}; log:\n{}",
                 self.name,
