@@ -226,7 +226,7 @@ impl Manifest {
     pub fn parse(path: &str, text: &str) -> Result<Self, ManifestError> {
         let file: ManifestFile = toml::from_str(text).map_err(|e| ManifestError::Parse {
             path: path.to_string(),
-            message: e.to_string(),
+            message: parse_error(text, &e),
         })?;
         let invalid = |key, value: String, reason| ManifestError::Invalid {
             path: path.to_string(),
@@ -319,6 +319,21 @@ impl Manifest {
             events,
             config: file.config,
         })
+    }
+}
+
+/// Where the parser stopped and why, without the text around it: a "manifest" that is a link to
+/// a file of secrets (`/proc/self/environ`) must not show its content in `/status` or the log.
+fn parse_error(text: &str, error: &toml::de::Error) -> String {
+    let message = error.message().trim_end();
+    match error.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message.to_string(),
     }
 }
 

@@ -291,7 +291,7 @@ async fn bad_plugin_files_are_reported_and_isolated() {
     assert_eq!(unreadable.state, PluginState::Invalid, "{unreadable:?}");
     let reason = unreadable.last_error.as_deref().unwrap();
     assert!(
-        reason.contains("unreadable.toml: cannot read"),
+        reason.contains("unreadable.toml: not a regular file"),
         "{unreadable:?}"
     );
     let typo = host.plugin_status("typo").await.unwrap();
@@ -721,5 +721,72 @@ async fn plugins_run_when_the_pooling_allocator_cannot_reserve_its_space() {
         host.log_text().contains("allocator=OnDemand"),
         "{}",
         host.log_text()
+    );
+}
+
+/// A manifest is read as a small regular file and its parse errors point at a line and column:
+/// a `.toml` that links to a file of secrets (`/proc/self/environ`, a credentials file) shows
+/// none of its text in `/status` or the log, a FIFO cannot hang the scan, and a huge file is not
+/// read whole. Each such plugin is invalid; the others run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_that_is_not_a_manifest_leaks_nothing_and_hangs_nothing() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let dir = plugin_dir(&[("hello-reconciler", &manifest("100ms", "1s", ""))]).unwrap();
+    let hello = std::fs::read(guests_dist().join("hello-reconciler.wasm")).unwrap();
+    let secrets = tempfile::tempdir().unwrap();
+    let secret = format!("hunter2-{}", std::process::id());
+    let credentials = secrets.path().join("credentials");
+    std::fs::write(
+        &credentials,
+        format!("DATABASE_URL=postgres://app:{secret}@db/app\nTOKEN={secret}\n"),
+    )
+    .unwrap();
+    let link = |name: &str, to: &Path| {
+        std::fs::write(dir.path().join(format!("{name}.wasm")), &hello).unwrap();
+        std::os::unix::fs::symlink(to, dir.path().join(format!("{name}.toml"))).unwrap();
+    };
+    link("environ", Path::new("/proc/self/environ"));
+    link("creds", &credentials);
+    std::fs::write(dir.path().join("fifo.wasm"), &hello).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(dir.path().join("fifo.toml"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    std::fs::write(dir.path().join("huge.wasm"), &hello).unwrap();
+    std::fs::write(
+        dir.path().join("huge.toml"),
+        format!("[config]\nfill = \"{}\"\n", "x".repeat(1 << 20)),
+    )
+    .unwrap();
+
+    let host = sqlite_in_process("hostile-manifests", &db, dir.path()).await;
+    host.wait_for_plugin("hello-reconciler", "to run", Duration::from_secs(15), |s| {
+        s.state == PluginState::Running
+    })
+    .await
+    .unwrap();
+    for (name, reason) in [
+        ("environ", "environ.toml: line 1, column "),
+        ("creds", "creds.toml: line 1, column "),
+        ("fifo", "fifo.toml: not a regular file"),
+        ("huge", "huge.toml: larger than 65536 bytes"),
+    ] {
+        let status = host.plugin_status(name).await.unwrap();
+        assert_eq!(status.state, PluginState::Invalid, "{status:?}");
+        let error = status.last_error.as_deref().unwrap_or_default();
+        assert!(error.contains(reason), "{name}: {error}");
+    }
+    let (_, body) = host.get("/status").await.unwrap();
+    assert!(!body.contains(&secret), "a secret reached /status: {body}");
+    assert!(
+        !body.contains("PATH="),
+        "the environment reached /status: {body}"
+    );
+    let log = host.log_text();
+    assert!(!log.contains(&secret), "a secret reached the log:\n{log}");
+    assert!(
+        !log.contains("PATH="),
+        "the environment reached the log:\n{log}"
     );
 }

@@ -76,14 +76,7 @@ pub fn scan(
         };
         // No manifest means defaults; a manifest that exists but cannot be read makes the plugin
         // invalid rather than silently run with defaults.
-        let manifest_text = match std::fs::read(&manifest_path) {
-            Ok(bytes) => Ok(Some(bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(LoadError::ReadManifest {
-                path: manifest_path.clone(),
-                source,
-            }),
-        };
+        let manifest_text = read_manifest_file(&manifest_path);
         let mut hasher = Sha256::new();
         hasher.update(&wasm);
         if let Ok(Some(bytes)) = &manifest_text {
@@ -118,6 +111,48 @@ pub fn scan(
         set.insert(name, Arc::new(entry));
     }
     Ok(set)
+}
+
+/// A few hundred bytes is a typical manifest; 64 KiB leaves room for long `[config]` tables and
+/// keeps something that is not a manifest (a device, a `/proc` file, a huge file) from being
+/// read whole.
+const MAX_MANIFEST_BYTES: u64 = 64 << 10;
+
+/// The manifest's bytes; `None` when there is none. Links are followed (a ConfigMap's files are
+/// links), but what they reach must be a regular file of at most [`MAX_MANIFEST_BYTES`]; it is
+/// opened without blocking, so a FIFO cannot hang the scan.
+fn read_manifest_file(path: &Path) -> Result<Option<Vec<u8>>, LoadError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let read_error = |source| LoadError::ReadManifest {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(read_error(source)),
+    };
+    if !file.metadata().map_err(read_error)?.is_file() {
+        return Err(LoadError::ManifestNotAFile {
+            path: path.to_path_buf(),
+        });
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(LoadError::ManifestTooLarge {
+            path: path.to_path_buf(),
+            limit: MAX_MANIFEST_BYTES,
+        });
+    }
+    Ok(Some(bytes))
 }
 
 #[allow(clippy::too_many_arguments)] // one call site; the arguments are the file's parts

@@ -20,6 +20,20 @@ pub enum LoadError {
         #[source]
         source: std::io::Error,
     },
+    /// The manifest is not a regular file (a directory, a FIFO, a device).
+    #[error("{}: not a regular file", .path.display())]
+    ManifestNotAFile {
+        /// The manifest.
+        path: PathBuf,
+    },
+    /// The manifest is larger than any manifest needs to be.
+    #[error("{}: larger than {limit} bytes", .path.display())]
+    ManifestTooLarge {
+        /// The manifest.
+        path: PathBuf,
+        /// The limit.
+        limit: u64,
+    },
     /// The manifest is not UTF-8 text.
     #[error("{}: not UTF-8 text", .path.display())]
     ManifestNotUtf8 {
