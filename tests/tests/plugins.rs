@@ -790,3 +790,54 @@ async fn a_manifest_that_is_not_a_manifest_leaks_nothing_and_hangs_nothing() {
         "the environment reached the log:\n{log}"
     );
 }
+
+/// A guest's error is shown as its log lines are: capped and on one line, its line breaks
+/// escaped, so it can neither bloat `/status` nor forge host log lines; and a reconcile that asks
+/// to run again at once is held to the shortest schedule interval instead of busy-looping.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_can_neither_forge_host_log_lines_nor_busy_loop_the_host() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let misbehave = guests_dist().join("misbehave.wasm");
+    for (name, config) in [
+        ("long", "verb = \"fail-long\""),
+        ("eager", "verb = \"requeue\"\nms = \"0\""),
+    ] {
+        std::fs::copy(&misbehave, dir.path().join(format!("{name}.wasm"))).unwrap();
+        std::fs::write(
+            dir.path().join(format!("{name}.toml")),
+            manifest("1s", "2s", config),
+        )
+        .unwrap();
+    }
+    let host = sqlite_in_process("hostile-guest", &db, dir.path()).await;
+    let long = host
+        .wait_for_plugin("long", "to fail", Duration::from_secs(15), |s| {
+            s.last_error.is_some()
+        })
+        .await
+        .unwrap();
+    let error = long.last_error.unwrap();
+    assert!(error.len() < 9 * 1024, "{} bytes of error", error.len());
+    assert!(
+        !error.contains('\n') && error.contains("forged 0\\n2026"),
+        "{error}"
+    );
+    let eager = host
+        .wait_for_plugin("eager", "to run", Duration::from_secs(15), |s| s.calls > 0)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let calls = host.plugin_status("eager").await.unwrap().calls - eager.calls;
+    // At most one call per 10 ms (plus the calls' own time); unclamped, about 900.
+    assert!(calls <= 110, "{calls} calls in one second");
+    assert!(
+        calls >= 5,
+        "{calls} calls in one second: the requeue was not honoured"
+    );
+    let log = host.log_text();
+    assert!(
+        !log.lines().any(|l| l.starts_with("2026-01-01T00:00:00")),
+        "a guest forged a host log line:\n{log}"
+    );
+}

@@ -187,6 +187,37 @@ pub const LOG_LINES_PER_CALL: u32 = 1_000;
 /// The longest log message kept from a guest; longer ones are cut so a guest cannot flood a line.
 const MAX_LOG_MESSAGE: usize = 8 * 1024;
 
+/// Text a guest hands the host (a log line, an error) as the host shows it: at most
+/// [`MAX_LOG_MESSAGE`] bytes, and on one line, with line breaks and other control characters
+/// escaped, so a guest cannot forge host log lines or bloat `/status`.
+pub fn guest_text(text: String) -> String {
+    // Cut first (the guest may hand over megabytes), escape, then cut what escaping added.
+    let cut = |mut text: String| {
+        if text.len() > MAX_LOG_MESSAGE {
+            let mut at = MAX_LOG_MESSAGE;
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            text.truncate(at);
+            text.push_str("… (truncated)");
+        }
+        text
+    };
+    let text = cut(text);
+    if !text.chars().any(char::is_control) {
+        return text;
+    }
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            escaped.extend(c.escape_default());
+        } else {
+            escaped.push(c);
+        }
+    }
+    cut(escaped)
+}
+
 impl log::Host for HostState {
     fn log(&mut self, level: log::Level, message: String) {
         if self.log_budget == 0 {
@@ -194,15 +225,7 @@ impl log::Host for HostState {
             return;
         }
         self.log_budget -= 1;
-        let mut message = message;
-        if message.len() > MAX_LOG_MESSAGE {
-            let mut cut = MAX_LOG_MESSAGE;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-            message.push_str("… (truncated)");
-        }
+        let message = guest_text(message);
         let plugin = &*self.plugin;
         let lease = &self.lease.name;
         let epoch = self.lease.term.as_ref().map(|t| t.epoch);
@@ -217,3 +240,24 @@ impl log::Host for HostState {
 }
 
 impl super::bindings::types::Host for HostState {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guest_text_is_one_bounded_line_that_keeps_its_letters() {
+        assert_eq!(guest_text("héllo".into()), "héllo");
+        assert_eq!(
+            guest_text("a\nINFO forged\r\u{1b}[31m".into()),
+            "a\\nINFO forged\\r\\u{1b}[31m"
+        );
+        let long = guest_text("é\n".repeat(100_000));
+        assert!(
+            long.len() <= MAX_LOG_MESSAGE + "… (truncated)".len(),
+            "{}",
+            long.len()
+        );
+        assert!(long.ends_with("… (truncated)") && !long.contains('\n'));
+    }
+}

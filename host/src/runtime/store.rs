@@ -336,7 +336,7 @@ impl PluginStore {
         self.output.flush(&state.plugin, &state.lease);
         let result = match outcome {
             Ok(Ok(Ok(value))) => Ok(value),
-            Ok(Ok(Err(message))) => Err(CallFailure::Returned(message)),
+            Ok(Ok(Err(message))) => Err(CallFailure::Returned(host::guest_text(message))),
             Ok(Err(error)) => Err(CallFailure::classify(error, timeout, interrupted)),
             Err(failure) => Err(failure),
         };

@@ -37,6 +37,9 @@ pub(super) struct ReconcileTask {
     pub board: StatusBoard,
 }
 
+/// The soonest a reconcile may ask to run again: the manifest's shortest `schedule.interval`.
+const MIN_REQUEUE: Duration = Duration::from_millis(10);
+
 /// The next notification, or never when the plugin has no channels.
 async fn next_event(events: &mut Option<mpsc::Receiver<Event>>) -> Option<Event> {
     match events {
@@ -119,9 +122,10 @@ impl ReconcileTask {
                 tick += 1;
                 self.board.record(&name, &called);
                 let delay = match &called.result {
+                    // A plugin may ask to run sooner, not to busy-loop the host.
                     Ok(outcome) => outcome
                         .requeue_after
-                        .unwrap_or(self.entry.manifest.interval),
+                        .map_or(self.entry.manifest.interval, |d| d.max(MIN_REQUEUE)),
                     Err(_) => Duration::ZERO,
                 };
                 let was_failing = failures.count() > 0;

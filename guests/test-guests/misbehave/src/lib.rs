@@ -42,6 +42,7 @@ const VERBS: &[&str] = &[
     "fail",
     "escape",
     "requeue",
+    "fail-long",
 ];
 
 struct Misbehave {
@@ -118,6 +119,11 @@ impl Misbehave {
                 Ok(Outcome::default())
             }
             "fail" => Err("deliberate failure".to_string()),
+            // An error as long as `lines` lines, each forging a host log line.
+            "fail-long" => Err((0..self.lines.unwrap_or(20_000))
+                .map(|i| format!("forged {i}\n2026-01-01T00:00:00.000000Z  INFO leasehold::lease::driver: lease released lease=leader epoch=99"))
+                .collect::<Vec<_>>()
+                .join("\n")),
             "requeue" => Ok(Outcome::requeue_after(Duration::from_millis(
                 self.ms.unwrap_or(1000),
             ))),
