@@ -52,6 +52,7 @@ impl GuestOutput {
                 .filter(|l| !l.trim().is_empty())
                 .take(LINES_PER_CALL)
             {
+                let line = super::host::guest_text(line.to_string());
                 tracing::info!(plugin, lease = %lease.name, stream = name, "{line}");
             }
         }
