@@ -1,10 +1,21 @@
-//! Which statements a plugin may run. The host owns transactions and sessions: a `COMMIT` inside
-//! a fenced transaction would end the fence and let the statements after it run unfenced, and a
-//! session setting would outlive the call on a pooled connection. Everything else is left to the
-//! database and the grant's role.
+//! Which statements a plugin may run. The host owns transactions: a `COMMIT` inside a fenced
+//! transaction would end the fence and let the statements after it run unfenced. PostgreSQL
+//! skips empty statements, so `;COMMIT` is a `COMMIT` too: a statement may not open with `;`.
+//!
+//! Session commands are refused for a clear message, not for safety: session state has too many
+//! doors (`set_config(…, false)`, `DO` blocks, advisory locks, cursors `WITH HOLD`, temporary
+//! tables) to close them by reading SQL. Every connection is made clean instead when it goes back
+//! to its pool ([`super::CLEAN_SESSION`]). Everything else is left to the database and the
+//! grant's role.
 
 /// Refuses transaction control and session commands, saying why.
 pub fn check(sql: &str) -> Result<(), String> {
+    if skip_space_and_comments(sql).starts_with(';') {
+        return Err(
+            "a statement may not open with ';': PostgreSQL would skip the empty statement and run what follows it (one statement per call; sql.transaction for several)"
+                .into(),
+        );
+    }
     let words = leading_words(sql);
     let Some(first) = words.first() else {
         // Statements may open with punctuation, e.g. `(SELECT 1)`; only an empty one is refused.
@@ -104,6 +115,10 @@ mod tests {
             "LISTEN x",
             "",
             "  -- only a comment",
+            ";COMMIT",
+            " ; SET search_path = evil",
+            "/* x */ ;BEGIN",
+            ";;ROLLBACK",
         ] {
             assert!(check(sql).is_err(), "{sql:?} should be refused");
         }
