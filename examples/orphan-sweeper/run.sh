@@ -32,7 +32,13 @@ psql -X -q -v ON_ERROR_STOP=1 "$DATABASE_URL" -f guests/examples/orphan-sweeper/
 sql "DELETE FROM sandboxes"
 sql "INSERT INTO sandboxes (id, backend) VALUES ('sb-1', 'alpha'), ('sb-2', 'alpha'), ('sb-3', 'beta')"
 
-export LEASEHOLD_DATABASE_URL="$DATABASE_URL" APP_DATABASE_URL="$DATABASE_URL"
+say "the sweeper's role: its table, nothing of leasehold's (README, Security model)"
+sql "DO \$\$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'sweeper') THEN CREATE ROLE sweeper LOGIN; END IF; END \$\$"
+sql "GRANT USAGE ON SCHEMA public TO sweeper; GRANT SELECT, UPDATE, DELETE ON sandboxes TO sweeper"
+# The same database as the role sweeper (no password here: set one, and put it in the URL, where
+# the server asks for one).
+app_url=$(printf '%s' "$DATABASE_URL" | sed -E 's#^(postgres(ql)?://)([^@/]*@)?#\1sweeper@#')
+export LEASEHOLD_DATABASE_URL="$DATABASE_URL" APP_DATABASE_URL="$app_url"
 logs=$(mktemp -d)
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; }

@@ -4,8 +4,19 @@
 -- leasehold_leases: campaign (INSERT … ON CONFLICT DO UPDATE), renew and release (UPDATE); rows
 -- are never deleted (a trigger refuses it). The fence's SELECT … FOR SHARE also needs UPDATE.
 GRANT SELECT, INSERT, UPDATE ON leasehold_leases TO leasehold;
+-- leasehold_fence_key: the key the host passes to leasehold_fence(), the function that fences a
+-- plugin's sql transaction. Only the host's role may read it; a plugin's role gets nothing here.
+GRANT SELECT ON leasehold_fence_key TO leasehold;
 -- leasehold_kv: the plugins' fenced key-value store.
 GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_kv TO leasehold;
 -- leasehold_database: the database's id, which tells sql grants they reach the lease database;
 -- _sqlx_migrations: read at start-up to confirm the schema is current.
 GRANT SELECT ON leasehold_database, _sqlx_migrations TO leasehold;
+--
+-- A plugin's [grants.sql] role on this database gets none of the above: USAGE on the schema is
+-- all it needs of leasehold (the fence and the database's id are functions of the owner), plus
+-- whatever it needs on its own tables. The host refuses a grant whose role holds anything on a
+-- leasehold_* table. For example:
+--   CREATE ROLE sweeper LOGIN;
+--   GRANT USAGE ON SCHEMA public TO sweeper;
+--   GRANT SELECT, UPDATE, DELETE ON sandboxes TO sweeper;

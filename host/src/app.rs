@@ -285,6 +285,7 @@ fn start_plugins(
         config.database_url.clone(),
         config.timing.store_timeout,
         environment,
+        config.grant_url_variables.clone(),
     );
     let set = crate::plugin::scan(dir, &runtime, &capabilities, &PluginSet::default()).map_err(
         |source| AppError::ReadPluginDirectory {

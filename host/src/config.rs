@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
+use crate::capability::variables::{PatternError, UrlVariables};
 use crate::lease::identity::default_replica_id;
 use crate::lease::{DatabaseUrl, LeaseName, LeaseNameError, RawUrl, Timing, TimingError, UrlError};
 
@@ -53,6 +54,9 @@ pub enum ConfigError {
     /// The lease list is empty: the replica would have nothing to do.
     #[error("leases is empty: list at least one lease to campaign for")]
     NoLeases,
+    /// A `grant_url_variables` pattern is unusable.
+    #[error(transparent)]
+    GrantUrlVariables(#[from] PatternError),
     /// A replica id is unusable.
     #[error("invalid replica id {0:?}: use 1 to 200 characters without whitespace")]
     ReplicaId(String),
@@ -176,6 +180,15 @@ pub struct Layer {
     /// Where compiled components are cached [default: $XDG_CACHE_HOME/leasehold/components].
     #[arg(long, env = "LEASEHOLD_CACHE_DIR", display_order = 9)]
     pub cache_dir: Option<PathBuf>,
+    /// Variables a plugin's [grants.sql] database_url_env may name: NAME, PREFIX* or *SUFFIX;
+    /// repeat for several [default: *_DATABASE_URL]. LEASEHOLD_* is never allowed.
+    #[arg(
+        long = "grant-url-variable",
+        env = "LEASEHOLD_GRANT_URL_VARIABLES",
+        value_delimiter = ',',
+        display_order = 10
+    )]
+    pub grant_url_variables: Option<Vec<String>>,
     /// The lease timing; its `ttl` is also `--ttl`.
     #[serde(default)]
     #[command(flatten)]
@@ -225,6 +238,9 @@ pub struct Config {
     pub plugins: Option<PathBuf>,
     /// Where compiled components are cached.
     pub cache_dir: PathBuf,
+    /// Which variables plugins' sql grants may name.
+    #[serde(serialize_with = "patterns")]
+    pub grant_url_variables: UrlVariables,
     /// The lease timing, validated.
     pub timing: Timing,
     /// The WebAssembly engine.
@@ -236,6 +252,11 @@ pub struct Config {
 pub struct RuntimeConfig {
     /// Whether the engine meters fuel.
     pub fuel: bool,
+}
+
+/// The patterns as written.
+fn patterns<S: serde::Serializer>(v: &UrlVariables, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(v.patterns())
 }
 
 /// The URL as `Display` shows it, password redacted.
@@ -354,6 +375,10 @@ impl Config {
                 .cache_dir
                 .or(file.cache_dir)
                 .unwrap_or_else(crate::runtime::cache::default_dir),
+            grant_url_variables: match flags.grant_url_variables.or(file.grant_url_variables) {
+                Some(patterns) => UrlVariables::new(patterns)?,
+                None => UrlVariables::default(),
+            },
             runtime: RuntimeConfig {
                 // On by default: plugins are not trusted to stop by themselves (DESIGN §2.4).
                 fuel: flags.runtime.fuel.or(file.runtime.fuel).unwrap_or(true),

@@ -31,7 +31,7 @@ CREATE TABLE fence_commits (
     source text   NOT NULL,
     epoch  bigint NOT NULL
 );
-CREATE FUNCTION fence_record_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION fence_record_commit() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
     INSERT INTO fence_commits VALUES (nextval('fence_commit_seq'), TG_TABLE_NAME, NEW.epoch);
     RETURN NULL;
@@ -42,6 +42,27 @@ CREATE CONSTRAINT TRIGGER fence_kv_commit AFTER INSERT OR UPDATE ON leasehold_kv
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION fence_record_commit();
 ";
 
+/// The role the writer's sql grant uses on the database at `url` (which holds
+/// [`HISTORY_SCHEMA`]): nothing on the leasehold tables, as the README asks, and what the writer
+/// needs on `fence_history`. Its URL.
+pub async fn writer_role(url: &str) -> anyhow::Result<String> {
+    let role_url = crate::pg::server().plugin_role(url, "writer").await?;
+    let role = role_url
+        .split("://")
+        .nth(1)
+        .and_then(|rest| rest.split('@').next())
+        .context("role in url")?;
+    let pool = PgPool::connect(url).await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "GRANT SELECT, INSERT ON fence_history TO {role};
+         GRANT USAGE ON SEQUENCE fence_history_id_seq TO {role};"
+    )))
+    .execute(&pool)
+    .await?;
+    pool.close().await;
+    Ok(role_url)
+}
+
 /// The manifest of the writer: both capabilities on the lease database, writing every 2 ms.
 pub const WRITER_MANIFEST: &str = "lease = \"leader\"
 [schedule]
@@ -51,7 +72,7 @@ call_timeout = \"2s\"
 [grants]
 kv = true
 [grants.sql]
-database_url_env = \"LEASEHOLD_TEST_APP_URL\"
+database_url_env = \"TEST_APP_DATABASE_URL\"
 [config]
 requeue_ms = \"2\"
 ";
@@ -121,7 +142,8 @@ pub async fn run_pause_trials(trials: usize, ttl: &str) -> anyhow::Result<PauseT
         "--plugins",
         dir.path().to_str().context("temp path")?,
     ];
-    let env = [("LEASEHOLD_TEST_APP_URL", url.as_str())];
+    let role_url = writer_role(&url).await?;
+    let env = [("TEST_APP_DATABASE_URL", role_url.as_str())];
     let hosts = Host::start_each(&["a", "b"], &args, &env).await?;
     let mut leader = wait_for_single_leader(&hosts, "leader", Duration::from_secs(20)).await?;
     let mut out = PauseTrials::default();

@@ -173,6 +173,28 @@ impl Postgres {
         Ok(url)
     }
 
+    /// A login role for a plugin's sql grant on the database at `url`, set up as the README's
+    /// security model asks: it may use and create in schema `public` (for its own tables) and
+    /// holds nothing on the `leasehold_*` tables. Returns its URL on that database. Roles are
+    /// cluster-wide: the name carries the process id and a counter.
+    pub async fn plugin_role(&self, url: &str, tag: &str) -> anyhow::Result<String> {
+        let role = format!(
+            "plugin_{tag}_{}_{}",
+            std::process::id(),
+            NEXT_DB.fetch_add(1, Ordering::SeqCst)
+        );
+        let mut conn = sqlx::PgConnection::connect(url)
+            .await
+            .context("connecting to the test database")?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE ROLE {role} LOGIN; GRANT USAGE, CREATE ON SCHEMA public TO {role};"
+        )))
+        .execute(&mut conn)
+        .await?;
+        conn.close().await?;
+        Ok(with_user(url, &role))
+    }
+
     /// Stops the server (fast shutdown); only for a server this process started.
     pub fn stop(&self) -> anyhow::Result<()> {
         let local = self
@@ -306,6 +328,17 @@ fn make_tls_certificate(dir: &Path, owner: Option<&str>) {
 }
 
 /// `base` with its database name replaced by `name`.
+/// `url` with `user` (and no password) in place of its user.
+fn with_user(url: &str, user: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let authority_end = url[start..].find('/').map_or(url.len(), |i| start + i);
+    let host = match url[start..authority_end].rfind('@') {
+        Some(at) => start + at + 1,
+        None => start,
+    };
+    format!("{}{user}@{}", &url[..start], &url[host..])
+}
+
 fn database_url(base: &str, name: &str) -> String {
     let (head, query) = base
         .split_once('?')
@@ -474,6 +507,18 @@ mod tests {
         assert_eq!(
             super::database_url("postgres://u@h:1", "x"),
             "postgres://u@h:1/x"
+        );
+    }
+
+    #[test]
+    fn replaces_the_user() {
+        assert_eq!(
+            super::with_user("postgres://u:pw@h:1/db?x=1", "r"),
+            "postgres://r@h:1/db?x=1"
+        );
+        assert_eq!(
+            super::with_user("postgres://h:1/db", "r"),
+            "postgres://r@h:1/db"
         );
     }
 }

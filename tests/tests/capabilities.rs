@@ -148,6 +148,31 @@ fn grant(env: &str, url: &str, spec: &SqlGrantSpec) -> Arc<SqlGrant> {
     Arc::new(SqlGrant::resolve("probe", spec, move |k| (k == name).then(|| url.clone())).unwrap())
 }
 
+/// A role for a plugin's grant on the lease database at `raw`, as the README's security model
+/// asks (nothing on the leasehold_* tables), that may also create schemas there; its URL.
+async fn plugin_role(raw: &str) -> String {
+    let role_url = leasehold_tests::pg::server()
+        .plugin_role(raw, "cap")
+        .await
+        .unwrap();
+    let role = role_url
+        .split("://")
+        .nth(1)
+        .unwrap()
+        .split('@')
+        .next()
+        .unwrap();
+    let admin = sqlx::PgPool::connect(raw).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DO $$ BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO {role}', current_database()); END $$"
+    )))
+    .execute(&admin)
+    .await
+    .unwrap();
+    admin.close().await;
+    role_url
+}
+
 fn text(s: &str) -> SqlValue {
     SqlValue::Text(s.into())
 }
@@ -167,9 +192,13 @@ async fn sql_on_the_lease_database_is_fenced_and_capped() {
     let holding = Holding::acquire(&url, "cap", TTL).await.unwrap();
     let caps = Capabilities::new(url.clone(), STORE_TIMEOUT);
     // Another spelling of the same server: the grant still recognises the lease database.
-    let other_spelling = raw.replace("127.0.0.1", "localhost");
-    assert_ne!(other_spelling, raw);
-    let sql = grant("APP_URL", &other_spelling, &spec("APP_URL"));
+    let other_spelling = plugin_role(&raw).await.replace("127.0.0.1", "localhost");
+    assert!(other_spelling.contains("localhost"), "{other_spelling}");
+    let sql = grant(
+        "APP_DATABASE_URL",
+        &other_spelling,
+        &spec("APP_DATABASE_URL"),
+    );
     assert!(sql.is_fenced(&caps).await.unwrap());
     let f = fence(&holding, "cap");
 
@@ -224,7 +253,7 @@ async fn sql_on_the_lease_database_is_fenced_and_capped() {
         "{failed:?}"
     );
     let rows = sql
-        .query("SELECT count(*) AS n FROM items", &[])
+        .query(&caps, "SELECT count(*) AS n FROM items", &[])
         .await
         .unwrap();
     assert_eq!(rows.columns, vec!["n"]);
@@ -232,8 +261,7 @@ async fn sql_on_the_lease_database_is_fenced_and_capped() {
 
     // Values of every kind the interface carries; column names even when no row comes back.
     let rows = sql
-        .query(
-            "SELECT $1::bigint + 1 AS n, $2::text AS t, NULL::int AS z, $3::bytea AS b, true AS flag,
+        .query(&caps, "SELECT $1::bigint + 1 AS n, $2::text AS t, NULL::int AS z, $3::bytea AS b, true AS flag,
                     1.5::float8 AS f, '2026-11-22 10:11:12.5+00'::timestamptz AS ts, '2024-02-29'::date AS d,
                     '00010203-0405-0607-0809-0a0b0c0d0e0f'::uuid AS u, '{\"a\": 1}'::jsonb AS j",
             &[SqlValue::Int(41), text("hi"), SqlValue::Bytes(vec![1, 2, 3])],
@@ -256,18 +284,18 @@ async fn sql_on_the_lease_database_is_fenced_and_capped() {
         ]
     );
     let empty = sql
-        .query("SELECT id, note FROM items WHERE false", &[])
+        .query(&caps, "SELECT id, note FROM items WHERE false", &[])
         .await
         .unwrap();
     assert_eq!((empty.columns.len(), empty.rows.len()), (2, 0));
-    let numeric = sql.query("SELECT 1.5::numeric AS x", &[]).await;
+    let numeric = sql.query(&caps, "SELECT 1.5::numeric AS x", &[]).await;
     assert!(
         matches!(&numeric, Err(CapabilityError::Invalid(m)) if m.contains("::text")),
         "{numeric:?}"
     );
 
     // query is read-only; transaction and session control are refused.
-    let write = sql.query("DELETE FROM items", &[]).await;
+    let write = sql.query(&caps, "DELETE FROM items", &[]).await;
     assert!(
         matches!(&write, Err(CapabilityError::Database(m)) if m.contains("read-only")),
         "{write:?}"
@@ -301,13 +329,13 @@ async fn sql_on_the_lease_database_is_fenced_and_capped() {
 
     // Caps: rows per result and the statement timeout.
     let many = sql
-        .query("SELECT g FROM generate_series(1, 20) g", &[])
+        .query(&caps, "SELECT g FROM generate_series(1, 20) g", &[])
         .await;
     assert!(
         matches!(&many, Err(CapabilityError::TooLarge(m)) if m.contains("max_rows")),
         "{many:?}"
     );
-    let slow = sql.query("SELECT pg_sleep(3)", &[]).await;
+    let slow = sql.query(&caps, "SELECT pg_sleep(3)", &[]).await;
     assert!(
         matches!(&slow, Err(CapabilityError::Unavailable(m)) if m.contains("57014")),
         "{slow:?}"
@@ -325,7 +353,10 @@ async fn sql_on_the_lease_database_is_fenced_and_capped() {
     assert_lease_lost(&stale);
     let stale = sql.execute(&caps, &f, "DELETE FROM items", &[]).await;
     assert_lease_lost(&stale);
-    let rows = sql.query("SELECT count(*) FROM items", &[]).await.unwrap();
+    let rows = sql
+        .query(&caps, "SELECT count(*) FROM items", &[])
+        .await
+        .unwrap();
     assert_eq!(rows.rows, vec![vec![SqlValue::Int(2)]]);
 }
 
@@ -357,7 +388,7 @@ async fn a_grant_that_cannot_identify_its_database_reads_but_never_writes() {
     .unwrap();
     let role_url = raw.replacen("postgres://postgres@", &format!("postgres://{role}@"), 1);
     assert_ne!(role_url, raw);
-    let sql = grant("APP_URL", &role_url, &spec("APP_URL"));
+    let sql = grant("APP_DATABASE_URL", &role_url, &spec("APP_DATABASE_URL"));
     let f = fence(&holding, "cap");
 
     let refused = [
@@ -369,12 +400,12 @@ async fn a_grant_that_cannot_identify_its_database_reads_but_never_writes() {
     for r in &refused {
         assert!(
             matches!(r, Err(CapabilityError::Database(m))
-                if m.contains("APP_URL") && m.contains(&format!("GRANT SELECT ON \"public\".leasehold_database TO {role}"))),
+                if m.contains("APP_DATABASE_URL") && m.contains(&format!("GRANT USAGE ON SCHEMA \"public\" TO {role}"))),
             "{r:?}"
         );
     }
     assert!(sql.is_fenced(&caps).await.is_err());
-    let rows = sql.query("SELECT 41 + 1 AS n", &[]).await.unwrap();
+    let rows = sql.query(&caps, "SELECT 41 + 1 AS n", &[]).await.unwrap();
     assert_eq!(rows.rows, vec![vec![SqlValue::Int(42)]]);
     let created: bool = sqlx::query_scalar("SELECT to_regclass('blind.t') IS NOT NULL")
         .fetch_one(&admin)
@@ -383,9 +414,7 @@ async fn a_grant_that_cannot_identify_its_database_reads_but_never_writes() {
     assert!(!created, "a refused write ran");
 
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "GRANT USAGE ON SCHEMA public TO {role};
-         GRANT SELECT ON leasehold_database TO {role};
-         GRANT SELECT, UPDATE ON leasehold_leases TO {role};"
+        "GRANT USAGE ON SCHEMA public TO {role};"
     )))
     .execute(&admin)
     .await
@@ -412,7 +441,11 @@ async fn a_fenced_transaction_cannot_shadow_what_its_check_reads() {
     let url = DatabaseUrl::parse(&raw).unwrap();
     let old = Holding::acquire(&url, "cap", TTL).await.unwrap();
     let caps = Capabilities::new(url.clone(), STORE_TIMEOUT);
-    let sql = grant("APP_URL", &raw, &spec("APP_URL"));
+    let sql = grant(
+        "APP_DATABASE_URL",
+        &plugin_role(&raw).await,
+        &spec("APP_DATABASE_URL"),
+    );
     let f = fence(&old, "cap");
     for setup in [
         "CREATE TABLE items (id bigint)",
@@ -457,7 +490,10 @@ async fn a_fenced_transaction_cannot_shadow_what_its_check_reads() {
         )
         .await;
     assert_lease_lost(&operators);
-    let rows = sql.query("SELECT count(*) FROM items", &[]).await.unwrap();
+    let rows = sql
+        .query(&caps, "SELECT count(*) FROM items", &[])
+        .await
+        .unwrap();
     assert_eq!(rows.rows, vec![vec![SqlValue::Int(0)]]);
 }
 
@@ -480,7 +516,7 @@ async fn lease_and_app_databases() -> (Db, DatabaseUrl, String, Arc<Capabilities
 async fn sql_on_an_application_database_is_not_fenced() {
     let (_lease_db, url, app, caps) = lease_and_app_databases().await;
     let holding = Holding::acquire(&url, "cap", TTL).await.unwrap();
-    let sql = grant("APP_URL", &app, &spec("APP_URL"));
+    let sql = grant("APP_DATABASE_URL", &app, &spec("APP_DATABASE_URL"));
     assert!(!sql.is_fenced(&caps).await.unwrap());
     let f = fence(&holding, "cap");
     sql.execute(&caps, &f, "CREATE TABLE t (epoch bigint)", &[])
@@ -503,9 +539,9 @@ async fn sql_on_an_application_database_is_not_fenced() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_call_s_statement_is_stopped_on_the_server_before_the_term_counts_as_stopped() {
     let (_lease_db, _, app, caps) = lease_and_app_databases().await;
-    let mut long = spec("APP_URL");
+    let mut long = spec("APP_DATABASE_URL");
     long.statement_timeout = Duration::from_secs(30);
-    let sql = grant("APP_URL", &app, &long);
+    let sql = grant("APP_DATABASE_URL", &app, &long);
     let far = tokio::time::Instant::now() + TTL;
     let (term, control) = Term::standalone("cap", 1, far);
     let f = Fence::new("cap".into(), "me".into(), Some(term.clone()));
@@ -566,7 +602,7 @@ async fn a_dropped_call_s_statement_is_stopped_on_the_server_before_the_term_cou
 async fn past_the_deadline_writes_are_refused_without_touching_a_database() {
     let nowhere = "postgres://nobody@127.0.0.1:1/nothing";
     let caps = Capabilities::new(DatabaseUrl::parse(nowhere).unwrap(), STORE_TIMEOUT);
-    let sql = grant("APP_URL", nowhere, &spec("APP_URL"));
+    let sql = grant("APP_DATABASE_URL", nowhere, &spec("APP_DATABASE_URL"));
     let (term, _control) = Term::standalone("cap", 1, tokio::time::Instant::now());
     let f = Fence::new("cap".into(), "me".into(), Some(term));
     let kv = caps.kv().await.unwrap();
@@ -587,16 +623,20 @@ async fn past_the_deadline_writes_are_refused_without_touching_a_database() {
 fn a_grant_names_its_variable_and_never_its_value() {
     let secret = "postgres://app:hunter2-secret@db.example:5432/app";
     let line = |e: leasehold::capability::GrantError| leasehold::report::chain(&e);
-    let missing = line(SqlGrant::resolve("p", &spec("APP_URL"), |_| None).unwrap_err());
-    assert!(missing.contains("APP_URL"), "{missing}");
-    let sqlite =
-        line(SqlGrant::resolve("p", &spec("APP_URL"), |_| Some("sqlite:x.db".into())).unwrap_err());
+    let missing = line(SqlGrant::resolve("p", &spec("APP_DATABASE_URL"), |_| None).unwrap_err());
+    assert!(missing.contains("APP_DATABASE_URL"), "{missing}");
+    let sqlite = line(
+        SqlGrant::resolve("p", &spec("APP_DATABASE_URL"), |_| {
+            Some("sqlite:x.db".into())
+        })
+        .unwrap_err(),
+    );
     assert!(sqlite.contains("PostgreSQL"), "{sqlite}");
-    let grant = SqlGrant::resolve("p", &spec("APP_URL"), |_| Some(secret.into())).unwrap();
+    let grant = SqlGrant::resolve("p", &spec("APP_DATABASE_URL"), |_| Some(secret.into())).unwrap();
     let shown = format!("{grant:?}");
     assert!(!shown.contains("hunter2"), "{shown}");
     let bad = line(
-        SqlGrant::resolve("p", &spec("APP_URL"), |_| {
+        SqlGrant::resolve("p", &spec("APP_DATABASE_URL"), |_| {
             Some("postgres://app:hunter2-secret@db.example:notaport/app".into())
         })
         .unwrap_err(),
@@ -615,9 +655,9 @@ async fn a_fence_waits_for_the_lease_row_no_longer_than_the_lease_store_does() {
     let url = DatabaseUrl::parse(&raw).unwrap();
     let holding = Holding::acquire(&url, "cap", TTL).await.unwrap();
     let caps = Capabilities::new(url.clone(), STORE_TIMEOUT);
-    let mut long = spec("LEASE_URL");
+    let mut long = spec("APP_DATABASE_URL");
     long.statement_timeout = Duration::from_secs(30);
-    let sql = grant("LEASE_URL", &raw, &long);
+    let sql = grant("APP_DATABASE_URL", &plugin_role(&raw).await, &long);
     let f = fence(&holding, "cap");
     sql.execute(&caps, &f, "CREATE TABLE marks (n int)", &[])
         .await
@@ -648,7 +688,157 @@ async fn a_fence_waits_for_the_lease_row_no_longer_than_the_lease_store_does() {
         "the fence waited {waited:?} for the row"
     );
     lock.rollback().await.unwrap();
-    let rows = sql.query("SELECT count(*) FROM marks", &[]).await.unwrap();
+    let rows = sql
+        .query(&caps, "SELECT count(*) FROM marks", &[])
+        .await
+        .unwrap();
     assert_eq!(rows.rows, [[SqlValue::Int(0)]], "nothing of it was kept");
     eprintln!("fence gave up after {waited:?} (budget 900 ms)");
+}
+
+/// A grant on the lease database whose role holds anything on the leasehold_* tables could end,
+/// extend or take any lease from inside its transaction, or read every plugin's kv entries: it is
+/// refused, reads included, naming the plugin, the grant's variable, the role and the tables,
+/// and nothing it sends runs. Each way of holding a privilege is tried: the superuser, a table
+/// grant, a column grant, a grant on another leasehold table, membership of the owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_role_holds_privileges_on_the_lease_tables_is_refused() {
+    if leasehold_tests::pg::skip_on_a_given_server("creates cluster-wide roles") {
+        return;
+    }
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let raw = db.url().unwrap();
+    let url = DatabaseUrl::parse(&raw).unwrap();
+    let holding = Holding::acquire(&url, "cap", TTL).await.unwrap();
+    let admin = sqlx::PgPool::connect(&raw).await.unwrap();
+    let epoch_before: i64 = sqlx::query_scalar("SELECT epoch FROM leasehold_leases")
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    let owner = format!("lease_owner_{}", std::process::id());
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE ROLE {owner} NOLOGIN; ALTER TABLE leasehold_kv OWNER TO {owner};"
+    )))
+    .execute(&admin)
+    .await
+    .unwrap();
+    let cases = [
+        ("the superuser", None, "leasehold_database"),
+        (
+            "UPDATE on leasehold_leases",
+            Some("GRANT SELECT, UPDATE ON leasehold_leases TO {role}"),
+            "leasehold_leases",
+        ),
+        (
+            "UPDATE (expires_at)",
+            Some("GRANT UPDATE (expires_at) ON leasehold_leases TO {role}"),
+            "leasehold_leases",
+        ),
+        (
+            "SELECT on leasehold_kv",
+            Some("GRANT SELECT ON leasehold_kv TO {role}"),
+            "leasehold_kv",
+        ),
+        (
+            "member of the kv table's owner",
+            Some("GRANT {owner} TO {role}"),
+            "leasehold_kv",
+        ),
+    ];
+    for (case, privilege, table) in cases {
+        let (role, role_url) = match privilege {
+            None => ("postgres".to_string(), raw.clone()),
+            Some(grant_sql) => {
+                let role_url = plugin_role(&raw).await;
+                let role = role_url
+                    .split("://")
+                    .nth(1)
+                    .unwrap()
+                    .split('@')
+                    .next()
+                    .unwrap()
+                    .to_string();
+                let grant_sql = grant_sql
+                    .replace("{role}", &role)
+                    .replace("{owner}", &owner);
+                sqlx::raw_sql(sqlx::AssertSqlSafe(grant_sql))
+                    .execute(&admin)
+                    .await
+                    .unwrap();
+                (role, role_url)
+            }
+        };
+        // Fresh capabilities each time: a grant is decided once per pool.
+        let caps = Capabilities::new(url.clone(), STORE_TIMEOUT);
+        let sql = grant("APP_DATABASE_URL", &role_url, &spec("APP_DATABASE_URL"));
+        let f = fence(&holding, "cap");
+        let attack = "UPDATE leasehold_leases SET expires_at = 'infinity'";
+        let outcomes = [
+            sql.execute(&caps, &f, attack, &[]).await,
+            sql.transaction(&caps, &f, &[stmt(attack, vec![])])
+                .await
+                .map(|c| c.len() as u64),
+            sql.query(&caps, "SELECT count(*) FROM leasehold_kv", &[])
+                .await
+                .map(|r| r.rows.len() as u64),
+        ];
+        for outcome in outcomes {
+            match outcome {
+                Err(CapabilityError::GrantRefused(m)) => {
+                    for needle in ["plugin probe", "APP_DATABASE_URL", role.as_str(), table] {
+                        assert!(m.contains(needle), "{case}: {needle:?} missing: {m}");
+                    }
+                }
+                other => panic!("{case}: not refused: {other:?}"),
+            }
+        }
+    }
+    let (epoch, forever): (i64, bool) =
+        sqlx::query_as("SELECT epoch, expires_at = 'infinity' FROM leasehold_leases")
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+    assert_eq!((epoch, forever), (epoch_before, false), "the attack ran");
+}
+
+/// A plugin's role may call the fence function (it must, to be fenced) but not without the host's
+/// key: it cannot take the lease row's share lock and hold it, which would hold up the renewal of
+/// every lease of its replica; and it cannot read the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_cannot_take_the_fence_lock_itself() {
+    if leasehold_tests::pg::skip_on_a_given_server("creates cluster-wide roles") {
+        return;
+    }
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let raw = db.url().unwrap();
+    let url = DatabaseUrl::parse(&raw).unwrap();
+    let holding = Holding::acquire(&url, "cap", TTL).await.unwrap();
+    let caps = Capabilities::new(url.clone(), STORE_TIMEOUT);
+    let sql = grant(
+        "APP_DATABASE_URL",
+        &plugin_role(&raw).await,
+        &spec("APP_DATABASE_URL"),
+    );
+    let f = fence(&holding, "cap");
+    let call = stmt(
+        "SELECT public.leasehold_fence($1, $2, $3, $4, 1000)",
+        vec![
+            text("cap"),
+            text(&holding.holder()),
+            SqlValue::Int(holding.term.epoch),
+            text("a guess"),
+        ],
+    );
+    let refused = sql.transaction(&caps, &f, &[call]).await;
+    assert!(
+        matches!(&refused, Err(CapabilityError::Database(m)) if m.contains("may only be called by the leasehold host")),
+        "{refused:?}"
+    );
+    let key = sql
+        .query(&caps, "SELECT key FROM public.leasehold_fence_key", &[])
+        .await;
+    assert!(
+        matches!(&key, Err(CapabilityError::Database(m)) if m.contains("permission denied")),
+        "{key:?}"
+    );
 }

@@ -45,10 +45,11 @@ async fn probes_pass_grants_hold_and_credentials_stay_with_the_host() {
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "DO $$ BEGIN
            IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'probe_app') THEN
-             CREATE ROLE probe_app LOGIN SUPERUSER;
+             CREATE ROLE probe_app LOGIN;
            END IF;
          END $$;
-         ALTER ROLE probe_app PASSWORD '{secret}';"
+         ALTER ROLE probe_app PASSWORD '{secret}';
+         GRANT USAGE, CREATE ON SCHEMA public TO probe_app;"
     )))
     .execute(&pool)
     .await
@@ -59,7 +60,7 @@ async fn probes_pass_grants_hold_and_credentials_stay_with_the_host() {
         1,
     );
     assert_ne!(app_url, url);
-    let sql_grant = "[grants.sql]\ndatabase_url_env = \"LEASEHOLD_TEST_APP_URL\"\n";
+    let sql_grant = "[grants.sql]\ndatabase_url_env = \"TEST_APP_DATABASE_URL\"\n";
     let manifest = |verb: &str, grants: &str| {
         format!(
             "[schedule]\ninterval = \"1s\"\n[limits]\ncall_timeout = \"4s\"\n{grants}\n[config]\nverb = \"{verb}\"\n"
@@ -85,7 +86,7 @@ async fn probes_pass_grants_hold_and_credentials_stay_with_the_host() {
         "probe",
         &["--database-url", &url, "--plugins", dir_arg(dir.path())],
         &[
-            ("LEASEHOLD_TEST_APP_URL", app_url.as_str()),
+            ("TEST_APP_DATABASE_URL", app_url.as_str()),
             ("PROBE_HOST_SECRET", secret.as_str()),
         ],
     )
@@ -261,7 +262,25 @@ delete_after = \"2s\"
         "--plugins",
         dir_arg(dir.path()),
     ];
-    let env = [("APP_DATABASE_URL", url.as_str())];
+    // The sweeper's own role: its table, and nothing of the lease tables beside it.
+    let sweeper = leasehold_tests::pg::server()
+        .plugin_role(&url, "sweeper")
+        .await
+        .unwrap();
+    let role = sweeper
+        .split("://")
+        .nth(1)
+        .unwrap()
+        .split('@')
+        .next()
+        .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "GRANT SELECT, UPDATE, DELETE ON sandboxes TO {role}"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let env = [("APP_DATABASE_URL", sweeper.as_str())];
     let mut hosts = Host::start_each(&["a", "b"], &args, &env).await.unwrap();
     let leader = wait_for_single_leader(&hosts, "sweeper", Duration::from_secs(20))
         .await
@@ -357,13 +376,13 @@ async fn an_unfenced_statement_in_flight_is_cancelled_before_the_lease_is_releas
     let server = leasehold_tests::pg::server();
     let url = server.fresh_database().await.unwrap();
     let app = server.fresh_database().await.unwrap();
-    let manifest = "[schedule]\ninterval = \"1s\"\n[limits]\ncall_timeout = \"10s\"\n[grants.sql]\ndatabase_url_env = \"APP_URL\"\nstatement_timeout = \"10s\"\n[config]\nverb = \"slow-write\"\nsleep_ms = \"3000\"\n";
+    let manifest = "[schedule]\ninterval = \"1s\"\n[limits]\ncall_timeout = \"10s\"\n[grants.sql]\ndatabase_url_env = \"APP_DATABASE_URL\"\nstatement_timeout = \"10s\"\n[config]\nverb = \"slow-write\"\nsleep_ms = \"3000\"\n";
     let dir = plugins("capability-probe", &[("slow", manifest.to_string())]);
     let mut host = HostBuilder::new("slow")
         .database_url(&url)
         .ttl(Duration::from_secs(2))
         .plugins(dir.path())
-        .env("APP_URL", &app)
+        .env("APP_DATABASE_URL", &app)
         .start_in_process()
         .await
         .unwrap();

@@ -31,7 +31,8 @@ async fn a_holder_that_lost_its_lease_unknowingly_has_every_write_refused() {
         "--plugins",
         dir.path().to_str().unwrap(),
     ];
-    let env = [("LEASEHOLD_TEST_APP_URL", url.as_str())];
+    let role_url = leasehold_tests::fencing::writer_role(&url).await.unwrap();
+    let env = [("TEST_APP_DATABASE_URL", role_url.as_str())];
     let a = Host::start_with_env("a", &args, &env).await.unwrap();
     wait_for_single_leader(&[&a], "leader", Duration::from_secs(15))
         .await
@@ -133,13 +134,17 @@ interval = \"1s\"
 [limits]
 call_timeout = \"10s\"
 [grants.sql]
-database_url_env = \"LEASEHOLD_TEST_APP_URL\"
+database_url_env = \"TEST_APP_DATABASE_URL\"
 statement_timeout = \"10s\"
 [config]
 verb = \"slow-write\"
 sleep_ms = \"1500\"
 ";
     let dir = plugin_dir(&[("capability-probe", manifest)]).unwrap();
+    let role_url = leasehold_tests::pg::server()
+        .plugin_role(&url, "probe")
+        .await
+        .unwrap();
     let host = Host::start_with_env(
         "a",
         &[
@@ -150,7 +155,7 @@ sleep_ms = \"1500\"
             "--plugins",
             dir.path().to_str().unwrap(),
         ],
-        &[("LEASEHOLD_TEST_APP_URL", url.as_str())],
+        &[("TEST_APP_DATABASE_URL", role_url.as_str())],
     )
     .await
     .unwrap();

@@ -21,17 +21,16 @@ pub const POSTGRES_CHECK: &str = "SELECT 1 FROM leasehold_leases
      FOR SHARE";
 
 /// [`POSTGRES_CHECK`] for a plugin's session, on the lease store's table in `schema` (see
-/// [`super::sql::identity`]). Every name is qualified, the operators and the clock too: the
-/// plugin's role, or a `SET LOCAL search_path` among its statements, could otherwise put a table,
-/// an operator or a function of the same name in front of the real ones.
+/// [`super::sql::identity`]), through `leasehold_fence`: a function of the schema's owner that
+/// runs with its rights, so the plugin's role needs no privilege on the lease table, and that asks
+/// for the host's fence key, so the plugin cannot take the lock itself. The function name is
+/// qualified and the parameters are typed by the driver: neither the role's `search_path` nor a
+/// `SET LOCAL search_path` among the plugin's statements can put a look-alike in front of it.
+/// Parameters: name, holder, epoch, the fence key, and how long to wait for the row (ms).
 pub fn postgres_check_in(schema: &str) -> String {
     format!(
-        "SELECT 1 FROM {table}
-          WHERE name OPERATOR(pg_catalog.=) $1 AND holder OPERATOR(pg_catalog.=) $2
-            AND epoch OPERATOR(pg_catalog.=) $3
-            AND expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
-          FOR SHARE",
-        table = super::sql::identity::qualified(schema, "leasehold_leases")
+        "SELECT {function}($1, $2, $3, $4, $5)",
+        function = super::sql::identity::qualified(schema, "leasehold_fence")
     )
 }
 

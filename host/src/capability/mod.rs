@@ -13,6 +13,7 @@ pub mod events;
 pub mod fence;
 pub mod kv;
 pub mod sql;
+pub mod variables;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use crate::lease::DatabaseUrl;
 use crate::manifest::Manifest;
 
 pub use fence::Fence;
+pub use variables::UrlVariables;
 
 /// Why a capability call failed; each variant maps to one case of the WIT `capability-error`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,6 +50,10 @@ pub enum CapabilityError {
         /// The epoch the plugin runs under.
         epoch: i64,
     },
+    /// The grant cannot be used as configured (e.g. its database role could rewrite leases);
+    /// the text names the plugin, the grant and what to change.
+    #[error("{0}")]
+    GrantRefused(String),
     /// The arguments were refused.
     #[error("{0}")]
     Invalid(String),
@@ -66,7 +72,7 @@ impl CapabilityError {
     /// The WIT case name, for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
-            CapabilityError::NotGranted { .. } => "not-granted",
+            CapabilityError::NotGranted { .. } | CapabilityError::GrantRefused(_) => "not-granted",
             CapabilityError::LeaseLost { .. } => "lease-lost",
             CapabilityError::Invalid(_) => "invalid",
             CapabilityError::TooLarge(_) => "too-large",
@@ -144,20 +150,29 @@ pub struct Capabilities {
     fence_wait: Duration,
     /// Where grants read the variables they name.
     environment: Environment,
+    /// Which variables they may name.
+    url_variables: UrlVariables,
 }
 
 impl Capabilities {
     /// Capabilities backed by the lease database at `lease_url`, whose lease store gives up on a
     /// call after `store_timeout` (the timing's).
     pub fn new(lease_url: DatabaseUrl, store_timeout: Duration) -> Arc<Self> {
-        Self::with_environment(lease_url, store_timeout, Environment::Process)
+        Self::with_environment(
+            lease_url,
+            store_timeout,
+            Environment::Process,
+            UrlVariables::default(),
+        )
     }
 
-    /// [`Capabilities::new`], with grants reading their variables from `environment`.
+    /// [`Capabilities::new`], with grants reading the variables `url_variables` allows from
+    /// `environment`.
     pub fn with_environment(
         lease_url: DatabaseUrl,
         store_timeout: Duration,
         environment: Environment,
+        url_variables: UrlVariables,
     ) -> Arc<Self> {
         Arc::new(Capabilities {
             lease_url,
@@ -165,7 +180,13 @@ impl Capabilities {
             lease_database: OnceCell::new(),
             fence_wait: crate::lease::server_budget(store_timeout),
             environment,
+            url_variables,
         })
+    }
+
+    /// Which variables grants may name.
+    pub fn url_variables(&self) -> &UrlVariables {
+        &self.url_variables
     }
 
     /// Where grants read the variables they name.
@@ -216,6 +237,16 @@ impl Capabilities {
 /// and never the value of a secret.
 #[derive(Debug, thiserror::Error)]
 pub enum GrantError {
+    /// The variable the sql grant names is not one the operator lets manifests name.
+    #[error(
+        "[grants.sql] database_url_env = {env:?}: not a variable plugins may name; the host's [grants] url_variables allows {allowed:?}, and never its own LEASEHOLD_* settings"
+    )]
+    UrlVariableNotAllowed {
+        /// The variable.
+        env: String,
+        /// The patterns the operator allows.
+        allowed: Vec<String>,
+    },
     /// The variable the sql grant names is not set.
     #[error("[grants.sql] database_url_env = {env:?}: the host's environment has no {env}")]
     MissingEnv {
@@ -284,7 +315,15 @@ impl Grants {
     ) -> Result<Grants, GrantError> {
         let sql = match &manifest.grants.sql {
             None => None,
-            Some(spec) => Some(Arc::new(sql::SqlGrant::resolve(plugin, spec, env)?)),
+            Some(spec) => {
+                if !host.url_variables().allows(&spec.database_url_env) {
+                    return Err(GrantError::UrlVariableNotAllowed {
+                        env: spec.database_url_env.clone(),
+                        allowed: host.url_variables().patterns().to_vec(),
+                    });
+                }
+                Some(Arc::new(sql::SqlGrant::resolve(plugin, spec, env)?))
+            }
         };
         let events = if manifest.events.is_empty() {
             None

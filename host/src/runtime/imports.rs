@@ -11,7 +11,9 @@ impl From<CapabilityError> for WitError {
     fn from(e: CapabilityError) -> Self {
         let text = e.to_string();
         match e {
-            CapabilityError::NotGranted { .. } => WitError::NotGranted(text),
+            CapabilityError::NotGranted { .. } | CapabilityError::GrantRefused(_) => {
+                WitError::NotGranted(text)
+            }
             CapabilityError::LeaseLost { .. } => WitError::LeaseLost,
             CapabilityError::Invalid(_) => WitError::Invalid(text),
             CapabilityError::TooLarge(_) => WitError::TooLarge(text),
@@ -189,9 +191,11 @@ impl sql::Host for HostState {
     async fn query(&mut self, sql: String, params: Vec<sql::Value>) -> Result<sql::Rows, WitError> {
         let params: Vec<SqlValue> = params.into_iter().map(from_wit).collect();
         let result = match self.sql_grant() {
-            Ok((_, grant)) => {
-                self.sql_call(&grant, |g| async move { g.query(&sql, &params).await })
-                    .await
+            Ok((caps, grant)) => {
+                self.sql_call(&grant, |g| async move {
+                    g.query(&caps.host, &sql, &params).await
+                })
+                .await
             }
             Err(e) => Err(e),
         };

@@ -4,7 +4,10 @@
 //! and the random id in `leasehold_database` beside it ([`LeaseDatabase`]). A grant then looks for
 //! that very table in that very schema through the catalogs, with every name qualified: its role's
 //! `search_path` (which may not list the schema, or may list a table of the same name or a
-//! `pg_catalog` look-alike before it) never takes part, and neither does `pg_temp`.
+//! `pg_catalog` look-alike before it) never takes part, and neither does `pg_temp`. It reads the
+//! id through `leasehold_database_id()`, which runs with its owner's rights: a grant's role needs
+//! no privilege on any `leasehold_*` table, and one that holds any is refused
+//! ([`LeaseDatabase::privileges_of`]).
 //!
 //! - no such table in that schema: positively another database, whose writes nothing fences;
 //! - the table, holding the same id: the lease database, fenced;
@@ -18,12 +21,26 @@ use sqlx::postgres::{PgConnection, PgPool};
 use crate::capability::CapabilityError;
 
 /// The lease database as the host's own lease store sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct LeaseDatabase {
     /// The schema of the lease store's tables.
     pub schema: String,
     /// The random id in its `leasehold_database`.
     pub id: String,
+    /// The key `leasehold_fence` asks of its caller, from `leasehold_fence_key`, which only the
+    /// host's role may read: a plugin that could call the fence itself could hold a lease row's
+    /// share lock, and so that lease's renewal, for as long as its transaction ran.
+    pub fence_key: String,
+}
+
+/// The fence key is a secret.
+impl std::fmt::Debug for LeaseDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseDatabase")
+            .field("schema", &self.schema)
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Where a grant's writes go, as far as the fence is concerned.
@@ -78,7 +95,25 @@ impl LeaseDatabase {
                 qualified(&schema, "leasehold_database")
             ))
         })?;
-        Ok(LeaseDatabase { schema, id })
+        let key_table = qualified(&schema, "leasehold_fence_key");
+        let fence_key: Option<String> =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT key FROM {key_table}")))
+                .fetch_optional(pool)
+                .await
+                .map_err(|e| {
+                    CapabilityError::from_driver(
+                        &format!("reading {key_table} (the host's role needs SELECT on it)"),
+                        &e,
+                    )
+                })?;
+        let fence_key = fence_key.ok_or_else(|| {
+            CapabilityError::Unavailable(format!("{key_table} has no row: run `leasehold migrate`"))
+        })?;
+        Ok(LeaseDatabase {
+            schema,
+            id,
+            fence_key,
+        })
     }
 
     /// What the database `conn` is connected to is, compared with this one. `Err` when it
@@ -101,11 +136,12 @@ impl LeaseDatabase {
         if !present {
             return Ok(Identity::Other("it has no leasehold_database table"));
         }
+        // Through the owner's function: the grant's role may read no leasehold_* table.
         let id: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT id FROM {}",
-            qualified(&self.schema, "leasehold_database")
+            "SELECT {}()",
+            qualified(&self.schema, "leasehold_database_id")
         )))
-        .fetch_optional(&mut *conn)
+        .fetch_one(&mut *conn)
         .await
         .map_err(Unidentified::Driver)?;
         match id {
@@ -115,6 +151,31 @@ impl LeaseDatabase {
             )),
             None => Err(Unidentified::NoRow),
         }
+    }
+
+    /// The `leasehold_*` tables of the lease schema that the role of `conn` holds any privilege
+    /// on, of any kind, on the table or on a column, directly, through a role it inherits, or as
+    /// a member of the table's owner (which it could `SET LOCAL ROLE` to); empty when none. A
+    /// grant's role needs none: with `UPDATE` on `leasehold_leases` a plugin could end or extend
+    /// any lease, with `SELECT` on `leasehold_kv` read every plugin's entries.
+    pub async fn privileges_of(&self, conn: &mut PgConnection) -> Result<Vec<String>, sqlx::Error> {
+        sqlx::query_scalar(
+            "SELECT c.relname::pg_catalog.text
+               FROM pg_catalog.pg_class c
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+              WHERE n.nspname OPERATOR(pg_catalog.=) $1::pg_catalog.name
+                AND c.relname OPERATOR(pg_catalog.~~) 'leasehold\\_%'
+                AND c.relkind OPERATOR(pg_catalog.=)
+                    ANY (ARRAY['r', 'p', 'v', 'm', 'f']::pg_catalog.\"char\"[])
+                AND (pg_catalog.has_table_privilege(c.oid,
+                         'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER')
+                     OR pg_catalog.has_any_column_privilege(c.oid, 'SELECT, INSERT, UPDATE, REFERENCES')
+                     OR pg_catalog.pg_has_role(c.relowner, 'MEMBER'))
+              ORDER BY 1",
+        )
+        .bind(&self.schema)
+        .fetch_all(&mut *conn)
+        .await
     }
 }
 

@@ -80,10 +80,20 @@ pub struct SqlGrant {
     /// The pool.
     pool: OnceCell<PgPool>,
     /// The fence check to run when the database is the lease database, `None` when it is
-    /// another one: decided on first write, and only once it could be.
-    fence_check: OnceCell<Option<String>>,
+    /// another one: decided on first use, and only once it could be.
+    fence_check: OnceCell<Option<FenceCheck>>,
     /// Whether it was logged that the database could not be identified (once per grant).
     warned_unidentified: AtomicBool,
+    /// Whether it was logged that the grant's role is too privileged (once per grant).
+    warned_privileged: AtomicBool,
+}
+
+/// The last statement of a fenced transaction, and the key it passes.
+struct FenceCheck {
+    /// `SELECT "schema".leasehold_fence(…)` ([`fence::postgres_check_in`]).
+    sql: String,
+    /// The host's fence key; never logged.
+    key: String,
 }
 
 impl std::fmt::Debug for SqlGrant {
@@ -95,6 +105,14 @@ impl std::fmt::Debug for SqlGrant {
             .finish_non_exhaustive()
     }
 }
+
+/// What a plugin may leave on a session that would outlive its call on a pooled connection, and
+/// so reach its next call (or, for an advisory lock, hold up others), undone in one round trip
+/// when the connection goes back to its pool: cursors `WITH HOLD`, settings made with
+/// `set_config(…, false)` or in a `DO` block (the role among them; `RESET` goes back to what the
+/// connection was opened with, the host's timeouts included), session advisory locks, `LISTEN`,
+/// temporary tables and sequences' cached values. The host's own prepared statements are kept.
+pub const CLEAN_SESSION: &str = "CLOSE ALL; RESET ALL; SELECT pg_catalog.pg_advisory_unlock_all(); UNLISTEN *; DISCARD TEMP; DISCARD SEQUENCES";
 
 /// How long a fenced session may sit inside a transaction without sending anything. The host's
 /// own transactions never pause between statements, so only a frozen holder (SIGSTOP, a paused
@@ -144,6 +162,7 @@ impl SqlGrant {
             pool: OnceCell::new(),
             fence_check: OnceCell::new(),
             warned_unidentified: AtomicBool::new(false),
+            warned_privileged: AtomicBool::new(false),
         })
     }
 
@@ -250,6 +269,14 @@ impl SqlGrant {
                 PgPoolOptions::new()
                     .max_connections(self.spec.max_connections)
                     .acquire_timeout(self.spec.statement_timeout.max(Duration::from_secs(2)))
+                    // Every connection goes back clean, whatever the plugin left on it; one
+                    // that cannot be cleaned is closed instead.
+                    .after_release(|conn, _| {
+                        Box::pin(async move {
+                            sqlx::raw_sql(CLEAN_SESSION).execute(&mut *conn).await?;
+                            Ok(true)
+                        })
+                    })
                     .connect_lazy_with(self.options.clone())
             })
             .await
@@ -266,9 +293,13 @@ impl SqlGrant {
         Ok(self.fence_check(host).await?.is_some())
     }
 
-    /// The fence check of this grant's writes (see [`fence::postgres_check_in`]), or `None` when
-    /// the database is not the lease database.
-    async fn fence_check(&self, host: &Capabilities) -> Result<Option<&str>, CapabilityError> {
+    /// The fence check of this grant's writes, or `None` when the database is not the lease
+    /// database. A grant on the lease database whose role holds any privilege on its
+    /// `leasehold_*` tables is refused ([`CapabilityError::GrantRefused`]), reads included.
+    async fn fence_check(
+        &self,
+        host: &Capabilities,
+    ) -> Result<Option<&FenceCheck>, CapabilityError> {
         let check = self
             .fence_check
             .get_or_try_init(|| async {
@@ -286,11 +317,15 @@ impl SqlGrant {
                 })?;
                 match identity {
                     Identity::LeaseDatabase => {
+                        self.refuse_privileged_role(lease_db).await?;
                         tracing::info!(
                             plugin = %self.plugin, database_url_env = %self.env, fenced = true,
                             "sql grant: the lease database; writes are fenced"
                         );
-                        Ok(Some(fence::postgres_check_in(&lease_db.schema)))
+                        Ok(Some(FenceCheck {
+                            sql: fence::postgres_check_in(&lease_db.schema),
+                            key: lease_db.fence_key.clone(),
+                        }))
                     }
                     Identity::Other(why) => {
                         tracing::info!(
@@ -302,7 +337,45 @@ impl SqlGrant {
                 }
             })
             .await?;
-        Ok(check.as_deref())
+        Ok(check.as_ref())
+    }
+
+    /// Refuses this grant when its role holds any privilege on the lease database's
+    /// `leasehold_*` tables (see [`LeaseDatabase::privileges_of`]), naming the plugin, the grant,
+    /// the role and the tables.
+    async fn refuse_privileged_role(
+        &self,
+        lease_db: &LeaseDatabase,
+    ) -> Result<(), CapabilityError> {
+        let mut conn = self
+            .pool()
+            .await
+            .acquire()
+            .await
+            .map_err(self.driver_error("checking the role's privileges"))?;
+        let tables = lease_db
+            .privileges_of(&mut conn)
+            .await
+            .map_err(self.driver_error("checking the role's privileges"))?;
+        if tables.is_empty() {
+            return Ok(());
+        }
+        let role = self.options.get_username();
+        let schema = identity::quoted(&lease_db.schema);
+        let listed = tables
+            .iter()
+            .map(|t| format!("{schema}.{t}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let refused = CapabilityError::GrantRefused(format!(
+            "the sql grant of plugin {plugin} ([grants.sql] database_url_env = {env}) is refused: its role {role} holds privileges on {listed} of the lease database, with which a plugin could rewrite any lease or read other plugins' entries; give the plugin a role of its own with none (REVOKE ALL ON {listed} FROM {role}; a superuser, an owner of these tables or a member of their owner cannot be used)",
+            plugin = self.plugin,
+            env = self.env,
+        ));
+        if !self.warned_privileged.swap(true, Ordering::Relaxed) {
+            tracing::error!(plugin = %self.plugin, database_url_env = %self.env, "{refused}");
+        }
+        Err(refused)
     }
 
     /// Compares the granted database with the lease database; an error that says what to do
@@ -315,9 +388,9 @@ impl SqlGrant {
         );
         let role = self.options.get_username();
         let remedy = format!(
-            "if it is, let its role read {table}: GRANT USAGE ON SCHEMA {schema} TO {role}; GRANT SELECT ON {table} TO {role} (a fenced grant's role also needs SELECT, UPDATE ON {leases})",
+            "if it is, let its role use the schema: GRANT USAGE ON SCHEMA {schema} TO {role} (it needs nothing on the leasehold_* tables; {id}() reads the id)",
             schema = identity::quoted(&lease_db.schema),
-            leases = identity::qualified(&lease_db.schema, "leasehold_leases"),
+            id = identity::qualified(&lease_db.schema, "leasehold_database_id"),
         );
         let mut conn = self
             .pool()
@@ -345,9 +418,19 @@ impl SqlGrant {
         })
     }
 
-    /// Runs one read-only statement and returns its rows, within the grant's caps.
-    pub async fn query(&self, sql: &str, params: &[SqlValue]) -> Result<Rows, CapabilityError> {
+    /// Runs one read-only statement and returns its rows, within the grant's caps. Runs when the
+    /// database cannot be told apart from the lease database (a read changes nothing), but not
+    /// when the grant is refused for its role's privileges.
+    pub async fn query(
+        &self,
+        host: &Capabilities,
+        sql: &str,
+        params: &[SqlValue],
+    ) -> Result<Rows, CapabilityError> {
         guard::check(sql).map_err(CapabilityError::Invalid)?;
+        if let Err(refused @ CapabilityError::GrantRefused(_)) = self.fence_check(host).await {
+            return Err(refused);
+        }
         let args = value::arguments(params)?;
         let err = self.driver_error("query");
         let mut tx = self
@@ -470,26 +553,21 @@ impl SqlGrant {
         // The fence last, just before the commit: the lease row stays locked for the commit
         // only, not for the length of the plugin's statements, which would hold up renewals.
         if let Some(check) = check {
-            // Set here, after the plugin's statements: whatever SET LOCAL they ran, the check
-            // waits for the lease row no longer than the lease store's own statements do, and a
-            // row held by a stuck session fails the write instead of holding the plugin's call.
-            let wait = host.fence_wait().as_millis().to_string();
-            sqlx::query(
-                "SELECT pg_catalog.set_config('lock_timeout', $1, true),
-                        pg_catalog.set_config('statement_timeout', $1, true)",
-            )
-            .bind(&wait)
-            .execute(&mut *tx)
-            .await
-            .map_err(before_commit)?;
-            let held: Option<i32> = sqlx::query_scalar(sqlx::AssertSqlSafe(check))
+            // The function sets its own lock_timeout, after the plugin's statements: whatever
+            // SET LOCAL they ran, the check waits for the lease row no longer than the lease
+            // store's own statements do, and a row held by a stuck session fails the write
+            // instead of holding the plugin's call.
+            let wait = i32::try_from(host.fence_wait().as_millis()).unwrap_or(i32::MAX);
+            let held: Option<bool> = sqlx::query_scalar(sqlx::AssertSqlSafe(check.sql.clone()))
                 .bind(&fence.lease)
                 .bind(&fence.holder)
                 .bind(fence.epoch())
-                .fetch_optional(&mut *tx)
+                .bind(&check.key)
+                .bind(wait)
+                .fetch_one(&mut *tx)
                 .await
                 .map_err(before_commit)?;
-            if held.is_none() {
+            if held != Some(true) {
                 // Now rather than when the connection goes back to the pool: the statements'
                 // own locks go with it, and nothing of them is kept.
                 let _ = tx.rollback().await;
