@@ -726,8 +726,8 @@ async fn plugins_run_when_the_pooling_allocator_cannot_reserve_its_space() {
 
 /// A manifest is read as a small regular file and its parse errors point at a line and column:
 /// a `.toml` that links to a file of secrets (`/proc/self/environ`, a credentials file) shows
-/// none of its text in `/status` or the log, a FIFO cannot hang the scan, and a huge file is not
-/// read whole. Each such plugin is invalid; the others run.
+/// none of its text in `/status` or the log, a FIFO cannot hang the scan, and a huge file (a
+/// manifest or a component) is not read whole. Each such plugin is invalid; the others run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manifest_that_is_not_a_manifest_leaks_nothing_and_hangs_nothing() {
     let db = Db::new(Backend::Sqlite).await.unwrap();
@@ -760,12 +760,25 @@ async fn a_manifest_that_is_not_a_manifest_leaks_nothing_and_hangs_nothing() {
     )
     .unwrap();
 
+    // A component file of 300 MiB (sparse: it costs no disk) is not read whole either.
+    let enormous = std::fs::File::create(dir.path().join("enormous.wasm")).unwrap();
+    enormous.set_len(300 << 20).unwrap();
+    drop(enormous);
+
     let host = sqlite_in_process("hostile-manifests", &db, dir.path()).await;
     host.wait_for_plugin("hello-reconciler", "to run", Duration::from_secs(15), |s| {
         s.state == PluginState::Running
     })
     .await
     .unwrap();
+    let enormous = host
+        .wait_for_log("cannot read plugin", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(
+        enormous.contains("enormous") && enormous.contains("larger than 256 MiB"),
+        "{enormous}"
+    );
     for (name, reason) in [
         ("environ", "environ.toml: line 1, column "),
         ("creds", "creds.toml: line 1, column "),

@@ -67,10 +67,10 @@ pub fn scan(
             continue;
         };
         let manifest_path = path.with_extension("toml");
-        let wasm = match std::fs::read(&path) {
+        let wasm = match read_component_file(&path) {
             Ok(bytes) => bytes,
             Err(e) => {
-                tracing::warn!(plugin = %name, path = %path.display(), error = %e, "cannot read plugin");
+                tracing::error!(plugin = %name, path = %path.display(), error = %e, "cannot read plugin");
                 continue;
             }
         };
@@ -117,6 +117,26 @@ pub fn scan(
 /// keeps something that is not a manifest (a device, a `/proc` file, a huge file) from being
 /// read whole.
 const MAX_MANIFEST_BYTES: u64 = 64 << 10;
+
+/// Components are a few MiB (Rust) to a few tens of MiB (an interpreter built in, as Python's
+/// and JavaScript's are); 256 MiB is far beyond any of them and keeps a huge file dropped in the
+/// directory from being read whole into the host's memory.
+const MAX_COMPONENT_BYTES: u64 = 256 << 20;
+
+/// The component's bytes, if it is a regular file of at most [`MAX_COMPONENT_BYTES`].
+fn read_component_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_COMPONENT_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_COMPONENT_BYTES {
+        return Err(std::io::Error::other(format!(
+            "larger than {} MiB: not a plugin component",
+            MAX_COMPONENT_BYTES >> 20
+        )));
+    }
+    Ok(bytes)
+}
 
 /// The manifest's bytes; `None` when there is none. Links are followed (a ConfigMap's files are
 /// links), but what they reach must be a regular file of at most [`MAX_MANIFEST_BYTES`]; it is
