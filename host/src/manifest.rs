@@ -42,7 +42,7 @@ pub enum ManifestError {
 pub struct CallLimits {
     /// Wall-clock deadline of one call.
     pub call_timeout: Duration,
-    /// Linear-memory cap in bytes (per memory).
+    /// Linear-memory cap in bytes: all of the store's memories together.
     pub memory_bytes: usize,
     /// Fuel per call, when the engine meters fuel.
     pub fuel: Option<u64>,
@@ -64,7 +64,7 @@ pub struct Limits {
     /// Wall-clock deadline per call.
     #[serde(default, with = "humantime_serde")]
     pub call_timeout: Option<Duration>,
-    /// Linear memory cap, e.g. `"64MiB"`.
+    /// Linear memory cap, e.g. `"64MiB"`: all of the plugin's memories together.
     pub memory: Option<String>,
     /// Fuel per call (needs an engine that meters fuel); the runtime's default when absent.
     pub fuel: Option<u64>,
@@ -89,7 +89,7 @@ pub struct SqlGrantFile {
     pub statement_timeout: Option<Duration>,
     /// Rows per result.
     pub max_rows: Option<u32>,
-    /// Bytes per result, e.g. `"16MiB"`.
+    /// Bytes per result as the host holds it, e.g. `"16MiB"`.
     pub max_bytes: Option<String>,
     /// Connections of the grant's pool.
     pub max_connections: Option<u32>,
@@ -150,7 +150,8 @@ pub struct SqlGrantSpec {
     pub statement_timeout: Duration,
     /// Rows per result.
     pub max_rows: u32,
-    /// Bytes per result.
+    /// Bytes per result as the host holds it: each value counts what it takes in host memory
+    /// ([`crate::capability::sql::SqlValue::size`]), a NULL as much as an integer.
     pub max_bytes: usize,
     /// Connections of the grant's pool.
     pub max_connections: u32,
@@ -162,7 +163,8 @@ pub struct SqlGrantSpec {
 pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(2);
 /// 10,000 rows per result: plenty for a reconcile batch; larger reads should page.
 pub const DEFAULT_MAX_ROWS: u32 = 10_000;
-/// 16 MiB per result: a quarter of the default guest memory, so a capped result still fits.
+/// 16 MiB per result as the host holds it: a quarter of the default guest memory, so a capped
+/// result still fits (the guest's copy takes no more than the host's).
 pub const DEFAULT_MAX_BYTES: usize = 16 << 20;
 /// 4 connections per grant: one call at a time per plugin needs one; the rest absorb reconnects.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 4;

@@ -427,6 +427,7 @@ impl SqlGrant {
         sql: &str,
         params: &[SqlValue],
     ) -> Result<Rows, CapabilityError> {
+        value::check_call(std::iter::once((sql, params)))?;
         guard::check(sql).map_err(CapabilityError::Invalid)?;
         if let Err(refused @ CapabilityError::GrantRefused(_)) = self.fence_check(host).await {
             return Err(refused);
@@ -463,7 +464,7 @@ impl SqlGrant {
                     )));
                 }
                 let values = value::decode_row(&row)?;
-                bytes += values.iter().map(SqlValue::size).sum::<usize>();
+                bytes += value::row_size(&values);
                 if bytes > self.spec.max_bytes {
                     return Err(CapabilityError::TooLarge(format!(
                         "the result is larger than {} bytes (max_bytes of [grants.sql])",
@@ -486,6 +487,7 @@ impl SqlGrant {
         sql: &str,
         params: &[SqlValue],
     ) -> Result<u64, CapabilityError> {
+        value::check_call(std::iter::once((sql, params)))?;
         // The clock first, before any round trip (DESIGN §1.6a).
         fence.check_local()?;
         let statement = Statement {
@@ -515,6 +517,7 @@ impl SqlGrant {
         fence: &Fence,
         statements: &[Statement],
     ) -> Result<Vec<u64>, CapabilityError> {
+        value::check_call(statements.iter().map(|s| (s.sql.as_str(), &s.params[..])))?;
         for (i, s) in statements.iter().enumerate() {
             guard::check(&s.sql)
                 .map_err(|why| CapabilityError::Invalid(format!("statement {}: {why}", i + 1)))?;

@@ -1,5 +1,7 @@
 //! Values crossing the `sql` interface: parameters bound with a type PostgreSQL understands, and
-//! column values decoded by type name into the few kinds the WIT `value` has.
+//! column values decoded by type name into the few kinds the WIT `value` has; and what they cost
+//! the host: the real size of a value ([`SqlValue::size`]) and of a row, counted against the
+//! grant's `max_bytes`, and the caps on what one call sends ([`check_call`]).
 
 use sqlx::postgres::types::Oid;
 use sqlx::postgres::{
@@ -8,7 +10,19 @@ use sqlx::postgres::{
 };
 use sqlx::{Arguments, Decode, Row, TypeInfo, ValueRef};
 
+use super::Statement;
 use crate::capability::CapabilityError;
+
+/// The SQL and parameters of one call, as the host holds them, at most: room for a batch of
+/// thousands of rows' values or a few 1 MiB blobs. Each accepted byte is held up to four times on
+/// its way to the server (lifted from the guest, the statement's copy, the bound arguments, the
+/// driver's send buffer), so one call costs the host at most 16 MiB; more is `too-large`.
+pub const MAX_CALL_BYTES: usize = 4 << 20;
+
+/// Statements per transaction: each is a round trip while the transaction holds its row locks,
+/// and a reconcile batch needs tens; a larger one is several transactions, or one statement
+/// over arrays. More is `too-large`.
+pub const MAX_STATEMENTS: usize = 1_000;
 
 /// A parameter or column value (the WIT `sql.value`).
 #[derive(Debug, Clone, PartialEq)]
@@ -28,16 +42,49 @@ pub enum SqlValue {
 }
 
 impl SqlValue {
-    /// Bytes the value takes in a result, for the grant's byte cap.
+    /// Bytes the value takes in host memory: the enum itself (a NULL costs as much as an integer)
+    /// plus what its text or bytes allocate. This, not the value's length on the wire, is what
+    /// the grant's `max_bytes` caps: 16 MiB of one-byte NULLs would be half a gigabyte of values.
     pub fn size(&self) -> usize {
-        match self {
-            SqlValue::Null => 1,
-            SqlValue::Bool(_) => 1,
-            SqlValue::Int(_) | SqlValue::Float(_) => 8,
-            SqlValue::Text(s) => s.len(),
-            SqlValue::Bytes(b) => b.len(),
-        }
+        let heap = match self {
+            SqlValue::Null | SqlValue::Bool(_) | SqlValue::Int(_) | SqlValue::Float(_) => 0,
+            SqlValue::Text(s) => s.capacity(),
+            SqlValue::Bytes(b) => b.capacity(),
+        };
+        std::mem::size_of::<SqlValue>() + heap
     }
+}
+
+/// Bytes a result row takes in host memory: its vector and its values.
+pub fn row_size(row: &[SqlValue]) -> usize {
+    std::mem::size_of::<Vec<SqlValue>>() + row.iter().map(SqlValue::size).sum::<usize>()
+}
+
+/// Bytes one statement takes in host memory: the struct, its SQL and its parameters.
+fn statement_size(sql: &str, params: &[SqlValue]) -> usize {
+    std::mem::size_of::<Statement>() + sql.len() + params.iter().map(SqlValue::size).sum::<usize>()
+}
+
+/// Refuses a call whose statements exceed [`MAX_STATEMENTS`] or whose SQL and parameters take
+/// more than [`MAX_CALL_BYTES`] of host memory, before anything of it is copied again.
+pub fn check_call<'a>(
+    statements: impl ExactSizeIterator<Item = (&'a str, &'a [SqlValue])>,
+) -> Result<(), CapabilityError> {
+    let count = statements.len();
+    if count > MAX_STATEMENTS {
+        return Err(CapabilityError::TooLarge(format!(
+            "{count} statements in one transaction, over the {MAX_STATEMENTS} allowed; split the batch"
+        )));
+    }
+    let bytes: usize = statements
+        .map(|(sql, params)| statement_size(sql, params))
+        .sum();
+    if bytes > MAX_CALL_BYTES {
+        return Err(CapabilityError::TooLarge(format!(
+            "the SQL and parameters of one call take {bytes} bytes in host memory, over the {MAX_CALL_BYTES} allowed"
+        )));
+    }
+    Ok(())
 }
 
 /// A NULL whose type PostgreSQL infers from the statement, so `$1` may be NULL wherever a value
@@ -245,6 +292,35 @@ mod tests {
         assert_eq!(date(-10_957), "1970-01-01");
         assert_eq!(date(60), "2000-03-01"); // 2000 is a leap year
         assert_eq!(timestamp(i64::MAX, "Z"), "infinity");
+    }
+
+    #[test]
+    fn values_count_what_they_take_in_host_memory() {
+        let null = SqlValue::Null.size();
+        assert_eq!(null, std::mem::size_of::<SqlValue>());
+        assert!(null >= 16, "{null}");
+        assert_eq!(SqlValue::Text("abc".into()).size(), null + 3);
+        // The attack of issue 11: 10,000 rows of 1,664 NULLs were 16.6 MB "on the wire" and half
+        // a gigabyte of values; counted as held, they are far over 16 MiB.
+        let row = vec![SqlValue::Null; 1_664];
+        assert!(row_size(&row) * 10_000 > 16 << 20);
+    }
+
+    #[test]
+    fn a_call_is_capped_in_statements_and_bytes() {
+        let small = [SqlValue::Int(1)];
+        let ok = std::iter::repeat_n(("SELECT $1", &small[..]), MAX_STATEMENTS);
+        assert!(check_call(ok).is_ok());
+        let many = std::iter::repeat_n(("SELECT $1", &small[..]), MAX_STATEMENTS + 1);
+        assert!(matches!(
+            check_call(many),
+            Err(CapabilityError::TooLarge(_))
+        ));
+        // One text shared by many parameters counts once per parameter: each is its own copy.
+        let text = SqlValue::Text("x".repeat(1 << 20));
+        let params = vec![text; 4];
+        let big = std::iter::once(("SELECT $1, $2, $3, $4", &params[..]));
+        assert!(matches!(check_call(big), Err(CapabilityError::TooLarge(_))));
     }
 
     #[test]
