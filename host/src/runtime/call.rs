@@ -108,6 +108,9 @@ impl CallFailure {
             Some(Trap::OutOfFuel) => CallFailure::OutOfFuel,
             Some(Trap::StackOverflow) => CallFailure::StackOverflow,
             Some(Trap::AllocationTooLarge) => CallFailure::Memory(error.root_cause().to_string()),
+            _ if let Some(refused) = error.downcast_ref::<super::limits::GrowthRefused>() => {
+                CallFailure::Memory(refused.to_string())
+            }
             _ => {
                 // The root cause alone: the outer layers only say "error while executing". It
                 // may carry text of the guest's (a name from its custom sections): shown bounded.

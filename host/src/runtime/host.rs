@@ -6,11 +6,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 use wasmtime::component::ResourceTable;
-use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{lease, log};
 use super::call::Cancel;
+use super::limits::{Limiter, MAX_HANDLES};
 use crate::capability::PluginCapabilities;
 use crate::lease::Term;
 use crate::manifest::CallLimits;
@@ -40,7 +40,7 @@ pub struct HostState {
     /// Set by the epoch callback when it interrupted a call because the term is over, so the
     /// trap is reported as a cancel and not as the plugin's timeout.
     pub interrupted: Option<Cancel>,
-    /// Memory and table limits; growth beyond them traps.
+    /// Memory and table limits of the whole store; growth beyond them traps.
     pub limits: Limiter,
     /// Log lines the guest may still write in this call; reset by the caller before each call.
     pub log_budget: u32,
@@ -63,82 +63,21 @@ impl HostState {
         capabilities: Option<PluginCapabilities>,
         wasi: WasiCtx,
     ) -> Self {
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_HANDLES);
         HostState {
             plugin,
             lease,
             call_deadline: None,
             interrupted: None,
-            limits: Limiter {
-                inner: StoreLimitsBuilder::new()
-                    .memory_size(limits.memory_bytes)
-                    .table_elements(100_000)
-                    .instances(16)
-                    .tables(16)
-                    .memories(4)
-                    .trap_on_grow_failure(true)
-                    .build(),
-                memory_high_water: 0,
-            },
+            limits: Limiter::new(limits.memory_bytes),
             log_budget: LOG_LINES_PER_CALL,
             logs_dropped: 0,
             capabilities,
             fenced_refusals: 0,
             wasi,
-            table: ResourceTable::new(),
+            table,
         }
-    }
-}
-
-/// The store's limits, remembering the largest memory granted (for the high-water metric).
-#[derive(Debug)]
-pub struct Limiter {
-    /// The limits proper.
-    inner: StoreLimits,
-    /// The largest linear memory granted so far, in bytes.
-    pub memory_high_water: usize,
-}
-
-impl ResourceLimiter for Limiter {
-    fn memory_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        let granted = self.inner.memory_growing(current, desired, maximum)?;
-        if granted {
-            self.memory_high_water = self.memory_high_water.max(desired);
-        }
-        Ok(granted)
-    }
-
-    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
-        self.inner.memory_grow_failed(error)
-    }
-
-    fn table_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        self.inner.table_growing(current, desired, maximum)
-    }
-
-    fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
-        self.inner.table_grow_failed(error)
-    }
-
-    fn instances(&self) -> usize {
-        self.inner.instances()
-    }
-
-    fn tables(&self) -> usize {
-        self.inner.tables()
-    }
-
-    fn memories(&self) -> usize {
-        self.inner.memories()
     }
 }
 

@@ -8,6 +8,8 @@
 //! - [`call`]: what a call returns: its result in host types, its failure, its report;
 //! - [`bindings`]: the generated bindings of the WIT worlds (used by this module only);
 //! - [`host`]: the store data and the host side of the `lease` and `log` imports;
+//! - [`limits`]: what one store may take of the host's memory (its memories together, what a
+//!   host call copies, `wasi:random`, handles);
 //! - `imports`: the host side of the `kv` and `sql` imports (the capability layer behind them);
 //! - `output`: the guest's stdout and stderr, captured per store and logged after each call;
 //! - [`engine`]: the engine and its epoch ticker;
@@ -19,6 +21,7 @@ pub mod call;
 pub mod engine;
 pub mod host;
 mod imports;
+pub mod limits;
 pub mod load;
 mod output;
 pub mod store;

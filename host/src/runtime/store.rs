@@ -26,6 +26,7 @@ use wasmtime_wasi::WasiCtxBuilder;
 use super::bindings::{self, event_reconciler::EventReconciler, health::HealthCheck};
 use super::call::{CallFailure, CallReport, Called, Cancel, CheckRole, Outcome};
 use super::host::{self, HostState, LeaseView};
+use super::limits;
 use super::output::GuestOutput;
 use super::{Prepared, Runtime};
 use crate::capability::PluginCapabilities;
@@ -51,7 +52,7 @@ enum Kind {
 
 impl Runtime {
     /// A fresh store for `plugin` under `lease` (one term of a leader, or a standby's check):
-    /// WASI granting nothing, the plugin's limits, and the epoch callback that enforces the
+    /// WASI granting nothing, the plugin's limits and the host's ([`limits`]), and the epoch callback that enforces the
     /// call's deadline and the term's.
     pub fn new_store(
         &self,
@@ -64,6 +65,7 @@ impl Runtime {
         let mut wasi = WasiCtxBuilder::new();
         let output = GuestOutput::capture(&mut wasi);
         let wasi = wasi
+            .max_random_size(limits::MAX_RANDOM_BYTES)
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
@@ -75,6 +77,8 @@ impl Runtime {
             HostState::new(plugin, lease, limits, capabilities, wasi),
         );
         store.limiter(|state| &mut state.limits);
+        store.set_hostcall_fuel(limits::HOSTCALL_FUEL);
+        store.set_max_component_handles(limits::MAX_HANDLES);
         store.epoch_deadline_callback(|mut ctx| {
             let data = ctx.data_mut();
             let now = Instant::now();
