@@ -19,6 +19,18 @@
 //!   - `requeue`: return `Ok`, asking for the next call after `ms` milliseconds (default 1000);
 //!   - `escape`: try to leave the sandbox — list `/`, read `/etc/passwd`, read the environment and
 //!     the arguments — and return `Err` naming whatever worked;
+//!   - `random-flood`: ask `wasi:random` for 4 KiB (which must work), then for `mib` MiB
+//!     (default 64) in one call; returns `Err` if the host hands the large one over;
+//!   - `handle-flood`: create `count` (default 1,000,000) host resources
+//!     (`wasi:sockets/instance-network`, which needs no grant) and keep every handle; returns
+//!     `Err` if the host lets them all be created;
+//!   - `big-params`: send one `sql` query whose `copies` (default 8) text parameters all alias one
+//!     string of `mib` MiB (default 60) in guest memory, so the guest pays for it once and the
+//!     host for every copy; returns `Err` with the host's answer (needs `[grants.sql]`, and a
+//!     `limits.memory` above `mib`);
+//!   - `null-rows`: `sql` query 10,000 rows of 1,664 NULL columns (PostgreSQL's most), a result
+//!     of a few bytes per value on the wire; returns `Err` with the host's answer (needs
+//!     `[grants.sql]`);
 //! - `when`: `"reconcile"` (default) or `"init"`: where the verb runs; in `reconcile` mode `init`
 //!   returns `Ok` and vice versa;
 //! - `from_tick`: in `reconcile` mode, behave (`ok`) on ticks before this one (default 0).
@@ -28,6 +40,8 @@ use std::io::Write;
 use std::time::Duration;
 
 use leasehold_guest::{Config, Context, Outcome, Reconciler, lease, log};
+
+mod attacks;
 
 const VERBS: &[&str] = &[
     "ok",
@@ -43,6 +57,10 @@ const VERBS: &[&str] = &[
     "escape",
     "requeue",
     "fail-long",
+    "random-flood",
+    "handle-flood",
+    "big-params",
+    "null-rows",
 ];
 
 struct Misbehave {
@@ -52,11 +70,24 @@ struct Misbehave {
     ms: Option<u64>,
     lines: Option<u64>,
     small_frames: bool,
+    mib: Option<u64>,
+    count: Option<u64>,
+    copies: Option<u64>,
 }
 
 impl Reconciler for Misbehave {
     fn init(config: Config) -> Result<Self, String> {
-        config.deny_unknown(&["verb", "when", "from_tick", "ms", "lines", "frame"])?;
+        config.deny_unknown(&[
+            "verb",
+            "when",
+            "from_tick",
+            "ms",
+            "lines",
+            "frame",
+            "mib",
+            "count",
+            "copies",
+        ])?;
         let plugin = Misbehave {
             verb: config.choice("verb", VERBS, "ok")?.to_string(),
             in_init: config.choice("when", &["reconcile", "init"], "reconcile")? == "init",
@@ -64,6 +95,9 @@ impl Reconciler for Misbehave {
             ms: config.parse("ms")?,
             lines: config.parse("lines")?,
             small_frames: config.choice("frame", &["large", "small"], "large")? == "small",
+            mib: config.parse("mib")?,
+            count: config.parse("count")?,
+            copies: config.parse("copies")?,
         };
         log::info(&format!(
             "misbehave: verb {:?} in {} on lease {:?} (epoch {:?})",
@@ -128,6 +162,10 @@ impl Misbehave {
                 self.ms.unwrap_or(1000),
             ))),
             "escape" => escape(),
+            "random-flood" => attacks::random_flood(self.mib.unwrap_or(64)),
+            "handle-flood" => attacks::handle_flood(self.count.unwrap_or(1_000_000)),
+            "big-params" => attacks::big_params(self.mib.unwrap_or(60), self.copies.unwrap_or(8)),
+            "null-rows" => attacks::null_rows(),
             other => Err(format!("unknown verb {other:?}")),
         }
     }
