@@ -28,13 +28,15 @@ test: build guests
 
 # Figures: handoff, failover and plugin activation between real processes on PostgreSQL, the
 # plugin runtime's compile, load, instantiate, call and loss-to-stop costs, fenced writes, and
-# frozen holders (guest calls after the deadline, resume -> term ended).
+# frozen holders (guest calls after the deadline, resume -> term ended), and the host's peak RSS
+# under the attacks on its memory against its plugins' budget.
 bench: build guests
 	$(CARGO) build -p leasehold-tests --bins
 	RUST_BACKTRACE=0 target/debug/handoff-bench
 	RUST_BACKTRACE=0 target/debug/plugin-bench
 	RUST_BACKTRACE=0 target/debug/fence-bench
 	RUST_BACKTRACE=0 target/debug/freeze-bench
+	RUST_BACKTRACE=0 target/debug/memory-bench
 
 # The guest SDK, example plugins and test plugins, as components in guests/dist/ (NAME.wasm with
 # its NAME.toml manifest). Picks a wasm32-wasip2 toolchain itself (DESIGN §5).

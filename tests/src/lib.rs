@@ -2,7 +2,7 @@
 //! real `leasehold` processes ([`host`]) or in the test's process ([`in_process`]), asked through
 //! one [`endpoint`] that reads `/status` in the host's own types ([`status`]); the store
 //! backends opened fresh for each test ([`stores`]); shared trials of fencing ([`fencing`]) and
-//! of frozen holders ([`freeze`]); a wall clock tests can step ([`faketime`]); one way to wait
+//! of frozen holders ([`freeze`]) and of attacks on the host's memory ([`memory`]); a wall clock tests can step ([`faketime`]); one way to wait
 //! for a condition ([`eventually`]).
 //! Integration tests live in `tests/`; the benchmarks are binaries in `src/bin/`.
 
@@ -17,6 +17,7 @@ pub mod host;
 pub mod in_process;
 pub mod leader;
 pub mod log;
+pub mod memory;
 pub mod pg;
 pub mod stats;
 pub mod status;
