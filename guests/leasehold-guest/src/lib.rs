@@ -64,7 +64,7 @@
 //! database_url_env = "APP_DATABASE_URL"  # env var of the HOST holding the PostgreSQL URL; never shown to the plugin
 //! statement_timeout = "2s"        # optional
 //! max_rows = 10000                # optional, per result
-//! max_bytes = "16MiB"             # optional, per result
+//! max_bytes = "16MiB"             # optional, per result as the host holds it
 //! max_connections = 4             # optional, pool size for this grant
 //!
 //! [events]

@@ -7,7 +7,7 @@
 //! database_url_env = "APP_DATABASE_URL"  # env var of the HOST holding the PostgreSQL URL; never shown to the plugin
 //! statement_timeout = "2s"        # optional
 //! max_rows = 10000                # optional, per result
-//! max_bytes = "16MiB"             # optional, per result
+//! max_bytes = "16MiB"             # optional, per result as the host holds it
 //! max_connections = 4             # optional, pool size for this grant
 //! ```
 //!
@@ -50,8 +50,11 @@
 //!   `SET CONSTRAINTS`, `RESET`, `DISCARD`, `LISTEN`, `UNLISTEN`, `LOAD`) are refused with
 //!   [`Error::Invalid`], whatever their case or leading comments. `SET LOCAL` lasts until the
 //!   end of the statement's transaction.
-//! - Results are capped by the grant's `max_rows` and `max_bytes` ([`Error::TooLarge`]), and
-//!   each statement by its `statement_timeout` ([`Error::Unavailable`]).
+//! - Results are capped by the grant's `max_rows` and `max_bytes` ([`Error::TooLarge`]; bytes
+//!   as the host holds them: a NULL or a number counts as much as a 32-byte value), and each
+//!   statement by its `statement_timeout` ([`Error::Unavailable`]). What one call sends is capped
+//!   too: 1,000 statements per transaction and 4 MiB of SQL and parameters as the host holds them
+//!   ([`Error::TooLarge`]); a call that copies more than 8 MiB out of the guest traps.
 //!
 //! # Types
 //!
