@@ -48,16 +48,22 @@ impl Reconciler for Hostile {
             })
             .collect();
         let outcome = match self.call.as_str() {
-            "query" => sql::query(&statements[0], &[])
-                .map(|rows| format!("{:?}", rows.iter().map(|r| text(r.values())).collect::<Vec<_>>())),
+            "query" => sql::query(&statements[0], &[]).map(|rows| {
+                format!(
+                    "{:?}",
+                    rows.iter().map(|r| text(r.values())).collect::<Vec<_>>()
+                )
+            }),
             "execute" => statements
                 .iter()
                 .map(|s| sql::execute(s, &[]))
                 .collect::<Result<Vec<u64>, _>>()
                 .map(|counts| format!("{counts:?}")),
             _ => {
-                let batch: Vec<Statement> =
-                    statements.iter().map(|s| Statement::new(s.as_str(), &[])).collect();
+                let batch: Vec<Statement> = statements
+                    .iter()
+                    .map(|s| Statement::new(s.as_str(), &[]))
+                    .collect();
                 sql::transaction(&batch).map(|counts| format!("{counts:?}"))
             }
         };
