@@ -258,7 +258,7 @@ impl App {
 pub fn check_component(path: &Path) -> Result<Result<Loaded, ComponentError>, AppError> {
     let runtime = Runtime::new(
         EngineOptions::default(),
-        &crate::runtime::cache::default_dir(),
+        crate::runtime::cache::default_dir().as_deref(),
         Metrics::new(),
     )?;
     Ok(runtime.load_file(path))
@@ -280,7 +280,7 @@ fn start_plugins(
         fuel: config.runtime.fuel,
         ..EngineOptions::default()
     };
-    let runtime = Runtime::new(options, &config.cache_dir, metrics)?;
+    let runtime = Runtime::new(options, config.cache_dir.as_deref(), metrics)?;
     let capabilities = Capabilities::with_environment(
         config.database_url.clone(),
         config.timing.store_timeout,

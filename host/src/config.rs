@@ -177,7 +177,8 @@ pub struct Layer {
     /// Plugin directory: NAME.wasm components with optional NAME.toml manifests.
     #[arg(long, env = "LEASEHOLD_PLUGINS", display_order = 6)]
     pub plugins: Option<PathBuf>,
-    /// Where compiled components are cached [default: $XDG_CACHE_HOME/leasehold/components].
+    /// Where compiled components are cached [default: $XDG_CACHE_HOME/leasehold/components,
+    /// else $HOME/.cache/leasehold/components, else no cache].
     #[arg(long, env = "LEASEHOLD_CACHE_DIR", display_order = 9)]
     pub cache_dir: Option<PathBuf>,
     /// Variables a plugin's [grants.sql] database_url_env may name: NAME, PREFIX* or *SUFFIX;
@@ -236,8 +237,10 @@ pub struct Config {
     /// The plugin directory, if plugins are enabled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plugins: Option<PathBuf>,
-    /// Where compiled components are cached.
-    pub cache_dir: PathBuf,
+    /// Where compiled components are cached; none when neither it nor `XDG_CACHE_HOME` nor
+    /// `HOME` is set (there is no shared fallback: see [`crate::runtime::cache`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_dir: Option<PathBuf>,
     /// Which variables plugins' sql grants may name.
     #[serde(serialize_with = "patterns")]
     pub grant_url_variables: UrlVariables,
@@ -374,7 +377,7 @@ impl Config {
             cache_dir: flags
                 .cache_dir
                 .or(file.cache_dir)
-                .unwrap_or_else(crate::runtime::cache::default_dir),
+                .or_else(crate::runtime::cache::default_dir),
             grant_url_variables: match flags.grant_url_variables.or(file.grant_url_variables) {
                 Some(patterns) => UrlVariables::new(patterns)?,
                 None => UrlVariables::default(),

@@ -248,7 +248,11 @@ mod tests {
         assert_eq!(config.timing.ttl, Duration::from_millis(1500));
         assert_eq!(config.shutdown_grace, Duration::from_secs(3));
         assert!(!config.runtime.fuel);
-        assert!(config.cache_dir.starts_with(std::env::temp_dir()));
+        assert!(
+            config
+                .cache_dir
+                .is_some_and(|d| d.starts_with(std::env::temp_dir()))
+        );
         assert_eq!(config.http.port(), 0);
     }
 }

@@ -302,7 +302,8 @@ mod tests {
     #[test]
     fn a_component_that_does_not_compile_keeps_wasmtimes_reason_as_its_cause() {
         let cache = tempfile::tempdir().unwrap();
-        let runtime = Runtime::new(EngineOptions::default(), cache.path(), Metrics::new()).unwrap();
+        let runtime =
+            Runtime::new(EngineOptions::default(), Some(cache.path()), Metrics::new()).unwrap();
         let wasm = std::fs::read(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../guests/dist/hello-reconciler.wasm"),
         )

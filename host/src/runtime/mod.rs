@@ -77,10 +77,11 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// Builds the engine (starting its epoch ticker) and links WASI p2 and the leasehold imports.
+    /// Builds the engine (starting its epoch ticker) and links WASI p2 and the leasehold imports;
+    /// compiled components are cached in `cache_dir`, or compiled at every load without one.
     pub fn new(
         options: EngineOptions,
-        cache_dir: &Path,
+        cache_dir: Option<&Path>,
         metrics: Arc<Metrics>,
     ) -> Result<Arc<Self>, EngineError> {
         let (engine, allocator) = engine::build(&options)?;
@@ -93,7 +94,12 @@ impl Runtime {
         bindings::kv::add_to_linker::<HostState, Data>(&mut linker, |s| s)?;
         bindings::sql::add_to_linker::<HostState, Data>(&mut linker, |s| s)?;
         bindings::types::add_to_linker::<HostState, Data>(&mut linker, |s| s)?;
-        let cache = ComponentCache::new(cache_dir.to_path_buf(), &engine);
+        if cache_dir.is_none() {
+            tracing::warn!(
+                "no compile cache: neither XDG_CACHE_HOME nor HOME is set and no cache_dir is configured; every plugin is compiled at each load"
+            );
+        }
+        let cache = ComponentCache::new(cache_dir.map(Path::to_path_buf), &engine);
         Ok(Arc::new(Runtime {
             metrics,
             engine,

@@ -50,7 +50,7 @@ async fn replica(plugin: &str, manifest: &str, ttl: Duration) -> Replica {
     let metrics = Metrics::new();
     let runtime = Runtime::new(
         EngineOptions::default(),
-        &scratch.path().join("cache"),
+        Some(&scratch.path().join("cache")),
         metrics.clone(),
     )
     .unwrap();

@@ -43,7 +43,7 @@ async fn main() -> anyhow::Result<()> {
     let cache = tempfile::tempdir()?;
     let runtime = Runtime::new(
         EngineOptions::default(),
-        cache.path(),
+        Some(cache.path()),
         leasehold::metrics::Metrics::new(),
     )?;
     println!(
