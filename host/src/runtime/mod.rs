@@ -11,7 +11,8 @@
 //! - [`limits`]: what one store may take of the host's memory (its memories together, what a
 //!   host call copies, `wasi:random`, handles);
 //! - `imports`: the host side of the `kv` and `sql` imports (the capability layer behind them);
-//! - `output`: the guest's stdout and stderr, captured per store and logged after each call;
+//! - `output`: the guest's stdout and stderr, streamed to the log line by line within a
+//!   per-call budget;
 //! - [`engine`]: the engine and its epoch ticker;
 //! - [`cache`]: compiled components on disk.
 

@@ -1,60 +1,265 @@
-//! What a guest prints: its stdout and stderr, captured in memory per store (WASI grants it no
-//! other place to write) and logged line by line after each call, tagged with the plugin.
+//! What a guest prints: its stdout and stderr (WASI grants it no other place to write), streamed
+//! to the host's log line by line as it is written, tagged with the plugin, lease and stream.
+//!
+//! Nothing of it accumulates: a [`LineSink`] keeps only the line being written, cut at
+//! [`MAX_LINE_BYTES`], and logs each whole line through [`super::host::guest_text`]. Each call
+//! may log [`LINES_PER_CALL`] lines and [`BYTES_PER_CALL`] bytes per stream; the rest are counted
+//! and reported once, after the call, as one "N lines dropped" line. Writes never fail, so a
+//! guest may print forever (until its deadline or fuel ends the call) without an error, a panic
+//! in its `println!`, or host memory growing with what it printed.
 
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
 use wasmtime_wasi::WasiCtxBuilder;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
-use super::host::LeaseView;
+/// Lines per stream and call that reach the log: enough for a call's diagnostics, too few for a
+/// guest printing in a loop to drown the host's log.
+const LINES_PER_CALL: u32 = 200;
 
-/// Bytes of guest stdout/stderr kept per store; a guest that prints more gets write errors.
-const OUTPUT_CAPACITY: usize = 1 << 20;
+/// Bytes per stream and call that reach the log: 200 lines of a few hundred bytes, so long
+/// lines cannot multiply the line budget into megabytes.
+const BYTES_PER_CALL: usize = 64 << 10;
 
-/// Lines per stream and call that reach the log: a guest printing in a loop cannot flood it.
-const LINES_PER_CALL: usize = 200;
+/// The longest line kept whole; the rest of a longer line is dropped. A diagnostic line fits,
+/// and it is all the memory one stream holds between newlines.
+const MAX_LINE_BYTES: usize = 4 << 10;
 
-/// One store's stdout and stderr, and how much of each has been logged.
+/// How much the guest may hand over in one write: the usual WASI stream permit, so no write
+/// makes the host allocate much.
+const WRITE_PERMIT: usize = 64 << 10;
+
+/// One store's stdout and stderr.
 pub(super) struct GuestOutput {
     /// The guest's stdout.
-    stdout: MemoryOutputPipe,
+    stdout: LineSink,
     /// The guest's stderr.
-    stderr: MemoryOutputPipe,
-    /// Bytes of stdout and stderr logged already.
-    seen: (usize, usize),
+    stderr: LineSink,
 }
 
 impl GuestOutput {
-    /// Fresh pipes, wired into `wasi` as the guest's stdout and stderr.
-    pub(super) fn capture(wasi: &mut WasiCtxBuilder) -> Self {
-        let stdout = MemoryOutputPipe::new(OUTPUT_CAPACITY);
-        let stderr = MemoryOutputPipe::new(OUTPUT_CAPACITY);
+    /// Fresh sinks for `plugin` under `lease`, wired into `wasi` as the guest's stdout and stderr.
+    pub(super) fn capture(wasi: &mut WasiCtxBuilder, plugin: &Arc<str>, lease: &str) -> Self {
+        let stdout = LineSink::new(plugin, lease, "stdout");
+        let stderr = LineSink::new(plugin, lease, "stderr");
         wasi.stdout(stdout.clone()).stderr(stderr.clone());
-        GuestOutput {
-            stdout,
-            stderr,
-            seen: (0, 0),
+        GuestOutput { stdout, stderr }
+    }
+
+    /// Ends a call: logs an unfinished last line, reports what was dropped, and renews the
+    /// budgets for the next call.
+    pub(super) fn flush(&mut self) {
+        self.stdout.end_call();
+        self.stderr.end_call();
+    }
+}
+
+/// A guest stream that logs whole lines as they are written, within a per-call budget.
+#[derive(Clone)]
+pub(super) struct LineSink(Arc<Mutex<Lines>>);
+
+/// The state of one stream.
+struct Lines {
+    /// The plugin, for the log.
+    plugin: Arc<str>,
+    /// The lease, for the log.
+    lease: Box<str>,
+    /// `stdout` or `stderr`.
+    stream: &'static str,
+    /// The line being written, at most [`MAX_LINE_BYTES`].
+    partial: Vec<u8>,
+    /// Whether the line being written was longer than what `partial` kept.
+    overlong: bool,
+    /// Lines this call may still log.
+    lines_left: u32,
+    /// Bytes this call may still log.
+    bytes_left: usize,
+    /// Lines this call wrote but did not log.
+    dropped: u64,
+}
+
+impl LineSink {
+    fn new(plugin: &Arc<str>, lease: &str, stream: &'static str) -> Self {
+        LineSink(Arc::new(Mutex::new(Lines {
+            plugin: plugin.clone(),
+            lease: lease.into(),
+            stream,
+            partial: Vec::new(),
+            overlong: false,
+            lines_left: LINES_PER_CALL,
+            bytes_left: BYTES_PER_CALL,
+            dropped: 0,
+        })))
+    }
+
+    fn lines(&self) -> std::sync::MutexGuard<'_, Lines> {
+        // The state stays consistent at every step: a panic elsewhere cannot poison it.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn take(&self, bytes: &[u8]) {
+        self.lines().take(bytes);
+    }
+
+    fn end_call(&self) {
+        self.lines().end_call();
+    }
+}
+
+impl Lines {
+    /// Takes what the guest wrote: each newline ends a line.
+    fn take(&mut self, bytes: &[u8]) {
+        for piece in bytes.split_inclusive(|b| *b == b'\n') {
+            let (text, ends) = match piece.split_last() {
+                Some((b'\n', text)) => (text, true),
+                _ => (piece, false),
+            };
+            let room = MAX_LINE_BYTES - self.partial.len();
+            self.partial
+                .extend_from_slice(&text[..text.len().min(room)]);
+            self.overlong |= text.len() > room;
+            if ends {
+                self.end_line();
+            }
         }
     }
 
-    /// Logs what the guest printed since the last flush, with the plugin's name and lease.
-    pub(super) fn flush(&mut self, plugin: &str, lease: &LeaseView) {
-        for (name, pipe, seen) in [
-            ("stdout", &self.stdout, &mut self.seen.0),
-            ("stderr", &self.stderr, &mut self.seen.1),
-        ] {
-            let contents = pipe.contents();
-            if contents.len() <= *seen {
-                continue;
-            }
-            let fresh = String::from_utf8_lossy(&contents[*seen..]);
-            *seen = contents.len();
-            for line in fresh
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .take(LINES_PER_CALL)
-            {
-                let line = super::host::guest_text(line.to_string());
-                tracing::info!(plugin, lease = %lease.name, stream = name, "{line}");
-            }
+    /// Logs the line written so far, if the budget allows, else counts it.
+    fn end_line(&mut self) {
+        let overlong = std::mem::take(&mut self.overlong);
+        let mut text = String::from_utf8_lossy(&self.partial).into_owned();
+        self.partial.clear();
+        if text.trim().is_empty() {
+            return;
         }
+        if self.lines_left == 0 || text.len() > self.bytes_left {
+            self.dropped += 1;
+            return;
+        }
+        self.lines_left -= 1;
+        self.bytes_left -= text.len();
+        if overlong {
+            text.push_str("… (truncated)");
+        }
+        let line = super::host::guest_text(text);
+        tracing::info!(plugin = &*self.plugin, lease = %self.lease, stream = self.stream, "{line}");
+    }
+
+    /// See [`GuestOutput::flush`].
+    fn end_call(&mut self) {
+        if !self.partial.is_empty() {
+            self.end_line();
+        }
+        if self.dropped > 0 {
+            tracing::warn!(
+                plugin = &*self.plugin, lease = %self.lease, stream = self.stream,
+                "{} lines dropped: guest output over the per-call budget ({LINES_PER_CALL} lines, {BYTES_PER_CALL} bytes)",
+                self.dropped
+            );
+        }
+        self.dropped = 0;
+        self.lines_left = LINES_PER_CALL;
+        self.bytes_left = BYTES_PER_CALL;
+    }
+}
+
+impl IsTerminal for LineSink {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for LineSink {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl OutputStream for LineSink {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.take(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        // Every whole line is logged as it is written: nothing is held to flush.
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(WRITE_PERMIT)
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for LineSink {
+    async fn ready(&mut self) {}
+}
+
+impl tokio::io::AsyncWrite for LineSink {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.take(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sink() -> LineSink {
+        LineSink::new(&Arc::from("p"), "leader", "stdout")
+    }
+
+    #[test]
+    fn lines_split_across_writes_are_joined_and_the_excess_is_counted() {
+        let s = sink();
+        s.take(b"hel");
+        s.take(b"lo\nwor");
+        assert_eq!(s.lines().lines_left, LINES_PER_CALL - 1);
+        assert_eq!(s.lines().partial, b"wor");
+        for _ in 0..LINES_PER_CALL + 5 {
+            s.take(b"x\n");
+        }
+        assert_eq!(s.lines().lines_left, 0);
+        // "wor" + "x" went out as one line, so 6 lines are over the budget.
+        assert_eq!(s.lines().dropped, 6);
+        s.end_call();
+        assert_eq!(s.lines().lines_left, LINES_PER_CALL);
+        assert_eq!(s.lines().dropped, 0);
+    }
+
+    #[test]
+    fn a_line_without_end_holds_at_most_the_line_limit() {
+        let s = sink();
+        let chunk = vec![b'y'; WRITE_PERMIT];
+        for _ in 0..64 {
+            s.take(&chunk);
+        }
+        assert_eq!(s.lines().partial.len(), MAX_LINE_BYTES);
+        assert!(s.lines().overlong);
+        s.take(b"\n");
+        assert!(s.lines().partial.is_empty());
+        assert_eq!(s.lines().bytes_left, BYTES_PER_CALL - MAX_LINE_BYTES);
     }
 }

@@ -63,7 +63,7 @@ impl Runtime {
     ) -> PluginStore {
         let calls = self.metrics.calls_of(&plugin);
         let mut wasi = WasiCtxBuilder::new();
-        let output = GuestOutput::capture(&mut wasi);
+        let output = GuestOutput::capture(&mut wasi, &plugin, &lease.name);
         let wasi = wasi
             .max_random_size(limits::MAX_RANDOM_BYTES)
             .allow_tcp(false)
@@ -146,7 +146,7 @@ pub struct PluginStore {
     limits: CallLimits,
     /// Whether the engine meters fuel.
     meters_fuel: bool,
-    /// What the guest prints, logged after each call.
+    /// What the guest prints, logged as it prints.
     output: GuestOutput,
     /// Ends the epoch-bump watcher with the store.
     _watch: DropGuard,
@@ -336,8 +336,7 @@ impl PluginStore {
             data.call_deadline = None;
             data.interrupted.take()
         };
-        let state = self.store.data();
-        self.output.flush(&state.plugin, &state.lease);
+        self.output.flush();
         let result = match outcome {
             Ok(Ok(Ok(value))) => Ok(value),
             Ok(Ok(Err(message))) => Err(CallFailure::Returned(host::guest_text(message))),

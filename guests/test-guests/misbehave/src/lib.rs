@@ -14,7 +14,8 @@
 //!   - `sleep`: block in `std::thread::sleep` for `ms` milliseconds (default 60000);
 //!   - `log-flood`: write `lines` lines (default 1,000,000) through the host's log;
 //!   - `print`: write `lines` lines (default 100,000, about 10 MB) to stdout and as many to
-//!     stderr, ignoring write errors (a host may cap the output it keeps);
+//!     stderr, and return `Err` naming the first write that failed (a host must take whatever
+//!     a guest prints without failing its writes, as `println!` panics on a failed write);
 //!   - `fail`: return `Err("deliberate failure")`;
 //!   - `requeue`: return `Ok`, asking for the next call after `ms` milliseconds (default 1000);
 //!   - `escape`: try to leave the sandbox — list `/`, read `/etc/passwd`, read the environment and
@@ -149,7 +150,7 @@ impl Misbehave {
                 Ok(Outcome::default())
             }
             "print" => {
-                print_flood(self.lines.unwrap_or(100_000));
+                print_flood(self.lines.unwrap_or(100_000))?;
                 Ok(Outcome::default())
             }
             "fail" => Err("deliberate failure".to_string()),
@@ -237,22 +238,22 @@ fn trap() -> ! {
     std::process::abort()
 }
 
-/// Writes `lines` lines of about 100 bytes to stdout and to stderr, ignoring write errors.
-fn print_flood(lines: u64) {
+/// Writes `lines` lines of about 100 bytes to stdout and to stderr; the first failed write
+/// ends it, named in the error.
+fn print_flood(lines: u64) -> Result<(), String> {
     let filler = "x".repeat(80);
+    let failed =
+        |stream: &str, i: u64, e: std::io::Error| format!("{stream} write {i} failed: {e}");
     let mut out = std::io::stdout().lock();
     for i in 0..lines {
-        if writeln!(out, "misbehave stdout {i:08} {filler}").is_err() {
-            break;
-        }
+        writeln!(out, "misbehave stdout {i:08} {filler}").map_err(|e| failed("stdout", i, e))?;
     }
-    let _ = out.flush();
+    out.flush().map_err(|e| failed("stdout", lines, e))?;
     let mut err = std::io::stderr().lock();
     for i in 0..lines {
-        if writeln!(err, "misbehave stderr {i:08} {filler}").is_err() {
-            break;
-        }
+        writeln!(err, "misbehave stderr {i:08} {filler}").map_err(|e| failed("stderr", i, e))?;
     }
+    Ok(())
 }
 
 leasehold_guest::export_reconciler!(Misbehave);
