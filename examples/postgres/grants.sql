@@ -9,6 +9,9 @@ GRANT SELECT, INSERT, UPDATE ON leasehold_leases TO leasehold;
 GRANT SELECT ON leasehold_fence_key TO leasehold;
 -- leasehold_kv: the plugins' fenced key-value store.
 GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_kv TO leasehold;
+-- leasehold_kv_usage: each plugin's kv usage, kept by a trigger on leasehold_kv and read
+-- FOR UPDATE by a put checking the plugin's quota.
+GRANT SELECT, INSERT, UPDATE ON leasehold_kv_usage TO leasehold;
 -- leasehold_database: the database's id, which tells sql grants they reach the lease database;
 -- _sqlx_migrations: read at start-up to confirm the schema is current.
 GRANT SELECT ON leasehold_database, _sqlx_migrations TO leasehold;

@@ -102,6 +102,10 @@ pub struct GrantsFile {
     /// The fenced key-value store.
     #[serde(default)]
     pub kv: bool,
+    /// Most kv keys the plugin may keep (needs `kv = true`).
+    pub kv_max_keys: Option<u64>,
+    /// Most kv bytes (keys plus values) the plugin may keep, e.g. `"64MiB"` (needs `kv = true`).
+    pub kv_max_bytes: Option<String>,
     /// Statements on a database.
     pub sql: Option<SqlGrantFile>,
 }
@@ -169,11 +173,38 @@ pub const DEFAULT_MAX_BYTES: usize = 16 << 20;
 /// 4 connections per grant: one call at a time per plugin needs one; the rest absorb reconnects.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 4;
 
+/// 100,000 keys per plugin: one key per object a reconciler manages is plenty, and a put loop
+/// stops long before its entries crowd the lease database's index.
+pub const DEFAULT_KV_MAX_KEYS: u64 = 100_000;
+/// 64 MiB per plugin (keys plus values): kv holds state and checkpoints, not blobs (64 values at
+/// the 1 MiB value limit); a put loop stops long before it fills the disk every lease lives on.
+pub const DEFAULT_KV_MAX_BYTES: u64 = 64 << 20;
+
+/// What one plugin may keep in kv: `[grants] kv_max_keys` and `kv_max_bytes`, validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvQuota {
+    /// Most keys.
+    pub max_keys: u64,
+    /// Most bytes, keys plus values.
+    pub max_bytes: u64,
+}
+
+impl Default for KvQuota {
+    fn default() -> Self {
+        KvQuota {
+            max_keys: DEFAULT_KV_MAX_KEYS,
+            max_bytes: DEFAULT_KV_MAX_BYTES,
+        }
+    }
+}
+
 /// What the manifest grants.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GrantSpec {
     /// `[grants] kv`.
     pub kv: bool,
+    /// `[grants] kv_max_keys`, `kv_max_bytes`, or their defaults.
+    pub kv_quota: KvQuota,
     /// `[grants.sql]`.
     pub sql: Option<SqlGrantSpec>,
 }
@@ -284,6 +315,7 @@ impl Manifest {
                 "must be at least 1",
             ));
         }
+        let kv_quota = kv_quota(&file.grants, &invalid)?;
         let sql = match file.grants.sql {
             None => None,
             Some(sql) => Some(sql_grant(sql, &invalid)?),
@@ -316,6 +348,7 @@ impl Manifest {
             failure_threshold,
             grants: GrantSpec {
                 kv: file.grants.kv,
+                kv_quota,
                 sql,
             },
             events,
@@ -413,6 +446,52 @@ fn sql_grant(
     })
 }
 
+/// `[grants] kv_max_keys` and `kv_max_bytes`, or their defaults.
+fn kv_quota(
+    grants: &GrantsFile,
+    invalid: &impl Fn(&'static str, String, &'static str) -> ManifestError,
+) -> Result<KvQuota, ManifestError> {
+    let d = KvQuota::default();
+    if !grants.kv {
+        if let Some(keys) = grants.kv_max_keys {
+            return Err(invalid(
+                "grants.kv_max_keys",
+                keys.to_string(),
+                "needs kv = true",
+            ));
+        }
+        if let Some(bytes) = &grants.kv_max_bytes {
+            return Err(invalid(
+                "grants.kv_max_bytes",
+                bytes.clone(),
+                "needs kv = true",
+            ));
+        }
+    }
+    let max_keys = grants.kv_max_keys.unwrap_or(d.max_keys);
+    if max_keys == 0 {
+        return Err(invalid(
+            "grants.kv_max_keys",
+            "0".into(),
+            "must be at least 1",
+        ));
+    }
+    let max_bytes = match &grants.kv_max_bytes {
+        None => d.max_bytes,
+        Some(text) => parse_size(text).map(|b| b as u64).ok_or_else(|| {
+            invalid(
+                "grants.kv_max_bytes",
+                text.clone(),
+                "expected a size such as 64MiB or 512KiB (at least 64KiB)",
+            )
+        })?,
+    };
+    Ok(KvQuota {
+        max_keys,
+        max_bytes,
+    })
+}
+
 /// `64MiB`, `512KiB`, `1GiB`, `65536` (bytes); at least one 64 KiB wasm page.
 fn parse_size(text: &str) -> Option<usize> {
     let t = text.trim();
@@ -484,6 +563,37 @@ mod tests {
             ("[events]\nchannels = ['x;drop']", "events.channels"),
             ("[grants]\nkv = true\nsql = 3", "p.toml"),
             ("[grants]\nkvv = true", "kvv"),
+        ] {
+            let e = Manifest::parse("p.toml", text).unwrap_err().to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn kv_quotas_default_and_are_set_only_with_the_kv_grant() {
+        let m = Manifest::parse("p.toml", "[grants]\nkv = true\n").unwrap();
+        assert_eq!(m.grants.kv_quota, KvQuota::default());
+        let m = Manifest::parse(
+            "p.toml",
+            "[grants]\nkv = true\nkv_max_keys = 50\nkv_max_bytes = '1MiB'\n",
+        )
+        .unwrap();
+        assert_eq!(
+            m.grants.kv_quota,
+            KvQuota {
+                max_keys: 50,
+                max_bytes: 1 << 20
+            }
+        );
+        for (text, key) in [
+            ("[grants]\nkv_max_keys = 5", "grants.kv_max_keys"),
+            ("[grants]\nkv_max_bytes = '1MiB'", "grants.kv_max_bytes"),
+            ("[grants]\nkv = true\nkv_max_keys = 0", "grants.kv_max_keys"),
+            (
+                "[grants]\nkv = true\nkv_max_bytes = '1TB'",
+                "grants.kv_max_bytes",
+            ),
+            ("[grants]\nkv = true\nkv_max_key = 5", "kv_max_key"),
         ] {
             let e = Manifest::parse("p.toml", text).unwrap_err().to_string();
             assert!(e.contains(key), "{text}: {e}");

@@ -55,6 +55,21 @@ async fn hosts_run_as_a_dml_only_role_after_the_owner_migrates() {
         .await
         .unwrap();
 
+    // The host role's kv writes pass the fence and the quota (the usage trigger runs as it).
+    {
+        use leasehold::capability::{Capabilities, Fence};
+        let url = leasehold::lease::DatabaseUrl::parse(&app).unwrap();
+        let holding =
+            leasehold_tests::leader::Holding::acquire(&url, "kv", Duration::from_secs(60))
+                .await
+                .unwrap();
+        let caps = Capabilities::new(url, Duration::from_secs(1));
+        let kv = caps.kv().await.unwrap();
+        let f = Fence::new("kv".into(), holding.holder(), Some(holding.term.clone()));
+        kv.put(&f, "p", "k", b"v").await.unwrap();
+        assert!(kv.delete(&f, "p", "k").await.unwrap());
+    }
+
     // The host runs in-process: what is tested is its database role, not its process.
     // Held (not dropped) while the lease is force-released under it.
     let _host = HostBuilder::new("app")

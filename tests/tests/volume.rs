@@ -124,3 +124,210 @@ async fn a_guest_printing_megabytes_every_call_never_fails_a_write_and_logs_only
     assert_eq!(host.role("leader").await, Some(Role::Leader));
     assert_eq!(host.status().await.unwrap().leases[0].epoch, epoch);
 }
+
+/// What the database holds of `plugin`'s kv: entries and their bytes counted from the rows, and
+/// the usage row the quota is checked against.
+async fn kv_usage(db: &Db, plugin: &str) -> ((i64, i64), (i64, i64)) {
+    let url = db.url().unwrap();
+    let counted = "SELECT count(*), coalesce(sum(octet_length(key) + octet_length(value)), 0)
+                     FROM leasehold_kv WHERE plugin = $1";
+    let usage = "SELECT coalesce(max(keys), 0), coalesce(max(bytes), 0)
+                   FROM leasehold_kv_usage WHERE plugin = $1";
+    match db.backend {
+        Backend::Postgres => {
+            let pool = sqlx::PgPool::connect(&url).await.unwrap();
+            let q = async |sql: &'static str| -> (i64, i64) {
+                sqlx::query_as(sql)
+                    .bind(plugin)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap()
+            };
+            (q(counted).await, q(usage).await)
+        }
+        _ => {
+            let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+            let counted = counted.replace("octet_length(key)", "length(CAST(key AS BLOB))");
+            let counted = counted.replace("octet_length(value)", "length(value)");
+            let q = async |sql: &str| -> (i64, i64) {
+                sqlx::query_as(sqlx::AssertSqlSafe(sql.replace("$1", "?1")))
+                    .bind(plugin)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap()
+            };
+            (q(&counted).await, q(usage).await)
+        }
+    }
+}
+
+/// A plugin directory with hello-reconciler and two copies of misbehave flooding kv, one against
+/// a key quota and one against a byte quota, all on lease `leader`.
+fn flood_dir() -> tempfile::TempDir {
+    let hello =
+        "lease = \"leader\"\n[schedule]\ninterval = \"100ms\"\n[config]\ngreeting = \"hi\"\n";
+    let dir = plugin_dir(&[("hello-reconciler", hello)]).unwrap();
+    let flood = |quota: &str, bytes: u32| {
+        format!(
+            "lease = \"leader\"\n[schedule]\ninterval = \"200ms\"\n[limits]\ncall_timeout = \"10s\"\n[grants]\nkv = true\n{quota}\n[config]\nverb = \"kv-flood\"\nlines = \"100000\"\nbytes = \"{bytes}\"\n"
+        )
+    };
+    let wasm = leasehold_tests::host::guests_dist().join("misbehave.wasm");
+    for (name, manifest) in [
+        ("flood-keys", flood("kv_max_keys = 50", 100)),
+        ("flood-bytes", flood("kv_max_bytes = \"64KiB\"", 4096)),
+    ] {
+        std::fs::copy(&wasm, dir.path().join(format!("{name}.wasm"))).unwrap();
+        std::fs::write(dir.path().join(format!("{name}.toml")), manifest).unwrap();
+    }
+    dir
+}
+
+async fn a_kv_flood_is_refused_at_the_quota(backend: Backend) {
+    let db = Db::new(backend).await.unwrap();
+    let dir = flood_dir();
+    let host = leading("flood", &db, dir.path()).await;
+    let epoch = host.status().await.unwrap().leases[0].epoch;
+    // (plugin, the put refused, the entries kept): 50 keys; 15 entries of 14 + 4096 bytes
+    // (61,650 bytes), as a 16th would pass 64 KiB.
+    for (plugin, refused, keys) in [("flood-keys", 50, 50), ("flood-bytes", 15, 15)] {
+        let status = eventually(
+            format!("{plugin} to report its refused put in /status"),
+            Duration::from_secs(30),
+            async || {
+                when(host.plugin_status(plugin).await, |s| {
+                    s.as_ref()
+                        .and_then(|s| s.last_error.as_deref())
+                        .is_some_and(|e| e.contains("kv quota exceeded"))
+                })
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let error = status.last_error.unwrap();
+        assert!(
+            error.contains(&format!("put {refused} refused"))
+                && error.contains(&format!("plugin {plugin}: kv quota exceeded")),
+            "{plugin}: {error}"
+        );
+        println!("{backend:?} {plugin}: {error}");
+        let (rows, usage) = kv_usage(&db, plugin).await;
+        assert_eq!(rows.0, keys, "{plugin}: entries kept");
+        assert_eq!(
+            rows, usage,
+            "{plugin}: the usage row disagrees with the rows"
+        );
+    }
+    let log = host
+        .wait_for_log("write refused: plugin flood-keys", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(log.contains("kv_max_keys"), "{log}");
+    // The other plugin goes on, and the lease never moved.
+    let before = host.log_text().matches("hi from epoch").count();
+    eventually(
+        "hello-reconciler to go on",
+        Duration::from_secs(10),
+        async || {
+            when(host.log_text().matches("hi from epoch").count(), |n| {
+                *n >= before + 3
+            })
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(host.role("leader").await, Some(Role::Leader));
+    assert_eq!(host.status().await.unwrap().leases[0].epoch, epoch);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kv_flood_on_sqlite_is_refused_at_the_quota_and_the_lease_keeps_its_epoch() {
+    a_kv_flood_is_refused_at_the_quota(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kv_flood_on_postgres_is_refused_at_the_quota_and_the_lease_keeps_its_epoch() {
+    a_kv_flood_is_refused_at_the_quota(Backend::Postgres).await;
+}
+
+/// The quota's arithmetic on a real store, under a held lease: a replacement counts the
+/// difference, a delete frees room, and concurrent puts of one plugin cannot pass it together.
+async fn kv_quota_is_exact(backend: Backend) {
+    use leasehold::capability::{Capabilities, CapabilityError, Fence};
+    use leasehold::lease::DatabaseUrl;
+    use leasehold::manifest::KvQuota;
+    let db = Db::new(backend).await.unwrap();
+    let url = DatabaseUrl::parse(&db.url().unwrap()).unwrap();
+    let holding = leasehold_tests::leader::Holding::acquire(&url, "q", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let caps = Capabilities::new(url, Duration::from_secs(1));
+    let kv = caps.kv().await.unwrap();
+    let f = Fence::new("q".into(), holding.holder(), Some(holding.term.clone()));
+    let quota = KvQuota {
+        max_keys: 3,
+        max_bytes: 30,
+    };
+    let put =
+        async |key: &str, len: usize| kv.put_within(&f, "p", key, &vec![b'v'; len], &quota).await;
+    let refused =
+        |r: &Result<(), CapabilityError>| matches!(r, Err(CapabilityError::QuotaExceeded(_)));
+    // Entries of 10 bytes: a one-byte key and nine bytes of value.
+    put("a", 9).await.unwrap();
+    put("b", 9).await.unwrap();
+    put("a", 9).await.unwrap(); // a replacement adds no key and no bytes
+    put("c", 9).await.unwrap(); // 3 keys, 30 bytes: at the quota, not over it
+    assert!(refused(&put("d", 0).await), "a fourth key");
+    assert!(
+        refused(&put("a", 10).await),
+        "a replacement one byte larger"
+    );
+    put("a", 5).await.unwrap(); // smaller: 26 bytes
+    assert!(kv.delete(&f, "p", "b").await.unwrap());
+    put("d", 9).await.unwrap(); // the delete made room: 3 keys, 26 bytes
+    assert_eq!(kv_usage(&db, "p").await.0, (3, 26));
+
+    // Eight puts of new keys at once against room for two more keys.
+    let quota = KvQuota {
+        max_keys: 5,
+        max_bytes: 1 << 20,
+    };
+    let puts = (0..8).map(|i| {
+        let (kv, f) = (kv.clone(), f.clone());
+        tokio::spawn(async move {
+            kv.put_within(&f, "p", &format!("new/{i}"), b"x", &quota)
+                .await
+        })
+    });
+    let results = futures_results(puts).await;
+    let kept = results.iter().filter(|r| r.is_ok()).count();
+    assert!(
+        results.iter().all(|r| r.is_ok() || refused(r)),
+        "{results:?}"
+    );
+    assert_eq!(kept, 2, "{results:?}");
+    let (rows, usage) = kv_usage(&db, "p").await;
+    assert_eq!(rows.0, 5);
+    assert_eq!(rows, usage);
+}
+
+async fn futures_results<T: std::fmt::Debug>(
+    tasks: impl Iterator<Item = tokio::task::JoinHandle<T>>,
+) -> Vec<T> {
+    let mut out = Vec::new();
+    for task in tasks.collect::<Vec<_>>() {
+        out.push(task.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_kv_quota_on_sqlite_counts_replacements_deletes_and_concurrent_puts_exactly() {
+    kv_quota_is_exact(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_kv_quota_on_postgres_counts_replacements_deletes_and_concurrent_puts_exactly() {
+    kv_quota_is_exact(Backend::Postgres).await;
+}

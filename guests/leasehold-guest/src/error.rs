@@ -36,7 +36,8 @@ pub enum Error {
     /// The arguments were refused (an empty or too long key, a statement the host does not
     /// run, a column of another type than asked for); the text says which and why.
     Invalid(String),
-    /// A cap was reached (rows or bytes of a result, size of a value); the text names it.
+    /// A cap was reached (rows or bytes of a result, size of a value, the kv quota); the text
+    /// names it.
     TooLarge(String),
     /// The database refused the statement (syntax, constraint, permission, division by zero);
     /// the text is the database's message with its SQLSTATE.

@@ -5,6 +5,8 @@
 //! ```toml
 //! [grants]
 //! kv = true                       # fenced key-value store in the lease database
+//! kv_max_keys = 100000            # optional quota: keys (this is the default)
+//! kv_max_bytes = "64MiB"          # optional quota: keys plus values (this is the default)
 //! ```
 //!
 //! Without the grant every call returns [`Error::NotGranted`].
@@ -20,7 +22,9 @@
 //!   work while the lease is being lost.
 //! - **Limits.** A key is 1 to 1024 bytes of UTF-8 without NUL characters
 //!   ([`Error::Invalid`] otherwise); a value is at most 1 MiB ([`Error::TooLarge`] otherwise).
-//!   A [`list`] call returns at most 1000 entries (`limit` is clamped to `1..=1000`), and may
+//!   A [`put`] that would take the plugin's entries past its quota (`kv_max_keys`,
+//!   `kv_max_bytes`) is refused with [`Error::TooLarge`] naming the quota, and writes nothing;
+//!   [`delete`] frees room. A [`list`] call returns at most 1000 entries (`limit` is clamped to `1..=1000`), and may
 //!   return fewer than `limit` with a [`Page::next`] when the values are large: always follow
 //!   `next`, or use [`list_all`].
 //! - **Order.** Listings are in byte order of the keys (UTF-8 bytes compared as unsigned, as in

@@ -1,6 +1,14 @@
 //! `kv`: a key-value store scoped to the plugin, kept in the lease database (table
 //! `leasehold_kv`). Writes are fenced ([`super::fence`]); reads are not, since a stale read cannot
 //! harm anything a fenced write does not also check.
+//!
+//! Each plugin has a quota of keys and bytes (keys plus values, [`KvQuota`]), so a put loop
+//! cannot fill the disk the leases live on. Triggers keep each plugin's usage exact in
+//! `leasehold_kv_usage`, and a put checks its outcome against the quota in the same fenced
+//! statement (PostgreSQL) or transaction (SQLite) that writes it. On PostgreSQL the usage row is
+//! read `FOR UPDATE`, so concurrent puts of one plugin (a group's shards) see each other's
+//! committed usage; only a concurrent put or delete of the very same key can make a put miscount
+//! its own entry, by one key at most.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -13,6 +21,7 @@ use super::CapabilityError;
 use super::fence::{self, Fence};
 use crate::lease::DatabaseUrl;
 use crate::lease::sqlite::MachineClock;
+use crate::manifest::KvQuota;
 
 /// The longest key in bytes: room for paths and ids, small enough to keep the index compact.
 pub const MAX_KEY: usize = 1024;
@@ -106,13 +115,27 @@ impl Kv {
         .map_err(unavailable("kv get"))
     }
 
-    /// Sets `key` of `plugin` to `value`, fenced.
+    /// Sets `key` of `plugin` to `value`, fenced, within the default quota.
     pub async fn put(
         &self,
         fence: &Fence,
         plugin: &str,
         key: &str,
         value: &[u8],
+    ) -> Result<(), CapabilityError> {
+        self.put_within(fence, plugin, key, value, &KvQuota::default())
+            .await
+    }
+
+    /// Sets `key` of `plugin` to `value`, fenced, unless the plugin's entries would then exceed
+    /// `quota`.
+    pub async fn put_within(
+        &self,
+        fence: &Fence,
+        plugin: &str,
+        key: &str,
+        value: &[u8],
+        quota: &KvQuota,
     ) -> Result<(), CapabilityError> {
         check_key(key)?;
         if value.len() > MAX_VALUE {
@@ -122,30 +145,59 @@ impl Kv {
             )));
         }
         fence.check_local()?;
-        let written = match self {
+        // What the entry adds; at most MAX_KEY + MAX_VALUE, so it fits.
+        let entry = i64::try_from(key.len() + value.len()).unwrap_or(i64::MAX);
+        let max_keys = i64::try_from(quota.max_keys).unwrap_or(i64::MAX);
+        let max_bytes = i64::try_from(quota.max_bytes).unwrap_or(i64::MAX);
+        match self {
             Kv::Postgres(pool) => {
                 // One statement, one transaction: the CTE locks the lease row before the upsert,
-                // and no row comes out of it unless the lease is still ours.
+                // and no row comes out of it unless the lease is still ours and the plugin's
+                // entries stay within its quota afterwards.
                 let sql = format!(
-                    "WITH fence AS ({check})
+                    "WITH fence AS ({check}),
+                          usage AS (SELECT keys, bytes FROM leasehold_kv_usage
+                                     WHERE plugin = $4 FOR UPDATE),
+                          old AS (SELECT octet_length(key) + octet_length(value) AS bytes
+                                    FROM leasehold_kv WHERE plugin = $4 AND key = $5),
+                          after AS (SELECT coalesce((SELECT keys FROM usage), 0)
+                                             + CASE WHEN EXISTS (SELECT 1 FROM old) THEN 0 ELSE 1 END
+                                             AS keys,
+                                           coalesce((SELECT bytes FROM usage), 0)
+                                             - coalesce((SELECT bytes FROM old), 0) + $7 AS bytes),
+                          put AS (
                      INSERT INTO leasehold_kv AS kv (plugin, key, value, lease, epoch, updated_at)
-                     SELECT $4, $5, $6, $1, $3, now() FROM fence
+                     SELECT $4, $5, $6, $1, $3, now() FROM fence, after
+                      WHERE after.keys <= $8 AND after.bytes <= $9
                      ON CONFLICT (plugin, key) DO UPDATE
                         SET value = EXCLUDED.value, lease = EXCLUDED.lease,
-                            epoch = EXCLUDED.epoch, updated_at = EXCLUDED.updated_at",
+                            epoch = EXCLUDED.epoch, updated_at = EXCLUDED.updated_at
+                     RETURNING 1)
+                     SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM put), keys, bytes
+                       FROM after",
                     check = fence::POSTGRES_CHECK
                 );
-                sqlx::query(sqlx::AssertSqlSafe(sql))
-                    .bind(&fence.lease)
-                    .bind(&fence.holder)
-                    .bind(fence.epoch())
-                    .bind(plugin)
-                    .bind(key)
-                    .bind(value)
-                    .execute(pool)
-                    .await
-                    .map_err(|e| fence.failed_before_commit("kv put", &e))?
-                    .rows_affected()
+                let (held, put, keys, bytes): (i64, i64, i64, i64) =
+                    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                        .bind(&fence.lease)
+                        .bind(&fence.holder)
+                        .bind(fence.epoch())
+                        .bind(plugin)
+                        .bind(key)
+                        .bind(value)
+                        .bind(entry)
+                        .bind(max_keys)
+                        .bind(max_bytes)
+                        .fetch_one(pool)
+                        .await
+                        .map_err(|e| fence.failed_before_commit("kv put", &e))?;
+                if held == 0 {
+                    return Err(fence.lost());
+                }
+                if put == 0 {
+                    return Err(over_quota(plugin, keys, bytes, quota));
+                }
+                Ok(())
             }
             Kv::Sqlite(pool) => {
                 let mut tx = pool
@@ -155,7 +207,27 @@ impl Kv {
                 if !sqlite_fence(&mut tx, fence).await? {
                     return Err(fence.lost());
                 }
-                let n = sqlx::query(
+                // The immediate transaction holds the database's write lock: no other put can
+                // change the usage between this check and the upsert.
+                let (keys, bytes): (i64, i64) = sqlx::query_as(
+                    "SELECT coalesce((SELECT keys FROM leasehold_kv_usage WHERE plugin = ?1), 0)
+                              + NOT EXISTS (SELECT 1 FROM leasehold_kv
+                                             WHERE plugin = ?1 AND key = ?2),
+                            coalesce((SELECT bytes FROM leasehold_kv_usage WHERE plugin = ?1), 0)
+                              - coalesce((SELECT length(CAST(key AS BLOB)) + length(value)
+                                            FROM leasehold_kv WHERE plugin = ?1 AND key = ?2), 0)
+                              + ?3",
+                )
+                .bind(plugin)
+                .bind(key)
+                .bind(entry)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(unavailable("kv put: quota"))?;
+                if keys > max_keys || bytes > max_bytes {
+                    return Err(over_quota(plugin, keys, bytes, quota));
+                }
+                sqlx::query(
                     "INSERT INTO leasehold_kv (plugin, key, value, lease, epoch, updated_at_ms)
                      VALUES (?1, ?2, ?3, ?4, ?5, CAST(unixepoch('subsec') * 1000 AS INTEGER))
                      ON CONFLICT (plugin, key) DO UPDATE
@@ -169,16 +241,11 @@ impl Kv {
                 .bind(fence.epoch())
                 .execute(&mut *tx)
                 .await
-                .map_err(unavailable("kv put"))?
-                .rows_affected();
+                .map_err(unavailable("kv put"))?;
                 tx.commit().await.map_err(unavailable("kv put: commit"))?;
-                n
+                Ok(())
             }
-        };
-        if written == 0 {
-            return Err(fence.lost());
         }
-        Ok(())
     }
 
     /// Removes `key` of `plugin`, fenced; true when it existed.
@@ -313,6 +380,14 @@ async fn sqlite_fence(
         .await
         .map_err(unavailable("kv fence"))?;
     Ok(held.is_some())
+}
+
+/// The refusal of a put that would leave `plugin` with `keys` keys and `bytes` bytes.
+fn over_quota(plugin: &str, keys: i64, bytes: i64, quota: &KvQuota) -> CapabilityError {
+    CapabilityError::QuotaExceeded(format!(
+        "plugin {plugin}: kv quota exceeded: the put would leave {keys} keys and {bytes} bytes, over the quota of {} keys and {} bytes ([grants] kv_max_keys, kv_max_bytes); nothing was written",
+        quota.max_keys, quota.max_bytes
+    ))
 }
 
 fn check_key(key: &str) -> Result<(), CapabilityError> {

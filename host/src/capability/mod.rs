@@ -60,6 +60,9 @@ pub enum CapabilityError {
     /// A cap was reached.
     #[error("{0}")]
     TooLarge(String),
+    /// A write would take the plugin past its kv quota; nothing of it was kept.
+    #[error("{0}")]
+    QuotaExceeded(String),
     /// The database refused the statement.
     #[error("{0}")]
     Database(String),
@@ -75,7 +78,7 @@ impl CapabilityError {
             CapabilityError::NotGranted { .. } | CapabilityError::GrantRefused(_) => "not-granted",
             CapabilityError::LeaseLost { .. } => "lease-lost",
             CapabilityError::Invalid(_) => "invalid",
-            CapabilityError::TooLarge(_) => "too-large",
+            CapabilityError::TooLarge(_) | CapabilityError::QuotaExceeded(_) => "too-large",
             CapabilityError::Database(_) => "database",
             CapabilityError::Unavailable(_) => "unavailable",
         }
@@ -298,6 +301,8 @@ pub enum GrantError {
 pub struct Grants {
     /// `[grants] kv = true`.
     pub kv: bool,
+    /// What the plugin may keep in kv.
+    pub kv_quota: crate::manifest::KvQuota,
     /// `[grants.sql]`, resolved: its pool is shared by every term of this file.
     pub sql: Option<Arc<sql::SqlGrant>>,
     /// `[events] channels`, with the database they are listened on.
@@ -349,6 +354,7 @@ impl Grants {
         };
         Ok(Grants {
             kv: manifest.grants.kv,
+            kv_quota: manifest.grants.kv_quota,
             sql,
             events,
         })

@@ -16,7 +16,9 @@ impl From<CapabilityError> for WitError {
             }
             CapabilityError::LeaseLost { .. } => WitError::LeaseLost,
             CapabilityError::Invalid(_) => WitError::Invalid(text),
-            CapabilityError::TooLarge(_) => WitError::TooLarge(text),
+            CapabilityError::TooLarge(_) | CapabilityError::QuotaExceeded(_) => {
+                WitError::TooLarge(text)
+            }
             CapabilityError::Database(_) => WitError::Database(text),
             CapabilityError::Unavailable(_) => WitError::Unavailable(text),
         }
@@ -83,6 +85,10 @@ impl HostState {
                     self.fenced_refusals += 1;
                     tracing::warn!(plugin, lease, epoch, op, "fenced write refused: {e}");
                 }
+                // The operator's to act on: the plugin's data outgrew what its manifest allows.
+                CapabilityError::QuotaExceeded(_) => {
+                    tracing::warn!(plugin, lease, epoch, op, "write refused: {e}");
+                }
                 _ => tracing::debug!(plugin, lease, epoch, op, kind = e.kind(), "{e}"),
             }
         }
@@ -112,7 +118,9 @@ impl kv::Host for HostState {
             Ok(caps) => {
                 async move {
                     let kv = caps.host.kv().await?;
-                    kv.put(&fence, &caps.plugin, &key, &value).await
+                    let quota = caps.grants.kv_quota;
+                    kv.put_within(&fence, &caps.plugin, &key, &value, &quota)
+                        .await
                 }
                 .await
             }

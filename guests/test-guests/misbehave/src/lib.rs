@@ -18,6 +18,9 @@
 //!     a guest prints without failing its writes, as `println!` panics on a failed write);
 //!   - `fail`: return `Err("deliberate failure")`;
 //!   - `requeue`: return `Ok`, asking for the next call after `ms` milliseconds (default 1000);
+//!   - `kv-flood`: put `lines` keys (default 1,000,000) of `bytes` bytes each (default 1024)
+//!     into kv (needs `[grants] kv = true`) and return `Err` with the first refusal; `Ok` only
+//!     if every put was kept;
 //!   - `escape`: try to leave the sandbox — list `/`, read `/etc/passwd`, read the environment and
 //!     the arguments — and return `Err` naming whatever worked;
 //!   - `random-flood`: ask `wasi:random` for 4 KiB (which must work), then for `mib` MiB
@@ -40,7 +43,7 @@ use std::hint::black_box;
 use std::io::Write;
 use std::time::Duration;
 
-use leasehold_guest::{Config, Context, Outcome, Reconciler, lease, log};
+use leasehold_guest::{Config, Context, Outcome, Reconciler, kv, lease, log};
 
 mod attacks;
 
@@ -62,6 +65,7 @@ const VERBS: &[&str] = &[
     "handle-flood",
     "big-params",
     "null-rows",
+    "kv-flood",
 ];
 
 struct Misbehave {
@@ -74,6 +78,7 @@ struct Misbehave {
     mib: Option<u64>,
     count: Option<u64>,
     copies: Option<u64>,
+    bytes: Option<usize>,
 }
 
 impl Reconciler for Misbehave {
@@ -88,6 +93,7 @@ impl Reconciler for Misbehave {
             "mib",
             "count",
             "copies",
+            "bytes",
         ])?;
         let plugin = Misbehave {
             verb: config.choice("verb", VERBS, "ok")?.to_string(),
@@ -99,6 +105,7 @@ impl Reconciler for Misbehave {
             mib: config.parse("mib")?,
             count: config.parse("count")?,
             copies: config.parse("copies")?,
+            bytes: config.parse("bytes")?,
         };
         log::info(&format!(
             "misbehave: verb {:?} in {} on lease {:?} (epoch {:?})",
@@ -167,9 +174,21 @@ impl Misbehave {
             "handle-flood" => attacks::handle_flood(self.count.unwrap_or(1_000_000)),
             "big-params" => attacks::big_params(self.mib.unwrap_or(60), self.copies.unwrap_or(8)),
             "null-rows" => attacks::null_rows(),
+            "kv-flood" => kv_flood(self.lines.unwrap_or(1_000_000), self.bytes.unwrap_or(1024)),
             other => Err(format!("unknown verb {other:?}")),
         }
     }
+}
+
+/// Puts `keys` keys of `bytes` bytes each until one is refused; the refusal is the error.
+fn kv_flood(keys: u64, bytes: usize) -> Result<Outcome, String> {
+    let value = vec![0x5Au8; bytes];
+    for i in 0..keys {
+        if let Err(e) = kv::put(&format!("flood/{i:08}"), &value) {
+            return Err(format!("kv-flood: put {i} refused: {e}"));
+        }
+    }
+    Ok(Outcome::default())
 }
 
 /// Tries every way out of the sandbox a plugin should not have; `Ok` only if all of them fail.
