@@ -125,7 +125,7 @@ async fn a_tampered_compile_cache_is_compiled_around_never_loaded() {
     let garbage = b"\x7fELF garbage with a checksum that matches".to_vec();
     std::fs::write(&target, &garbage).unwrap();
     let sum = format!("{:x}", Sha256::digest(&garbage));
-    std::fs::write(target.with_extension("cwasm.sha256"), format!("{sum}\n")).unwrap();
+    std::fs::write(target.with_extension("sha256"), format!("{sum}\n")).unwrap();
     let run = run_once("garbage-summed", &db, p, &cache).await;
     assert_refused(
         "summed garbage",

@@ -290,9 +290,11 @@ fn read_file(d: &OwnedFd, dir: &Path, name: &str) -> Result<Option<Vec<u8>>, Ref
     Ok(Some(bytes))
 }
 
-/// The checksum file of artifact `name`.
+/// The checksum file of artifact `name` (`KEY.cwasm` → `KEY.sha256`, as earlier releases named
+/// it, so that hosts of both sharing a cache agree on which checksum goes with which artifact).
 fn sum_name(name: &str) -> String {
-    format!("{name}.sha256")
+    let key = name.strip_suffix(".cwasm").unwrap_or(name);
+    format!("{key}.sha256")
 }
 
 /// The artifact `name`, if present and trusted.
