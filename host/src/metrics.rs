@@ -103,6 +103,18 @@ pub struct Metrics {
     pub plugin_memory_bytes: Family<PluginLabel, Gauge>,
     /// Writes refused by the fence.
     pub plugin_refused_writes: Family<PluginLabel, Counter>,
+    /// Stores (instances and their memory) a plugin holds on this replica now.
+    pub plugin_stores: Family<PluginLabel, Gauge>,
+}
+
+/// One live store of a plugin, counted in `leasehold_plugin_stores` until dropped.
+#[derive(Debug)]
+pub struct StoreAlive(Gauge);
+
+impl Drop for StoreAlive {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 impl Metrics {
@@ -124,6 +136,7 @@ impl Metrics {
             plugin_call_fuel: Family::new_with_constructor(fuel_per_call),
             plugin_memory_bytes: Family::default(),
             plugin_refused_writes: Family::default(),
+            plugin_stores: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -192,6 +205,11 @@ impl Metrics {
             "Writes refused by the fence (lease-lost)",
             m.plugin_refused_writes.clone(),
         );
+        registry.register(
+            "leasehold_plugin_stores",
+            "Stores (instances and their memory) the plugin holds on this replica now",
+            m.plugin_stores.clone(),
+        );
         Arc::new(Metrics { registry, ..m })
     }
 
@@ -201,6 +219,17 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// Counts one live store of `plugin` until the returned guard is dropped: hold it beside
+    /// the store, declared before it, so that it counts down once the store is gone.
+    pub fn store_alive(&self, plugin: &str) -> StoreAlive {
+        let gauge = self
+            .plugin_stores
+            .get_or_create(&Metrics::plugin(plugin))
+            .clone();
+        gauge.inc();
+        StoreAlive(gauge)
     }
 
     /// The counter of `plugin`'s guest calls, to be incremented as each call enters the guest

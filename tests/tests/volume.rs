@@ -331,3 +331,79 @@ async fn the_kv_quota_on_sqlite_counts_replacements_deletes_and_concurrent_puts_
 async fn the_kv_quota_on_postgres_counts_replacements_deletes_and_concurrent_puts_exactly() {
     kv_quota_is_exact(Backend::Postgres).await;
 }
+
+/// `leasehold_plugin_stores` of `plugin` on `host`.
+async fn stores(host: &InProcessHost, plugin: &str) -> Option<f64> {
+    let metrics = host.metrics().await.ok()?;
+    leasehold_tests::endpoint::sample(
+        &metrics,
+        &format!("leasehold_plugin_stores{{plugin=\"{plugin}\"}}"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quarantined_plugin_gives_back_its_store_until_a_new_file_starts_it() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let hello =
+        "lease = \"leader\"\n[schedule]\ninterval = \"100ms\"\n[config]\ngreeting = \"hi\"\n";
+    let failing = manifest("100ms", "1s", "verb = \"fail\"");
+    let dir = plugin_dir(&[("misbehave", &failing), ("hello-reconciler", hello)]).unwrap();
+    let host = leading("quarantine", &db, dir.path()).await;
+    let epoch = host.status().await.unwrap().leases[0].epoch;
+    // Failing, in backoff: the instance and its store are kept for the retry.
+    eventually(
+        "misbehave in backoff with its store",
+        Duration::from_secs(10),
+        async || {
+            let state = host.plugin_status("misbehave").await.map(|s| s.state);
+            let live = stores(&host, "misbehave").await;
+            when((state, live), |s| {
+                *s == (Some(PluginState::Backoff), Some(1.0))
+            })
+        },
+    )
+    .await
+    .unwrap();
+    // Five failures in a row (0.5 + 1 + 2 + 4 s of backoff): quarantined, and its store gone.
+    eventually(
+        "misbehave quarantined without a store",
+        Duration::from_secs(20),
+        async || {
+            let state = host.plugin_status("misbehave").await.map(|s| s.state);
+            let live = stores(&host, "misbehave").await;
+            when((state, live), |s| {
+                *s == (Some(PluginState::Quarantined), Some(0.0))
+            })
+        },
+    )
+    .await
+    .unwrap();
+    host.wait_for_log("its instance and store are dropped", Duration::from_secs(1))
+        .await
+        .unwrap();
+    // The other plugin keeps its store and runs; the lease never moved.
+    assert_eq!(stores(&host, "hello-reconciler").await, Some(1.0));
+    assert_eq!(host.status().await.unwrap().leases[0].epoch, epoch);
+    assert_eq!(host.role("leader").await, Some(Role::Leader));
+
+    // A new file starts it again.
+    std::fs::write(
+        dir.path().join("misbehave.toml"),
+        manifest("100ms", "1s", "verb = \"ok\""),
+    )
+    .unwrap();
+    eventually(
+        "the new misbehave to run",
+        Duration::from_secs(15),
+        async || {
+            let state = host.plugin_status("misbehave").await.map(|s| s.state);
+            let live = stores(&host, "misbehave").await;
+            when((state, live), |s| {
+                *s == (Some(PluginState::Running), Some(1.0))
+            })
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(host.status().await.unwrap().leases[0].epoch, epoch);
+}

@@ -49,6 +49,7 @@ pub(super) async fn health_loop(
             acquired_at: term.as_ref().map(|_| SystemTime::now()),
             term,
         };
+        let _alive = sup.runtime.metrics().store_alive(&name);
         let mut store = sup
             .runtime
             .new_store(name.clone(), view, &entry.manifest.limits, None);

@@ -87,6 +87,8 @@ impl ReconcileTask {
         let mut tick = 0u64;
         'instance: loop {
             // A fresh store per instance: after any trap or dropped call the old one is poisoned.
+            // Counted from here until the store is dropped (declared first, dropped last).
+            let _alive = self.runtime.metrics().store_alive(&name);
             let mut store = self.runtime.new_store(
                 name.clone(),
                 self.view.clone(),
@@ -207,16 +209,15 @@ impl ReconcileTask {
                 if fresh { Then::Fresh } else { Then::Go }
             }
             Next::Quarantine => {
+                // The task ends here, dropping the instance, its store and their memory (and the
+                // plugin's event listener): a quarantined plugin holds nothing until the next
+                // term or a new file starts it again.
                 warn!(
                     failures = failures.count(),
-                    "plugin quarantined until the next term or a new file"
+                    "plugin quarantined until the next term or a new file; its instance and store are dropped"
                 );
                 self.board
                     .update(name, |s| s.state = PluginState::Quarantined);
-                tokio::select! {
-                    _ = self.term.cancelled() => {}
-                    _ = self.retire.cancelled() => {}
-                }
                 Then::End
             }
             Next::AwaitTerm { fresh } => {
