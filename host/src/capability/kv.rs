@@ -6,8 +6,8 @@
 //! cannot fill the disk the leases live on. Triggers keep each plugin's usage exact in
 //! `leasehold_kv_usage`, and a put checks its outcome against the quota in the same fenced
 //! statement (PostgreSQL) or transaction (SQLite) that writes it. On PostgreSQL the usage row is
-//! read `FOR UPDATE`, so concurrent puts of one plugin (a group's shards) see each other's
-//! committed usage; only a concurrent put or delete of the very same key can make a put miscount
+//! read `FOR UPDATE`, so concurrent puts of one plugin (a stale holder's beside the new one's)
+//! see each other's committed usage; only a concurrent put or delete of the very same key can make a put miscount
 //! its own entry, by one key at most.
 
 use std::str::FromStr;
