@@ -47,11 +47,7 @@ CREATE CONSTRAINT TRIGGER fence_kv_commit AFTER INSERT OR UPDATE ON leasehold_kv
 /// needs on `fence_history`. Its URL.
 pub async fn writer_role(url: &str) -> anyhow::Result<String> {
     let role_url = crate::pg::server().plugin_role(url, "writer").await?;
-    let role = role_url
-        .split("://")
-        .nth(1)
-        .and_then(|rest| rest.split('@').next())
-        .context("role in url")?;
+    let role = crate::pg::user_of(&role_url);
     let pool = PgPool::connect(url).await?;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "GRANT SELECT, INSERT ON fence_history TO {role};

@@ -328,6 +328,16 @@ fn make_tls_certificate(dir: &Path, owner: Option<&str>) {
 }
 
 /// `base` with its database name replaced by `name`.
+/// The user a URL such as [`Postgres::plugin_role`]'s logs in as (empty when it names none).
+pub fn user_of(url: &str) -> &str {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[start..];
+    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+    authority
+        .rfind('@')
+        .map_or("", |at| authority[..at].split(':').next().unwrap_or(""))
+}
+
 /// `url` with `user` (and no password) in place of its user.
 fn with_user(url: &str, user: &str) -> String {
     let start = url.find("://").map_or(0, |i| i + 3);

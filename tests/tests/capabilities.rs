@@ -155,13 +155,7 @@ async fn plugin_role(raw: &str) -> String {
         .plugin_role(raw, "cap")
         .await
         .unwrap();
-    let role = role_url
-        .split("://")
-        .nth(1)
-        .unwrap()
-        .split('@')
-        .next()
-        .unwrap();
+    let role = leasehold_tests::pg::user_of(&role_url);
     let admin = sqlx::PgPool::connect(raw).await.unwrap();
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "DO $$ BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO {role}', current_database()); END $$"
@@ -750,14 +744,7 @@ async fn a_grant_whose_role_holds_privileges_on_the_lease_tables_is_refused() {
             None => ("postgres".to_string(), raw.clone()),
             Some(grant_sql) => {
                 let role_url = plugin_role(&raw).await;
-                let role = role_url
-                    .split("://")
-                    .nth(1)
-                    .unwrap()
-                    .split('@')
-                    .next()
-                    .unwrap()
-                    .to_string();
+                let role = leasehold_tests::pg::user_of(&role_url).to_string();
                 let grant_sql = grant_sql
                     .replace("{role}", &role)
                     .replace("{owner}", &owner);

@@ -267,13 +267,7 @@ delete_after = \"2s\"
         .plugin_role(&url, "sweeper")
         .await
         .unwrap();
-    let role = sweeper
-        .split("://")
-        .nth(1)
-        .unwrap()
-        .split('@')
-        .next()
-        .unwrap();
+    let role = leasehold_tests::pg::user_of(&sweeper);
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "GRANT SELECT, UPDATE, DELETE ON sandboxes TO {role}"
     )))
