@@ -341,6 +341,27 @@ async fn stores(host: &InProcessHost, plugin: &str) -> Option<f64> {
     )
 }
 
+/// Waits up to `timeout` until `plugin` on `host` is in `state` with `live` stores.
+async fn wait_for_state_and_stores(
+    host: &InProcessHost,
+    plugin: &str,
+    state: PluginState,
+    live: f64,
+    timeout: Duration,
+) {
+    eventually(
+        format!("{plugin} {state:?} with {live} stores"),
+        timeout,
+        async || {
+            let seen = host.plugin_status(plugin).await.map(|s| s.state);
+            let stores = stores(host, plugin).await;
+            when((seen, stores), |s| *s == (Some(state), Some(live)))
+        },
+    )
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quarantined_plugin_gives_back_its_store_until_a_new_file_starts_it() {
     let db = Db::new(Backend::Sqlite).await.unwrap();
@@ -351,33 +372,23 @@ async fn a_quarantined_plugin_gives_back_its_store_until_a_new_file_starts_it() 
     let host = leading("quarantine", &db, dir.path()).await;
     let epoch = host.status().await.unwrap().leases[0].epoch;
     // Failing, in backoff: the instance and its store are kept for the retry.
-    eventually(
-        "misbehave in backoff with its store",
+    wait_for_state_and_stores(
+        &host,
+        "misbehave",
+        PluginState::Backoff,
+        1.0,
         Duration::from_secs(10),
-        async || {
-            let state = host.plugin_status("misbehave").await.map(|s| s.state);
-            let live = stores(&host, "misbehave").await;
-            when((state, live), |s| {
-                *s == (Some(PluginState::Backoff), Some(1.0))
-            })
-        },
     )
-    .await
-    .unwrap();
+    .await;
     // Five failures in a row (0.5 + 1 + 2 + 4 s of backoff): quarantined, and its store gone.
-    eventually(
-        "misbehave quarantined without a store",
+    wait_for_state_and_stores(
+        &host,
+        "misbehave",
+        PluginState::Quarantined,
+        0.0,
         Duration::from_secs(20),
-        async || {
-            let state = host.plugin_status("misbehave").await.map(|s| s.state);
-            let live = stores(&host, "misbehave").await;
-            when((state, live), |s| {
-                *s == (Some(PluginState::Quarantined), Some(0.0))
-            })
-        },
     )
-    .await
-    .unwrap();
+    .await;
     host.wait_for_log("its instance and store are dropped", Duration::from_secs(1))
         .await
         .unwrap();
@@ -392,18 +403,13 @@ async fn a_quarantined_plugin_gives_back_its_store_until_a_new_file_starts_it() 
         manifest("100ms", "1s", "verb = \"ok\""),
     )
     .unwrap();
-    eventually(
-        "the new misbehave to run",
+    wait_for_state_and_stores(
+        &host,
+        "misbehave",
+        PluginState::Running,
+        1.0,
         Duration::from_secs(15),
-        async || {
-            let state = host.plugin_status("misbehave").await.map(|s| s.state);
-            let live = stores(&host, "misbehave").await;
-            when((state, live), |s| {
-                *s == (Some(PluginState::Running), Some(1.0))
-            })
-        },
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(host.status().await.unwrap().leases[0].epoch, epoch);
 }
