@@ -148,6 +148,36 @@ fn grant(env: &str, url: &str, spec: &SqlGrantSpec) -> Arc<SqlGrant> {
     Arc::new(SqlGrant::resolve("probe", spec, move |k| (k == name).then(|| url.clone())).unwrap())
 }
 
+/// A fresh PostgreSQL lease database with lease `cap` held (ttl [`TTL`]), and the capabilities
+/// backed by it.
+struct LeaseDb {
+    /// Keeps the database alive.
+    _db: Db,
+    /// Its URL as the superuser.
+    raw: String,
+    /// The same, parsed.
+    url: DatabaseUrl,
+    /// The holding of lease `cap`.
+    holding: Holding,
+    /// The capabilities backed by it.
+    caps: Arc<Capabilities>,
+}
+
+async fn lease_db() -> LeaseDb {
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let raw = db.url().unwrap();
+    let url = DatabaseUrl::parse(&raw).unwrap();
+    let holding = Holding::acquire(&url, "cap", TTL).await.unwrap();
+    let caps = Capabilities::new(url.clone(), STORE_TIMEOUT);
+    LeaseDb {
+        _db: db,
+        raw,
+        url,
+        holding,
+        caps,
+    }
+}
+
 /// A role for a plugin's grant on the lease database at `raw`, as the README's security model
 /// asks (nothing on the leasehold_* tables), that may also create schemas there; its URL.
 async fn plugin_role(raw: &str) -> String {
@@ -180,11 +210,13 @@ fn stmt(sql: &str, params: Vec<SqlValue>) -> Statement {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_on_the_lease_database_is_fenced_and_capped() {
-    let db = Db::new(Backend::Postgres).await.unwrap();
-    let raw = db.url().unwrap();
-    let url = DatabaseUrl::parse(&raw).unwrap();
-    let holding = Holding::acquire(&url, "cap", TTL).await.unwrap();
-    let caps = Capabilities::new(url.clone(), STORE_TIMEOUT);
+    let LeaseDb {
+        _db,
+        raw,
+        url,
+        holding,
+        caps,
+    } = lease_db().await;
     // Another spelling of the same server: the grant still recognises the lease database.
     let other_spelling = plugin_role(&raw).await.replace("127.0.0.1", "localhost");
     assert!(other_spelling.contains("localhost"), "{other_spelling}");
@@ -364,11 +396,13 @@ async fn a_grant_that_cannot_identify_its_database_reads_but_never_writes() {
         eprintln!("skipped: DATABASE_URL is given, and this test creates cluster-wide roles");
         return;
     }
-    let db = Db::new(Backend::Postgres).await.unwrap();
-    let raw = db.url().unwrap();
-    let url = DatabaseUrl::parse(&raw).unwrap();
-    let holding = Holding::acquire(&url, "cap", TTL).await.unwrap();
-    let caps = Capabilities::new(url.clone(), STORE_TIMEOUT);
+    let LeaseDb {
+        _db,
+        raw,
+        url,
+        holding,
+        caps,
+    } = lease_db().await;
     let admin = sqlx::PgPool::connect(&raw).await.unwrap();
     let role = format!("cap_blind_{}", std::process::id());
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
@@ -430,11 +464,13 @@ async fn a_grant_that_cannot_identify_its_database_reads_but_never_writes() {
 /// both transactions are refused and leave nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_transaction_cannot_shadow_what_its_check_reads() {
-    let db = Db::new(Backend::Postgres).await.unwrap();
-    let raw = db.url().unwrap();
-    let url = DatabaseUrl::parse(&raw).unwrap();
-    let old = Holding::acquire(&url, "cap", TTL).await.unwrap();
-    let caps = Capabilities::new(url.clone(), STORE_TIMEOUT);
+    let LeaseDb {
+        _db,
+        raw,
+        url,
+        holding: old,
+        caps,
+    } = lease_db().await;
     let sql = grant(
         "APP_DATABASE_URL",
         &plugin_role(&raw).await,
@@ -644,11 +680,13 @@ fn a_grant_names_its_variable_and_never_its_value() {
 /// `statement_timeout` (or forever) allows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fence_waits_for_the_lease_row_no_longer_than_the_lease_store_does() {
-    let db = Db::new(Backend::Postgres).await.unwrap();
-    let raw = db.url().unwrap();
-    let url = DatabaseUrl::parse(&raw).unwrap();
-    let holding = Holding::acquire(&url, "cap", TTL).await.unwrap();
-    let caps = Capabilities::new(url.clone(), STORE_TIMEOUT);
+    let LeaseDb {
+        _db,
+        raw,
+        url: _,
+        holding,
+        caps,
+    } = lease_db().await;
     let mut long = spec("APP_DATABASE_URL");
     long.statement_timeout = Duration::from_secs(30);
     let sql = grant("APP_DATABASE_URL", &plugin_role(&raw).await, &long);
@@ -796,11 +834,13 @@ async fn a_plugin_cannot_take_the_fence_lock_itself() {
     if leasehold_tests::pg::skip_on_a_given_server("creates cluster-wide roles") {
         return;
     }
-    let db = Db::new(Backend::Postgres).await.unwrap();
-    let raw = db.url().unwrap();
-    let url = DatabaseUrl::parse(&raw).unwrap();
-    let holding = Holding::acquire(&url, "cap", TTL).await.unwrap();
-    let caps = Capabilities::new(url.clone(), STORE_TIMEOUT);
+    let LeaseDb {
+        _db,
+        raw,
+        url: _,
+        holding,
+        caps,
+    } = lease_db().await;
     let sql = grant(
         "APP_DATABASE_URL",
         &plugin_role(&raw).await,
