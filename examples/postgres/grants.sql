@@ -7,6 +7,9 @@ GRANT SELECT, INSERT, UPDATE ON leasehold_leases TO leasehold;
 -- leasehold_fence_key: the key the host passes to leasehold_fence(), the function that fences a
 -- plugin's sql transaction. Only the host's role may read it; a plugin's role gets nothing here.
 GRANT SELECT ON leasehold_fence_key TO leasehold;
+-- leasehold_incarnation: which incarnation of the database (system identifier, timeline) the
+-- leases were last campaigned in; a campaign records a new one after a failover.
+GRANT SELECT, UPDATE ON leasehold_incarnation TO leasehold;
 -- leasehold_kv: the plugins' fenced key-value store.
 GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_kv TO leasehold;
 -- leasehold_kv_usage: each plugin's kv usage, kept by a trigger on leasehold_kv and read

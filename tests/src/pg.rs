@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use anyhow::{Context, bail};
 use sqlx::Connection;
 
+mod replication;
+
 /// A PostgreSQL server the tests may create databases in.
 #[derive(Debug)]
 pub struct Postgres {

@@ -228,6 +228,14 @@ pub enum Announcement {
         /// How long this replica stays quiet.
         quiet: Duration,
     },
+    /// The database holds campaigns off after a change of its incarnation (a promoted standby,
+    /// DESIGN §1.6b): announced once per hold-off, not per campaign.
+    HeldOff {
+        /// The lease.
+        lease: String,
+        /// How much longer, as the database said.
+        remaining: Duration,
+    },
     /// A campaign failed with a store error (not merely lost to another holder).
     CampaignFailed {
         /// The lease.
@@ -283,6 +291,8 @@ struct LeaseState {
     hold_off: Option<Instant>,
     /// Campaigns are forbidden (a failing standby health check).
     gated: bool,
+    /// The last campaign was held off by the database after a change of its incarnation.
+    held_off: bool,
     /// The renewal of this lease alone (its row was busy in the batch): when it was sent, and
     /// for which epoch.
     solo: Option<(Instant, Epoch)>,
@@ -341,6 +351,7 @@ impl Coordinator {
                     campaign_sent: None,
                     hold_off: None,
                     gated: false,
+                    held_off: false,
                     solo: None,
                 };
                 (name, state)
@@ -503,14 +514,14 @@ impl Coordinator {
         // The clock first: a campaign won across a clock step must not start a term.
         let result = result.map(|c| {
             self.observe_clock(sent, now, c.db_now, fx);
-            c.epoch
+            (c.epoch, c.held_off_for)
         });
         let quiet = self.quiet_until.is_some();
         let Some(state) = self.leases.get_mut(lease) else {
             return;
         };
         match result {
-            Ok(Some(epoch)) if shutting_down => {
+            Ok((Some(epoch), _)) if shutting_down => {
                 // Won a campaign sent before the shutdown: hand it straight back.
                 fx.push(Effect::Announce(Announcement::Acquired {
                     lease: lease.to_string(),
@@ -526,7 +537,8 @@ impl Coordinator {
                     timeout: timing.store_timeout,
                 });
             }
-            Ok(Some(epoch)) => {
+            Ok((Some(epoch), _)) => {
+                state.held_off = false;
                 let safe_until = sent + timing.ttl - timing.margin;
                 let term = safe_until > now && !quiet;
                 state.phase = Phase::Held {
@@ -550,9 +562,21 @@ impl Coordinator {
                 let due = sent + timing.renew_interval;
                 self.renewal.next_at = Some(self.renewal.next_at.map_or(due, |n| n.min(due)));
             }
-            Ok(None) => {
+            Ok((None, held_off)) => {
+                let was_held_off = std::mem::replace(&mut state.held_off, held_off.is_some());
                 if shutting_down {
                     state.phase = Phase::Done;
+                } else if let Some(remaining) = held_off {
+                    if !was_held_off {
+                        fx.push(Effect::Announce(Announcement::HeldOff {
+                            lease: lease.to_string(),
+                            remaining,
+                        }));
+                    }
+                    // Polling earlier is pointless: the database holds every campaign off.
+                    state.phase = Phase::Standby {
+                        next_campaign: now + remaining,
+                    };
                 } else {
                     state.phase = Phase::Standby { next_campaign };
                 }

@@ -417,6 +417,9 @@ impl Driver {
             Announcement::ClockStepped { ahead, quiet } => {
                 error!(holder = %holder, ahead = ?ahead, quiet_for = ?quiet, "the database clock stepped forward: every term ended; no campaign or term until the leases that trusted the old clock have run out")
             }
+            Announcement::HeldOff { lease, remaining } => {
+                warn!(lease = %lease, holder = %holder, remaining = ?remaining, "the lease database changed incarnation (a promoted standby, or a restored backup): no lease is taken over until every holder that trusted a renewal it lost has stopped")
+            }
             Announcement::CampaignFailed { lease, error } => {
                 warn!(lease = %lease, holder = %holder, error = %error, "campaign failed")
             }

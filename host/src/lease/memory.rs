@@ -144,6 +144,7 @@ impl LeaseStore for MemoryStore {
                 return Ok(Campaigned {
                     epoch: None,
                     db_now,
+                    held_off_for: None,
                 });
             }
             Some(row) => row.epoch + 1,
@@ -159,6 +160,7 @@ impl LeaseStore for MemoryStore {
         Ok(Campaigned {
             epoch: Some(epoch),
             db_now,
+            held_off_for: None,
         })
     }
 

@@ -31,7 +31,7 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres
 /// timeout (DESIGN §1.7). They override the URL's `options`: a longer value there would let a
 /// campaign that timed out on the host commit later and hand this replica a lease it believes it
 /// lost.
-fn session_settings(call_timeout: Duration) -> [(&'static str, String); 3] {
+fn session_settings(call_timeout: Duration) -> [(&'static str, String); 4] {
     let ms = super::server_budget(call_timeout).as_millis().to_string();
     [
         // A statement the host stopped waiting for must not commit afterwards.
@@ -42,6 +42,9 @@ fn session_settings(call_timeout: Duration) -> [(&'static str, String); 3] {
         // The host never idles inside a transaction; a session that does is frozen or broken,
         // and must not keep lease rows locked.
         ("idle_in_transaction_session_timeout", ms),
+        // A campaign or renewal the host acts on must survive a crash of the server: with
+        // `off`, an immediate restart could forget an epoch it already handed out (DESIGN §1.6b).
+        ("synchronous_commit", "on".to_string()),
     ]
 }
 
@@ -236,31 +239,73 @@ impl LeaseStore for PostgresStore {
         let ttl_ms = ttl_ms(ttl)?;
         // clock_timestamp(), not now(): a campaign that waited for the row lock (a renewal, a
         // fenced write) judges expiry by the time it got the row, not by when it was sent.
-        let (epoch, db_now): (Option<Epoch>, DbMillis) = sqlx::query_as(concat!(
-            "WITH won AS (
+        //
+        // The incarnation (DESIGN §1.6b, migration 20261128000001): `inc` is the one recorded,
+        // `cur` the server's. A campaign that finds them different records the new one (`seen`)
+        // and wins nothing: its snapshot still shows the old row. Later campaigns win only a full
+        // ttl after it was first seen (the longer of the holder's ttl in the row and ours), and
+        // issue epochs of at least its floor. `held_off_ms` says how long campaigns are held off.
+        let (epoch, db_now, held_off_ms): (Option<Epoch>, DbMillis, Option<i64>) =
+            sqlx::query_as(concat!(
+                "WITH cur AS (
+                SELECT s.system_identifier AS system_identifier,
+                       ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
+                           AS timeline
+                  FROM pg_control_system() AS s),
+             inc AS (
+                SELECT i.seen_at, i.epoch_floor,
+                       (i.system_identifier, i.timeline) = (cur.system_identifier, cur.timeline)
+                           AS current,
+                       greatest($3, (SELECT k.ttl_ms FROM leasehold_leases AS k WHERE k.name = $1))
+                           * interval '1 millisecond' AS hold
+                  FROM leasehold_incarnation AS i, cur),
+             seen AS (
+                UPDATE leasehold_incarnation AS i
+                   SET system_identifier = cur.system_identifier, timeline = cur.timeline,
+                       seen_at = clock_timestamp(),
+                       epoch_floor = greatest(i.epoch_floor,
+                           (SELECT coalesce(max(k.epoch), 0) FROM leasehold_leases AS k))
+                           + 4294967296
+                  FROM cur
+                 WHERE (i.system_identifier, i.timeline) <> (cur.system_identifier, cur.timeline)
+                RETURNING i.one_row),
+             won AS (
                 INSERT INTO leasehold_leases AS l (name, holder, epoch, acquired_at, renewed_at, expires_at, ttl_ms)
-                VALUES ($1, $2, 1, clock_timestamp(), clock_timestamp(),
-                        clock_timestamp() + $3 * interval '1 millisecond', $3)
+                SELECT $1, $2, greatest(1, inc.epoch_floor), clock_timestamp(), clock_timestamp(),
+                       clock_timestamp() + $3 * interval '1 millisecond', $3
+                  FROM inc
+                 WHERE inc.current AND inc.seen_at + inc.hold <= clock_timestamp()
                 ON CONFLICT (name) DO UPDATE
-                   SET holder = EXCLUDED.holder, epoch = l.epoch + 1, acquired_at = clock_timestamp(),
+                   SET holder = EXCLUDED.holder,
+                       epoch = greatest(l.epoch + 1, EXCLUDED.epoch), acquired_at = clock_timestamp(),
                        renewed_at = clock_timestamp(),
                        expires_at = clock_timestamp() + EXCLUDED.ttl_ms * interval '1 millisecond',
                        ttl_ms = EXCLUDED.ttl_ms
                    WHERE l.expires_at <= clock_timestamp()
                 RETURNING epoch)
              SELECT (SELECT epoch FROM won), ",
-            db_now_ms!()
-        ),
-        )
-        .bind(name)
-        .bind(holder)
-        .bind(ttl_ms)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(StoreError::query("campaign"))?;
+                db_now_ms!(),
+                ",
+                    (SELECT CASE
+                        WHEN NOT inc.current OR EXISTS (SELECT 1 FROM seen)
+                            THEN (extract(epoch FROM inc.hold) * 1000)::bigint
+                        WHEN inc.seen_at + inc.hold > clock_timestamp()
+                            THEN ceil(extract(epoch FROM
+                                (inc.seen_at + inc.hold - clock_timestamp())) * 1000)::bigint
+                        END FROM inc)"
+            ))
+            .bind(name)
+            .bind(holder)
+            .bind(ttl_ms)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(StoreError::query("campaign"))?;
         Ok(Campaigned {
             epoch,
             db_now: Some(db_now),
+            held_off_for: held_off_ms
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map(Duration::from_millis),
         })
     }
 

@@ -256,6 +256,7 @@ impl LeaseStore for SqliteStore {
         Ok(Campaigned {
             epoch,
             db_now: Some(now),
+            held_off_for: None,
         })
     }
 

@@ -56,6 +56,9 @@ pub struct Campaigned {
     pub epoch: Option<Epoch>,
     /// The database's clock while the statement ran; `None` when the backend cannot tell.
     pub db_now: Option<DbMillis>,
+    /// How much longer the database holds every campaign off, after it changed incarnation (a
+    /// promoted standby, DESIGN §1.6b); `None` when it does not.
+    pub held_off_for: Option<Duration>,
 }
 
 /// What a batched renewal found.

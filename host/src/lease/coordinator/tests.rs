@@ -121,6 +121,7 @@ fn campaign_done(lease: &str, result: Result<Option<Epoch>, String>) -> Event {
         result: result.map(|epoch| Campaigned {
             epoch,
             db_now: None,
+            held_off_for: None,
         }),
     }
 }
@@ -239,6 +240,43 @@ fn lost_campaign_stays_standby_and_polls_with_jitter() {
     assert_eq!(c.view("a"), Some((Role::Standby, None)));
     let again = c.next_deadline().unwrap();
     assert!(again >= next + ms(605) && again < next + ms(725));
+}
+
+#[test]
+fn a_campaign_held_off_by_a_failover_is_announced_once_and_retried_when_the_hold_off_ends() {
+    let t0 = Instant::now();
+    let mut c = coordinator(&["a"], t0);
+    c.step(Event::Tick, t0);
+    let held_off = |remaining: Duration| Event::CampaignDone {
+        lease: "a".into(),
+        result: Ok(Campaigned {
+            epoch: None,
+            db_now: None,
+            held_off_for: Some(remaining),
+        }),
+    };
+    let done = t0 + ms(50);
+    let fx = c.step(held_off(TTL), done);
+    assert!(announced(
+        &fx,
+        &Announcement::HeldOff {
+            lease: "a".into(),
+            remaining: TTL
+        }
+    ));
+    // No poll in between: the database would hold it off again.
+    assert_eq!(c.next_deadline(), Some(done + TTL));
+    assert_eq!(campaigns(&c.step(Event::Tick, done + TTL)), ["a"]);
+    // Held off a little longer (the clocks disagree by a few ms): not announced again.
+    let fx = c.step(held_off(ms(3)), done + TTL + ms(1));
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(c.next_deadline(), Some(done + TTL + ms(4)));
+    assert_eq!(campaigns(&c.step(Event::Tick, done + TTL + ms(4))), ["a"]);
+    let fx = c.step(
+        campaign_done("a", Ok(Some((1 << 32) + 1))),
+        done + TTL + ms(5),
+    );
+    assert_eq!(start_terms(&fx).len(), 1);
 }
 
 #[test]
@@ -623,6 +661,7 @@ fn a_forward_clock_step_ends_every_term_and_keeps_the_replica_quiet_for_a_ttl() 
         result: Ok(Campaigned {
             epoch,
             db_now: Some(db),
+            held_off_for: None,
         }),
     };
     let named = |e: Event, lease: &str| match e {
@@ -694,6 +733,7 @@ fn a_campaign_won_across_a_clock_step_starts_no_term_until_the_quiet_ends() {
         result: Ok(Campaigned {
             epoch: None,
             db_now: Some(5_000),
+            held_off_for: None,
         }),
     };
     c.step(lost, t0 + ms(1));
@@ -706,6 +746,7 @@ fn a_campaign_won_across_a_clock_step_starts_no_term_until_the_quiet_ends() {
         result: Ok(Campaigned {
             epoch: Some(2),
             db_now: Some(10_700),
+            held_off_for: None,
         }),
     };
     let fx = c.step(won, at + ms(1));
