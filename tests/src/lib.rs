@@ -3,7 +3,8 @@
 //! one [`endpoint`] that reads `/status` in the host's own types ([`status`]); the store
 //! backends opened fresh for each test ([`stores`]); shared trials of fencing ([`fencing`]) and
 //! of frozen holders ([`freeze`]) and of attacks on the host's memory ([`memory`]); a wall clock tests can step ([`faketime`]); one way to wait
-//! for a condition ([`eventually`]).
+//! for a condition ([`eventually`]); a TCP proxy that injects network faults between a host and
+//! its database ([`proxy`]).
 //! Integration tests live in `tests/`; the benchmarks are binaries in `src/bin/`.
 
 #![allow(clippy::unwrap_used)]
@@ -19,6 +20,7 @@ pub mod leader;
 pub mod log;
 pub mod memory;
 pub mod pg;
+pub mod proxy;
 pub mod stats;
 pub mod status;
 pub mod stores;
