@@ -4,11 +4,12 @@
 //! backends opened fresh for each test ([`stores`]); shared trials of fencing ([`fencing`]) and
 //! of frozen holders ([`freeze`]) and of attacks on the host's memory ([`memory`]); a wall clock tests can step ([`faketime`]); one way to wait
 //! for a condition ([`eventually`]); a TCP proxy that injects network faults between a host and
-//! its database ([`proxy`]).
+//! its database ([`proxy`]), and the witness and history checker of fault trials ([`chaos`]).
 //! Integration tests live in `tests/`; the benchmarks are binaries in `src/bin/`.
 
 #![allow(clippy::unwrap_used)]
 
+pub mod chaos;
 pub mod endpoint;
 pub mod eventually;
 pub mod faketime;
