@@ -155,6 +155,18 @@ pub fn recovery(rows: &[WitnessRow], instant: i64) -> Option<Duration> {
     Some(Duration::from_micros(u64::try_from(first - instant).ok()?))
 }
 
+/// The time from `instant` (witness µs, e.g. the holder was cut off) to the first witness row of
+/// `lease` at or after it with an epoch above `epoch`: how long until a newer term worked.
+pub fn takeover(rows: &[WitnessRow], lease: &str, epoch: i64, instant: i64) -> Option<Duration> {
+    let first = rows
+        .iter()
+        .filter(|r| r.lease == lease && r.epoch > epoch)
+        .map(|r| r.at)
+        .filter(|at| *at >= instant)
+        .min()?;
+    Some(Duration::from_micros(u64::try_from(first - instant).ok()?))
+}
+
 /// The time of the last witness row before `instant` (witness µs, e.g. a fault began).
 pub fn last_before(rows: &[WitnessRow], instant: i64) -> Option<i64> {
     rows.iter().map(|r| r.at).filter(|at| *at < instant).max()

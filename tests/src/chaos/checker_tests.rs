@@ -142,6 +142,22 @@ fn recovery_is_the_time_to_the_first_row_at_or_after_the_instant() {
 }
 
 #[test]
+fn takeover_is_the_time_to_the_first_row_of_a_newer_term_of_the_lease() {
+    let rows = [
+        row("leader", "a", 1, 1_000_000),
+        row("leader", "a", 1, 2_000_000),
+        row("other", "c", 5, 2_500_000),
+        row("leader", "b", 2, 3_500_000),
+    ];
+    assert_eq!(
+        takeover(&rows, "leader", 1, 1_500_000),
+        Some(Duration::from_secs(2))
+    );
+    assert_eq!(takeover(&rows, "leader", 2, 1_500_000), None);
+    assert_eq!(takeover(&rows, "leader", 1, 4_000_000), None);
+}
+
+#[test]
 fn a_summary_prints_one_line_per_fault() {
     let mut summary = Summary::default();
     let safe = Verdict::default();
