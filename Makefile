@@ -5,7 +5,7 @@
 CARGO ?= cargo
 BIN := target/debug/leasehold
 
-.PHONY: deps build run test bench lint fmt clean guests
+.PHONY: deps build run test bench chaos lint fmt clean guests
 
 deps:
 	@scripts/install-deps.sh
@@ -37,6 +37,14 @@ bench: build guests
 	RUST_BACKTRACE=0 target/debug/fence-bench
 	RUST_BACKTRACE=0 target/debug/freeze-bench
 	RUST_BACKTRACE=0 target/debug/memory-bench
+
+# The fault suite in full: black-hole partitions, PostgreSQL restarts, primary failover, clock
+# jumps and a slow database, 20 trials each against real hosts, judged from the recorded history
+# (`tests/tests/chaos.rs` runs 2 of each in `make test`). CHAOS_TRIALS, CHAOS_TTL and CHAOS_FAULT
+# (a substring of a fault's name) change the run. About 40 minutes.
+chaos: build guests
+	$(CARGO) build -p leasehold-tests --bins
+	RUST_BACKTRACE=0 target/debug/chaos
 
 # The guest SDK, example plugins and test plugins, as components in guests/dist/ (NAME.wasm with
 # its NAME.toml manifest). Picks a wasm32-wasip2 toolchain itself (DESIGN §5).

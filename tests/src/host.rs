@@ -301,6 +301,11 @@ impl Host {
         kill_process(pid, sig).with_context(|| format!("kill -s {signal} {}", self.pid))
     }
 
+    /// Whether the process has exited (without waiting).
+    pub fn has_exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// The graceful stop: SIGTERM, then up to `timeout` for the process to exit.
     pub async fn stop(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
         self.signal("TERM")?;

@@ -167,6 +167,23 @@ pub fn takeover(rows: &[WitnessRow], lease: &str, epoch: i64, instant: i64) -> O
     Some(Duration::from_micros(u64::try_from(first - instant).ok()?))
 }
 
+/// The longest stretch without work around a fault that began at `start` and ended at `healed`
+/// (witness µs): from the last row before `start` (or `start`) through the first row at or after
+/// `healed`, the longest time between consecutive rows. `None` when no row follows `healed`.
+pub fn longest_pause(rows: &[WitnessRow], start: i64, healed: i64) -> Option<Duration> {
+    let end = rows.iter().map(|r| r.at).filter(|at| *at >= healed).min()?;
+    let from = last_before(rows, start).unwrap_or(start);
+    let mut times: Vec<i64> = rows
+        .iter()
+        .map(|r| r.at)
+        .filter(|at| (from..=end).contains(at))
+        .collect();
+    times.push(from);
+    times.sort_unstable();
+    let longest = times.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+    Some(Duration::from_micros(u64::try_from(longest).unwrap_or(0)))
+}
+
 /// The time of the last witness row before `instant` (witness µs, e.g. a fault began).
 pub fn last_before(rows: &[WitnessRow], instant: i64) -> Option<i64> {
     rows.iter().map(|r| r.at).filter(|at| *at < instant).max()
@@ -210,6 +227,23 @@ impl Summary {
         match recovery {
             Some(r) => totals.recoveries.push(r),
             None => totals.unrecovered += 1,
+        }
+    }
+
+    /// Adds a run of `fault` judged as a whole: its verdict once, one trial per pause (`None`: the
+    /// lease had no writer again).
+    pub fn add_run(&mut self, fault: &str, verdict: &Verdict, pauses: &[Option<Duration>]) {
+        let totals = self.faults.entry(fault.to_string()).or_default();
+        totals.trials += pauses.len();
+        totals.overlaps += verdict.overlaps;
+        totals.stale_commits += verdict.stale_commits;
+        totals.epoch_regressions += verdict.epoch_regressions;
+        totals.reused_epochs += verdict.reused_epochs;
+        for pause in pauses {
+            match pause {
+                Some(r) => totals.recoveries.push(*r),
+                None => totals.unrecovered += 1,
+            }
         }
     }
 

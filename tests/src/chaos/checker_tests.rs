@@ -181,3 +181,22 @@ fn a_summary_prints_one_line_per_fault() {
     assert!(!summary.is_safe());
     assert_eq!(summary.fault("black-hole holder").unwrap().trials, 3);
 }
+
+#[test]
+fn the_longest_pause_runs_from_the_last_work_before_the_fault_to_the_first_after_it() {
+    let rows = [
+        row("leader", "a", 1, 100),
+        row("leader", "a", 1, 200),
+        // The fault begins at 250 and is healed at 900.
+        row("leader", "b", 2, 700),
+        row("leader", "b", 2, 720),
+        row("leader", "b", 2, 950),
+        row("leader", "b", 2, 5_000),
+    ];
+    let us = Duration::from_micros;
+    assert_eq!(longest_pause(&rows, 250, 900), Some(us(500)));
+    // Work that never stopped shows only its own cadence.
+    assert_eq!(longest_pause(&rows, 705, 710), Some(us(20)));
+    // No work after healing: no end to the pause.
+    assert_eq!(longest_pause(&rows, 250, 6_000), None);
+}
