@@ -145,12 +145,15 @@ impl Fault {
                 ..
             }
             | Fault::ReplicaClockJump => ttl / 2,
-            // No work while nobody reaches the database; the lease may expire meanwhile.
+            // No work while nobody reaches the database. After healing, a campaign a host gave up
+            // on during the hole may still reach the server and win: the lease then sits with a
+            // replica that believes it lost, until it expires.
             Fault::BlackHole {
                 side: Side::Both, ..
-            }
-            | Fault::SlowLock
-            | Fault::SlowTrigger => self.duration(ttl) + ttl + notice,
+            } => self.duration(ttl) + ttl * 2 + notice,
+            // Statements wait for the lock or the trigger and time out on the server: the lease
+            // may expire meanwhile, and is taken again once they clear.
+            Fault::SlowLock | Fault::SlowTrigger => self.duration(ttl) + ttl + notice,
             // Down for the restart (a few seconds on a loaded machine), then a lease that
             // expired meanwhile is taken again.
             Fault::Restart { .. } => Duration::from_secs(5) + ttl + notice,
