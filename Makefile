@@ -41,7 +41,7 @@ bench: build guests
 # The fault suite in full: black-hole partitions, PostgreSQL restarts, primary failover, clock
 # jumps and a slow database, 20 trials each against real hosts, judged from the recorded history
 # (`tests/tests/chaos.rs` runs 2 of each in `make test`). CHAOS_TRIALS, CHAOS_TTL and CHAOS_FAULT
-# (a substring of a fault's name) change the run. About 40 minutes.
+# (a substring of a fault's name) change the run. About half an hour on two cores.
 chaos: build guests
 	$(CARGO) build -p leasehold-tests --bins
 	RUST_BACKTRACE=0 target/debug/chaos
