@@ -611,7 +611,7 @@ conformance!(
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_sessions_give_up_before_the_host_does() {
+async fn postgres_sessions_give_up_before_the_host_does_and_commit_durably() {
     use leasehold::lease::DatabaseUrl;
     use leasehold::lease::postgres::PostgresStore;
     let url = leasehold_tests::pg::server()
@@ -636,13 +636,16 @@ async fn postgres_sessions_give_up_before_the_host_does() {
     ] {
         assert_eq!(store.show(setting).await.unwrap(), "2700ms", "{setting}");
     }
-    // Longer values in the URL's options cannot let a statement outlive the host's wait.
+    assert_eq!(store.show("synchronous_commit").await.unwrap(), "on");
+    // Longer values in the URL's options cannot let a statement outlive the host's wait, nor an
+    // asynchronous commit let a crash forget an epoch already handed out.
     let store = connect(format!(
-        "{url}?options=-c%20statement_timeout%3D1h%20-c%20lock_timeout%3D0"
+        "{url}?options=-c%20statement_timeout%3D1h%20-c%20lock_timeout%3D0%20-c%20synchronous_commit%3Doff"
     ))
     .await;
     assert_eq!(store.show("statement_timeout").await.unwrap(), "2700ms");
     assert_eq!(store.show("lock_timeout").await.unwrap(), "2700ms");
+    assert_eq!(store.show("synchronous_commit").await.unwrap(), "on");
 }
 
 /// SQLite times count on the machine's boot clock, which starts again at zero after a reboot: a
