@@ -59,8 +59,11 @@ pub async fn writer_role(url: &str) -> anyhow::Result<String> {
     Ok(role_url)
 }
 
-/// The manifest of the writer: both capabilities on the lease database, writing every 2 ms.
-pub const WRITER_MANIFEST: &str = "lease = \"leader\"
+/// The manifest of the `fenced-writer` guest bound to `leader`: kv granted, its sql grant on the
+/// database in `database_url_env`, and `config` (TOML lines) as its `[config]`.
+pub fn writer_manifest(database_url_env: &str, config: &str) -> String {
+    format!(
+        "lease = \"leader\"
 [schedule]
 interval = \"1s\"
 [limits]
@@ -68,10 +71,16 @@ call_timeout = \"2s\"
 [grants]
 kv = true
 [grants.sql]
-database_url_env = \"TEST_APP_DATABASE_URL\"
+database_url_env = \"{database_url_env}\"
 [config]
-requeue_ms = \"2\"
-";
+{config}"
+    )
+}
+
+/// The writer of the pause trials: both capabilities on the lease database, writing every 2 ms.
+pub fn pause_writer_manifest() -> String {
+    writer_manifest("TEST_APP_DATABASE_URL", "requeue_ms = \"2\"\n")
+}
 
 /// What the commit log says.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -129,7 +138,7 @@ pub async fn run_pause_trials(trials: usize, ttl: &str) -> anyhow::Result<PauseT
     let url = crate::pg::server().fresh_lease_database().await?;
     let pool = PgPool::connect(&url).await?;
     sqlx::raw_sql(HISTORY_SCHEMA).execute(&pool).await?;
-    let dir = plugin_dir(&[("fenced-writer", WRITER_MANIFEST)])?;
+    let dir = plugin_dir(&[("fenced-writer", &pause_writer_manifest())])?;
     let args = [
         "--database-url",
         &url,

@@ -62,6 +62,11 @@ async fn a_standby_black_holed_leaves_the_holder_working() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_whose_replies_vanish_leaves_the_holder_working() {
+    survives(hole(Side::Standby, false, true)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_all_black_holed_work_again_under_one_holder_once_healed() {
     survives(hole(Side::Both, true, true)).await;
 }

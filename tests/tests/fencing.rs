@@ -7,7 +7,7 @@ use leasehold_tests::log::Logged;
 use std::time::{Duration, Instant};
 
 use leasehold_tests::eventually::{Text, eventually, when};
-use leasehold_tests::fencing::{HISTORY_SCHEMA, WRITER_MANIFEST, history, run_pause_trials};
+use leasehold_tests::fencing::{HISTORY_SCHEMA, history, pause_writer_manifest, run_pause_trials};
 use leasehold_tests::host::{Host, plugin_dir, wait_for_single_leader};
 
 /// The lease is expired behind the holder's back (as a forced release does): its term still runs
@@ -21,7 +21,7 @@ async fn a_holder_that_lost_its_lease_unknowingly_has_every_write_refused() {
         .unwrap();
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     sqlx::raw_sql(HISTORY_SCHEMA).execute(&pool).await.unwrap();
-    let dir = plugin_dir(&[("fenced-writer", WRITER_MANIFEST)]).unwrap();
+    let dir = plugin_dir(&[("fenced-writer", &pause_writer_manifest())]).unwrap();
     // A long ttl: the next renewal (ttl/3) is seconds away, so the holder keeps writing.
     let args = [
         "--database-url",

@@ -218,16 +218,7 @@ impl Summary {
     /// Adds one trial of `fault` (a name such as `black-hole holder`) with its verdict and its
     /// recovery (`None`: the lease had no writer again).
     pub fn add(&mut self, fault: &str, verdict: &Verdict, recovery: Option<Duration>) {
-        let totals = self.faults.entry(fault.to_string()).or_default();
-        totals.trials += 1;
-        totals.overlaps += verdict.overlaps;
-        totals.stale_commits += verdict.stale_commits;
-        totals.epoch_regressions += verdict.epoch_regressions;
-        totals.reused_epochs += verdict.reused_epochs;
-        match recovery {
-            Some(r) => totals.recoveries.push(r),
-            None => totals.unrecovered += 1,
-        }
+        self.add_run(fault, verdict, &[recovery]);
     }
 
     /// Adds a run of `fault` judged as a whole: its verdict once, one trial per pause (`None`: the

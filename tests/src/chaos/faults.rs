@@ -65,6 +65,7 @@ impl Fault {
             hole(Side::Holder, true, false),
             hole(Side::Holder, false, true),
             hole(Side::Standby, true, true),
+            hole(Side::Standby, false, true),
             hole(Side::Both, true, true),
             Fault::Restart { immediate: false },
             Fault::Restart { immediate: true },

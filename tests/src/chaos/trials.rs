@@ -15,6 +15,7 @@ use super::faults::{Fault, Side};
 use super::witness::{self, Witness};
 use crate::eventually::{eventually, when};
 use crate::faketime::SteppedClock;
+use crate::fencing::writer_manifest;
 use crate::host::{Host, HostBuilder, plugin_dir, wait_for_single_leader};
 use crate::log::Logged;
 use crate::pg::Postgres;
@@ -48,35 +49,10 @@ impl FaultRun {
     }
 }
 
-/// The writer: its sql grant on the witness (unfenced there), fenced kv puts in the lease
-/// database, a call every 20 ms.
-fn manifest() -> String {
-    format!(
-        "lease = \"{LEASE}\"
-[schedule]
-interval = \"1s\"
-[limits]
-call_timeout = \"2s\"
-[grants]
-kv = true
-[grants.sql]
-database_url_env = \"{}\"
-[config]
-table = \"{}\"
-mode = \"both\"
-requeue_ms = \"20\"
-",
-        witness::URL_VARIABLE,
-        witness::TABLE
-    )
-}
-
 struct Cluster {
     primary: Postgres,
     /// Streaming from `primary`, for failovers.
     standby: Option<Postgres>,
-    /// Killed primaries: their directories go when the process exits.
-    retired: Vec<Postgres>,
     /// The lease database's name (the same on every server of the chain).
     db: String,
     proxies: Vec<Proxy>,
@@ -110,12 +86,19 @@ impl Cluster {
             _ => None,
         };
         let witness = Witness::create().await?;
-        let plugins = plugin_dir(&[("fenced-writer", &manifest())])?;
+        // Witness rows (its sql grant, unfenced there) and fenced kv puts, a call every 20 ms.
+        let manifest = writer_manifest(
+            witness::URL_VARIABLE,
+            &format!(
+                "table = \"{}\"\nmode = \"both\"\nrequeue_ms = \"20\"\n",
+                witness::TABLE
+            ),
+        );
+        let plugins = plugin_dir(&[("fenced-writer", &manifest)])?;
         let upstream = upstream_of(&url)?;
         let mut cluster = Cluster {
             primary,
             standby,
-            retired: Vec::new(),
             db,
             proxies: vec![Proxy::start(upstream)?, Proxy::start(upstream)?],
             hosts: Vec::new(),
@@ -152,8 +135,11 @@ impl Cluster {
         let holder = wait_for_single_leader(&self.hosts, LEASE, ttl * 10).await?;
         let since = self.witness.now().await?;
         eventually("the holder's work on the witness", ttl * 5, async || {
-            let rows = self.witness.rows().await.map_err(|e| format!("{e:#}"))?;
-            let fresh = rows.iter().filter(|r| r.at > since).count();
+            let fresh = self
+                .witness
+                .count_since(since)
+                .await
+                .map_err(|e| format!("{e:#}"))?;
             when(fresh, |n| *n > 0).map_err(|n| format!("{n} rows"))
         })
         .await?;
@@ -301,8 +287,8 @@ impl Cluster {
             proxy.set(proxy::Fault::Reset);
             proxy.set(proxy::Fault::None);
         }
-        let old = std::mem::replace(&mut self.primary, standby);
-        self.retired.push(old);
+        // The killed primary's directory goes with its watchdog when this process exits.
+        self.primary = standby;
         Ok(())
     }
 

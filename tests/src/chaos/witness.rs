@@ -121,6 +121,17 @@ impl Witness {
         )
     }
 
+    /// How many rows are later than `since` (µs, as [`Witness::now`]): a cheap poll for new
+    /// work, where [`Witness::rows`] reads the whole history.
+    pub async fn count_since(&self, since: i64) -> anyhow::Result<i64> {
+        Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {TABLE} WHERE (extract(epoch FROM at) * 1e6)::bigint > $1"
+        )))
+        .bind(since)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     /// Every row so far, in the order of `at` (then `id`).
     pub async fn rows(&self) -> anyhow::Result<Vec<WitnessRow>> {
         let rows: Vec<(i64, String, String, i64, i64, i64)> =
