@@ -85,7 +85,8 @@ pub struct TimingLayer {
     #[serde(default, with = "humantime_serde")]
     #[arg(skip)]
     pub retry_interval: Option<Duration>,
-    /// Standby poll interval (default ttl/5, plus up to 20% jitter).
+    /// The longest a standby waits between campaigns (default ttl, plus up to 20% jitter); it
+    /// campaigns at the holder's expiry anyway, and at once on a release notification.
     #[serde(default, with = "humantime_serde")]
     #[arg(skip)]
     pub poll_interval: Option<Duration>,
@@ -421,7 +422,7 @@ mod tests {
         assert_eq!(c.leases, vec!["c"]);
         assert_eq!(c.timing.ttl, Duration::from_secs(6));
         assert_eq!(c.timing.renew_interval, Duration::from_secs(2));
-        assert_eq!(c.timing.poll_interval, Duration::from_millis(1200));
+        assert_eq!(c.timing.poll_interval, Duration::from_secs(6));
     }
 
     #[test]

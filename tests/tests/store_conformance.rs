@@ -486,6 +486,126 @@ async fn batch_renew_reports_each_of_1000(backend: Backend) {
     assert!(s.renew("other", &batch).await.unwrap().landed.is_empty());
 }
 
+/// Eight replicas campaign at once, each in one statement, for overlapping sets of 120 leases in
+/// their own orders: 40 new names, 40 whose holder's lease expired, 40 another holder holds.
+/// Every free lease has exactly one winner, at the previous epoch + 1; the held ones stay as they
+/// were (holder, epoch and expiry), and every loser learns how long each held one has left.
+async fn batched_campaigns_have_one_winner_per_lease_and_leave_held_leases_alone(backend: Backend) {
+    let db = Db::new(backend).await.unwrap();
+    let setup = db.open().await.unwrap();
+    let name = |kind: &str, i: usize| format!("{kind}-{i:02}");
+    let (new, expired, held): (Vec<String>, Vec<String>, Vec<String>) = (
+        (0..40).map(|i| name("new", i)).collect(),
+        (0..40).map(|i| name("expired", i)).collect(),
+        (0..40).map(|i| name("held", i)).collect(),
+    );
+    let short = setup.campaign_many("old", &expired, SHORT).await.unwrap();
+    assert_eq!(short.won.len(), 40, "{backend:?}");
+    let kept = setup.campaign_many("keeper", &held, LONG).await.unwrap();
+    assert_eq!(kept.won.len(), 40, "{backend:?}");
+    // The keeper's rows are written once more by its renewal, to be compared after the race.
+    let renew: Vec<RenewRequest> = held.iter().map(|n| renew_req(n, 1)).collect();
+    assert_eq!(
+        setup.renew("keeper", &renew).await.unwrap().landed.len(),
+        40
+    );
+    let before = setup.get(&held).await.unwrap();
+    expire(SHORT).await;
+
+    let mut all: Vec<String> = new.iter().chain(&expired).chain(&held).cloned().collect();
+    all.sort();
+    let mut tasks = Vec::new();
+    for i in 0..8usize {
+        let store = db.open().await.unwrap();
+        // Each replica wants a different three quarters of the leases, in its own order.
+        let mut wanted: Vec<String> = all
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| (k + i) % 4 != 0)
+            .map(|(_, n)| n.clone())
+            .collect();
+        let turn = (i * 13) % wanted.len();
+        wanted.rotate_left(turn);
+        if i % 2 == 1 {
+            wanted.reverse();
+        }
+        tasks.push(tokio::spawn(async move {
+            let outcome = store
+                .campaign_many(&format!("r{i}"), &wanted, LONG)
+                .await
+                .unwrap();
+            (wanted, outcome)
+        }));
+    }
+    let outcomes = futures_join(tasks).await;
+
+    let mut winners: std::collections::BTreeMap<String, Vec<(String, i64)>> = Default::default();
+    for (i, (wanted, outcome)) in outcomes.iter().enumerate() {
+        let reported: BTreeSet<&str> = outcome
+            .won
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .chain(outcome.lost.iter().map(|(n, _)| n.as_str()))
+            .collect();
+        let wanted_set: BTreeSet<&str> = wanted.iter().map(String::as_str).collect();
+        assert_eq!(
+            reported, wanted_set,
+            "{backend:?} r{i}: one outcome per lease asked for"
+        );
+        for (lease, epoch) in &outcome.won {
+            winners
+                .entry(lease.clone())
+                .or_default()
+                .push((format!("r{i}"), *epoch));
+        }
+        for (lease, wait) in &outcome.lost {
+            if lease.starts_with("held") {
+                let wait = wait.unwrap_or_else(|| panic!("{backend:?} r{i}: no wait for {lease}"));
+                assert!(
+                    wait > Duration::from_secs(50) && wait <= LONG,
+                    "{backend:?} r{i}: {lease} has {wait:?} left"
+                );
+            } else if let Some(wait) = wait {
+                assert!(*wait <= LONG, "{backend:?} r{i}: {lease} has {wait:?} left");
+            }
+        }
+    }
+    for lease in new.iter().chain(&expired) {
+        let won = winners.get(lease).cloned().unwrap_or_default();
+        let expected_epoch = if lease.starts_with("new") { 1 } else { 2 };
+        assert_eq!(won.len(), 1, "{backend:?}: {lease} won by {won:?}");
+        assert_eq!(won[0].1, expected_epoch, "{backend:?}: {lease}");
+        let row = &setup.get(std::slice::from_ref(lease)).await.unwrap()[0];
+        assert_eq!(
+            (row.holder.as_str(), row.epoch),
+            (won[0].0.as_str(), expected_epoch)
+        );
+    }
+    for lease in &held {
+        assert!(
+            !winners.contains_key(lease),
+            "{backend:?}: {lease} was taken"
+        );
+    }
+    let after = setup.get(&held).await.unwrap();
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!(
+            (&a.name, &a.holder, a.epoch, a.ttl_ms),
+            (&b.name, &b.holder, b.epoch, b.ttl_ms),
+            "{backend:?}"
+        );
+        assert!(
+            a.expires_in_ms <= b.expires_in_ms,
+            "{backend:?}: {a:?} was extended"
+        );
+    }
+    // The keeper still renews every one of them.
+    assert_eq!(
+        setup.renew("keeper", &renew).await.unwrap().landed.len(),
+        40
+    );
+}
+
 async fn listing_is_paginated(backend: Backend) {
     let db = Db::new(backend).await.unwrap();
     let s = db.open().await.unwrap();
@@ -606,6 +726,7 @@ conformance!(
     rows_are_never_deleted,
     truncates_replaces_and_renames_cannot_reset_an_epoch,
     batch_renew_reports_each_of_1000,
+    batched_campaigns_have_one_winner_per_lease_and_leave_held_leases_alone,
     listing_is_paginated,
     replicas_starting_at_once_migrate_safely,
 );
@@ -646,6 +767,43 @@ async fn postgres_sessions_give_up_before_the_host_does_and_commit_durably() {
     assert_eq!(store.show("statement_timeout").await.unwrap(), "2700ms");
     assert_eq!(store.show("lock_timeout").await.unwrap(), "2700ms");
     assert_eq!(store.show("synchronous_commit").await.unwrap(), "on");
+}
+
+/// A standby's campaign takes no lock on a row someone holds: with the holder's row locked by
+/// another session (a plugin's fenced write holds `FOR SHARE` until it commits; here an operator's
+/// `FOR UPDATE`), the batch answers at once, reporting the held lease's expiry and winning the
+/// free one. A campaign that locked every row it looked at would queue behind that session, and
+/// the holder's skip-locked renewal would find its own row busy behind the standby.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_batched_campaign_never_waits_for_a_held_row_s_lock() {
+    use sqlx::Connection;
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let s = db.open().await.unwrap();
+    assert_eq!(
+        s.campaign("held", "keeper", LONG).await.unwrap().epoch,
+        Some(1)
+    );
+    let mut operator = sqlx::PgConnection::connect(&db.url().unwrap())
+        .await
+        .unwrap();
+    let mut tx = operator.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM leasehold_leases WHERE name = 'held' FOR UPDATE")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let names = ["free".to_string(), "held".to_string()];
+    let outcome = s.campaign_many("standby", &names, LONG).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(outcome.won, [("free".to_string(), 1)]);
+    let wait = outcome.one("held").wait.unwrap();
+    assert!(wait > Duration::from_secs(50) && wait <= LONG, "{wait:?}");
+    // Far below the store's 9 s lock timeout: it never queued for the lock.
+    assert!(
+        took < Duration::from_secs(2),
+        "the campaign waited {took:?}"
+    );
+    tx.rollback().await.unwrap();
 }
 
 /// SQLite times count on the machine's boot clock, which starts again at zero after a reboot: a

@@ -27,20 +27,23 @@ use tokio::time::Instant;
 
 use super::clock::ClockWatch;
 use super::leadership::Role;
-use super::store::{Campaigned, Epoch, RenewRequest, Renewed, RenewedOne};
+use super::store::{CampaignedMany, Epoch, RenewRequest, Renewed, RenewedOne};
 use super::timing::Timing;
+
+/// How long after the database said a lease can be won a standby campaigns for it. The wait is
+/// measured from the answer's arrival, after the database computed it, so the campaign is never
+/// early by the database's clock; the slack only absorbs the timer's whole milliseconds.
+pub const CAMPAIGN_SLACK: Duration = Duration::from_millis(1);
 
 /// Something that happened, fed to [`Coordinator::step`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// Time passed; deadlines up to `now` are due.
     Tick,
-    /// A campaign for `lease` finished: the new epoch, `None` when someone else holds it, or the error.
+    /// The campaign in flight finished: the leases won and lost, or the error.
     CampaignDone {
-        /// The lease.
-        lease: String,
         /// The outcome.
-        result: Result<Campaigned, String>,
+        result: Result<CampaignedMany, String>,
     },
     /// The batched renewal finished: the names that landed and those found busy, or the error.
     RenewDone {
@@ -95,10 +98,11 @@ pub enum Event {
 /// Something the driver must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
-    /// Run a campaign for `lease`, giving up after `timeout`; report [`Event::CampaignDone`].
+    /// Campaign for these leases in one statement, giving up after `timeout`; report
+    /// [`Event::CampaignDone`].
     Campaign {
-        /// The lease.
-        lease: String,
+        /// The leases, in name order.
+        leases: Vec<String>,
         /// The call's timeout.
         timeout: Duration,
     },
@@ -229,17 +233,15 @@ pub enum Announcement {
         quiet: Duration,
     },
     /// The database holds campaigns off after a change of its incarnation (a promoted standby,
-    /// DESIGN §1.6b): announced once per hold-off, not per campaign.
+    /// DESIGN §1.6b): announced once per hold-off, not per campaign or lease.
     HeldOff {
-        /// The lease.
-        lease: String,
-        /// How much longer, as the database said.
+        /// How much longer, as the database said (the longest over the leases).
         remaining: Duration,
     },
     /// A campaign failed with a store error (not merely lost to another holder).
     CampaignFailed {
-        /// The lease.
-        lease: String,
+        /// The leases of the failed statement.
+        leases: Vec<String>,
         /// The store's error.
         error: String,
     },
@@ -283,16 +285,14 @@ enum Phase {
 #[derive(Debug, Clone)]
 struct LeaseState {
     phase: Phase,
-    /// When the in-flight campaign was sent.
-    campaign_sent: Option<Instant>,
+    /// Whether the campaign in flight carries this lease.
+    campaigning: bool,
     /// After a step-down, no campaign before this, whatever release notifications say: our own
     /// release is announced to our own listener too, and would otherwise make us take straight
     /// back the lease we just gave up.
     hold_off: Option<Instant>,
     /// Campaigns are forbidden (a failing standby health check).
     gated: bool,
-    /// The last campaign was held off by the database after a change of its incarnation.
-    held_off: bool,
     /// The renewal of this lease alone (its row was busy in the batch): when it was sent, and
     /// for which epoch.
     solo: Option<(Instant, Epoch)>,
@@ -311,6 +311,17 @@ impl LeaseState {
     }
 }
 
+/// The campaign cadence, shared by all standby leases so that one statement campaigns for every
+/// lease that is due (DESIGN §1.3).
+#[derive(Debug, Clone, Default)]
+struct Campaigning {
+    /// The batch in flight: when it was sent and which leases it carries.
+    in_flight: Option<(Instant, Vec<String>)>,
+    /// The last answer said the database holds campaigns off after a change of its incarnation:
+    /// announced once when it starts.
+    held_off: bool,
+}
+
 /// The renewal cadence, shared by all held leases so that one statement renews them all.
 #[derive(Debug, Clone, Default)]
 struct Renewal {
@@ -325,6 +336,7 @@ struct Renewal {
 pub struct Coordinator {
     timing: Timing,
     leases: BTreeMap<String, LeaseState>,
+    campaigning: Campaigning,
     renewal: Renewal,
     shutting_down: bool,
     /// The database clock's last reading, to see it step.
@@ -348,10 +360,9 @@ impl Coordinator {
             .map(|name| {
                 let state = LeaseState {
                     phase: Phase::Standby { next_campaign: now },
-                    campaign_sent: None,
+                    campaigning: false,
                     hold_off: None,
                     gated: false,
-                    held_off: false,
                     solo: None,
                 };
                 (name, state)
@@ -360,6 +371,7 @@ impl Coordinator {
         Coordinator {
             timing,
             leases,
+            campaigning: Campaigning::default(),
             renewal: Renewal::default(),
             shutting_down: false,
             clock: ClockWatch::default(),
@@ -396,7 +408,7 @@ impl Coordinator {
             && self
                 .leases
                 .values()
-                .all(|l| l.phase == Phase::Done && l.campaign_sent.is_none())
+                .all(|l| l.phase == Phase::Done && !l.campaigning)
     }
 
     /// When to step with [`Event::Tick`] next, if any deadline is pending.
@@ -405,10 +417,12 @@ impl Coordinator {
         let mut consider = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
         let mut holds_any = false;
         let quiet_until = self.quiet_until;
+        // One campaign at a time: what falls due meanwhile goes with the next batch.
+        let may_campaign = self.campaigning.in_flight.is_none() && !self.shutting_down;
         for state in self.leases.values() {
             match state.phase {
                 Phase::Standby { next_campaign } => {
-                    if state.campaign_sent.is_none() && !self.shutting_down && !state.gated {
+                    if may_campaign && !state.gated {
                         consider(quiet_until.map_or(next_campaign, |q| q.max(next_campaign)));
                     }
                 }
@@ -449,7 +463,7 @@ impl Coordinator {
         let mut fx = Vec::new();
         match event {
             Event::Tick => {}
-            Event::CampaignDone { lease, result } => self.on_campaign(&lease, result, now, &mut fx),
+            Event::CampaignDone { result } => self.on_campaign(result, now, &mut fx),
             Event::RenewDone { result } => self.on_renew(result, now, &mut fx),
             Event::RenewOneDone { lease, result } => {
                 self.on_renew_one(&lease, result, now, &mut fx)
@@ -488,110 +502,155 @@ impl Coordinator {
     }
 
     fn jittered_poll(&mut self, now: Instant) -> Instant {
-        // Up to 20% jitter so that standbys started together do not campaign in lockstep.
-        let poll = self.timing.poll_interval;
-        let jitter = poll.mul_f64(self.rng.random_range(0.0..0.2));
-        now + poll + jitter
+        self.jittered(now, self.timing.poll_interval)
+    }
+
+    /// `now + interval`, plus up to 20% jitter so that standbys started together do not
+    /// campaign in lockstep.
+    fn jittered(&mut self, now: Instant, interval: Duration) -> Instant {
+        let jitter = interval.mul_f64(self.rng.random_range(0.0..0.2));
+        now + interval + jitter
+    }
+
+    /// When a standby that lost a lease campaigns for it again: just after the database said it
+    /// can be won (its holder's expiry, or the end of a hold-off), measured from the answer's
+    /// arrival, so never early by the database's clock; at the latest after a poll, the fallback
+    /// for a release notification that never came.
+    fn after_loss(&mut self, wait: Option<Duration>, now: Instant) -> Instant {
+        let poll = self.jittered_poll(now);
+        match wait {
+            Some(wait) => poll.min(now + wait + CAMPAIGN_SLACK),
+            None => poll,
+        }
     }
 
     fn on_campaign(
         &mut self,
-        lease: &str,
-        result: Result<Campaigned, String>,
+        result: Result<CampaignedMany, String>,
         now: Instant,
         fx: &mut Vec<Effect>,
     ) {
-        let next_campaign = self.jittered_poll(now);
-        let timing = self.timing;
-        let shutting_down = self.shutting_down;
-        let Some(sent) = self
-            .leases
-            .get_mut(lease)
-            .and_then(|state| state.campaign_sent.take())
-        else {
+        let Some((sent, batch)) = self.campaigning.in_flight.take() else {
             return;
         };
+        for name in &batch {
+            if let Some(state) = self.leases.get_mut(name) {
+                state.campaigning = false;
+            }
+        }
+        let campaigned = match result {
+            Ok(campaigned) => campaigned,
+            Err(error) => {
+                fx.push(Effect::Announce(Announcement::CampaignFailed {
+                    leases: batch.clone(),
+                    error,
+                }));
+                for name in batch {
+                    // Soon again, as a failed renewal is: the database may be back in a moment.
+                    let retry = self.jittered(now, self.timing.retry_interval);
+                    let shutting_down = self.shutting_down;
+                    if let Some(state) = self.leases.get_mut(&name) {
+                        state.phase = if shutting_down {
+                            Phase::Done
+                        } else {
+                            Phase::Standby {
+                                next_campaign: retry,
+                            }
+                        };
+                    }
+                }
+                return;
+            }
+        };
         // The clock first: a campaign won across a clock step must not start a term.
-        let result = result.map(|c| {
-            self.observe_clock(sent, now, c.db_now, fx);
-            (c.epoch, c.held_off_for)
-        });
+        self.observe_clock(sent, now, campaigned.db_now, fx);
+        let was_held_off = std::mem::replace(
+            &mut self.campaigning.held_off,
+            campaigned.held_off_for.is_some(),
+        );
+        if let Some(remaining) = campaigned.held_off_for
+            && !was_held_off
+            && !self.shutting_down
+        {
+            fx.push(Effect::Announce(Announcement::HeldOff { remaining }));
+        }
+        let won: std::collections::HashMap<String, Epoch> = campaigned.won.into_iter().collect();
+        let lost: std::collections::HashMap<String, Option<Duration>> =
+            campaigned.lost.into_iter().collect();
+        for name in batch {
+            match won.get(&name) {
+                Some(&epoch) => self.campaign_won(&name, epoch, sent, now, fx),
+                // A lease the answer does not mention counts as lost, its wait unknown.
+                None => {
+                    let wait = lost.get(&name).copied().flatten();
+                    self.campaign_lost(&name, wait, now);
+                }
+            }
+        }
+    }
+
+    /// A campaign sent at `sent` won `lease` at `epoch`.
+    fn campaign_won(
+        &mut self,
+        lease: &str,
+        epoch: Epoch,
+        sent: Instant,
+        now: Instant,
+        fx: &mut Vec<Effect>,
+    ) {
+        let timing = self.timing;
+        let shutting_down = self.shutting_down;
         let quiet = self.quiet_until.is_some();
         let Some(state) = self.leases.get_mut(lease) else {
             return;
         };
-        match result {
-            Ok((Some(epoch), _)) if shutting_down => {
-                // Won a campaign sent before the shutdown: hand it straight back.
-                fx.push(Effect::Announce(Announcement::Acquired {
-                    lease: lease.to_string(),
-                    epoch,
-                }));
-                state.phase = Phase::Releasing {
-                    epoch,
-                    then: After::Done,
-                };
-                fx.push(Effect::Release {
-                    lease: lease.to_string(),
-                    epoch,
-                    timeout: timing.store_timeout,
-                });
-            }
-            Ok((Some(epoch), _)) => {
-                state.held_off = false;
-                let safe_until = sent + timing.ttl - timing.margin;
-                let term = safe_until > now && !quiet;
-                state.phase = Phase::Held {
-                    epoch,
-                    safe_until,
-                    expires_by: now + timing.ttl + timing.margin,
-                    term,
-                    failing: false,
-                };
-                fx.push(Effect::Announce(Announcement::Acquired {
-                    lease: lease.to_string(),
-                    epoch,
-                }));
-                if term {
-                    fx.push(Effect::StartTerm {
-                        lease: lease.to_string(),
-                        epoch,
-                        safe_until,
-                    });
-                }
-                let due = sent + timing.renew_interval;
-                self.renewal.next_at = Some(self.renewal.next_at.map_or(due, |n| n.min(due)));
-            }
-            Ok((None, held_off)) => {
-                let was_held_off = std::mem::replace(&mut state.held_off, held_off.is_some());
-                if shutting_down {
-                    state.phase = Phase::Done;
-                } else if let Some(remaining) = held_off {
-                    if !was_held_off {
-                        fx.push(Effect::Announce(Announcement::HeldOff {
-                            lease: lease.to_string(),
-                            remaining,
-                        }));
-                    }
-                    // Polling earlier is pointless: the database holds every campaign off.
-                    state.phase = Phase::Standby {
-                        next_campaign: now + remaining,
-                    };
-                } else {
-                    state.phase = Phase::Standby { next_campaign };
-                }
-            }
-            Err(error) => {
-                fx.push(Effect::Announce(Announcement::CampaignFailed {
-                    lease: lease.to_string(),
-                    error,
-                }));
-                state.phase = if shutting_down {
-                    Phase::Done
-                } else {
-                    Phase::Standby { next_campaign }
-                };
-            }
+        fx.push(Effect::Announce(Announcement::Acquired {
+            lease: lease.to_string(),
+            epoch,
+        }));
+        if shutting_down {
+            // Won a campaign sent before the shutdown: hand it straight back.
+            state.phase = Phase::Releasing {
+                epoch,
+                then: After::Done,
+            };
+            fx.push(Effect::Release {
+                lease: lease.to_string(),
+                epoch,
+                timeout: timing.store_timeout,
+            });
+            return;
+        }
+        let safe_until = sent + timing.ttl - timing.margin;
+        let term = safe_until > now && !quiet;
+        state.phase = Phase::Held {
+            epoch,
+            safe_until,
+            expires_by: now + timing.ttl + timing.margin,
+            term,
+            failing: false,
+        };
+        if term {
+            fx.push(Effect::StartTerm {
+                lease: lease.to_string(),
+                epoch,
+                safe_until,
+            });
+        }
+        let due = sent + timing.renew_interval;
+        self.renewal.next_at = Some(self.renewal.next_at.map_or(due, |n| n.min(due)));
+    }
+
+    /// A campaign did not win `lease`; the database said it can be won after `wait`.
+    fn campaign_lost(&mut self, lease: &str, wait: Option<Duration>, now: Instant) {
+        let next_campaign = self.after_loss(wait, now);
+        let shutting_down = self.shutting_down;
+        if let Some(state) = self.leases.get_mut(lease) {
+            state.phase = if shutting_down {
+                Phase::Done
+            } else {
+                Phase::Standby { next_campaign }
+            };
         }
     }
 
@@ -679,7 +738,7 @@ impl Coordinator {
                     timeout,
                 });
             }
-            Phase::Standby { .. } if then == After::Done && state.campaign_sent.is_none() => {
+            Phase::Standby { .. } if then == After::Done && !state.campaigning => {
                 state.phase = Phase::Done;
             }
             // A step-down of a lease not held, a campaign in flight (its result decides), or a
@@ -703,6 +762,12 @@ impl Coordinator {
         }
         let quiet = self.quiet_until.is_some();
         let mut batch = Vec::new();
+        // Standby leases go in one campaign once any is due, with every other lease due within
+        // the margin: the leases of one holder expire together (one renewal statement), and a
+        // lease taken a few milliseconds early only reports its expiry again.
+        let may_campaign = self.campaigning.in_flight.is_none() && !self.shutting_down && !quiet;
+        let mut due_campaign = false;
+        let mut candidates = Vec::new();
         for (name, state) in self.leases.iter_mut() {
             // A lease being renewed alone stays out of the batch until that answer is in.
             let solo = state.solo.is_some();
@@ -771,21 +836,25 @@ impl Coordinator {
                     }
                 }
                 Phase::Standby { next_campaign } => {
-                    if !self.shutting_down
-                        && !quiet
-                        && !state.gated
-                        && state.campaign_sent.is_none()
-                        && now >= *next_campaign
-                    {
-                        state.campaign_sent = Some(now);
-                        fx.push(Effect::Campaign {
-                            lease: name.clone(),
-                            timeout: timing.store_timeout,
-                        });
+                    if may_campaign && !state.gated && *next_campaign <= now + timing.margin {
+                        due_campaign |= now >= *next_campaign;
+                        candidates.push(name.clone());
                     }
                 }
                 Phase::Releasing { .. } | Phase::Done => {}
             }
+        }
+        if due_campaign {
+            for name in &candidates {
+                if let Some(state) = self.leases.get_mut(name) {
+                    state.campaigning = true;
+                }
+            }
+            self.campaigning.in_flight = Some((now, candidates.clone()));
+            fx.push(Effect::Campaign {
+                leases: candidates,
+                timeout: timing.store_timeout,
+            });
         }
         let due = self.renewal.next_at.is_some_and(|at| now >= at);
         if due && self.renewal.in_flight.is_none() && !batch.is_empty() {

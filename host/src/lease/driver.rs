@@ -223,18 +223,17 @@ impl Driver {
     fn execute(&mut self, effect: Effect) {
         let ttl = self.coordinator.timing().ttl;
         match effect {
-            Effect::Campaign { lease, timeout } => {
+            Effect::Campaign { leases, timeout } => {
                 let (store, holder) = (self.store.clone(), self.holder.clone());
-                let span = info_span!("campaign", lease = %lease, holder = %holder);
+                let span = info_span!("campaign", lease = %some(&leases), leases = leases.len(), holder = %holder);
                 self.call(span, async move {
                     let result = within(
                         timeout,
                         "campaign",
-                        store.campaign(&lease, holder.as_str(), ttl),
+                        store.campaign_many(holder.as_str(), &leases, ttl),
                     )
                     .await;
                     Event::CampaignDone {
-                        lease,
                         result: result.map_err(|e| e.to_string()),
                     }
                 });
@@ -417,11 +416,11 @@ impl Driver {
             Announcement::ClockStepped { ahead, quiet } => {
                 error!(holder = %holder, ahead = ?ahead, quiet_for = ?quiet, "the database clock stepped forward: every term ended; no campaign or term until the leases that trusted the old clock have run out")
             }
-            Announcement::HeldOff { lease, remaining } => {
-                warn!(lease = %lease, holder = %holder, remaining = ?remaining, "the lease database changed incarnation (a promoted standby, or a restored backup): no lease is taken over until every holder that trusted a renewal it lost has stopped")
+            Announcement::HeldOff { remaining } => {
+                warn!(holder = %holder, remaining = ?remaining, "the lease database changed incarnation (a promoted standby, or a restored backup): no lease is taken over until every holder that trusted a renewal it lost has stopped")
             }
-            Announcement::CampaignFailed { lease, error } => {
-                warn!(lease = %lease, holder = %holder, error = %error, "campaign failed")
+            Announcement::CampaignFailed { leases, error } => {
+                warn!(lease = %some(&leases), leases = leases.len(), holder = %holder, error = %error, "campaign failed")
             }
         }
     }
@@ -471,6 +470,21 @@ impl Driver {
             });
         }
     }
+}
+
+/// A few of `leases` for a log line: "a", "a, b, c", or "a, b, c and 997 more".
+fn some(leases: &[String]) -> String {
+    const SHOWN: usize = 3;
+    let mut text = leases
+        .iter()
+        .take(SHOWN)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if leases.len() > SHOWN {
+        text.push_str(&format!(" and {} more", leases.len() - SHOWN));
+    }
+    text
 }
 
 /// Bounds a store call by `timeout`; the caller treats a timeout like any other failure.

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::store::{
-    Campaigned, DbMillis, Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, Renewed,
+    CampaignedMany, DbMillis, Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, Renewed,
     StoreError,
 };
 
@@ -128,40 +128,39 @@ impl LeaseStore for MemoryStore {
         "memory"
     }
 
-    async fn campaign(
+    async fn campaign_many(
         &self,
-        name: &str,
         holder: &str,
+        names: &[String],
         ttl: Duration,
-    ) -> Result<Campaigned, StoreError> {
+    ) -> Result<CampaignedMany, StoreError> {
         self.gate("campaign").await?;
         super::store::ttl_ms(ttl)?;
         let now = self.now();
         let mut rows = self.rows();
-        let db_now = self.db_now(now);
-        let epoch = match rows.get(name) {
-            Some(row) if row.expires_at > now => {
-                return Ok(Campaigned {
-                    epoch: None,
-                    db_now,
-                    held_off_for: None,
-                });
-            }
-            Some(row) => row.epoch + 1,
-            None => 1,
+        let mut out = CampaignedMany {
+            db_now: self.db_now(now),
+            ..CampaignedMany::default()
         };
-        let row = Row {
-            holder: holder.to_string(),
-            epoch,
-            ttl,
-            expires_at: now + ttl,
-        };
-        rows.insert(name.to_string(), row);
-        Ok(Campaigned {
-            epoch: Some(epoch),
-            db_now,
-            held_off_for: None,
-        })
+        for name in names {
+            let epoch = match rows.get(name) {
+                Some(row) if row.expires_at > now => {
+                    out.lost.push((name.clone(), Some(row.expires_at - now)));
+                    continue;
+                }
+                Some(row) => row.epoch + 1,
+                None => 1,
+            };
+            let row = Row {
+                holder: holder.to_string(),
+                epoch,
+                ttl,
+                expires_at: now + ttl,
+            };
+            rows.insert(name.clone(), row);
+            out.won.push((name.clone(), epoch));
+        }
+        Ok(out)
     }
 
     async fn renew(&self, holder: &str, leases: &[RenewRequest]) -> Result<Renewed, StoreError> {

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::store::{
-    Campaigned, DbMillis, Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, Renewed,
+    CampaignedMany, DbMillis, Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, Renewed,
     RenewedOne, StoreError, ttl_ms,
 };
 use super::url::DatabaseUrl;
@@ -230,22 +230,33 @@ impl LeaseStore for PostgresStore {
         "postgres"
     }
 
-    async fn campaign(
+    async fn campaign_many(
         &self,
-        name: &str,
         holder: &str,
+        names: &[String],
         ttl: Duration,
-    ) -> Result<Campaigned, StoreError> {
+    ) -> Result<CampaignedMany, StoreError> {
+        if names.is_empty() {
+            return Ok(CampaignedMany::default());
+        }
         let ttl_ms = ttl_ms(ttl)?;
-        // clock_timestamp(), not now(): a campaign that waited for the row lock (a renewal, a
-        // fenced write) judges expiry by the time it got the row, not by when it was sent.
+        // `snap` reads each lease's row without a lock, and only the rows it finds absent or
+        // expired go to the upsert: a standby never locks a row its holder renews or a plugin
+        // writes under the fence. The upsert's WHERE decides, on the latest row version, so of
+        // concurrent campaigns exactly one wins; they take their row locks in name order, so two
+        // batches never deadlock. clock_timestamp(), not now(): a campaign that waited for a row
+        // lock judges expiry by the time it got the row, not by when it was sent.
         //
         // The incarnation (DESIGN §1.6b, migration 20261128000001): `inc` is the one recorded,
         // `cur` the server's. A campaign that finds them different records the new one (`seen`)
-        // and wins nothing: its snapshot still shows the old row. Later campaigns win only a full
-        // ttl after it was first seen (the longer of the holder's ttl in the row and ours), and
-        // issue epochs of at least its floor. `held_off_ms` says how long campaigns are held off.
-        let (epoch, db_now, held_off_ms): (Option<Epoch>, DbMillis, Option<i64>) =
+        // and wins nothing: its snapshot still shows the old row. Later campaigns win a lease only
+        // a full ttl after it was first seen (the longer of the holder's ttl in the row and ours),
+        // and issue epochs of at least its floor.
+        //
+        // Per lease not won, `wait_ms` says how long until a campaign can win it: the holder's
+        // expiry or the hold-off, whichever ends later; NULL when a concurrent campaign took a
+        // row this statement saw free. `held_off_ms` is the hold-off alone.
+        let rows: Vec<(String, Option<Epoch>, Option<i64>, Option<i64>, DbMillis)> =
             sqlx::query_as(concat!(
                 "WITH cur AS (
                 SELECT s.system_identifier AS system_identifier,
@@ -255,9 +266,7 @@ impl LeaseStore for PostgresStore {
              inc AS (
                 SELECT i.seen_at, i.epoch_floor,
                        (i.system_identifier, i.timeline) = (cur.system_identifier, cur.timeline)
-                           AS current,
-                       greatest($3, (SELECT k.ttl_ms FROM leasehold_leases AS k WHERE k.name = $1))
-                           * interval '1 millisecond' AS hold
+                           AS current
                   FROM leasehold_incarnation AS i, cur),
              seen AS (
                 UPDATE leasehold_incarnation AS i
@@ -269,12 +278,25 @@ impl LeaseStore for PostgresStore {
                   FROM cur
                  WHERE (i.system_identifier, i.timeline) <> (cur.system_identifier, cur.timeline)
                 RETURNING i.one_row),
+             snap AS (
+                SELECT r.name, k.expires_at,
+                       greatest($3, k.ttl_ms) * interval '1 millisecond' AS hold
+                  FROM (SELECT DISTINCT unnest($2::text[]) AS name) AS r
+                  LEFT JOIN leasehold_leases AS k ON k.name = r.name),
+             held_off AS (
+                SELECT s.name,
+                       CASE WHEN NOT inc.current OR EXISTS (SELECT 1 FROM seen) THEN s.hold
+                            WHEN inc.seen_at + s.hold > clock_timestamp()
+                                THEN inc.seen_at + s.hold - clock_timestamp()
+                       END AS wait
+                  FROM snap AS s, inc),
              won AS (
                 INSERT INTO leasehold_leases AS l (name, holder, epoch, acquired_at, renewed_at, expires_at, ttl_ms)
-                SELECT $1, $2, greatest(1, inc.epoch_floor), clock_timestamp(), clock_timestamp(),
+                SELECT s.name, $1, greatest(1, inc.epoch_floor), clock_timestamp(), clock_timestamp(),
                        clock_timestamp() + $3 * interval '1 millisecond', $3
-                  FROM inc
-                 WHERE inc.current AND inc.seen_at + inc.hold <= clock_timestamp()
+                  FROM snap AS s JOIN held_off AS h ON h.name = s.name, inc
+                 WHERE (s.expires_at IS NULL OR s.expires_at <= clock_timestamp()) AND h.wait IS NULL
+                 ORDER BY s.name
                 ON CONFLICT (name) DO UPDATE
                    SET holder = EXCLUDED.holder,
                        epoch = greatest(l.epoch + 1, EXCLUDED.epoch), acquired_at = clock_timestamp(),
@@ -282,31 +304,34 @@ impl LeaseStore for PostgresStore {
                        expires_at = clock_timestamp() + EXCLUDED.ttl_ms * interval '1 millisecond',
                        ttl_ms = EXCLUDED.ttl_ms
                    WHERE l.expires_at <= clock_timestamp()
-                RETURNING epoch)
-             SELECT (SELECT epoch FROM won), ",
+                RETURNING l.name, l.epoch)
+             SELECT s.name, w.epoch,
+                    CASE WHEN w.epoch IS NULL THEN ceil(extract(epoch FROM greatest(
+                        s.expires_at - clock_timestamp(), h.wait)) * 1000)::bigint END,
+                    ceil(extract(epoch FROM h.wait) * 1000)::bigint, ",
                 db_now_ms!(),
-                ",
-                    (SELECT CASE
-                        WHEN NOT inc.current OR EXISTS (SELECT 1 FROM seen)
-                            THEN (extract(epoch FROM inc.hold) * 1000)::bigint
-                        WHEN inc.seen_at + inc.hold > clock_timestamp()
-                            THEN ceil(extract(epoch FROM
-                                (inc.seen_at + inc.hold - clock_timestamp())) * 1000)::bigint
-                        END FROM inc)"
+                "
+               FROM snap AS s JOIN held_off AS h ON h.name = s.name
+               LEFT JOIN won AS w ON w.name = s.name"
             ))
-            .bind(name)
             .bind(holder)
+            .bind(names)
             .bind(ttl_ms)
-            .fetch_one(&self.pool)
+            .fetch_all(&self.pool)
             .await
             .map_err(StoreError::query("campaign"))?;
-        Ok(Campaigned {
-            epoch,
-            db_now: Some(db_now),
-            held_off_for: held_off_ms
-                .and_then(|ms| u64::try_from(ms).ok())
-                .map(Duration::from_millis),
-        })
+        let mut out = CampaignedMany::default();
+        for (name, epoch, wait_ms, held_off_ms, db_now) in rows {
+            out.db_now = Some(out.db_now.map_or(db_now, |t: DbMillis| t.max(db_now)));
+            if let Some(held_off) = super::store::wait_ms(held_off_ms) {
+                out.held_off_for = Some(out.held_off_for.map_or(held_off, |h| h.max(held_off)));
+            }
+            match epoch {
+                Some(epoch) => out.won.push((name, epoch)),
+                None => out.lost.push((name, super::store::wait_ms(wait_ms))),
+            }
+        }
+        Ok(out)
     }
 
     async fn renew(&self, holder: &str, leases: &[RenewRequest]) -> Result<Renewed, StoreError> {

@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::store::{
-    Campaigned, Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, Renewed, StoreError,
-    ttl_ms,
+    CampaignedMany, Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, Renewed,
+    StoreError, ttl_ms,
 };
 use super::url::DatabaseUrl;
 
@@ -218,23 +218,32 @@ impl LeaseStore for SqliteStore {
         "sqlite"
     }
 
-    async fn campaign(
+    async fn campaign_many(
         &self,
-        name: &str,
         holder: &str,
+        names: &[String],
         ttl: Duration,
-    ) -> Result<Campaigned, StoreError> {
+    ) -> Result<CampaignedMany, StoreError> {
+        if names.is_empty() {
+            return Ok(CampaignedMany::default());
+        }
         let ttl_ms = ttl_ms(ttl)?;
+        let names_json = serde_json::to_string(names).map_err(|e| StoreError::Invalid {
+            what: "lease names",
+            reason: e.to_string(),
+        })?;
         let err = StoreError::query("campaign");
         let mut tx = self.write().await.map_err(err)?;
         let now = self.clock.now_ms();
         // The insert part carries the existing epoch + 1 (1 for a new name): the schema refuses
         // an insert at or below a row's epoch, and BEFORE INSERT fires before the conflict sends
-        // the statement to DO UPDATE.
-        let epoch = sqlx::query_scalar(
+        // the statement to DO UPDATE. (`WHERE true` lets SQLite parse an upsert from a SELECT.)
+        let won: Vec<(String, Epoch)> = sqlx::query_as(
             "INSERT INTO leasehold_leases (name, holder, epoch, acquired_at_ms, renewed_at_ms, expires_at_ms, ttl_ms, boot)
-             VALUES (?1, ?2, COALESCE((SELECT epoch FROM leasehold_leases WHERE name = ?1), 0) + 1,
-                     ?4, ?4, ?4 + ?3, ?3, ?5)
+             SELECT j.value, ?2,
+                    COALESCE((SELECT epoch FROM leasehold_leases WHERE name = j.value), 0) + 1,
+                    ?4, ?4, ?4 + ?3, ?3, ?5
+               FROM (SELECT DISTINCT value FROM json_each(?1)) AS j WHERE true
              ON CONFLICT (name) DO UPDATE
                 SET holder = excluded.holder, epoch = leasehold_leases.epoch + 1,
                     acquired_at_ms = excluded.acquired_at_ms, renewed_at_ms = excluded.renewed_at_ms,
@@ -242,22 +251,43 @@ impl LeaseStore for SqliteStore {
                     boot = excluded.boot
                 WHERE leasehold_leases.expires_at_ms <= excluded.acquired_at_ms
                    OR leasehold_leases.boot <> excluded.boot
-             RETURNING epoch",
+             RETURNING name, epoch",
         )
-        .bind(name)
+        .bind(&names_json)
         .bind(holder)
         .bind(ttl_ms)
         .bind(now)
         .bind(self.clock.boot_id())
-        .fetch_optional(&mut *tx)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(err)?;
+        // Every lease not won is held (by this boot's clock) until its expiry.
+        let held: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT name, expires_at_ms - ?2 FROM leasehold_leases
+              WHERE name IN (SELECT value FROM json_each(?1)) AND boot = ?3 AND expires_at_ms > ?2",
+        )
+        .bind(&names_json)
+        .bind(now)
+        .bind(self.clock.boot_id())
+        .fetch_all(&mut *tx)
         .await
         .map_err(err)?;
         tx.commit().await.map_err(err)?;
-        Ok(Campaigned {
-            epoch,
+        let mut out = CampaignedMany {
+            won,
             db_now: Some(now),
-            held_off_for: None,
-        })
+            ..CampaignedMany::default()
+        };
+        let held: std::collections::HashMap<String, i64> = held.into_iter().collect();
+        let won: std::collections::HashSet<&str> =
+            out.won.iter().map(|(n, _)| n.as_str()).collect();
+        for name in names {
+            if !won.contains(name.as_str()) {
+                let wait = super::store::wait_ms(held.get(name).copied());
+                out.lost.push((name.clone(), wait));
+            }
+        }
+        Ok(out)
     }
 
     async fn renew(&self, holder: &str, leases: &[RenewRequest]) -> Result<Renewed, StoreError> {

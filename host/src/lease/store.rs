@@ -49,7 +49,7 @@ pub struct RenewRequest {
 /// coordinator compares them with its monotonic clock to see the database clock step (DESIGN §1.2).
 pub type DbMillis = i64;
 
-/// What a campaign found.
+/// What a campaign for one lease found ([`LeaseStore::campaign`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Campaigned {
     /// The new epoch, or `None` when someone else holds the lease.
@@ -59,6 +59,47 @@ pub struct Campaigned {
     /// How much longer the database holds every campaign off, after it changed incarnation (a
     /// promoted standby, DESIGN §1.6b); `None` when it does not.
     pub held_off_for: Option<Duration>,
+    /// When the lease was not won: how long until a campaign can win it, by the database's clock
+    /// (its holder's expiry, or the end of the hold-off); `None` when the statement cannot tell.
+    pub wait: Option<Duration>,
+}
+
+/// What a campaign for several leases found ([`LeaseStore::campaign_many`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CampaignedMany {
+    /// The leases won, each with its new epoch.
+    pub won: Vec<(String, Epoch)>,
+    /// The leases not won, each with how long until a campaign can win it by the database's
+    /// clock: its holder's expiry, or the end of a hold-off. `None` when the statement cannot tell
+    /// (another replica's campaign took the lease while this one ran): campaign again after a poll.
+    pub lost: Vec<(String, Option<Duration>)>,
+    /// The database's clock while the statement ran; `None` when the backend cannot tell.
+    pub db_now: Option<DbMillis>,
+    /// How much longer the database holds campaigns off, after it changed incarnation (a
+    /// promoted standby, DESIGN §1.6b); the longest over the batch, `None` when it does not.
+    pub held_off_for: Option<Duration>,
+}
+
+impl CampaignedMany {
+    /// The outcome for `name` alone.
+    pub fn one(&self, name: &str) -> Campaigned {
+        Campaigned {
+            epoch: self.won.iter().find(|(n, _)| n == name).map(|(_, e)| *e),
+            db_now: self.db_now,
+            held_off_for: self.held_off_for,
+            wait: self
+                .lost
+                .iter()
+                .find(|(n, _)| n == name)
+                .and_then(|(_, w)| *w),
+        }
+    }
+}
+
+/// Milliseconds a store reported as a wait, as a duration; `None` for none or a negative one.
+pub(crate) fn wait_ms(ms: Option<i64>) -> Option<Duration> {
+    ms.and_then(|ms| u64::try_from(ms).ok())
+        .map(Duration::from_millis)
 }
 
 /// What a batched renewal found.
@@ -180,14 +221,29 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
     /// The backend's short name (`postgres`, `sqlite`, `memory`).
     fn backend(&self) -> &'static str;
 
-    /// Acquires `name` for `holder` if the row is absent or expired by the database clock.
-    /// Returns the new epoch (previous + 1, or 1 for a new row), or `None` if someone holds it.
+    /// Acquires, for `holder`, every lease of `names` whose row is absent or expired by the
+    /// database clock, in one statement (or one short transaction) that takes no lock on a row
+    /// someone holds: their renewals and fenced writes never wait for a standby. Each lease won
+    /// gets the previous epoch + 1 (1 for a new row); of concurrent campaigns for a lease exactly
+    /// one wins it. For every lease not won it reports how long until a campaign could win it, so
+    /// that a standby sleeps until its holder's expiry instead of polling (DESIGN §1.3).
+    async fn campaign_many(
+        &self,
+        holder: &str,
+        names: &[String],
+        ttl: Duration,
+    ) -> Result<CampaignedMany, StoreError>;
+
+    /// [`LeaseStore::campaign_many`] for one lease.
     async fn campaign(
         &self,
         name: &str,
         holder: &str,
         ttl: Duration,
-    ) -> Result<Campaigned, StoreError>;
+    ) -> Result<Campaigned, StoreError> {
+        let names = [name.to_string()];
+        Ok(self.campaign_many(holder, &names, ttl).await?.one(name))
+    }
 
     /// Extends every lease in `leases` that `holder` still holds at the given epoch and that has
     /// not expired, in one statement that never waits for a row lock: a locked row is reported

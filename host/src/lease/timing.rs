@@ -19,7 +19,9 @@ pub struct Timing {
     /// How soon a failed renewal is retried.
     #[serde(with = "humantime_serde")]
     pub retry_interval: Duration,
-    /// How often a standby campaigns when it hears nothing.
+    /// The longest a standby waits between campaigns for a lease. A standby campaigns when the
+    /// holder's lease expires by the database's clock, and at once when a release is announced;
+    /// this poll only covers a release notification that never arrived.
     #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
     /// Subtracted from the ttl to get the local deadline (`safe_until`) for stopping plugins.
@@ -64,7 +66,9 @@ impl Timing {
     /// Derives every interval from `ttl` (DESIGN §1 defaults):
     /// - renew every ttl/3, so two renewals can fail before the lease is at risk;
     /// - retry every ttl/15, so several retries fit before `safe_until`;
-    /// - poll every ttl/5, so a crashed holder's lease is taken within ttl + ttl/5;
+    /// - poll every ttl at most: a standby campaigns at the holder's expiry as the database reports
+    ///   it, so a crashed holder's lease is taken within ttl of its last renewal; the poll is only
+    ///   the fallback for a lost release notification, which then costs at most a ttl;
     /// - margin max(2% of ttl, 250 ms): clock-rate drift is proportional, scheduling slack is fixed;
     ///   capped at ttl/4 so that sub-second ttls (tests, demos) still leave room to renew. For any
     ///   ttl of at least [`Self::MIN_TTL`] this meets both floors of [`Self::validate`]: ttl/4 is
@@ -75,7 +79,7 @@ impl Timing {
             ttl,
             renew_interval: ttl / 3,
             retry_interval: ttl / 15,
-            poll_interval: ttl / 5,
+            poll_interval: ttl,
             margin: (ttl / 50).max(Duration::from_millis(250)).min(ttl / 4),
             store_timeout: ttl / 5,
         }

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used)]
 //! Transitions of the pure coordinator, with hand-made instants. Timing throughout is
-//! `Timing::from_ttl(3s)`: renew every 1 s, retry every 200 ms, poll every 600 ms (+ up to 20%
-//! jitter), margin 250 ms, store calls time out after 600 ms.
+//! `Timing::from_ttl(3s)`: renew every 1 s, retry every 200 ms, poll at most every 3 s (+ up to
+//! 20% jitter), margin 250 ms, store calls time out after 600 ms.
 
 use super::*;
 use crate::lease::DbMillis;
@@ -22,7 +22,7 @@ fn timing() -> Timing {
             t.margin,
             t.store_timeout
         ),
-        (ms(1000), ms(200), ms(600), ms(250), ms(600)),
+        (ms(1000), ms(200), ms(3000), ms(250), ms(600)),
         "the numbers these tests are written with"
     );
     t
@@ -32,12 +32,14 @@ fn coordinator(leases: &[&str], t0: Instant) -> Coordinator {
     Coordinator::new(timing(), leases.iter().map(|s| s.to_string()), t0, 7)
 }
 
+/// The leases of every campaign among `fx`, in order.
 fn campaigns(fx: &[Effect]) -> Vec<&str> {
     fx.iter()
         .filter_map(|e| match e {
-            Effect::Campaign { lease, .. } => Some(lease.as_str()),
+            Effect::Campaign { leases, .. } => Some(leases.iter().map(String::as_str)),
             _ => None,
         })
+        .flatten()
         .collect()
 }
 
@@ -114,15 +116,31 @@ fn req(name: &str, epoch: Epoch) -> RenewRequest {
     }
 }
 
-/// A campaign result without a reading of the database clock (see `clock_*` tests for those).
+/// The answer to a campaign for `lease` alone, without a reading of the database clock (see
+/// `clock_*` tests for those); lost without a known wait.
 fn campaign_done(lease: &str, result: Result<Option<Epoch>, String>) -> Event {
     Event::CampaignDone {
-        lease: lease.to_string(),
-        result: result.map(|epoch| Campaigned {
-            epoch,
-            db_now: None,
-            held_off_for: None,
+        result: result.map(|epoch| match epoch {
+            Some(epoch) => campaigned_many(&[(lease, epoch)], &[]),
+            None => campaigned_many(&[], &[(lease, None)]),
         }),
+    }
+}
+
+fn campaigned_many(won: &[(&str, Epoch)], lost: &[(&str, Option<Duration>)]) -> CampaignedMany {
+    CampaignedMany {
+        won: won.iter().map(|(n, e)| (n.to_string(), *e)).collect(),
+        lost: lost.iter().map(|(n, w)| (n.to_string(), *w)).collect(),
+        db_now: None,
+        held_off_for: None,
+    }
+}
+
+/// The answer to a campaign for several leases: those won with their epochs, those lost with how
+/// long until they can be won.
+fn campaigned(won: &[(&str, Epoch)], lost: &[(&str, Option<Duration>)]) -> Event {
+    Event::CampaignDone {
+        result: Ok(campaigned_many(won, lost)),
     }
 }
 
@@ -181,6 +199,7 @@ fn first_tick_campaigns_every_lease() {
     assert_eq!(c.view("nope"), None);
     let fx = c.step(Event::Tick, t0);
     assert_eq!(campaigns(&fx), ["a", "b", "c"]);
+    assert_eq!(fx.len(), 1, "one statement for all: {fx:?}");
     assert!(fx.iter().all(|e| matches!(
         e,
         Effect::Campaign { timeout, .. } if *timeout == ms(600)
@@ -211,7 +230,36 @@ fn won_campaign_starts_a_term_until_sent_plus_ttl_minus_margin() {
 }
 
 #[test]
-fn lost_campaign_stays_standby_and_polls_with_jitter() {
+fn a_lost_campaign_campaigns_again_just_after_the_holder_s_expiry() {
+    let t0 = Instant::now();
+    let mut c = coordinator(&["a", "b"], t0);
+    c.step(Event::Tick, t0);
+    // a's holder expires 1,234 ms after the statement read the clock; b's in 2 ttls (a holder
+    // with a longer ttl), beyond the poll.
+    let done = t0 + ms(50);
+    let fx = c.step(
+        campaigned(&[], &[("a", Some(ms(1234))), ("b", Some(2 * TTL))]),
+        done,
+    );
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    let next = c.next_deadline().unwrap();
+    assert_eq!(next, done + ms(1234) + CAMPAIGN_SLACK);
+    assert!(c.step(Event::Tick, next - ms(1)).is_empty());
+    assert_eq!(campaigns(&c.step(Event::Tick, next)), ["a"]);
+    // b waits a poll at most: the fallback for a release notification that never came.
+    c.step(campaign_done("a", Ok(None)), next + ms(2));
+    let b_at = c.next_deadline().unwrap();
+    assert!(
+        b_at >= done + ms(3000) && b_at < done + ms(3600),
+        "{:?}",
+        b_at - done
+    );
+    assert_eq!(campaigns(&c.step(Event::Tick, b_at)), ["b"]);
+}
+
+#[test]
+fn a_lost_campaign_without_a_known_expiry_polls_with_jitter_and_a_failed_one_retries_soon() {
     let t0 = Instant::now();
     let mut c = coordinator(&["a"], t0);
     c.step(Event::Tick, t0);
@@ -221,25 +269,62 @@ fn lost_campaign_stays_standby_and_polls_with_jitter() {
     assert_eq!(c.view("a"), Some((Role::Standby, None)));
     let next = c.next_deadline().unwrap();
     assert!(
-        next >= done + ms(600) && next < done + ms(720),
+        next >= done + ms(3000) && next < done + ms(3600),
         "next campaign {:?} after the result",
         next - done
     );
     assert!(c.step(Event::Tick, next - ms(1)).is_empty());
     assert_eq!(campaigns(&c.step(Event::Tick, next)), ["a"]);
 
-    // A store error is announced and retried on the same cadence.
+    // A store error is announced and retried soon, as a failed renewal is.
     let fx = c.step(campaign_done("a", Err("boom".into())), next + ms(5));
     assert!(announced(
         &fx,
         &Announcement::CampaignFailed {
-            lease: "a".into(),
+            leases: vec!["a".into()],
             error: "boom".into()
         }
     ));
     assert_eq!(c.view("a"), Some((Role::Standby, None)));
     let again = c.next_deadline().unwrap();
-    assert!(again >= next + ms(605) && again < next + ms(725));
+    assert!(again >= next + ms(205) && again < next + ms(245));
+}
+
+#[test]
+fn one_campaign_carries_every_lease_due_within_the_margin_and_none_while_one_is_in_flight() {
+    let t0 = Instant::now();
+    let mut c = coordinator(&["a", "b", "c", "d"], t0);
+    assert_eq!(campaigns(&c.step(Event::Tick, t0)), ["a", "b", "c", "d"]);
+    // Due in 1 s, 1.2 s (within the 250 ms margin of a), 1.5 s (beyond it); d on the poll.
+    let fx = c.step(
+        campaigned(
+            &[],
+            &[
+                ("a", Some(ms(999))),
+                ("b", Some(ms(1199))),
+                ("c", Some(ms(1499))),
+                ("d", None),
+            ],
+        ),
+        t0,
+    );
+    assert!(fx.is_empty());
+    assert_eq!(c.next_deadline(), Some(t0 + ms(1000)));
+    let fx = c.step(Event::Tick, t0 + ms(1000));
+    assert_eq!(campaigns(&fx), ["a", "b"]);
+    // c falls due while the batch is in flight: it waits for the answer, without a busy tick.
+    assert_eq!(c.next_deadline(), None);
+    assert!(c.step(Event::Tick, t0 + ms(1500)).is_empty());
+    let fx = c.step(
+        campaigned(&[("a", 2)], &[("b", Some(ms(150)))]),
+        t0 + ms(1600),
+    );
+    assert_eq!(start_terms(&fx).len(), 1);
+    assert_eq!(
+        campaigns(&fx),
+        ["b", "c"],
+        "c was due meanwhile, and b is due within the margin"
+    );
 }
 
 #[test]
@@ -248,34 +333,25 @@ fn a_campaign_held_off_by_a_failover_is_announced_once_and_retried_when_the_hold
     let mut c = coordinator(&["a"], t0);
     c.step(Event::Tick, t0);
     let held_off = |remaining: Duration| Event::CampaignDone {
-        lease: "a".into(),
-        result: Ok(Campaigned {
-            epoch: None,
-            db_now: None,
+        result: Ok(CampaignedMany {
             held_off_for: Some(remaining),
+            ..campaigned_many(&[], &[("a", Some(remaining))])
         }),
     };
-    let done = t0 + ms(50);
-    let fx = c.step(held_off(TTL), done);
-    assert!(announced(
-        &fx,
-        &Announcement::HeldOff {
-            lease: "a".into(),
-            remaining: TTL
-        }
-    ));
+    let (done, hold) = (t0 + ms(50), ms(2000));
+    let fx = c.step(held_off(hold), done);
+    assert!(announced(&fx, &Announcement::HeldOff { remaining: hold }));
     // No poll in between: the database would hold it off again.
-    assert_eq!(c.next_deadline(), Some(done + TTL));
-    assert_eq!(campaigns(&c.step(Event::Tick, done + TTL)), ["a"]);
+    let at = done + hold + CAMPAIGN_SLACK;
+    assert_eq!(c.next_deadline(), Some(at));
+    assert_eq!(campaigns(&c.step(Event::Tick, at)), ["a"]);
     // Held off a little longer (the clocks disagree by a few ms): not announced again.
-    let fx = c.step(held_off(ms(3)), done + TTL + ms(1));
+    let fx = c.step(held_off(ms(3)), at + ms(1));
     assert!(fx.is_empty(), "{fx:?}");
-    assert_eq!(c.next_deadline(), Some(done + TTL + ms(4)));
-    assert_eq!(campaigns(&c.step(Event::Tick, done + TTL + ms(4))), ["a"]);
-    let fx = c.step(
-        campaign_done("a", Ok(Some((1 << 32) + 1))),
-        done + TTL + ms(5),
-    );
+    let again = at + ms(1) + ms(3) + CAMPAIGN_SLACK;
+    assert_eq!(c.next_deadline(), Some(again));
+    assert_eq!(campaigns(&c.step(Event::Tick, again)), ["a"]);
+    let fx = c.step(campaign_done("a", Ok(Some((1 << 32) + 1))), again + ms(1));
     assert_eq!(start_terms(&fx).len(), 1);
 }
 
@@ -291,7 +367,7 @@ fn jitter_spreads_polls_but_replays_with_the_same_seed() {
             c.step(campaign_done("a", Ok(None)), now);
             let next = c.next_deadline().unwrap();
             let wait = next - now;
-            assert!(wait >= ms(600) && wait < ms(720), "{wait:?}");
+            assert!(wait >= ms(3000) && wait < ms(3600), "{wait:?}");
             out.push(wait);
             now = next;
         }
@@ -307,8 +383,7 @@ fn renewals_of_held_leases_go_out_as_one_batch() {
     let t0 = Instant::now();
     let mut c = coordinator(&["a", "b"], t0);
     assert_eq!(campaigns(&c.step(Event::Tick, t0)), ["a", "b"]);
-    c.step(campaign_done("a", Ok(Some(1))), t0 + ms(10));
-    c.step(campaign_done("b", Ok(Some(4))), t0 + ms(20));
+    c.step(campaigned(&[("a", 1), ("b", 4)], &[]), t0 + ms(10));
     assert_eq!(c.next_deadline(), Some(t0 + ms(1000)));
     assert!(renewals(&c.step(Event::Tick, t0 + ms(999))).is_empty());
 
@@ -335,10 +410,13 @@ fn a_lease_won_later_joins_the_shared_renewal() {
     let t0 = Instant::now();
     let mut c = coordinator(&["a", "b"], t0);
     c.step(Event::Tick, t0);
-    c.step(campaign_done("a", Ok(Some(1))), t0 + ms(10));
-    c.step(campaign_done("b", Ok(None)), t0 + ms(10));
-    // b wins on its next poll, a few hundred ms later.
+    c.step(
+        campaigned(&[("a", 1)], &[("b", Some(ms(300)))]),
+        t0 + ms(10),
+    );
+    // b wins when its holder's lease expires, a few hundred ms later.
     let poll = c.next_deadline().unwrap();
+    assert_eq!(poll, t0 + ms(311));
     assert_eq!(campaigns(&c.step(Event::Tick, poll)), ["b"]);
     c.step(campaign_done("b", Ok(Some(2))), poll + ms(5));
     // One statement at a's cadence renews both.
@@ -511,8 +589,7 @@ fn rejected_renewal_ends_the_term_and_campaigns_at_once() {
     let t0 = Instant::now();
     let mut c = coordinator(&["a", "b"], t0);
     c.step(Event::Tick, t0);
-    c.step(campaign_done("a", Ok(Some(1))), t0 + ms(10));
-    c.step(campaign_done("b", Ok(Some(2))), t0 + ms(10));
+    c.step(campaigned(&[("a", 1), ("b", 2)], &[]), t0 + ms(10));
     let sent = t0 + ms(1000);
     renewal(&c.step(Event::Tick, sent));
     // b landed, a did not: someone else holds a now.
@@ -569,8 +646,7 @@ fn lone_renewals(fx: &[Effect]) -> Vec<(RenewRequest, Duration)> {
 fn leader_of_two(t0: Instant) -> Coordinator {
     let mut c = coordinator(&["a", "b"], t0);
     c.step(Event::Tick, t0);
-    c.step(campaign_done("a", Ok(Some(1))), t0);
-    c.step(campaign_done("b", Ok(Some(2))), t0);
+    c.step(campaigned(&[("a", 1), ("b", 2)], &[]), t0);
     c
 }
 
@@ -656,24 +732,14 @@ fn a_forward_clock_step_ends_every_term_and_keeps_the_replica_quiet_for_a_ttl() 
     let t0 = Instant::now();
     let mut c = coordinator(&["a", "b", "c"], t0);
     c.step(Event::Tick, t0);
-    let won = |epoch, db| Event::CampaignDone {
-        lease: String::new(),
-        result: Ok(Campaigned {
-            epoch,
-            db_now: Some(db),
-            held_off_for: None,
+    // c's holder expires just before a and b are renewed.
+    let won = Event::CampaignDone {
+        result: Ok(CampaignedMany {
+            db_now: Some(1_000_000),
+            ..campaigned_many(&[("a", 1), ("b", 1)], &[("c", Some(ms(990)))])
         }),
     };
-    let named = |e: Event, lease: &str| match e {
-        Event::CampaignDone { result, .. } => Event::CampaignDone {
-            lease: lease.to_string(),
-            result,
-        },
-        other => other,
-    };
-    c.step(named(won(Some(1), 1_000_000), "a"), t0 + ms(2));
-    c.step(named(won(Some(1), 1_000_001), "b"), t0 + ms(3));
-    c.step(named(won(None, 1_000_001), "c"), t0 + ms(3));
+    c.step(won, t0 + ms(2));
     assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
     // The renewal finds 8 s more on the database's clock than the 1 s that passed here.
     let sent = t0 + ms(1000);
@@ -698,7 +764,7 @@ fn a_forward_clock_step_ends_every_term_and_keeps_the_replica_quiet_for_a_ttl() 
             if *ahead >= ms(7_990) && *quiet == TTL
     )));
     assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
-    c.step(campaign_done("c", Ok(None)), sent + ms(3));
+    c.step(campaigned(&[], &[("c", Some(ms(100)))]), sent + ms(3));
     // Quiet for a ttl: renewals go on (the leases stay ours), c does not campaign, no term starts.
     let quiet_until = sent + ms(2) + TTL;
     let mut now = sent + ms(2);
@@ -729,24 +795,20 @@ fn a_campaign_won_across_a_clock_step_starts_no_term_until_the_quiet_ends() {
     let mut c = coordinator(&["a"], t0);
     c.step(Event::Tick, t0);
     let lost = Event::CampaignDone {
-        lease: "a".into(),
-        result: Ok(Campaigned {
-            epoch: None,
+        result: Ok(CampaignedMany {
             db_now: Some(5_000),
-            held_off_for: None,
+            ..campaigned_many(&[], &[("a", Some(ms(699)))])
         }),
     };
     c.step(lost, t0 + ms(1));
-    // The next poll wins, but the database's clock moved 5 s in 0.7 s: the old holder may still
+    // The next campaign wins, but the database's clock moved 5 s in 0.7 s: the old holder may still
     // be running on the old clock.
     let at = c.next_deadline().unwrap();
     assert_eq!(campaigns(&c.step(Event::Tick, at)), ["a"]);
     let won = Event::CampaignDone {
-        lease: "a".into(),
-        result: Ok(Campaigned {
-            epoch: Some(2),
+        result: Ok(CampaignedMany {
             db_now: Some(10_700),
-            held_off_for: None,
+            ..campaigned_many(&[("a", 2)], &[])
         }),
     };
     let fx = c.step(won, at + ms(1));
@@ -853,11 +915,9 @@ fn shutdown_with_a_campaign_in_flight_that_wins_releases_at_once() {
     c.step(Event::Tick, t0);
     assert!(c.step(Event::Shutdown, t0 + ms(5)).is_empty());
     assert!(!c.is_finished(), "campaigns still in flight");
-    let fx = c.step(campaign_done("a", Ok(Some(7))), t0 + ms(10));
+    let fx = c.step(campaigned(&[("a", 7)], &[("b", None)]), t0 + ms(10));
     assert_eq!(releases(&fx), [("a", 7)]);
     assert!(start_terms(&fx).is_empty());
-    assert!(!c.is_finished());
-    c.step(campaign_done("b", Ok(None)), t0 + ms(11));
     assert!(!c.is_finished());
     c.step(
         Event::ReleaseDone {
@@ -929,7 +989,7 @@ fn step_down_releases_then_campaigns_again_after_a_poll() {
     assert_eq!(c.view("a"), Some((Role::Standby, None)));
     assert!(!c.is_finished());
     let next = c.next_deadline().unwrap();
-    assert!(next >= released + ms(600) && next < released + ms(720));
+    assert!(next >= released + ms(3000) && next < released + ms(3600));
     assert!(campaigns(&c.step(Event::Tick, next - ms(1))).is_empty());
     assert_eq!(campaigns(&c.step(Event::Tick, next)), ["a"]);
     // It may win it back, with whatever epoch the store hands out.
@@ -993,8 +1053,7 @@ fn released_elsewhere_makes_a_standby_campaign_at_once() {
     let t0 = Instant::now();
     let mut c = coordinator(&["a", "b"], t0);
     c.step(Event::Tick, t0);
-    c.step(campaign_done("a", Ok(None)), t0 + ms(5));
-    c.step(campaign_done("b", Ok(None)), t0 + ms(5));
+    c.step(campaigned(&[], &[("a", None), ("b", None)]), t0 + ms(5));
     let fx = c.step(Event::ReleasedElsewhere { lease: "a".into() }, t0 + ms(100));
     assert_eq!(campaigns(&fx), ["a"]);
     // An unknown lease is ignored.
@@ -1028,9 +1087,10 @@ fn resubscribed_makes_every_standby_campaign_at_once() {
     let t0 = Instant::now();
     let mut c = coordinator(&["a", "b", "c"], t0);
     c.step(Event::Tick, t0);
-    c.step(campaign_done("a", Ok(None)), t0 + ms(5));
-    c.step(campaign_done("b", Ok(Some(1))), t0 + ms(5));
-    c.step(campaign_done("c", Ok(None)), t0 + ms(5));
+    c.step(
+        campaigned(&[("b", 1)], &[("a", None), ("c", None)]),
+        t0 + ms(5),
+    );
     let fx = c.step(Event::Resubscribed, t0 + ms(100));
     assert_eq!(campaigns(&fx), ["a", "c"]);
     assert_eq!(c.view("b"), Some((Role::Leader, Some(1))));
