@@ -3,6 +3,7 @@
 //! [`listen`], the host's one `LISTEN` loop (plugin events use it too).
 
 pub mod listen;
+mod statements;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -31,7 +32,7 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres
 /// timeout (DESIGN §1.7). They override the URL's `options`: a longer value there would let a
 /// campaign that timed out on the host commit later and hand this replica a lease it believes it
 /// lost.
-fn session_settings(call_timeout: Duration) -> [(&'static str, String); 4] {
+fn session_settings(call_timeout: Duration) -> [(&'static str, String); 5] {
     let ms = super::server_budget(call_timeout).as_millis().to_string();
     [
         // A statement the host stopped waiting for must not commit afterwards.
@@ -45,6 +46,10 @@ fn session_settings(call_timeout: Duration) -> [(&'static str, String); 4] {
         // A campaign or renewal the host acts on must survive a crash of the server: with
         // `off`, an immediate restart could forget an epoch it already handed out (DESIGN §1.6b).
         ("synchronous_commit", "on".to_string()),
+        // The lease statements are few, prepared once per connection, and their best plan does
+        // not depend on their parameters: planning them on every execution (the default for the
+        // first five) cost ~0.5 ms of each campaign and renewal, on the handoff's path.
+        ("plan_cache_mode", "force_generic_plan".to_string()),
     ]
 }
 
@@ -109,6 +114,21 @@ impl PostgresStore {
         let pool = PgPoolOptions::new()
             // Campaigns for several leases may run at once; renewals are one statement.
             .max_connections(8)
+            // No ping before each statement: it was a round trip on the handoff's path, and a
+            // statement on a broken connection fails (and is retried) like any other.
+            .test_before_acquire(false)
+            // A campaign and a renewal find a warm connection each, whatever the listener holds.
+            .min_connections(2)
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    // Only a warm-up: before the first migration the tables are missing, and a
+                    // statement that was not prepared here is prepared on first use.
+                    if let Err(error) = statements::prepare(conn).await {
+                        debug!(%error, "lease statements not prepared on connect");
+                    }
+                    Ok(())
+                })
+            })
             .acquire_timeout(connect_timeout)
             .connect_with(options)
             .await
@@ -201,14 +221,6 @@ fn is_permission_denied(error: &sqlx::migrate::MigrateError) -> bool {
     db.code().as_deref() == Some("42501")
 }
 
-/// The database's clock as [`DbMillis`]: `clock_timestamp()`, which moves during a statement,
-/// like the expiry decisions it is compared with. A macro, so statements stay `&'static str`.
-macro_rules! db_now_ms {
-    () => {
-        "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
-    };
-}
-
 const RECORD_COLUMNS: &str = "name, holder, epoch, ttl_ms, \
     (extract(epoch FROM (expires_at - now())) * 1000)::bigint AS expires_in_ms";
 
@@ -257,69 +269,13 @@ impl LeaseStore for PostgresStore {
         // expiry or the hold-off, whichever ends later; NULL when a concurrent campaign took a
         // row this statement saw free. `held_off_ms` is the hold-off alone.
         let rows: Vec<(String, Option<Epoch>, Option<i64>, Option<i64>, DbMillis)> =
-            sqlx::query_as(concat!(
-                "WITH cur AS (
-                SELECT s.system_identifier AS system_identifier,
-                       ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
-                           AS timeline
-                  FROM pg_control_system() AS s),
-             inc AS (
-                SELECT i.seen_at, i.epoch_floor,
-                       (i.system_identifier, i.timeline) = (cur.system_identifier, cur.timeline)
-                           AS current
-                  FROM leasehold_incarnation AS i, cur),
-             seen AS (
-                UPDATE leasehold_incarnation AS i
-                   SET system_identifier = cur.system_identifier, timeline = cur.timeline,
-                       seen_at = clock_timestamp(),
-                       epoch_floor = greatest(i.epoch_floor,
-                           (SELECT coalesce(max(k.epoch), 0) FROM leasehold_leases AS k))
-                           + 4294967296
-                  FROM cur
-                 WHERE (i.system_identifier, i.timeline) <> (cur.system_identifier, cur.timeline)
-                RETURNING i.one_row),
-             snap AS (
-                SELECT r.name, k.expires_at,
-                       greatest($3, k.ttl_ms) * interval '1 millisecond' AS hold
-                  FROM (SELECT DISTINCT unnest($2::text[]) AS name) AS r
-                  LEFT JOIN leasehold_leases AS k ON k.name = r.name),
-             held_off AS (
-                SELECT s.name,
-                       CASE WHEN NOT inc.current OR EXISTS (SELECT 1 FROM seen) THEN s.hold
-                            WHEN inc.seen_at + s.hold > clock_timestamp()
-                                THEN inc.seen_at + s.hold - clock_timestamp()
-                       END AS wait
-                  FROM snap AS s, inc),
-             won AS (
-                INSERT INTO leasehold_leases AS l (name, holder, epoch, acquired_at, renewed_at, expires_at, ttl_ms)
-                SELECT s.name, $1, greatest(1, inc.epoch_floor), clock_timestamp(), clock_timestamp(),
-                       clock_timestamp() + $3 * interval '1 millisecond', $3
-                  FROM snap AS s JOIN held_off AS h ON h.name = s.name, inc
-                 WHERE (s.expires_at IS NULL OR s.expires_at <= clock_timestamp()) AND h.wait IS NULL
-                 ORDER BY s.name
-                ON CONFLICT (name) DO UPDATE
-                   SET holder = EXCLUDED.holder,
-                       epoch = greatest(l.epoch + 1, EXCLUDED.epoch), acquired_at = clock_timestamp(),
-                       renewed_at = clock_timestamp(),
-                       expires_at = clock_timestamp() + EXCLUDED.ttl_ms * interval '1 millisecond',
-                       ttl_ms = EXCLUDED.ttl_ms
-                   WHERE l.expires_at <= clock_timestamp()
-                RETURNING l.name, l.epoch)
-             SELECT s.name, w.epoch,
-                    CASE WHEN w.epoch IS NULL THEN ceil(extract(epoch FROM greatest(
-                        s.expires_at - clock_timestamp(), h.wait)) * 1000)::bigint END,
-                    ceil(extract(epoch FROM h.wait) * 1000)::bigint, ",
-                db_now_ms!(),
-                "
-               FROM snap AS s JOIN held_off AS h ON h.name = s.name
-               LEFT JOIN won AS w ON w.name = s.name"
-            ))
-            .bind(holder)
-            .bind(names)
-            .bind(ttl_ms)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(StoreError::query("campaign"))?;
+            sqlx::query_as(statements::CAMPAIGN)
+                .bind(holder)
+                .bind(names)
+                .bind(ttl_ms)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(StoreError::query("campaign"))?;
         let mut out = CampaignedMany::default();
         for (name, epoch, wait_ms, held_off_ms, db_now) in rows {
             out.db_now = Some(out.db_now.map_or(db_now, |t: DbMillis| t.max(db_now)));
@@ -349,42 +305,14 @@ impl LeaseStore for PostgresStore {
         // (DESIGN §1.7). Those still ours by the statement's snapshot come back as busy, for a
         // renewal of their own. Expiry is judged by clock_timestamp() once the row is locked. The
         // last row (no name) carries the clock's reading when nothing landed.
-        let rows: Vec<(Option<String>, bool, DbMillis)> = sqlx::query_as(concat!(
-            "WITH r AS (
-                SELECT * FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS r(name, epoch, ttl_ms)),
-             renewed AS (
-                UPDATE leasehold_leases AS l
-                   SET renewed_at = clock_timestamp(),
-                       expires_at = clock_timestamp() + r.ttl_ms * interval '1 millisecond',
-                       ttl_ms = r.ttl_ms
-                  FROM r
-                 WHERE l.name = r.name
-                   AND l.name IN (
-                       SELECT k.name FROM leasehold_leases AS k JOIN r AS q ON k.name = q.name
-                        WHERE k.holder = $1 AND k.epoch = q.epoch AND k.expires_at > clock_timestamp()
-                          FOR NO KEY UPDATE OF k SKIP LOCKED)
-                RETURNING l.name),
-             busy AS (
-                SELECT l.name FROM leasehold_leases AS l JOIN r ON l.name = r.name
-                 WHERE l.holder = $1 AND l.epoch = r.epoch AND l.expires_at > clock_timestamp()
-                   AND l.name NOT IN (SELECT name FROM renewed))
-             SELECT name, true, ",
-            db_now_ms!(),
-            " FROM renewed
-             UNION ALL SELECT name, false, ",
-            db_now_ms!(),
-            " FROM busy
-             UNION ALL SELECT NULL, false, ",
-            db_now_ms!()
-        ),
-        )
-        .bind(holder)
-        .bind(&names)
-        .bind(&epochs)
-        .bind(&ttls)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(StoreError::query("renew"))?;
+        let rows: Vec<(Option<String>, bool, DbMillis)> = sqlx::query_as(statements::RENEW)
+            .bind(holder)
+            .bind(&names)
+            .bind(&epochs)
+            .bind(&ttls)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::query("renew"))?;
         let mut renewed = Renewed::default();
         for (name, landed, db_now) in rows {
             renewed.db_now = Some(renewed.db_now.map_or(db_now, |t| t.max(db_now)));
@@ -415,23 +343,14 @@ impl LeaseStore for PostgresStore {
         .execute(&mut *tx)
         .await
         .map_err(err)?;
-        let (landed, db_now): (bool, DbMillis) = sqlx::query_as(concat!(
-            "WITH renewed AS (
-                UPDATE leasehold_leases
-                   SET renewed_at = clock_timestamp(),
-                       expires_at = clock_timestamp() + $4 * interval '1 millisecond', ttl_ms = $4
-                 WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()
-                RETURNING name)
-             SELECT EXISTS (SELECT 1 FROM renewed), ",
-            db_now_ms!()
-        ))
-        .bind(&lease.name)
-        .bind(holder)
-        .bind(lease.epoch)
-        .bind(ttl_ms)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(err)?;
+        let (landed, db_now): (bool, DbMillis) = sqlx::query_as(statements::RENEW_ONE)
+            .bind(&lease.name)
+            .bind(holder)
+            .bind(lease.epoch)
+            .bind(ttl_ms)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(err)?;
         tx.commit().await.map_err(err)?;
         Ok(RenewedOne {
             landed,
@@ -441,20 +360,14 @@ impl LeaseStore for PostgresStore {
 
     async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
         // One statement: the notification is sent when (and only if) the expiry commits.
-        let released: Option<String> = sqlx::query_scalar(
-            "WITH released AS (
-                UPDATE leasehold_leases SET expires_at = clock_timestamp()
-                 WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()
-                RETURNING name)
-             SELECT name FROM released, pg_notify($4, released.name) AS n",
-        )
-        .bind(name)
-        .bind(holder)
-        .bind(epoch)
-        .bind(RELEASE_CHANNEL)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(StoreError::query("release"))?;
+        let released: Option<String> = sqlx::query_scalar(statements::RELEASE)
+            .bind(name)
+            .bind(holder)
+            .bind(epoch)
+            .bind(RELEASE_CHANNEL)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::query("release"))?;
         Ok(released.is_some())
     }
 

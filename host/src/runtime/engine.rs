@@ -2,6 +2,7 @@
 //! stack limit, and the pooling allocator when the machine lets it reserve its address space.
 //! A ticker thread advances the epoch; it holds only a weak reference, so it ends with the engine.
 
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
@@ -78,17 +79,71 @@ pub fn build(options: &EngineOptions) -> wasmtime::Result<(Engine, Allocator)> {
     }
 }
 
-/// Starts the epoch ticker for `engine`; it stops by itself once the engine is dropped.
-pub fn start_ticker(engine: &Engine, tick: Duration) -> std::io::Result<()> {
+/// The guest calls in progress, shared by the stores and the epoch ticker: the ticker runs only
+/// while there is one. Ticking every millisecond with no guest code to interrupt woke the process
+/// a thousand times a second for nothing, the bulk of an idle host's CPU.
+#[derive(Debug, Clone, Default)]
+pub struct Ticking(Arc<(Mutex<usize>, Condvar)>);
+
+/// One guest call in progress; the ticker may stop once every guard is dropped.
+#[derive(Debug)]
+pub struct CallInProgress(Ticking);
+
+impl Ticking {
+    /// Counts a call as in progress until the guard is dropped, waking the ticker.
+    pub fn enter(&self) -> CallInProgress {
+        let (count, wake) = &*self.0;
+        *lock(count) += 1;
+        wake.notify_all();
+        CallInProgress(self.clone())
+    }
+
+    /// Blocks while no call is in progress, at most `timeout`; whether one is.
+    fn wait_for_call(&self, timeout: Duration) -> bool {
+        let (count, wake) = &*self.0;
+        let guard = lock(count);
+        let (guard, _) = wake
+            .wait_timeout_while(guard, timeout, |n| *n == 0)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *guard > 0
+    }
+}
+
+impl Drop for CallInProgress {
+    fn drop(&mut self) {
+        *lock(&(self.0).0.0) -= 1;
+    }
+}
+
+/// The count stays meaningful if a holder panicked: it is one integer, updated in one step.
+fn lock(count: &Mutex<usize>) -> std::sync::MutexGuard<'_, usize> {
+    count
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Starts the epoch ticker for `engine`: it bumps the epoch every `tick` while a guest call is in
+/// progress (see [`Ticking`]), and stops by itself once the engine is dropped.
+pub fn start_ticker(engine: &Engine, tick: Duration) -> std::io::Result<Ticking> {
+    // While idle, the ticker looks this often whether its engine is gone.
+    const IDLE_CHECK: Duration = Duration::from_secs(1);
     let weak = engine.weak();
+    let ticking = Ticking::default();
+    let calls = ticking.clone();
     std::thread::Builder::new()
         .name("leasehold-epoch".into())
         .spawn(move || {
-            while let Some(engine) = weak.upgrade() {
-                engine.increment_epoch();
-                drop(engine);
-                std::thread::sleep(tick);
+            loop {
+                let busy = calls.wait_for_call(IDLE_CHECK);
+                let Some(engine) = weak.upgrade() else {
+                    return;
+                };
+                if busy {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(tick);
+                }
             }
         })
-        .map(|_| ())
+        .map(|_| ticking)
 }

@@ -62,6 +62,8 @@ pub struct Runtime {
     metrics: Arc<Metrics>,
     engine: Engine,
     allocator: Allocator,
+    /// Guest calls in progress: the epoch ticker runs only while there is one.
+    ticking: engine::Ticking,
     options: EngineOptions,
     linker: Linker<HostState>,
     cache: ComponentCache,
@@ -86,7 +88,8 @@ impl Runtime {
         metrics: Arc<Metrics>,
     ) -> Result<Arc<Self>, EngineError> {
         let (engine, allocator) = engine::build(&options)?;
-        engine::start_ticker(&engine, options.tick).map_err(|e| EngineError(e.into()))?;
+        let ticking =
+            engine::start_ticker(&engine, options.tick).map_err(|e| EngineError(e.into()))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         type Data = wasmtime::component::HasSelf<HostState>;
@@ -105,6 +108,7 @@ impl Runtime {
             metrics,
             engine,
             allocator,
+            ticking,
             options,
             linker,
             cache,

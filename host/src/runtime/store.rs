@@ -118,6 +118,7 @@ impl Runtime {
             calls,
             limits: *limits,
             meters_fuel: self.options.fuel,
+            ticking: self.ticking.clone(),
             output,
             _watch: store_gone.drop_guard(),
         }
@@ -146,6 +147,8 @@ pub struct PluginStore {
     limits: CallLimits,
     /// Whether the engine meters fuel.
     meters_fuel: bool,
+    /// Counts this store's call in progress, so the epoch ticker runs while it does.
+    ticking: super::engine::Ticking,
     /// What the guest prints, logged as it prints.
     output: GuestOutput,
     /// Ends the epoch-bump watcher with the store.
@@ -298,6 +301,8 @@ impl PluginStore {
         }
         let refused_before = self.store.data().fenced_refusals;
         let term = self.store.data().lease.term.clone();
+        // Ticks from here until the call is over, whichever way it ends.
+        let _ticking = self.ticking.enter();
         let outcome = {
             let call = f(&mut self.store);
             tokio::pin!(call);

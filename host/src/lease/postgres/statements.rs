@@ -1,0 +1,145 @@
+//! The statements of the lease protocol that run on every campaign, renewal and release: each
+//! prepared on every connection as it opens ([`prepare`]), so that none is parsed on the
+//! handoff's path. The comments on their use in `postgres.rs` say what each clause is for.
+
+use sqlx::postgres::{PgConnection, PgTypeInfo};
+use sqlx::{Executor, Type};
+
+/// The database's clock as [`crate::lease::DbMillis`]: `clock_timestamp()`, which moves during a
+/// statement, like the expiry decisions it is compared with. A macro, so statements stay
+/// `&'static str`.
+macro_rules! db_now_ms {
+    () => {
+        "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+    };
+}
+
+/// `campaign_many`: $1 holder, $2 names, $3 ttl in ms.
+pub const CAMPAIGN: &str = concat!(
+    "WITH cur AS (
+    SELECT s.system_identifier AS system_identifier,
+           ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
+               AS timeline
+      FROM pg_control_system() AS s),
+ inc AS (
+    SELECT i.seen_at, i.epoch_floor,
+           (i.system_identifier, i.timeline) = (cur.system_identifier, cur.timeline)
+               AS current
+      FROM leasehold_incarnation AS i, cur),
+ seen AS (
+    UPDATE leasehold_incarnation AS i
+       SET system_identifier = cur.system_identifier, timeline = cur.timeline,
+           seen_at = clock_timestamp(),
+           epoch_floor = greatest(i.epoch_floor,
+               (SELECT coalesce(max(k.epoch), 0) FROM leasehold_leases AS k))
+               + 4294967296
+      FROM cur
+     WHERE (i.system_identifier, i.timeline) <> (cur.system_identifier, cur.timeline)
+    RETURNING i.one_row),
+ snap AS (
+    SELECT r.name, k.expires_at,
+           greatest($3, k.ttl_ms) * interval '1 millisecond' AS hold
+      FROM (SELECT DISTINCT unnest($2::text[]) AS name) AS r
+      LEFT JOIN leasehold_leases AS k ON k.name = r.name),
+ held_off AS (
+    SELECT s.name,
+           CASE WHEN NOT inc.current OR EXISTS (SELECT 1 FROM seen) THEN s.hold
+                WHEN inc.seen_at + s.hold > clock_timestamp()
+                    THEN inc.seen_at + s.hold - clock_timestamp()
+           END AS wait
+      FROM snap AS s, inc),
+ won AS (
+    INSERT INTO leasehold_leases AS l (name, holder, epoch, acquired_at, renewed_at, expires_at, ttl_ms)
+    SELECT s.name, $1, greatest(1, inc.epoch_floor), clock_timestamp(), clock_timestamp(),
+           clock_timestamp() + $3 * interval '1 millisecond', $3
+      FROM snap AS s JOIN held_off AS h ON h.name = s.name, inc
+     WHERE (s.expires_at IS NULL OR s.expires_at <= clock_timestamp()) AND h.wait IS NULL
+     ORDER BY s.name
+    ON CONFLICT (name) DO UPDATE
+       SET holder = EXCLUDED.holder,
+           epoch = greatest(l.epoch + 1, EXCLUDED.epoch), acquired_at = clock_timestamp(),
+           renewed_at = clock_timestamp(),
+           expires_at = clock_timestamp() + EXCLUDED.ttl_ms * interval '1 millisecond',
+           ttl_ms = EXCLUDED.ttl_ms
+       WHERE l.expires_at <= clock_timestamp()
+    RETURNING l.name, l.epoch)
+ SELECT s.name, w.epoch,
+        CASE WHEN w.epoch IS NULL THEN ceil(extract(epoch FROM greatest(
+            s.expires_at - clock_timestamp(), h.wait)) * 1000)::bigint END,
+        ceil(extract(epoch FROM h.wait) * 1000)::bigint, ",
+    db_now_ms!(),
+    "
+   FROM snap AS s JOIN held_off AS h ON h.name = s.name
+   LEFT JOIN won AS w ON w.name = s.name"
+);
+
+/// `renew`: $1 holder, $2 names, $3 epochs, $4 ttls in ms.
+pub const RENEW: &str = concat!(
+    "WITH r AS (
+        SELECT * FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS r(name, epoch, ttl_ms)),
+     renewed AS (
+        UPDATE leasehold_leases AS l
+           SET renewed_at = clock_timestamp(),
+               expires_at = clock_timestamp() + r.ttl_ms * interval '1 millisecond',
+               ttl_ms = r.ttl_ms
+          FROM r
+         WHERE l.name = r.name
+           AND l.name IN (
+               SELECT k.name FROM leasehold_leases AS k JOIN r AS q ON k.name = q.name
+                WHERE k.holder = $1 AND k.epoch = q.epoch AND k.expires_at > clock_timestamp()
+                  FOR NO KEY UPDATE OF k SKIP LOCKED)
+        RETURNING l.name),
+     busy AS (
+        SELECT l.name FROM leasehold_leases AS l JOIN r ON l.name = r.name
+         WHERE l.holder = $1 AND l.epoch = r.epoch AND l.expires_at > clock_timestamp()
+           AND l.name NOT IN (SELECT name FROM renewed))
+     SELECT name, true, ",
+    db_now_ms!(),
+    " FROM renewed
+     UNION ALL SELECT name, false, ",
+    db_now_ms!(),
+    " FROM busy
+     UNION ALL SELECT NULL, false, ",
+    db_now_ms!()
+);
+
+/// `release`: $1 name, $2 holder, $3 epoch, $4 the notification channel.
+pub const RELEASE: &str = "WITH released AS (
+                UPDATE leasehold_leases SET expires_at = clock_timestamp()
+                 WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()
+                RETURNING name)
+             SELECT name FROM released, pg_notify($4, released.name) AS n";
+
+/// `renew_one`: $1 name, $2 holder, $3 epoch, $4 ttl in ms.
+pub const RENEW_ONE: &str = concat!(
+    "WITH renewed AS (
+    UPDATE leasehold_leases
+       SET renewed_at = clock_timestamp(),
+           expires_at = clock_timestamp() + $4 * interval '1 millisecond', ttl_ms = $4
+     WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()
+    RETURNING name)
+ SELECT EXISTS (SELECT 1 FROM renewed), ",
+    db_now_ms!()
+);
+
+/// Prepares every statement above on `conn`, into its statement cache.
+pub async fn prepare(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    let text = <&str as Type<sqlx::Postgres>>::type_info();
+    let texts = <Vec<&str> as Type<sqlx::Postgres>>::type_info();
+    let bigint = <i64 as Type<sqlx::Postgres>>::type_info();
+    let bigints = <Vec<i64> as Type<sqlx::Postgres>>::type_info();
+    let statements: [(&'static str, Vec<PgTypeInfo>); 4] = [
+        (CAMPAIGN, vec![text.clone(), texts.clone(), bigint.clone()]),
+        (RENEW, vec![text.clone(), texts, bigints.clone(), bigints]),
+        (
+            RENEW_ONE,
+            vec![text.clone(), text.clone(), bigint.clone(), bigint.clone()],
+        ),
+        (RELEASE, vec![text.clone(), text.clone(), bigint, text]),
+    ];
+    for (sql, types) in statements {
+        conn.prepare_with(sqlx::SqlStr::from_static(sql), &types)
+            .await?;
+    }
+    Ok(())
+}
