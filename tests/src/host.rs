@@ -163,9 +163,10 @@ impl HostBuilder {
         }
         cmd.args(&self.args)
             .args(["--http", "127.0.0.1:0", "--replica-id", &self.name]);
-        cmd.envs(self.env.iter().map(|(k, v)| (k, v)))
-            .env("RUST_LOG", "info")
-            .env("RUST_BACKTRACE", "0");
+        // Defaults first, so that a test's own `.env("RUST_LOG", …)` wins.
+        cmd.env("RUST_LOG", "info")
+            .env("RUST_BACKTRACE", "0")
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

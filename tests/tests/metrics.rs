@@ -72,12 +72,18 @@ async fn lease_and_plugin_metrics_follow_a_failover() {
     let left = sample(&text, &format!("leasehold_lease_expires_in_seconds{lease}")).unwrap();
     assert!(left > 0.0 && left <= 2.0, "{text}");
     assert!(sample(&text, &format!("leasehold_lease_transitions_total{lease}")).unwrap() >= 1.0);
-    let text = wait_for(
-        l,
-        &format!("leasehold_lease_renew_seconds_count{lease}"),
-        |v| v >= 1.0,
-    )
-    .await;
+    let text = wait_for(l, "leasehold_lease_renew_seconds_count", |v| v >= 1.0).await;
+    // Counts by role, readable at any number of leases.
+    assert_eq!(
+        sample(&text, "leasehold_leases{role=\"leader\"}"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "leasehold_leases{role=\"standby\"}"),
+        Some(0.0),
+        "{text}"
+    );
     assert!(
         sample(
             &text,
@@ -102,6 +108,11 @@ async fn lease_and_plugin_metrics_follow_a_failover() {
         Some(0.0),
         "{standby}"
     );
+    assert_eq!(
+        sample(&standby, "leasehold_leases{role=\"standby\"}"),
+        Some(1.0),
+        "{standby}"
+    );
 
     // The lease is taken away behind the holder's back: its term ends (loss-to-stop is recorded)
     // and someone leads at epoch 2.
@@ -112,7 +123,7 @@ async fn lease_and_plugin_metrics_follow_a_failover() {
         .unwrap();
     let text = wait_for(
         &hosts[leader],
-        &format!("leasehold_lease_loss_to_stop_seconds_count{lease}"),
+        "leasehold_lease_loss_to_stop_seconds_count",
         |v| v >= 1.0,
     )
     .await;

@@ -178,6 +178,14 @@ impl Driver {
             metrics.epoch.get_or_create(&label).set(0);
             metrics.transitions.get_or_create(&label).inc_by(0);
         }
+        for role in [Role::Leader, Role::Standby, Role::Uncertain] {
+            metrics.leases.get_or_create(&role_label(role)).set(0);
+        }
+        let count = i64::try_from(self.publishers.len()).unwrap_or(i64::MAX);
+        metrics
+            .leases
+            .get_or_create(&role_label(Role::Standby))
+            .set(count);
         self.metrics = metrics;
         self
     }
@@ -248,12 +256,7 @@ impl Driver {
                         within(timeout, "renew", store.renew(holder.as_str(), &batch)).await;
                     let took = started.elapsed();
                     debug!(elapsed = ?took, ok = result.is_ok(), "renewal returned");
-                    for request in &batch {
-                        metrics
-                            .renew_seconds
-                            .get_or_create(&Metrics::lease(&request.name))
-                            .observe(took.as_secs_f64());
-                    }
+                    metrics.renew_seconds.observe(took.as_secs_f64());
                     Event::RenewDone {
                         result: result.map_err(|e| e.to_string()),
                     }
@@ -273,10 +276,7 @@ impl Driver {
                     .await;
                     let took = started.elapsed();
                     debug!(elapsed = ?took, ok = result.is_ok(), "renewal alone returned (the batch found its row locked)");
-                    metrics
-                        .renew_seconds
-                        .get_or_create(&Metrics::lease(&request.name))
-                        .observe(took.as_secs_f64());
+                    metrics.renew_seconds.observe(took.as_secs_f64());
                     Event::RenewOneDone {
                         lease: request.name,
                         result: result.map_err(|e| e.to_string()),
@@ -344,7 +344,6 @@ impl Driver {
                         control.stopped().await;
                         metrics
                             .loss_to_stop_seconds
-                            .get_or_create(&Metrics::lease(&lease))
                             .observe(ended_at.elapsed().as_secs_f64());
                     }
                     if let Some(events) = events {
@@ -442,6 +441,11 @@ impl Driver {
                 let label = Metrics::lease(name);
                 if was_role != role {
                     self.metrics.transitions.get_or_create(&label).inc();
+                    self.metrics
+                        .leases
+                        .get_or_create(&role_label(was_role))
+                        .dec();
+                    self.metrics.leases.get_or_create(&role_label(role)).inc();
                 }
                 self.metrics
                     .is_leader
@@ -469,6 +473,18 @@ impl Driver {
                 true
             });
         }
+    }
+}
+
+/// The `leasehold_leases` label of `role`.
+fn role_label(role: Role) -> crate::metrics::RoleLabel {
+    let role = match role {
+        Role::Leader => "leader",
+        Role::Standby => "standby",
+        Role::Uncertain => "uncertain",
+    };
+    crate::metrics::RoleLabel {
+        role: role.to_string(),
     }
 }
 
