@@ -4,7 +4,7 @@
 //! backends opened fresh for each test ([`stores`]); shared trials of fencing ([`fencing`]) and
 //! of frozen holders ([`freeze`]) and of attacks on the host's memory ([`memory`]); a wall clock tests can step ([`faketime`]); one way to wait
 //! for a condition ([`eventually`]); a TCP proxy that injects network faults between a host and
-//! its database ([`proxy`]), and the witness and history checker of fault trials ([`chaos`]).
+//! its database ([`proxy`]), what a process costs in CPU and memory ([`procstat`]), and the witness and history checker of fault trials ([`chaos`]).
 //! Integration tests live in `tests/`; the benchmarks are binaries in `src/bin/`.
 
 #![allow(clippy::unwrap_used)]
@@ -21,6 +21,7 @@ pub mod leader;
 pub mod log;
 pub mod memory;
 pub mod pg;
+pub mod procstat;
 pub mod proxy;
 pub mod stats;
 pub mod status;
