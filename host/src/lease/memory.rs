@@ -136,8 +136,10 @@ impl LeaseStore for MemoryStore {
     ) -> Result<CampaignedMany, StoreError> {
         self.gate("campaign").await?;
         super::store::ttl_ms(ttl)?;
-        let now = self.now();
+        // The clock is read under the lock, as a database reads it when the statement runs: read
+        // before, a campaign that waited for another could report a wait longer than a ttl.
         let mut rows = self.rows();
+        let now = self.now();
         let mut out = CampaignedMany {
             db_now: self.db_now(now),
             ..CampaignedMany::default()
