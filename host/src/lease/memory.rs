@@ -99,11 +99,16 @@ impl MemoryStore {
         }
     }
 
-    fn rows(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Row>> {
+    /// The rows, locked, and the store's clock read under the lock, as a database reads it when
+    /// the statement runs: read before, a call that waited for another would judge expiry (and
+    /// report waits) by a time already past.
+    fn rows(&self) -> (std::sync::MutexGuard<'_, BTreeMap<String, Row>>, Instant) {
         // A panic while holding the lock cannot leave a row half-written: every update is one assignment.
-        self.rows
+        let rows = self
+            .rows
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        (rows, self.now())
     }
 
     fn record(name: &str, row: &Row, now: Instant) -> LeaseRecord {
@@ -136,10 +141,7 @@ impl LeaseStore for MemoryStore {
     ) -> Result<CampaignedMany, StoreError> {
         self.gate("campaign").await?;
         super::store::ttl_ms(ttl)?;
-        // The clock is read under the lock, as a database reads it when the statement runs: read
-        // before, a campaign that waited for another could report a wait longer than a ttl.
-        let mut rows = self.rows();
-        let now = self.now();
+        let (mut rows, now) = self.rows();
         let mut out = CampaignedMany {
             db_now: self.db_now(now),
             ..CampaignedMany::default()
@@ -167,8 +169,7 @@ impl LeaseStore for MemoryStore {
 
     async fn renew(&self, holder: &str, leases: &[RenewRequest]) -> Result<Renewed, StoreError> {
         self.gate("renew").await?;
-        let now = self.now();
-        let mut rows = self.rows();
+        let (mut rows, now) = self.rows();
         let mut landed = Vec::new();
         for req in leases {
             if let Some(row) = rows.get_mut(&req.name)
@@ -190,8 +191,8 @@ impl LeaseStore for MemoryStore {
 
     async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
         self.gate("release").await?;
-        let now = self.now();
-        let released = match self.rows().get_mut(name) {
+        let (mut rows, now) = self.rows();
+        let released = match rows.get_mut(name) {
             Some(row) if row.holder == holder && row.epoch == epoch && row.expires_at > now => {
                 row.expires_at = now;
                 true
@@ -206,8 +207,8 @@ impl LeaseStore for MemoryStore {
 
     async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError> {
         self.gate("force release").await?;
-        let now = self.now();
-        let released = match self.rows().get_mut(name) {
+        let (mut rows, now) = self.rows();
+        let released = match rows.get_mut(name) {
             Some(row) if row.expires_at > now => {
                 row.expires_at = now;
                 Some((row.holder.clone(), row.epoch))
@@ -222,8 +223,7 @@ impl LeaseStore for MemoryStore {
 
     async fn get(&self, names: &[String]) -> Result<Vec<LeaseRecord>, StoreError> {
         self.gate("get").await?;
-        let now = self.now();
-        let rows = self.rows();
+        let (rows, now) = self.rows();
         Ok(names
             .iter()
             .filter_map(|n| rows.get(n).map(|row| Self::record(n, row, now)))
@@ -232,8 +232,7 @@ impl LeaseStore for MemoryStore {
 
     async fn list(&self, after: Option<&str>, limit: u32) -> Result<Vec<LeaseRecord>, StoreError> {
         self.gate("list").await?;
-        let now = self.now();
-        let rows = self.rows();
+        let (rows, now) = self.rows();
         let range = match after {
             Some(a) => {
                 rows.range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))
