@@ -285,8 +285,6 @@ enum Phase {
 #[derive(Debug, Clone)]
 struct LeaseState {
     phase: Phase,
-    /// Whether the campaign in flight carries this lease.
-    campaigning: bool,
     /// After a step-down, no campaign before this, whatever release notifications say: our own
     /// release is announced to our own listener too, and would otherwise make us take straight
     /// back the lease we just gave up.
@@ -320,6 +318,15 @@ struct Campaigning {
     /// The last answer said the database holds campaigns off after a change of its incarnation:
     /// announced once when it starts.
     held_off: bool,
+}
+
+impl Campaigning {
+    /// Whether the campaign in flight carries `lease` (its batch is in name order).
+    fn carries(&self, lease: &str) -> bool {
+        self.in_flight
+            .as_ref()
+            .is_some_and(|(_, batch)| batch.binary_search_by(|n| n.as_str().cmp(lease)).is_ok())
+    }
 }
 
 /// The renewal cadence, shared by all held leases so that one statement renews them all.
@@ -360,7 +367,6 @@ impl Coordinator {
             .map(|name| {
                 let state = LeaseState {
                     phase: Phase::Standby { next_campaign: now },
-                    campaigning: false,
                     hold_off: None,
                     gated: false,
                     solo: None,
@@ -405,10 +411,8 @@ impl Coordinator {
     /// True once a shutdown has released (or given up) every lease.
     pub fn is_finished(&self) -> bool {
         self.shutting_down
-            && self
-                .leases
-                .values()
-                .all(|l| l.phase == Phase::Done && !l.campaigning)
+            && self.campaigning.in_flight.is_none()
+            && self.leases.values().all(|l| l.phase == Phase::Done)
     }
 
     /// When to step with [`Event::Tick`] next, if any deadline is pending.
@@ -533,11 +537,6 @@ impl Coordinator {
         let Some((sent, batch)) = self.campaigning.in_flight.take() else {
             return;
         };
-        for name in &batch {
-            if let Some(state) = self.leases.get_mut(name) {
-                state.campaigning = false;
-            }
-        }
         let campaigned = match result {
             Ok(campaigned) => campaigned,
             Err(error) => {
@@ -548,16 +547,7 @@ impl Coordinator {
                 for name in batch {
                     // Soon again, as a failed renewal is: the database may be back in a moment.
                     let retry = self.jittered(now, self.timing.retry_interval);
-                    let shutting_down = self.shutting_down;
-                    if let Some(state) = self.leases.get_mut(&name) {
-                        state.phase = if shutting_down {
-                            Phase::Done
-                        } else {
-                            Phase::Standby {
-                                next_campaign: retry,
-                            }
-                        };
-                    }
+                    self.campaign_again(&name, retry);
                 }
                 return;
             }
@@ -583,7 +573,8 @@ impl Coordinator {
                 // A lease the answer does not mention counts as lost, its wait unknown.
                 None => {
                     let wait = lost.get(&name).copied().flatten();
-                    self.campaign_lost(&name, wait, now);
+                    let next_campaign = self.after_loss(wait, now);
+                    self.campaign_again(&name, next_campaign);
                 }
             }
         }
@@ -641,9 +632,8 @@ impl Coordinator {
         self.renewal.next_at = Some(self.renewal.next_at.map_or(due, |n| n.min(due)));
     }
 
-    /// A campaign did not win `lease`; the database said it can be won after `wait`.
-    fn campaign_lost(&mut self, lease: &str, wait: Option<Duration>, now: Instant) {
-        let next_campaign = self.after_loss(wait, now);
+    /// A campaign did not win `lease`: campaign again at `next_campaign`, unless shutting down.
+    fn campaign_again(&mut self, lease: &str, next_campaign: Instant) {
         let shutting_down = self.shutting_down;
         if let Some(state) = self.leases.get_mut(lease) {
             state.phase = if shutting_down {
@@ -706,6 +696,7 @@ impl Coordinator {
     /// release. A lease not held goes straight to `then`.
     fn give_up(&mut self, lease: &str, then: After, fx: &mut Vec<Effect>) {
         let timeout = self.timing.store_timeout;
+        let campaigning = self.campaigning.carries(lease);
         let Some(state) = self.leases.get_mut(lease) else {
             return;
         };
@@ -738,7 +729,7 @@ impl Coordinator {
                     timeout,
                 });
             }
-            Phase::Standby { .. } if then == After::Done && !state.campaigning => {
+            Phase::Standby { .. } if then == After::Done && !campaigning => {
                 state.phase = Phase::Done;
             }
             // A step-down of a lease not held, a campaign in flight (its result decides), or a
@@ -845,11 +836,6 @@ impl Coordinator {
             }
         }
         if due_campaign {
-            for name in &candidates {
-                if let Some(state) = self.leases.get_mut(name) {
-                    state.campaigning = true;
-                }
-            }
             self.campaigning.in_flight = Some((now, candidates.clone()));
             fx.push(Effect::Campaign {
                 leases: candidates,
