@@ -11,6 +11,7 @@ use anyhow::Context;
 use crate::endpoint::Endpoint;
 use crate::eventually::{eventually, when};
 use crate::host::{HostBuilder, guests_dist};
+use crate::procstat::peak_rss_kib;
 use crate::status::{PluginStatus, StatusExt};
 use crate::stores::{Backend, Db};
 
@@ -189,16 +190,6 @@ impl fmt::Display for Budget {
             memories.join(" + ")
         )
     }
-}
-
-/// The peak resident set of process `pid` so far (`VmHWM`), in KiB.
-pub fn peak_rss_kib(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no VmHWM in /proc/PID/status")
 }
 
 /// What a run of every attack at once showed.

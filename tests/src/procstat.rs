@@ -53,15 +53,25 @@ pub fn tree_cpu_seconds(root: u32) -> anyhow::Result<f64> {
     Ok(total / ticks_per_second())
 }
 
-/// The resident set of process `pid` now (`VmRSS`), in KiB.
-pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+/// A memory figure of process `pid` from `/proc/PID/status` (`VmRSS`, `VmHWM`), in KiB.
+fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
-        .context("no VmRSS in /proc/PID/status")
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))
+}
+
+/// The resident set of process `pid` now (`VmRSS`), in KiB.
+pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+    status_kib(pid, "VmRSS")
+}
+
+/// The peak resident set of process `pid` so far (`VmHWM`), in KiB.
+pub fn peak_rss_kib(pid: u32) -> anyhow::Result<u64> {
+    status_kib(pid, "VmHWM")
 }
 
 /// The parent of process `pid`.

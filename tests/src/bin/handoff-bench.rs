@@ -14,7 +14,7 @@ use leasehold_tests::log::Logged;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use leasehold_tests::host::{Host, last_log_time, log_time, now_time_of_day};
+use leasehold_tests::host::{Host, last_log_time, log_time, now_time_of_day, time_of_day};
 use leasehold_tests::stats::{env_count, env_duration, summary};
 use leasehold_tests::status::Role;
 use leasehold_tests::stores::{Backend, Db};
@@ -86,14 +86,24 @@ fn last_epoch(log: &str) -> Option<i64> {
         .ok()
 }
 
-/// Waits for the first reconcile of `epoch` in any of `hosts`' logs; returns its log time
-/// (seconds since midnight) and the host's index.
-async fn first_call(hosts: &[Host], epoch: i64, timeout: Duration) -> anyhow::Result<(f64, usize)> {
+/// Waits for the first reconcile of `epoch` in any of `hosts`' logs, reading only the lines
+/// after `from` (each host's log length before the signal); returns its log time (seconds since
+/// midnight) and the host's index.
+async fn first_call(
+    hosts: &[Host],
+    from: &[usize],
+    epoch: i64,
+    timeout: Duration,
+) -> anyhow::Result<(f64, usize)> {
     let needle = format!("bench from epoch {epoch}, tick 0");
     let deadline = Instant::now() + timeout;
     loop {
-        for (i, h) in hosts.iter().enumerate() {
-            if let Some(t) = log_time(&h.log_text(), &needle) {
+        for (i, (h, from)) in hosts.iter().zip(from).enumerate() {
+            let line = h
+                .log_lines_from(*from)
+                .into_iter()
+                .find(|l| l.contains(&needle));
+            if let Some(t) = line.as_deref().and_then(time_of_day) {
                 return Ok((t, i));
             }
         }
@@ -160,9 +170,10 @@ async fn main() -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(300) + phase).await;
             let mut old = hosts.remove(leader);
             let epoch = last_epoch(&old.log_text()).context("the holder's epoch")?;
+            let from: Vec<usize> = hosts.iter().map(|h| h.log_len()).collect();
             let sent = now_time_of_day();
             old.signal(kind)?;
-            let (running, new) = first_call(&hosts, epoch + 1, ttl * 5)
+            let (running, new) = first_call(&hosts, &from, epoch + 1, ttl * 5)
                 .await
                 .with_context(|| format!("{kind} trial {trial}"))?;
             let took = Duration::from_secs_f64((running - sent).max(0.0));

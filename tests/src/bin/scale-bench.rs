@@ -15,7 +15,9 @@ use anyhow::Context;
 use leasehold_tests::host::{Host, HostBuilder};
 use leasehold_tests::log::Logged;
 use leasehold_tests::pg::Postgres;
-use leasehold_tests::procstat::{CpuWindow, cpu_seconds, parent, rss_kib, tree_cpu_seconds};
+use leasehold_tests::procstat::{
+    CpuWindow, cpu_seconds, parent, peak_rss_kib, rss_kib, tree_cpu_seconds,
+};
 use leasehold_tests::stats::{env_duration, summary};
 use sqlx::Connection;
 
@@ -179,7 +181,7 @@ async fn idle_host(window: Duration) -> anyhow::Result<()> {
     tokio::time::sleep(window).await;
     let pct = cpu.percent(&[cpu_seconds(host.pid())?]);
     let rss = rss_kib(host.pid())?;
-    let peak = leasehold_tests::memory::peak_rss_kib(host.pid())?;
+    let peak = peak_rss_kib(host.pid())?;
     println!(
         "idle host holding its lease with 10 plugins (default ttl, {window:?} window): {:.2}% of a core, RSS {:.1} MiB (peak {:.1} MiB)",
         pct[0],
