@@ -806,6 +806,65 @@ async fn postgres_a_batched_campaign_never_waits_for_a_held_row_s_lock() {
     tx.rollback().await.unwrap();
 }
 
+/// A batched renewal neither waits for nor skips silently a row another session has locked: with
+/// one of three rows held `FOR SHARE` (a plugin's fenced write in flight), the other two are
+/// renewed at once, the locked one comes back busy (still ours, for a renewal of its own), a row
+/// lost to a newer epoch comes back as neither, and nothing of the locked row changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_batched_renewal_reports_a_locked_row_busy_and_renews_the_rest() {
+    use sqlx::Connection;
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let s = db.open().await.unwrap();
+    let mut epochs = Vec::new();
+    for name in ["a", "b", "c", "gone"] {
+        epochs.push(s.campaign(name, "me", LONG).await.unwrap().epoch.unwrap());
+    }
+    s.force_release("gone").await.unwrap();
+    assert_eq!(
+        s.campaign("gone", "other", LONG).await.unwrap().epoch,
+        Some(epochs[3] + 1)
+    );
+    let before = s.get(&["b".into()]).await.unwrap();
+    let mut writer = sqlx::PgConnection::connect(&db.url().unwrap())
+        .await
+        .unwrap();
+    let mut tx = writer.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM leasehold_leases WHERE name = 'b' FOR SHARE")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let requests: Vec<RenewRequest> = ["a", "b", "c", "gone"]
+        .iter()
+        .zip(&epochs)
+        .map(|(name, epoch)| renew_req(name, *epoch))
+        .collect();
+    let renewed = s.renew("me", &requests).await.unwrap();
+    let took = started.elapsed();
+    let mut landed = renewed.landed.clone();
+    landed.sort();
+    assert_eq!(landed, ["a", "c"]);
+    assert_eq!(renewed.busy, ["b"]);
+    assert!(renewed.db_now.is_some());
+    assert!(took < Duration::from_secs(2), "the renewal waited {took:?}");
+    tx.rollback().await.unwrap();
+    let after = s.get(&["b".into()]).await.unwrap();
+    assert_eq!(
+        (&after[0].holder, after[0].epoch),
+        (&before[0].holder, before[0].epoch)
+    );
+    assert!(
+        after[0].expires_in_ms <= before[0].expires_in_ms,
+        "the locked row was renewed: {before:?} then {after:?}"
+    );
+    // With nothing locked, every lease still ours lands and none is busy.
+    let renewed = s.renew("me", &requests).await.unwrap();
+    let mut landed = renewed.landed.clone();
+    landed.sort();
+    assert_eq!(landed, ["a", "b", "c"]);
+    assert!(renewed.busy.is_empty(), "{:?}", renewed.busy);
+}
+
 /// SQLite times count on the machine's boot clock, which starts again at zero after a reboot: a
 /// row written in an earlier boot (here: its boot id changed, its expiry far ahead) has expired,
 /// whatever its numbers say. Without the boot id, every lease would stay taken for as long as the

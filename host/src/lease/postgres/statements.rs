@@ -74,24 +74,32 @@ pub const CAMPAIGN: &str = concat!(
 );
 
 /// `renew`: $1 holder, $2 names, $3 epochs, $4 ttls in ms.
+///
+/// `locked` takes the row locks (SKIP LOCKED) and hands the update each row's `ctid`, so the
+/// update reaches its row without a second index lookup; it still checks holder, epoch and expiry
+/// itself, so a row that moved on between the two is left alone (and counted busy). `busy` scans
+/// again only when some lease was not renewed.
 pub const RENEW: &str = concat!(
     "WITH r AS (
         SELECT * FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS r(name, epoch, ttl_ms)),
+     locked AS (
+        SELECT k.ctid AS tid, k.name, k.epoch, q.ttl_ms
+          FROM leasehold_leases AS k JOIN r AS q ON k.name = q.name
+         WHERE k.holder = $1 AND k.epoch = q.epoch AND k.expires_at > clock_timestamp()
+           FOR NO KEY UPDATE OF k SKIP LOCKED),
      renewed AS (
         UPDATE leasehold_leases AS l
            SET renewed_at = clock_timestamp(),
-               expires_at = clock_timestamp() + r.ttl_ms * interval '1 millisecond',
-               ttl_ms = r.ttl_ms
-          FROM r
-         WHERE l.name = r.name
-           AND l.name IN (
-               SELECT k.name FROM leasehold_leases AS k JOIN r AS q ON k.name = q.name
-                WHERE k.holder = $1 AND k.epoch = q.epoch AND k.expires_at > clock_timestamp()
-                  FOR NO KEY UPDATE OF k SKIP LOCKED)
+               expires_at = clock_timestamp() + k.ttl_ms * interval '1 millisecond',
+               ttl_ms = k.ttl_ms
+          FROM locked AS k
+         WHERE l.ctid = k.tid AND l.name = k.name AND l.holder = $1 AND l.epoch = k.epoch
+           AND l.expires_at > clock_timestamp()
         RETURNING l.name),
      busy AS (
         SELECT l.name FROM leasehold_leases AS l JOIN r ON l.name = r.name
-         WHERE l.holder = $1 AND l.epoch = r.epoch AND l.expires_at > clock_timestamp()
+         WHERE (SELECT count(*) FROM renewed) < (SELECT count(*) FROM r)
+           AND l.holder = $1 AND l.epoch = r.epoch AND l.expires_at > clock_timestamp()
            AND l.name NOT IN (SELECT name FROM renewed))
      SELECT name, true, ",
     db_now_ms!(),
