@@ -31,7 +31,11 @@ test: build guests
 # frozen holders (guest calls after the deadline, resume -> term ended), and the host's peak RSS
 # under the attacks on its memory against its plugins' budget; what 1,000 and 10,000 leases on
 # three replicas cost the holder, the standbys and PostgreSQL, and an idle host's CPU and memory.
+# handoff-bench also runs the same handoff and failover trials with etcd's own lock CLI
+# (`etcdctl lock --ttl`, a single-node etcd it starts itself) and prints both side by side;
+# scripts/install-bench-deps.sh installs etcd if it is missing (BENCH_ETCD=0 skips it).
 bench: build guests
+	@scripts/install-bench-deps.sh
 	$(CARGO) build -p leasehold-tests --bins
 	RUST_BACKTRACE=0 target/debug/handoff-bench
 	RUST_BACKTRACE=0 target/debug/plugin-bench

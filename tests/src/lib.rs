@@ -4,13 +4,15 @@
 //! backends opened fresh for each test ([`stores`]); shared trials of fencing ([`fencing`]) and
 //! of frozen holders ([`freeze`]) and of attacks on the host's memory ([`memory`]); a wall clock tests can step ([`faketime`]); one way to wait
 //! for a condition ([`eventually`]); a TCP proxy that injects network faults between a host and
-//! its database ([`proxy`]), what a process costs in CPU and memory ([`procstat`]), and the witness and history checker of fault trials ([`chaos`]).
+//! its database ([`proxy`]), what a process costs in CPU and memory ([`procstat`]), the witness and history checker of fault trials ([`chaos`]), and etcd's lock CLI,
+//! the reference the handoff benchmark compares against ([`etcd`]).
 //! Integration tests live in `tests/`; the benchmarks are binaries in `src/bin/`.
 
 #![allow(clippy::unwrap_used)]
 
 pub mod chaos;
 pub mod endpoint;
+pub mod etcd;
 pub mod eventually;
 pub mod faketime;
 pub mod fencing;

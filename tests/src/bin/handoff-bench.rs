@@ -7,6 +7,14 @@
 //! Three replicas; after each trial the stopped one is started again. Prints median, p99 and
 //! worst per kind. `BENCH_TRIALS` (graceful, default 30), `BENCH_CRASH_TRIALS` (default 20) and
 //! `BENCH_TTL` (default 2s) change the run; `LEASEHOLD_BIN` measures another build.
+//!
+//! Then, after the leasehold replicas are gone, the same trials with etcd's own lock CLI as the
+//! reference: a single-node etcd started here, three agents `etcdctl lock --ttl N LOCK -- WORK`
+//! (N the ttl rounded to whole seconds), whose work prints its start time on the same clock
+//! ([`leasehold_tests::etcd`]). A graceful stop is SIGTERM to the holder's etcdctl and its work,
+//! a crash SIGKILL to both; a handoff ends when the next holder's work prints that it started.
+//! A table sets both systems' figures side by side. `BENCH_ETCD=0` skips etcd; without `etcd`
+//! and `etcdctl` on PATH it is skipped with a line saying so.
 
 #![allow(clippy::unwrap_used)]
 
@@ -14,10 +22,12 @@ use leasehold_tests::log::Logged;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use leasehold_tests::etcd::{Agent, Etcd};
 use leasehold_tests::host::{Host, last_log_time, log_time, now_time_of_day, time_of_day};
 use leasehold_tests::stats::{env_count, env_duration, summary};
 use leasehold_tests::status::Role;
 use leasehold_tests::stores::{Backend, Db};
+use rustix::process::Signal;
 
 async fn leader_index(client: &reqwest::Client, hosts: &[Host]) -> Option<usize> {
     let roles = futures_roles(client, hosts).await;
@@ -223,5 +233,201 @@ async fn main() -> anyhow::Result<()> {
     for line in lines {
         println!("{line}");
     }
+    // etcd's trials run on their own: no leasehold replica renewing or ticking beside them.
+    drop(hosts);
+    let leasehold = Figures { graceful, crash };
+    let etcd = if std::env::var("BENCH_ETCD").as_deref() == Ok("0") {
+        println!("etcd lock: not measured (BENCH_ETCD=0)");
+        None
+    } else if let Err(e) = leasehold_tests::etcd::binaries() {
+        println!("etcd lock: not measured: {e:#}");
+        None
+    } else {
+        Some(etcd_trials(graceful_trials, crash_trials, ttl).await?)
+    };
+    print_table(&leasehold, etcd.as_ref());
     Ok(())
+}
+
+/// One system's handoff times: graceful handoffs and crash failovers.
+struct Figures {
+    graceful: Vec<Duration>,
+    crash: Vec<Duration>,
+}
+
+/// The same trials with etcd's lock CLI: three `etcdctl lock` agents on one lock, the holder
+/// stopped (SIGTERM) or crashed (SIGKILL) with the same phase spread, the time from the signal
+/// to the next holder's work printing its start, and a fresh agent started after each trial.
+async fn etcd_trials(
+    graceful_trials: usize,
+    crash_trials: usize,
+    ttl: Duration,
+) -> anyhow::Result<Figures> {
+    // etcdctl takes whole seconds (and etcd raises a ttl under its minimum, 2 s with the default
+    // election timeout, to that minimum).
+    let ttl_secs = (ttl.as_secs_f64().round() as u64).max(1);
+    let etcd_ttl = Duration::from_secs(ttl_secs);
+    let lock = "bench";
+    let etcd = Etcd::start().await?;
+    let mut agents = Vec::new();
+    for i in 0..3 {
+        agents.push(etcd.agent(&format!("e{i}"), lock, ttl_secs)?);
+    }
+    let mut next_name = 3;
+    println!(
+        "etcd lock benchmark: etcd {}, one node at {}, 3 agents `etcdctl lock --ttl {ttl_secs}`, {graceful_trials} graceful and {crash_trials} crash trials",
+        etcd.version(),
+        etcd.endpoint()
+    );
+    let mut graceful = Vec::new();
+    let mut crash = Vec::new();
+    // Trials where the old holder's work printed after the next holder's had started: two
+    // holders working at once, which stopping etcdctl and its work together must rule out.
+    let mut overlaps = 0;
+    for (kind, signal, trials) in [
+        ("TERM", Signal::TERM, graceful_trials),
+        ("KILL", Signal::KILL, crash_trials),
+    ] {
+        for trial in 0..trials {
+            let holder = wait_holder(&etcd, &agents, lock, etcd_ttl * 5)
+                .await
+                .with_context(|| format!("etcd {kind} trial {trial}"))?;
+            // As for leasehold: a delay anywhere within the client's renewal interval (etcdctl
+            // keeps its lease alive every ttl/3), so a crash does not keep one phase to it.
+            let phase = etcd_ttl / 3 * (trial as u32 % 10) / 10;
+            tokio::time::sleep(Duration::from_millis(300) + phase).await;
+            let mut old = agents.remove(holder);
+            let sent = now_time_of_day();
+            old.signal(signal)?;
+            let (running, _) = first_start(&agents, etcd_ttl * 5)
+                .await
+                .with_context(|| format!("etcd {kind} trial {trial}"))?;
+            let took = Duration::from_secs_f64((running - sent).max(0.0));
+            old.wait_exit(Duration::from_secs(30)).await?;
+            if old.last_beat().is_some_and(|beat| beat > running) {
+                overlaps += 1;
+            }
+            if kind == "TERM" {
+                graceful.push(took);
+            } else {
+                crash.push(took);
+            }
+            agents.push(etcd.agent(&format!("e{next_name}"), lock, ttl_secs)?);
+            next_name += 1;
+        }
+    }
+    println!(
+        "{}",
+        summary(
+            "graceful handoff (SIGTERM to etcdctl and its work -> the next holder's work running)",
+            &mut graceful,
+        )
+    );
+    println!(
+        "{}",
+        summary(
+            "crash failover   (SIGKILL to etcdctl and its work -> the next holder's work running)",
+            &mut crash,
+        )
+    );
+    println!(
+        "  old holder's work printing after the next holder's started: {overlaps} of {} trials",
+        graceful.len() + crash.len()
+    );
+    Ok(Figures { graceful, crash })
+}
+
+/// Waits until exactly one agent's work has started and every agent has queued for `lock` (the
+/// replacement's etcdctl has its key, so every waiter is idle); returns the holder's index.
+async fn wait_holder(
+    etcd: &Etcd,
+    agents: &[Agent],
+    lock: &str,
+    timeout: Duration,
+) -> anyhow::Result<usize> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let holders: Vec<usize> = (0..agents.len())
+            .filter(|&i| agents[i].started().is_some())
+            .collect();
+        anyhow::ensure!(holders.len() <= 1, "agents {holders:?} all hold the lock");
+        if let [holder] = holders[..]
+            && etcd.lock_keys(lock).await? == agents.len()
+        {
+            return Ok(holder);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "no agent holds the lock with all queued within {timeout:?}; etcdctl said: {}",
+            agents
+                .iter()
+                .map(|a| format!("{}: {:?}", a.name, a.messages()))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits for the first agent whose work has started; returns its start time (seconds since
+/// midnight, the work's own reading) and its index.
+async fn first_start(agents: &[Agent], timeout: Duration) -> anyhow::Result<(f64, usize)> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(found) = agents
+            .iter()
+            .enumerate()
+            .find_map(|(i, a)| Some((a.started()?, i)))
+        {
+            return Ok(found);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "no agent took the lock within {timeout:?}"
+        );
+        // The work's own timestamp is the measurement: this wait only needs to notice it.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Median / p99 / max of `samples`, picked as `summary` picks them.
+fn median_p99_max(samples: &[Duration]) -> String {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    let Some(max) = sorted.last() else {
+        return "no samples".to_string();
+    };
+    let pick = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
+    format!("{:.2?} / {:.2?} / {max:.2?}", pick(0.5), pick(0.99))
+}
+
+/// Both systems' figures side by side, as plain text.
+fn print_table(leasehold: &Figures, etcd: Option<&Figures>) {
+    let etcd_cell = |pick: fn(&Figures) -> &Vec<Duration>| {
+        etcd.map(|e| median_p99_max(pick(e)))
+            .unwrap_or_else(|| "not measured".to_string())
+    };
+    let rows = [
+        [
+            "figure (median / p99 / max)".to_string(),
+            "leasehold".to_string(),
+            "etcd lock".to_string(),
+        ],
+        [
+            "graceful handoff, SIGTERM -> the next holder's work starts".to_string(),
+            median_p99_max(&leasehold.graceful),
+            etcd_cell(|f| &f.graceful),
+        ],
+        [
+            "crash failover, SIGKILL -> the next holder's work starts".to_string(),
+            median_p99_max(&leasehold.crash),
+            etcd_cell(|f| &f.crash),
+        ],
+    ];
+    let width = |col: usize| rows.iter().map(|r| r[col].len()).max().unwrap_or(0);
+    let (w0, w1) = (width(0), width(1));
+    println!();
+    for [figure, ours, theirs] in &rows {
+        println!("{figure:<w0$} | {ours:<w1$} | {theirs}");
+    }
 }
