@@ -21,7 +21,7 @@ use tracing::{error, info, warn};
 use crate::capability::{Capabilities, Environment};
 use crate::config::Config;
 use crate::http::AppState;
-use crate::lease::{Driver, HolderId, LeaseStore, Leases, StoreError, open_store};
+use crate::lease::{Driver, HolderId, Leases, StoreError, open_store};
 use crate::metrics::Metrics;
 use crate::plugin::PluginSet;
 use crate::runtime::engine::EngineOptions;
@@ -108,17 +108,15 @@ pub struct App {
     /// supervisor stops when every sender is gone. Its components keep the engine (and the
     /// memory it reserved) alive until the app is dropped.
     _plugin_set: Option<watch::Sender<Arc<PluginSet>>>,
-    /// The lease store, kept so that its connections close only when the app is dropped, after
-    /// [`SETTLE`], not the moment the driver ends.
-    _store: Arc<dyn LeaseStore>,
 }
 
-/// How long a host that has released its leases waits before tearing itself down. Teardown is
-/// not free: unmapping the plugins' reserved memory took ~2 ms of CPU here, and each closed
-/// database connection ~1-2 ms of the server's (its backend exits). Done at once, it lands on the
-/// successor's campaign and first plugin call, on any machine or database server the two share:
-/// it was most of a graceful handoff's time. 100 ms is many times a takeover (a few ms) and not
-/// felt by whoever stops the host.
+/// How long a host that has released its leases waits before tearing itself down (the app holds
+/// the store, through its [`Leases`], and the plugin engine until it is dropped). Teardown is not
+/// free: in a profiled handoff, unmapping the plugins' reserved memory took ~2 ms of CPU and each
+/// closed database connection ~1-2 ms of the server's (its backend exits). Done at once, it lands
+/// on the successor's campaign and first plugin call, on any machine or database server the two
+/// share: it was most of a graceful handoff's time. 100 ms is many times a takeover (a few ms)
+/// and not felt by whoever stops the host.
 pub const SETTLE: Duration = Duration::from_millis(100);
 
 impl App {
@@ -157,7 +155,7 @@ impl App {
         let root = CancellationToken::new();
         let metrics = Metrics::new();
         let (driver, leases) = Driver::new(
-            store.clone(),
+            store,
             holder,
             config.timing,
             config.leases.iter().map(|l| l.to_string()),
@@ -205,7 +203,6 @@ impl App {
             http,
             driver,
             _plugin_set: plugin_set,
-            _store: store,
         })
     }
 
