@@ -33,9 +33,9 @@ test: build guests
 # three replicas cost the holder, the standbys and PostgreSQL, and an idle host's CPU and memory.
 # handoff-bench also runs the same handoff and failover trials with etcd's own lock CLI
 # (`etcdctl lock --ttl`, a single-node etcd it starts itself) and prints both side by side;
-# scripts/install-bench-deps.sh installs etcd if it is missing (BENCH_ETCD=0 skips it).
+# scripts/install-deps.sh --bench installs etcd if it is missing (BENCH_ETCD=0 skips it).
 bench: build guests
-	@scripts/install-bench-deps.sh
+	@scripts/install-deps.sh --bench
 	$(CARGO) build -p leasehold-tests --bins
 	RUST_BACKTRACE=0 target/debug/handoff-bench
 	RUST_BACKTRACE=0 target/debug/plugin-bench

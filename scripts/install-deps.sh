@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs what building and testing leasehold needs on a Debian machine. Idempotent: it only
-# calls apt-get when something is missing, and never downloads toolchains itself.
+# Installs what building and testing leasehold needs on a Debian machine; with --bench, also what
+# `make bench` needs: etcd's server and CLI, the reference handoff-bench compares leasehold's
+# handoff and failover against (Debian bookworm ships 3.4.23). Idempotent: it only calls apt-get
+# when something is missing, and never downloads toolchains itself.
 set -euo pipefail
 
 need_pkgs=()
@@ -13,6 +15,10 @@ command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
 # psql takes row locks from outside in the lease tests; libfaketime steps a process's wall clock.
 command -v psql >/dev/null 2>&1 || need_pkgs+=(postgresql-client)
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need_pkgs+=(libfaketime)
+if [ "${1:-}" = "--bench" ]; then
+  command -v etcd >/dev/null 2>&1 || need_pkgs+=(etcd-server)
+  command -v etcdctl >/dev/null 2>&1 || need_pkgs+=(etcd-client)
+fi
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   sudo=""

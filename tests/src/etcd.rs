@@ -45,7 +45,7 @@ pub fn binaries() -> anyhow::Result<(PathBuf, PathBuf)> {
                     .find(|candidate| candidate.is_file())
             })
             .with_context(|| {
-                format!("`{name}` is not on PATH (scripts/install-bench-deps.sh installs it)")
+                format!("`{name}` is not on PATH (scripts/install-deps.sh --bench installs it)")
             })
     };
     Ok((find("etcd")?, find("etcdctl")?))
