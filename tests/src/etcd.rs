@@ -29,6 +29,8 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 
+use crate::pg::free_port;
+
 /// The work an agent runs while it holds the lock: one line `start PID SECONDS` as soon as it
 /// starts (its own pid, so that it can be signalled with etcdctl, and the Unix time), then the
 /// Unix time every 20 ms. The loop ends when a line cannot be written, so that a work left
@@ -389,12 +391,6 @@ pub fn unix_time_of_day(text: &str) -> Option<f64> {
     let secs: u64 = secs.parse().ok()?;
     let frac: f64 = format!("0.{frac}").parse().ok()?;
     Some((secs % 86_400) as f64 + frac)
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 #[cfg(test)]

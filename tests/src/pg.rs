@@ -456,7 +456,9 @@ fn spawn_watchdog(run_as: &Option<String>, bin: &Path, dir: &Path) -> anyhow::Re
     Ok(())
 }
 
-fn free_port() -> anyhow::Result<u16> {
+/// A loopback port nothing listens on right now (another process may still take it before the
+/// caller binds it: callers retry).
+pub fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
