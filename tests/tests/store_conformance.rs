@@ -865,6 +865,57 @@ async fn postgres_a_batched_renewal_reports_a_locked_row_busy_and_renews_the_res
     assert!(renewed.busy.is_empty(), "{:?}", renewed.busy);
 }
 
+/// Each connection of the PostgreSQL store warms up as it opens (its first winning campaign would
+/// otherwise load PL/pgSQL and compile the row guard on the handoff's path), and the warm-up runs
+/// the lease statements on no lease at all: a store opened on a live table leaves no row, no
+/// changed incarnation and no release notification behind, and its first campaign still wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_warming_up_a_connection_leaves_no_row_incarnation_or_notification() {
+    use sqlx::Connection;
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let url = db.url().unwrap();
+    let first = db.open().await.unwrap();
+    let epoch = first
+        .campaign("a", "me", LONG)
+        .await
+        .unwrap()
+        .epoch
+        .unwrap();
+    let mut listener = sqlx::postgres::PgListener::connect(&url).await.unwrap();
+    listener
+        .listen(leasehold::lease::postgres::RELEASE_CHANNEL)
+        .await
+        .unwrap();
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let incarnation = "SELECT json_agg(i)::text FROM leasehold_incarnation AS i";
+    let before: String = sqlx::query_scalar(incarnation)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    let second = db.open().await.unwrap();
+    assert_eq!(
+        second.campaign("b", "you", LONG).await.unwrap().epoch,
+        Some(1)
+    );
+    let after: String = sqlx::query_scalar(incarnation)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(after, before, "the incarnation changed");
+    let rows: Vec<String> = sqlx::query_scalar("SELECT name FROM leasehold_leases ORDER BY name")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(rows, ["a", "b"]);
+    assert_eq!(
+        first.get(&["a".into()]).await.unwrap()[0].epoch,
+        epoch,
+        "lease a moved"
+    );
+    let heard = tokio::time::timeout(Duration::from_millis(300), listener.recv()).await;
+    assert!(heard.is_err(), "a warm-up notified: {heard:?}");
+}
+
 /// SQLite times count on the machine's boot clock, which starts again at zero after a reboot: a
 /// row written in an earlier boot (here: its boot id changed, its expiry far ahead) has expired,
 /// whatever its numbers say. Without the boot id, every lease would stay taken for as long as the
