@@ -560,3 +560,85 @@ async fn json_logs_and_no_password_anywhere() {
         "{stderr}"
     );
 }
+
+/// A host whose stderr nobody reads (a log collector that fell behind: the pipe full) keeps its
+/// lease and its plugins: three plugins logging every 10 ms fill the pipe's 64 KiB in about a
+/// second, and the lines past that are queued and then dropped, never waited for. A
+/// host that wrote its log where it logged would wait in write(2) in each plugin call and then in
+/// the lease loop, until the lease expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_whose_log_nobody_reads_keeps_its_lease_and_its_plugins_running() {
+    use leasehold_tests::endpoint::Endpoint;
+    use tokio::io::AsyncReadExt;
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let manifest = "[schedule]\ninterval = \"10ms\"\n[config]\ngreeting = \"noise\"\n";
+    let plugins = leasehold_tests::host::plugin_dir(&[("hello-reconciler", manifest)]).unwrap();
+    for name in ["noisy-2", "noisy-3"] {
+        let dir = plugins.path();
+        std::fs::copy(
+            dir.join("hello-reconciler.wasm"),
+            dir.join(format!("{name}.wasm")),
+        )
+        .unwrap();
+        std::fs::write(dir.join(format!("{name}.toml")), manifest).unwrap();
+    }
+    let port = leasehold_tests::pg::free_port().unwrap();
+    let mut child = tokio::process::Command::new(leasehold_tests::host::binary().unwrap())
+        .args(["run", "--database-url", &db.url().unwrap(), "--ttl", "1s"])
+        .args(["--http", &format!("127.0.0.1:{port}"), "--plugins"])
+        .arg(plugins.path())
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // Held open and never read until the end.
+    let mut stderr = child.stderr.take().unwrap();
+    let host = Endpoint::new(([127, 0, 0, 1], port).into()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let epoch = loop {
+        if let Ok(status) = host.status().await {
+            let lease = lease_entry(&status);
+            if lease.role == Role::Leader {
+                break lease.epoch.unwrap();
+            }
+        }
+        assert!(Instant::now() < deadline, "the host never led");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // Five ttls with the pipe full (it is after two seconds; the end checks that it was).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let calls = async || {
+        let status = host.status().await;
+        let status = status.expect("the host stopped answering while its log was not read");
+        status.plugin("noisy-2").expect("noisy-2 in /status").calls
+    };
+    let calls_before = calls().await;
+    let watch_until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < watch_until {
+        let status = host.status().await;
+        let status = status.expect("the host stopped answering while its log was not read");
+        let lease = lease_entry(&status);
+        assert_eq!(
+            (lease.role, lease.epoch),
+            (Role::Leader, Some(epoch)),
+            "the lease moved while the log was not read: {lease:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let calls_after = calls().await;
+    assert!(
+        calls_after > calls_before + 100,
+        "the plugins stalled: {calls_before} calls, then {calls_after} five seconds later"
+    );
+    child.kill().await.unwrap();
+    let mut written = Vec::new();
+    stderr.read_to_end(&mut written).await.unwrap();
+    assert!(
+        written.len() >= 60_000,
+        "the pipe never filled ({} bytes), so this proved nothing",
+        written.len()
+    );
+}

@@ -124,7 +124,7 @@ pub struct ListArgs {
 /// Parses the command line, runs it and turns the outcome into an exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    let (log_writer, log_dropped) = init_logging(cli.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -147,6 +147,12 @@ pub fn main() -> ExitCode {
     });
     // Store calls abandoned at a timeout may still be parked on a socket: do not wait for them.
     runtime.shutdown_timeout(Duration::from_millis(100));
+    // Writes out every queued line, before an error below is printed after them.
+    drop(log_writer);
+    let dropped = log_dropped.dropped_lines();
+    if dropped > 0 {
+        eprintln!("leasehold: {dropped} log lines were dropped: stderr was not read fast enough");
+    }
     match outcome {
         Ok(code) => code,
         Err(e) => {
@@ -156,20 +162,36 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_logging(format: LogFormat) {
+/// Logs to stderr from a thread of its own; the returned guard writes out what is queued when
+/// dropped. A lease loop that logs never waits on stderr: a log reader that falls behind (a full
+/// pipe to a container runtime) would otherwise stall renewals, and every line's write was a
+/// system call on the handoff's path. Lines beyond the queue's 128,000 are dropped, not waited
+/// for, and counted by the returned counter.
+fn init_logging(
+    format: LogFormat,
+) -> (
+    tracing_appender::non_blocking::WorkerGuard,
+    tracing_appender::non_blocking::ErrorCounter,
+) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         // PostgreSQL's NOTICEs ("relation … already exists, skipping" on every start) are noise
         // at info; warnings and errors from the server still show.
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx::postgres::notice=warn"));
     use std::io::IsTerminal;
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(true)
+        .thread_name("leasehold-log")
+        .finish(std::io::stderr());
+    let dropped = writer.error_counter();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(std::io::stderr().is_terminal());
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+    (guard, dropped)
 }
 
 /// `leasehold run`: the app until SIGTERM or SIGINT, then its ordered shutdown; a second signal
