@@ -1,6 +1,7 @@
 //! The statements of the lease protocol that run on every campaign, renewal and release: each
-//! prepared on every connection as it opens ([`prepare_and_warm_up`]), so that none is parsed on the
-//! handoff's path. The comments on their use in `postgres.rs` say what each clause is for.
+//! prepared, and run once on no lease, on every connection as it opens ([`prepare_and_warm_up`]),
+//! so that none is parsed or first planned on the handoff's path. The comments on their use in
+//! `postgres.rs` say what each clause is for.
 
 use sqlx::postgres::{PgConnection, PgTypeInfo};
 use sqlx::{Connection, Executor, Type};
