@@ -147,12 +147,16 @@ pub fn main() -> ExitCode {
     });
     // Store calls abandoned at a timeout may still be parked on a socket: do not wait for them.
     runtime.shutdown_timeout(Duration::from_millis(100));
-    // Writes out every queued line, before an error below is printed after them.
-    drop(log_writer);
+    // Through the queue too: a direct write to a stderr still not read would never return.
     let dropped = log_dropped.dropped_lines();
     if dropped > 0 {
-        eprintln!("leasehold: {dropped} log lines were dropped: stderr was not read fast enough");
+        warn!(
+            dropped,
+            "log lines were dropped: stderr was not read fast enough"
+        );
     }
+    // Writes out every queued line (waiting 1.1 s at most), before an error below is printed.
+    drop(log_writer);
     match outcome {
         Ok(code) => code,
         Err(e) => {
@@ -166,7 +170,7 @@ pub fn main() -> ExitCode {
 /// dropped. A lease loop that logs never waits on stderr: a log reader that falls behind (a full
 /// pipe to a container runtime) would otherwise stall renewals, and every line's write was a
 /// system call on the handoff's path. Lines beyond the queue's 8,192 are dropped, not waited for,
-/// and counted by the returned counter.
+/// and counted by the returned counter, which the last line logged reports.
 fn init_logging(
     format: LogFormat,
 ) -> (
