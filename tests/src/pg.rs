@@ -536,3 +536,45 @@ mod tests {
         );
     }
 }
+
+/// How [`lock_lease_row`] locks the row: as a plugin's fenced write does (`FOR SHARE`), or as an
+/// operator's session might (`FOR NO KEY UPDATE`, `FOR UPDATE`).
+#[derive(Debug, Clone, Copy)]
+pub enum RowLock {
+    /// `FOR SHARE`.
+    Share,
+    /// `FOR NO KEY UPDATE`.
+    NoKeyUpdate,
+    /// `FOR UPDATE`.
+    Update,
+}
+
+/// Another session holding lease `name`'s row locked in `mode` until the returned transaction
+/// commits, rolls back or is dropped.
+pub async fn lock_lease_row(
+    url: &str,
+    name: &str,
+    mode: RowLock,
+) -> anyhow::Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+    let clause = match mode {
+        RowLock::Share => "FOR SHARE",
+        RowLock::NoKeyUpdate => "FOR NO KEY UPDATE",
+        RowLock::Update => "FOR UPDATE",
+    };
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await?;
+    let mut tx = pool.begin().await?;
+    let locked = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT 1 FROM leasehold_leases WHERE name = $1 {clause}"
+    )))
+    .bind(name)
+    .execute(&mut *tx)
+    .await?;
+    anyhow::ensure!(
+        locked.rows_affected() == 1,
+        "no lease row named {name:?} to lock"
+    );
+    Ok(tx)
+}

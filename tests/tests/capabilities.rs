@@ -694,12 +694,10 @@ async fn a_fence_waits_for_the_lease_row_no_longer_than_the_lease_store_does() {
     sql.execute(&caps, &f, "CREATE TABLE marks (n int)", &[])
         .await
         .unwrap();
-    let locker = sqlx::PgPool::connect(&raw).await.unwrap();
-    let mut lock = locker.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM leasehold_leases WHERE name = 'cap' FOR UPDATE")
-        .execute(&mut *lock)
-        .await
-        .unwrap();
+    let lock =
+        leasehold_tests::pg::lock_lease_row(&raw, "cap", leasehold_tests::pg::RowLock::Update)
+            .await
+            .unwrap();
     let started = std::time::Instant::now();
     let written = sql
         .transaction(

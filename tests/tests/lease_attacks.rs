@@ -129,10 +129,7 @@ async fn a_renewal_that_waited_behind_a_release_does_not_revive_the_lease() {
     let epoch = s.campaign("r", "me", ttl).await.unwrap().epoch.unwrap();
     // Another session locks the row, then releases the lease: its expiry is written after the
     // renewal below has started waiting for the row.
-    let mut other = sqlx::PgConnection::connect(&url).await.unwrap();
-    let mut tx = other.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM leasehold_leases WHERE name = 'r' FOR NO KEY UPDATE")
-        .execute(&mut *tx)
+    let mut tx = pg::lock_lease_row(&url, "r", pg::RowLock::NoKeyUpdate)
         .await
         .unwrap();
     let waiting = tokio::spawn(async move {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::lease::{LeaseStore, ReleaseNotice, RenewRequest};
 use leasehold_tests::eventually::{eventually, when};
+use leasehold_tests::pg::{RowLock, lock_lease_row};
 use leasehold_tests::stores::{Backend, Db};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -776,19 +777,13 @@ async fn postgres_sessions_give_up_before_the_host_does_and_commit_durably() {
 /// the holder's skip-locked renewal would find its own row busy behind the standby.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_batched_campaign_never_waits_for_a_held_row_s_lock() {
-    use sqlx::Connection;
     let db = Db::new(Backend::Postgres).await.unwrap();
     let s = db.open().await.unwrap();
     assert_eq!(
         s.campaign("held", "keeper", LONG).await.unwrap().epoch,
         Some(1)
     );
-    let mut operator = sqlx::PgConnection::connect(&db.url().unwrap())
-        .await
-        .unwrap();
-    let mut tx = operator.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM leasehold_leases WHERE name = 'held' FOR UPDATE")
-        .execute(&mut *tx)
+    let tx = lock_lease_row(&db.url().unwrap(), "held", RowLock::Update)
         .await
         .unwrap();
     let started = Instant::now();
@@ -812,7 +807,6 @@ async fn postgres_a_batched_campaign_never_waits_for_a_held_row_s_lock() {
 /// lost to a newer epoch comes back as neither, and nothing of the locked row changed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_batched_renewal_reports_a_locked_row_busy_and_renews_the_rest() {
-    use sqlx::Connection;
     let db = Db::new(Backend::Postgres).await.unwrap();
     let s = db.open().await.unwrap();
     let mut epochs = Vec::new();
@@ -825,12 +819,7 @@ async fn postgres_a_batched_renewal_reports_a_locked_row_busy_and_renews_the_res
         Some(epochs[3] + 1)
     );
     let before = s.get(&["b".into()]).await.unwrap();
-    let mut writer = sqlx::PgConnection::connect(&db.url().unwrap())
-        .await
-        .unwrap();
-    let mut tx = writer.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM leasehold_leases WHERE name = 'b' FOR SHARE")
-        .execute(&mut *tx)
+    let tx = lock_lease_row(&db.url().unwrap(), "b", RowLock::Share)
         .await
         .unwrap();
     let started = Instant::now();
