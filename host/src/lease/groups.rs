@@ -83,6 +83,8 @@ pub struct Plan {
 /// The plan of member `me` in `group` of `shards`, given the live `members` (`me` among them)
 /// and who holds each held shard (`holders`: shard → member; a shard held by someone not in
 /// `members` counts as held, since its holder may still be running until its lease expires).
+/// Shards from `shards` up (left over from a larger group) are not part of it: they count for
+/// nobody's share, and releasing them is the caller's business.
 pub fn plan(
     group: &str,
     shards: u32,
@@ -90,9 +92,13 @@ pub fn plan(
     holders: &BTreeMap<u32, String>,
     me: &str,
 ) -> Plan {
+    let holders: BTreeMap<u32, &str> = holders
+        .range(..shards)
+        .map(|(s, h)| (*s, h.as_str()))
+        .collect();
     let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
     for holder in holders.values() {
-        *counts.entry(holder.as_str()).or_default() += 1;
+        *counts.entry(holder).or_default() += 1;
     }
     let held = |m: &str| counts.get(m).copied().unwrap_or(0);
     let targets = targets(shards, members, held);
@@ -115,17 +121,19 @@ pub fn plan(
     };
     let mine: Vec<u32> = holders
         .iter()
-        .filter(|(s, h)| h.as_str() == me && **s < shards)
+        .filter(|(_, h)| **h == me)
         .map(|(s, _)| *s)
         .collect();
     let surplus = (mine.len() as u32).saturating_sub(target) as usize;
     let mut give_away = mine;
-    give_away.sort_by_key(|s| (std::cmp::Reverse(pull(*s)), *s));
+    // Cached keys: each is a hash per member short of its share, and a group may have thousands
+    // of shards.
+    give_away.sort_by_cached_key(|s| (std::cmp::Reverse(pull(*s)), *s));
     give_away.truncate(surplus);
     let wanted = target.saturating_sub(held(me));
     let mut free: Vec<u32> = (0..shards).filter(|s| !holders.contains_key(s)).collect();
     // Best first: where this member's score beats the others' by the most.
-    free.sort_by_key(|s| {
+    free.sort_by_cached_key(|s| {
         let own = score(group, *s, me);
         (
             std::cmp::Reverse(own > pull(*s)),
@@ -281,6 +289,20 @@ mod tests {
                 .unwrap();
             assert_eq!(p.give_away, [best]);
         }
+    }
+
+    #[test]
+    fn shards_left_over_from_a_larger_group_count_for_no_one_s_share() {
+        let two = names(2);
+        let mut holders = BTreeMap::new();
+        // replica-0 still holds shards 4 and 5 of a group that had 6.
+        holders.insert(4, "replica-0".to_string());
+        holders.insert(5, "replica-0".to_string());
+        let p = plan("orders", 4, &two, &holders, "replica-0");
+        assert_eq!((p.target, p.wanted), (2, 2));
+        assert!(p.give_away.is_empty(), "{p:?}");
+        assert_eq!(p.free.len(), 4);
+        assert!(p.free.iter().all(|s| *s < 4), "{p:?}");
     }
 
     #[test]
