@@ -639,6 +639,73 @@ async fn listing_is_paginated(backend: Backend) {
     s.ping().await.unwrap();
 }
 
+async fn group_members_see_each_other_and_the_held_shards_and_lapse_by_the_database_clock(
+    backend: Backend,
+) {
+    let db = Db::new(backend).await.unwrap();
+    let (a, b) = (db.open().await.unwrap(), db.open().await.unwrap());
+    let shards: Vec<String> = (0..4).map(|i| format!("orders/{i}")).collect();
+    a.campaign("orders/1", "a", LONG)
+        .await
+        .unwrap()
+        .epoch
+        .unwrap();
+    b.campaign("orders/3", "b", SHORT)
+        .await
+        .unwrap()
+        .epoch
+        .unwrap();
+    // A lease outside the list is not reported, even one whose name looks like a shard.
+    a.campaign("orders/9", "a", LONG)
+        .await
+        .unwrap()
+        .epoch
+        .unwrap();
+    let first = a.heartbeat("orders", "a", &shards, LONG).await.unwrap();
+    let ids = |v: &leasehold::lease::GroupView| {
+        v.members.iter().map(|m| m.id.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(ids(&first), ["a"], "{backend:?}");
+    assert!(first.db_now.is_some());
+    assert_eq!(
+        first.holders,
+        [
+            ("orders/1".to_string(), "a".to_string()),
+            ("orders/3".to_string(), "b".to_string())
+        ]
+    );
+    // b joins with a short ttl; a member of another group is not one of this group.
+    b.heartbeat("orders", "b", &shards, SHORT).await.unwrap();
+    b.heartbeat("billing", "c", &[], LONG).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = a.heartbeat("orders", "a", &shards, LONG).await.unwrap();
+    assert_eq!(ids(&second), ["a", "b"], "{backend:?}");
+    let age = |v: &leasehold::lease::GroupView, id: &str| {
+        v.members.iter().find(|m| m.id == id).unwrap().member_for
+    };
+    // a's membership runs on from its first heartbeat; b's is younger.
+    assert!(
+        age(&second, "a") >= Duration::from_millis(100),
+        "{second:?}"
+    );
+    assert!(age(&second, "b") < age(&second, "a"), "{second:?}");
+    // b stops heartbeating: its row and its shard lapse by the database's clock.
+    expire(SHORT).await;
+    let third = a.heartbeat("orders", "a", &shards, LONG).await.unwrap();
+    assert_eq!(ids(&third), ["a"], "{backend:?}");
+    assert_eq!(third.holders, [("orders/1".to_string(), "a".to_string())]);
+    // b comes back: a new membership, counted from now.
+    let back = b.heartbeat("orders", "b", &shards, LONG).await.unwrap();
+    assert_eq!(ids(&back), ["a", "b"], "{backend:?}");
+    assert!(age(&back, "b") < SHORT, "{back:?}");
+    // Leaving takes effect at once, and only for the groups named.
+    b.leave(&["orders".to_string()], "b").await.unwrap();
+    let fourth = a.heartbeat("orders", "a", &shards, LONG).await.unwrap();
+    assert_eq!(ids(&fourth), ["a"], "{backend:?}");
+    let billing = a.heartbeat("billing", "a", &[], LONG).await.unwrap();
+    assert_eq!(ids(&billing), ["a", "c"], "{backend:?}");
+}
+
 async fn replicas_starting_at_once_migrate_safely(backend: Backend) {
     // Eight replicas open the same brand-new database at the same moment: every one must come up,
     // and the schema must be created exactly once.
@@ -730,6 +797,7 @@ conformance!(
     batched_campaigns_have_one_winner_per_lease_and_leave_held_leases_alone,
     listing_is_paginated,
     replicas_starting_at_once_migrate_safely,
+    group_members_see_each_other_and_the_held_shards_and_lapse_by_the_database_clock,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

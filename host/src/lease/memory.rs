@@ -13,8 +13,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::store::{
-    CampaignedMany, DbMillis, Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, Renewed,
-    StoreError,
+    CampaignedMany, DbMillis, Epoch, GroupMember, GroupView, LeaseRecord, LeaseStore,
+    ReleaseNotice, RenewRequest, Renewed, StoreError,
 };
 
 #[derive(Debug, Clone)]
@@ -50,6 +50,8 @@ pub struct MemoryStore {
     origin: Instant,
     /// How far the store's clock has been stepped ahead of `tokio::time`.
     stepped: Mutex<Duration>,
+    /// Lease group members by (group, member): when each joined and when it expires.
+    members: Mutex<BTreeMap<(String, String), (Instant, Instant)>>,
 }
 
 impl Default for MemoryStore {
@@ -60,6 +62,7 @@ impl Default for MemoryStore {
             releases: broadcast::channel(1024).0,
             origin: Instant::now(),
             stepped: Mutex::new(Duration::ZERO),
+            members: Mutex::new(BTreeMap::new()),
         }
     }
 }
@@ -243,6 +246,55 @@ impl LeaseStore for MemoryStore {
             .take(limit as usize)
             .map(|(n, row)| Self::record(n, row, now))
             .collect())
+    }
+
+    async fn heartbeat(
+        &self,
+        group: &str,
+        member: &str,
+        shards: &[String],
+        ttl: Duration,
+    ) -> Result<GroupView, StoreError> {
+        self.gate("heartbeat").await?;
+        super::store::ttl_ms(ttl)?;
+        let (rows, now) = self.rows();
+        let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        members.retain(|(g, m), (_, expires)| g != group || m == member || *expires > now);
+        let key = (group.to_string(), member.to_string());
+        let joined = match members.get(&key) {
+            Some((joined, expires)) if *expires > now => *joined,
+            _ => now,
+        };
+        members.insert(key, (joined, now + ttl));
+        let live = members
+            .iter()
+            .filter(|((g, _), (_, expires))| g == group && *expires > now)
+            .map(|((_, m), (joined, _))| GroupMember {
+                id: m.clone(),
+                member_for: now - *joined,
+            })
+            .collect();
+        let mut holders: Vec<(String, String)> = shards
+            .iter()
+            .filter_map(|s| {
+                rows.get(s)
+                    .filter(|r| r.expires_at > now)
+                    .map(|r| (s.clone(), r.holder.clone()))
+            })
+            .collect();
+        holders.sort();
+        Ok(GroupView {
+            members: live,
+            holders,
+            db_now: self.db_now(now),
+        })
+    }
+
+    async fn leave(&self, groups: &[String], member: &str) -> Result<(), StoreError> {
+        self.gate("leave").await?;
+        let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        members.retain(|(g, m), _| m != member || !groups.contains(g));
+        Ok(())
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

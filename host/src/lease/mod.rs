@@ -31,8 +31,8 @@ pub use identity::HolderId;
 pub use leadership::{Leadership, Role, Term, TermControl};
 pub use name::{LeaseName, LeaseNameError};
 pub use store::{
-    Campaigned, CampaignedMany, DbMillis, Epoch, LeaseRecord, LeaseStore, ReleaseNotice,
-    RenewRequest, Renewed, RenewedOne, StoreError,
+    Campaigned, CampaignedMany, DbMillis, Epoch, GroupMember, GroupView, LeaseRecord, LeaseStore,
+    ReleaseNotice, RenewRequest, Renewed, RenewedOne, StoreError,
 };
 pub use timing::{Timing, TimingError};
 pub use url::{DatabaseUrl, RawUrl, UrlError};

@@ -17,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::store::{
-    CampaignedMany, DbMillis, Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, Renewed,
-    RenewedOne, StoreError, ttl_ms,
+    CampaignedMany, DbMillis, Epoch, GroupView, LeaseRecord, LeaseStore, ReleaseNotice,
+    RenewRequest, Renewed, RenewedOne, StoreError, ttl_ms,
 };
 use super::url::DatabaseUrl;
 use listen::{Logs, Received, Subscription};
@@ -469,6 +469,36 @@ impl LeaseStore for PostgresStore {
         .await
         .map_err(StoreError::query("list"))?;
         Ok(rows.into_iter().map(to_record).collect())
+    }
+
+    async fn heartbeat(
+        &self,
+        group: &str,
+        member: &str,
+        shards: &[String],
+        ttl: Duration,
+    ) -> Result<GroupView, StoreError> {
+        let ttl_ms = ttl_ms(ttl)?;
+        let rows: Vec<(String, Option<String>, Option<i64>, DbMillis)> =
+            sqlx::query_as(statements::HEARTBEAT)
+                .bind(group)
+                .bind(member)
+                .bind(ttl_ms)
+                .bind(shards)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(StoreError::query("heartbeat"))?;
+        Ok(super::store::group_view(rows))
+    }
+
+    async fn leave(&self, groups: &[String], member: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM leasehold_members WHERE grp = ANY($1) AND member = $2")
+            .bind(groups)
+            .bind(member)
+            .execute(&self.few)
+            .await
+            .map_err(StoreError::query("leave"))?;
+        Ok(())
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

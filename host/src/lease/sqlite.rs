@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::store::{
-    CampaignedMany, Epoch, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, Renewed,
-    StoreError, ttl_ms,
+    CampaignedMany, Epoch, GroupView, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest,
+    Renewed, StoreError, ttl_ms,
 };
 use super::url::DatabaseUrl;
 
@@ -391,6 +391,86 @@ impl LeaseStore for SqliteStore {
         .await
         .map_err(StoreError::query("list"))?;
         Ok(rows.into_iter().map(to_record).collect())
+    }
+
+    async fn heartbeat(
+        &self,
+        group: &str,
+        member: &str,
+        shards: &[String],
+        ttl: Duration,
+    ) -> Result<GroupView, StoreError> {
+        let ttl_ms = ttl_ms(ttl)?;
+        let shards = serde_json::to_string(shards).map_err(|e| StoreError::Invalid {
+            what: "lease names",
+            reason: e.to_string(),
+        })?;
+        let err = StoreError::query("heartbeat");
+        let (boot, mut tx) = (self.clock.boot_id(), self.write().await.map_err(err)?);
+        let now = self.clock.now_ms();
+        // A row of another boot, or lapsed, is swept; ours is kept with its join time while live.
+        sqlx::query(
+            "DELETE FROM leasehold_members
+              WHERE grp = ?1 AND member <> ?2 AND (boot <> ?3 OR expires_at_ms <= ?4)",
+        )
+        .bind(group)
+        .bind(member)
+        .bind(boot)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
+        sqlx::query(
+            "INSERT INTO leasehold_members (grp, member, joined_at_ms, expires_at_ms, boot)
+             VALUES (?1, ?2, ?4, ?4 + ?5, ?3)
+             ON CONFLICT (grp, member) DO UPDATE
+                SET expires_at_ms = excluded.expires_at_ms, boot = excluded.boot,
+                    joined_at_ms = CASE WHEN leasehold_members.boot = excluded.boot
+                                         AND leasehold_members.expires_at_ms > ?4
+                                        THEN leasehold_members.joined_at_ms
+                                        ELSE excluded.joined_at_ms END",
+        )
+        .bind(group)
+        .bind(member)
+        .bind(boot)
+        .bind(now)
+        .bind(ttl_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
+        let rows: Vec<(String, Option<String>, Option<i64>, i64)> = sqlx::query_as(
+            "SELECT member, NULL, ?3 - joined_at_ms, ?3 FROM leasehold_members
+              WHERE grp = ?1 AND boot = ?2 AND expires_at_ms > ?3
+             UNION ALL
+             SELECT name, holder, NULL, ?3 FROM leasehold_leases
+              WHERE name IN (SELECT value FROM json_each(?4)) AND boot = ?2 AND expires_at_ms > ?3",
+        )
+        .bind(group)
+        .bind(boot)
+        .bind(now)
+        .bind(&shards)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        Ok(super::store::group_view(rows))
+    }
+
+    async fn leave(&self, groups: &[String], member: &str) -> Result<(), StoreError> {
+        let groups = serde_json::to_string(groups).map_err(|e| StoreError::Invalid {
+            what: "group names",
+            reason: e.to_string(),
+        })?;
+        sqlx::query(
+            "DELETE FROM leasehold_members
+              WHERE grp IN (SELECT value FROM json_each(?1)) AND member = ?2",
+        )
+        .bind(groups)
+        .bind(member)
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("leave"))?;
+        Ok(())
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

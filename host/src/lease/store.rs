@@ -126,6 +126,47 @@ pub struct RenewedOne {
     pub db_now: Option<DbMillis>,
 }
 
+/// A live member of a lease group, as [`LeaseStore::heartbeat`] found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupMember {
+    /// The member's holder id.
+    pub id: String,
+    /// How long it has been a member without a lapse, by the database's clock: a newcomer counts
+    /// for the fair shares only once it has stayed a while (`lease::groups`), so members that come
+    /// and go quickly move no shard.
+    pub member_for: Duration,
+}
+
+/// What a heartbeat found of its group.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GroupView {
+    /// The live members (the heartbeating one among them), in id order.
+    pub members: Vec<GroupMember>,
+    /// The shards of the heartbeat's list that are held now: lease name and holder, in name order.
+    pub holders: Vec<(String, String)>,
+    /// The database's clock while the statement ran; `None` when the backend cannot tell.
+    pub db_now: Option<DbMillis>,
+}
+
+/// A [`GroupView`] from rows of (member or lease name, the shard's holder or `None` for a member,
+/// the member's age in ms, the clock): the shape every backend's heartbeat returns.
+pub(crate) fn group_view(rows: Vec<(String, Option<String>, Option<i64>, DbMillis)>) -> GroupView {
+    let mut view = GroupView::default();
+    for (name, holder, age_ms, db_now) in rows {
+        view.db_now = Some(view.db_now.map_or(db_now, |t: DbMillis| t.max(db_now)));
+        match holder {
+            Some(holder) => view.holders.push((name, holder)),
+            None => view.members.push(GroupMember {
+                id: name,
+                member_for: wait_ms(age_ms).unwrap_or_default(),
+            }),
+        }
+    }
+    view.members.sort_by(|a, b| a.id.cmp(&b.id));
+    view.holders.sort();
+    view
+}
+
 /// What a store's release listener reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReleaseNotice {
@@ -281,6 +322,22 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Up to `limit` rows with names after `after`, in name order (keyset pagination).
     async fn list(&self, after: Option<&str>, limit: u32) -> Result<Vec<LeaseRecord>, StoreError>;
+
+    /// Keeps `member` in `group` for `ttl` more by the database's clock (joining it if absent or
+    /// lapsed), in one statement that also reports the group's live members and which of
+    /// `shards` (lease names) are held, and by whom. Member rows expire like leases; lapsed ones
+    /// of the group are swept here.
+    async fn heartbeat(
+        &self,
+        group: &str,
+        member: &str,
+        shards: &[String],
+        ttl: Duration,
+    ) -> Result<GroupView, StoreError>;
+
+    /// Takes `member` out of `groups` at once (a graceful stop, before its shards are released, so
+    /// that the members that take them over already count without it).
+    async fn leave(&self, groups: &[String], member: &str) -> Result<(), StoreError>;
 
     /// A cheap round trip, for readiness.
     async fn ping(&self) -> Result<(), StoreError>;

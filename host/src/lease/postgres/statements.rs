@@ -131,6 +131,38 @@ pub const RENEW_ONE: &str = concat!(
     db_now_ms!()
 );
 
+/// `heartbeat`: $1 group, $2 member, $3 ttl in ms, $4 the group's shard leases. Rows: a member
+/// (`holder` NULL) with its age in ms, or a held shard with its holder; each with the clock.
+/// The live members are read beside the upsert (whose own row the statement's snapshot cannot
+/// see), and lapsed rows of the group are swept.
+pub const HEARTBEAT: &str = concat!(
+    "WITH swept AS (
+    DELETE FROM leasehold_members
+     WHERE grp = $1 AND member <> $2 AND expires_at <= clock_timestamp()),
+ beat AS (
+    INSERT INTO leasehold_members AS m (grp, member, joined_at, expires_at)
+    VALUES ($1, $2, clock_timestamp(), clock_timestamp() + $3 * interval '1 millisecond')
+    ON CONFLICT (grp, member) DO UPDATE
+       SET expires_at = EXCLUDED.expires_at,
+           joined_at = CASE WHEN m.expires_at > clock_timestamp() THEN m.joined_at
+                            ELSE EXCLUDED.joined_at END
+    RETURNING m.member, m.joined_at)
+ SELECT member, NULL::text,
+        (extract(epoch FROM clock_timestamp() - joined_at) * 1000)::bigint, ",
+    db_now_ms!(),
+    " FROM beat
+ UNION ALL
+ SELECT member, NULL::text,
+        (extract(epoch FROM clock_timestamp() - joined_at) * 1000)::bigint, ",
+    db_now_ms!(),
+    " FROM leasehold_members
+  WHERE grp = $1 AND member <> $2 AND expires_at > clock_timestamp()
+ UNION ALL
+ SELECT name, holder, NULL::bigint, ",
+    db_now_ms!(),
+    " FROM leasehold_leases WHERE name = ANY($4) AND expires_at > clock_timestamp()"
+);
+
 /// Fires the lease table's row guard once, inside a block that is then rolled back, so that this
 /// session loads PL/pgSQL and compiles the guard now. Otherwise the session's first winning
 /// campaign pays for both, about 1.7 ms in all, on the handoff's path: a standby's connection
