@@ -21,6 +21,8 @@ use tracing::{error, info, warn};
 use crate::capability::{Capabilities, Environment};
 use crate::config::Config;
 use crate::http::AppState;
+use crate::lease::groups::GroupSpec;
+use crate::lease::groups::runner::Runner;
 use crate::lease::{Driver, HolderId, Leases, StoreError, open_store};
 use crate::metrics::Metrics;
 use crate::plugin::PluginSet;
@@ -148,21 +150,28 @@ impl App {
             holder = %holder,
             store = %config.database_url,
             leases = ?config.leases,
+            groups = ?config.groups.iter().map(|g| format!("{}={}", g.name, g.shards)).collect::<Vec<_>>(),
             ttl = ?config.timing.ttl,
             "leasehold starting"
         );
 
         let root = CancellationToken::new();
         let metrics = Metrics::new();
-        let (driver, leases) = Driver::new(
+        let (driver, leases) = Driver::with_shards(
             store,
             holder,
             config.timing,
             config.leases.iter().map(|l| l.to_string()),
+            config.groups.iter().flat_map(GroupSpec::leases),
             root.clone(),
         );
-        let driver = driver.with_metrics(metrics.clone());
+        let mut driver = driver.with_metrics(metrics.clone());
         let tasks = TaskTracker::new();
+        if !config.groups.is_empty() {
+            let (runner, left) = Runner::new(leases.clone(), &config.groups, metrics.clone());
+            driver = driver.leaving_groups_first(left);
+            tasks.spawn(runner.run(root.clone()));
+        }
         // Plugins are compiled and pre-linked before the first campaign, so that an acquisition
         // only has to instantiate them.
         let (plugins, plugin_set) = match &config.plugins {

@@ -10,6 +10,7 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 
 use crate::capability::variables::{PatternError, UrlVariables};
+use crate::lease::groups::{GroupSpec, MAX_SHARDS};
 use crate::lease::identity::default_replica_id;
 use crate::lease::{DatabaseUrl, LeaseName, LeaseNameError, RawUrl, Timing, TimingError, UrlError};
 
@@ -51,9 +52,17 @@ pub enum ConfigError {
     /// A lease is listed twice.
     #[error("invalid lease name {0:?}: listed twice")]
     DuplicateLease(String),
-    /// The lease list is empty: the replica would have nothing to do.
-    #[error("leases is empty: list at least one lease to campaign for")]
+    /// The lease list is empty and there is no group: the replica would have nothing to do.
+    #[error("leases is empty and there are no groups: list at least one lease to campaign for")]
     NoLeases,
+    /// A lease group is unusable: its name, shard count, or a name it shares.
+    #[error("invalid group {name:?}: {reason}")]
+    Group {
+        /// The group as given.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A `grant_url_variables` pattern is unusable.
     #[error(transparent)]
     GrantUrlVariables(#[from] PatternError),
@@ -157,6 +166,17 @@ pub struct Layer {
         display_order = 4
     )]
     pub leases: Option<Vec<String>>,
+    /// A lease group NAME=SHARDS, spread over the replicas that take part in it (the leases
+    /// NAME/0 … NAME/SHARDS-1); repeat for several. In the file, a [groups] table: orders = 12.
+    #[serde(default, deserialize_with = "groups_table")]
+    #[arg(
+        long = "group",
+        env = "LEASEHOLD_GROUPS",
+        value_delimiter = ',',
+        value_parser = parse_group,
+        display_order = 4
+    )]
+    pub groups: Option<Vec<GroupArg>>,
     /// How long the ordered release on SIGTERM may take [default: 20s].
     #[serde(default, with = "humantime_serde")]
     #[arg(
@@ -201,6 +221,94 @@ pub struct Layer {
     pub runtime: RuntimeLayer,
 }
 
+/// One group as given, before it is checked: `NAME=SHARDS`, or `NAME = SHARDS` in `[groups]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupArg {
+    /// The group's name.
+    pub name: String,
+    /// Its shard count as written.
+    pub shards: i64,
+}
+
+/// `--group NAME=SHARDS`.
+fn parse_group(arg: &str) -> Result<GroupArg, String> {
+    let (name, shards) = arg
+        .split_once('=')
+        .ok_or_else(|| format!("{arg:?}: expected NAME=SHARDS, e.g. orders=12"))?;
+    let shards = shards
+        .trim()
+        .parse()
+        .map_err(|_| format!("{arg:?}: the shard count must be a whole number"))?;
+    Ok(GroupArg {
+        name: name.trim().to_string(),
+        shards,
+    })
+}
+
+/// The `[groups]` table: group name = shard count, in name order.
+fn groups_table<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Vec<GroupArg>>, D::Error> {
+    let table = toml::Table::deserialize(deserializer)?;
+    table
+        .into_iter()
+        .map(|(name, shards)| match shards.as_integer() {
+            Some(shards) => Ok(GroupArg { name, shards }),
+            None => Err(serde::de::Error::custom(format!(
+                "groups.{name} = {shards}: the shard count must be a whole number"
+            ))),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+/// Checks the groups: names as lease names without `/`, 1 to [`MAX_SHARDS`] shards, no group
+/// twice, and no shard that is also a plain lease of `leases`.
+fn check_groups(
+    groups: Vec<GroupArg>,
+    leases: &[LeaseName],
+) -> Result<Vec<GroupSpec>, ConfigError> {
+    let mut seen = std::collections::BTreeSet::new();
+    groups
+        .into_iter()
+        .map(|GroupArg { name, shards }| {
+            let refuse = |reason: String| ConfigError::Group {
+                name: name.clone(),
+                reason,
+            };
+            if let Err(e) = LeaseName::parse(&name) {
+                return Err(refuse(e.reason.to_string()));
+            }
+            if name.contains('/') {
+                return Err(refuse(
+                    "a group name cannot contain / (its shards are NAME/0, NAME/1, …)".into(),
+                ));
+            }
+            let shards = u32::try_from(shards)
+                .ok()
+                .filter(|s| (1..=MAX_SHARDS).contains(s))
+                .ok_or_else(|| refuse(format!("{shards} shards: a group has 1 to {MAX_SHARDS}")))?;
+            if !seen.insert(name.clone()) {
+                return Err(refuse("listed twice".into()));
+            }
+            let spec = GroupSpec {
+                name: name.clone(),
+                shards,
+            };
+            if let Some(lease) = leases.iter().find(|l| {
+                l.as_str()
+                    .strip_prefix(&format!("{name}/"))
+                    .is_some_and(|i| i.parse::<u32>().is_ok_and(|i| i < shards))
+            }) {
+                return Err(refuse(format!(
+                    "its shard {lease} is also listed under leases"
+                )));
+            }
+            Ok(spec)
+        })
+        .collect()
+}
+
 impl Layer {
     /// Reads and parses the config file at `path`.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
@@ -229,6 +337,9 @@ pub struct Config {
     pub http: SocketAddr,
     /// The leases to campaign for.
     pub leases: Vec<LeaseName>,
+    /// The lease groups this replica takes part in.
+    #[serde(serialize_with = "groups_as_table")]
+    pub groups: Vec<GroupSpec>,
     /// How long an ordered shutdown may take.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -256,6 +367,14 @@ pub struct Config {
 pub struct RuntimeConfig {
     /// Whether the engine meters fuel.
     pub fuel: bool,
+}
+
+/// The groups as the `[groups]` table of the file.
+fn groups_as_table<S: serde::Serializer>(
+    groups: &[GroupSpec],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(groups.iter().map(|g| (&g.name, g.shards)))
 }
 
 /// The patterns as written.
@@ -302,11 +421,16 @@ impl Config {
         {
             return Err(ConfigError::ReplicaId(replica_id));
         }
+        let groups = flags.groups.or(file.groups).unwrap_or_default();
+        // A replica given only groups campaigns for their shards alone, not for `leader` too.
         let leases = flags
             .leases
             .or(file.leases)
-            .unwrap_or_else(|| vec![crate::lease::name::DEFAULT_LEASE.to_string()]);
-        if leases.is_empty() {
+            .unwrap_or_else(|| match groups.is_empty() {
+                true => vec![crate::lease::name::DEFAULT_LEASE.to_string()],
+                false => Vec::new(),
+            });
+        if leases.is_empty() && groups.is_empty() {
             return Err(ConfigError::NoLeases);
         }
         let mut seen = std::collections::BTreeSet::new();
@@ -320,6 +444,7 @@ impl Config {
                 Ok(name)
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
+        let groups = check_groups(groups, &leases)?;
         let (f, t) = (flags.timing, file.timing);
         let ttl = f.ttl.or(t.ttl).unwrap_or(Timing::DEFAULT_TTL);
         let derived = Timing::from_ttl(ttl);
@@ -365,6 +490,7 @@ impl Config {
             replica_id,
             http,
             leases,
+            groups,
             timing,
             shutdown_grace: flags
                 .shutdown_grace
@@ -487,6 +613,70 @@ mod tests {
             e.contains("timing.retry_interval = 200ms") && e.contains("derived from the ttl"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn groups_come_from_flags_the_environment_s_list_or_a_table_and_are_checked_by_name() {
+        let file: Layer = toml::from_str("[groups]\norders = 12\nbilling = 3\n").unwrap();
+        let c = Config::resolve(file.clone(), Layer::default()).unwrap();
+        let names: Vec<(&str, u32)> = c
+            .groups
+            .iter()
+            .map(|g| (g.name.as_str(), g.shards))
+            .collect();
+        assert_eq!(names, [("billing", 3), ("orders", 12)]);
+        assert!(c.leases.is_empty(), "groups alone: no `leader` lease");
+        assert!(
+            c.to_toml().contains("[groups]\nbilling = 3\norders = 12"),
+            "{}",
+            c.to_toml()
+        );
+        let flags = Layer {
+            groups: Some(vec![parse_group("jobs=4").unwrap()]),
+            ..Default::default()
+        };
+        let c = Config::resolve(file, flags).unwrap();
+        assert_eq!(
+            c.groups,
+            [GroupSpec {
+                name: "jobs".into(),
+                shards: 4
+            }]
+        );
+        assert!(parse_group("jobs").unwrap_err().contains("NAME=SHARDS"));
+        assert!(parse_group("jobs=x").unwrap_err().contains("whole number"));
+        let refused = |groups: Vec<GroupArg>, leases: Option<Vec<String>>| {
+            let flags = Layer {
+                groups: Some(groups),
+                leases,
+                ..Default::default()
+            };
+            Config::resolve(Layer::default(), flags)
+                .unwrap_err()
+                .to_string()
+        };
+        let g = |name: &str, shards: i64| GroupArg {
+            name: name.into(),
+            shards,
+        };
+        assert!(refused(vec![g("orders", 0)], None).contains("\"orders\": 0 shards"));
+        assert!(refused(vec![g("orders", 10_001)], None).contains("1 to 10000"));
+        assert!(refused(vec![g("a/b", 2)], None).contains("cannot contain /"));
+        assert!(refused(vec![g("a b", 2)], None).contains("\"a b\""));
+        assert!(refused(vec![g("x", 2), g("x", 3)], None).contains("listed twice"));
+        let e = refused(vec![g("x", 2)], Some(vec!["x/1".into()]));
+        assert!(e.contains("x/1 is also listed under leases"), "{e}");
+        // A lease that only looks like a shard of a smaller group is its own.
+        let flags = Layer {
+            groups: Some(vec![g("x", 2)]),
+            leases: Some(vec!["x/2".into(), "x/a".into()]),
+            ..Default::default()
+        };
+        assert!(Config::resolve(Layer::default(), flags).is_ok());
+        let e = toml::from_str::<Layer>("[groups]\norders = 'many'\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("groups.orders"), "{e}");
     }
 
     #[test]

@@ -19,6 +19,13 @@ pub struct LeaseLabel {
     pub lease: String,
 }
 
+/// Labels of a per-group metric.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupLabel {
+    /// The lease group's name.
+    pub group: String,
+}
+
 /// Labels of a count of leases by role.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RoleLabel {
@@ -116,6 +123,14 @@ pub struct Metrics {
     pub plugin_refused_writes: Family<PluginLabel, Counter>,
     /// Stores (instances and their memory) a plugin holds on this replica now.
     pub plugin_stores: Family<PluginLabel, Gauge>,
+    /// Shards of a lease group this replica holds.
+    pub group_held: Family<GroupLabel, Gauge>,
+    /// This replica's fair share of a lease group (0 until it counts as a member).
+    pub group_target: Family<GroupLabel, Gauge>,
+    /// The members of a lease group counted for the fair shares.
+    pub group_members: Family<GroupLabel, Gauge>,
+    /// Shards this replica gave away to rebalance a lease group.
+    pub group_moves: Family<GroupLabel, Counter>,
 }
 
 /// One live store of a plugin, counted in `leasehold_plugin_stores` until dropped.
@@ -149,6 +164,10 @@ impl Metrics {
             plugin_memory_bytes: Family::default(),
             plugin_refused_writes: Family::default(),
             plugin_stores: Family::default(),
+            group_held: Family::default(),
+            group_target: Family::default(),
+            group_members: Family::default(),
+            group_moves: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -227,7 +246,46 @@ impl Metrics {
             "Stores (instances and their memory) the plugin holds on this replica now",
             m.plugin_stores.clone(),
         );
+        registry.register(
+            "leasehold_group_shards_held",
+            "Shards of the lease group this replica holds",
+            m.group_held.clone(),
+        );
+        registry.register(
+            "leasehold_group_target",
+            "This replica's fair share of the lease group, 0 until it counts as a member",
+            m.group_target.clone(),
+        );
+        registry.register(
+            "leasehold_group_members",
+            "Members of the lease group counted for the fair shares",
+            m.group_members.clone(),
+        );
+        registry.register(
+            "leasehold_group_moves",
+            "Shards this replica handed over to rebalance the lease group",
+            m.group_moves.clone(),
+        );
         Arc::new(Metrics { registry, ..m })
+    }
+
+    /// Records what a look at a lease group found.
+    pub fn record_group(&self, status: &crate::lease::groups::GroupStatus) {
+        let label = GroupLabel {
+            group: status.name.clone(),
+        };
+        let gauge = |v: u32| i64::from(v);
+        self.group_held
+            .get_or_create(&label)
+            .set(gauge(status.held));
+        self.group_target
+            .get_or_create(&label)
+            .set(gauge(status.target));
+        self.group_members
+            .get_or_create(&label)
+            .set(gauge(status.members));
+        let moves = self.group_moves.get_or_create(&label);
+        moves.inc_by(status.moves.saturating_sub(moves.get()));
     }
 
     /// The text exposition of every metric.

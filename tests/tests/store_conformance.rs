@@ -689,6 +689,15 @@ async fn group_members_see_each_other_and_the_held_shards_and_lapse_by_the_datab
         "{second:?}"
     );
     assert!(age(&second, "b") < age(&second, "a"), "{second:?}");
+    // Each row's time left is the ttl it was last heartbeated with, less the time since.
+    let left = |v: &leasehold::lease::GroupView, id: &str| {
+        v.members.iter().find(|m| m.id == id).unwrap().expires_in
+    };
+    assert!(
+        left(&second, "b") <= SHORT && left(&second, "b") > SHORT / 2,
+        "{second:?}"
+    );
+    assert!(left(&second, "a") > SHORT, "{second:?}");
     // b stops heartbeating: its row and its shard lapse by the database's clock.
     expire(SHORT).await;
     let third = a.heartbeat("orders", "a", &shards, LONG).await.unwrap();

@@ -15,6 +15,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::lease::groups::GroupStatus;
 use crate::lease::{Epoch, Leases, Role};
 use crate::metrics::Metrics;
 use crate::supervisor::status::{PluginStatus, StatusBoard};
@@ -40,8 +41,11 @@ pub struct Status {
     /// Set when the store could not be read; holder and expiry then come from local knowledge.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store_error: Option<String>,
-    /// One entry per lease this replica campaigns for.
+    /// One entry per lease this replica campaigns for, the shards of its groups among them.
     pub leases: Vec<LeaseStatus>,
+    /// One entry per lease group this replica takes part in.
+    #[serde(default)]
+    pub groups: Vec<GroupStatus>,
     /// One entry per plugin file.
     pub plugins: Vec<PluginStatus>,
 }
@@ -126,6 +130,7 @@ pub async fn status_of(replica: &Leases) -> Status {
         store: replica.store().backend().to_string(),
         store_error: rows.err(),
         leases,
+        groups: replica.groups(),
         plugins: Vec::new(),
     }
 }

@@ -86,6 +86,20 @@ pub enum Event {
         /// Whether campaigns are allowed.
         open: bool,
     },
+    /// Whether a lease group's plan gives `lease` (a shard) to this replica: only shards given to
+    /// it are campaigned for (a second gate, beside the health check's). Giving one campaigns at
+    /// once. Leases outside groups are always this replica's to campaign for.
+    Assign {
+        /// The shard's lease.
+        lease: String,
+        /// Whether the plan gives it to this replica.
+        yours: bool,
+    },
+    /// Campaign for `lease` now, if it is a standby allowed to (a lease group saw its shard free).
+    CampaignNow {
+        /// The lease.
+        lease: String,
+    },
     /// Give up `lease` in order (stop plugins, release) and campaign again later.
     StepDown {
         /// The lease.
@@ -291,6 +305,9 @@ struct LeaseState {
     hold_off: Option<Instant>,
     /// Campaigns are forbidden (a failing standby health check).
     gated: bool,
+    /// A lease group's plan gives this shard to another replica: no campaign for it. Always
+    /// `false` outside groups.
+    unassigned: bool,
     /// The renewal of this lease alone (its row was busy in the batch): when it was sent, and
     /// for which epoch.
     solo: Option<(Instant, Epoch)>,
@@ -362,13 +379,29 @@ impl Coordinator {
         now: Instant,
         seed: u64,
     ) -> Self {
+        Self::with_shards(timing, leases, [], now, seed)
+    }
+
+    /// [`Coordinator::new`], with `shards` too: leases of lease groups, in standby but campaigned
+    /// for only once [`Event::Assign`] gives them to this replica.
+    pub fn with_shards(
+        timing: Timing,
+        leases: impl IntoIterator<Item = String>,
+        shards: impl IntoIterator<Item = String>,
+        now: Instant,
+        seed: u64,
+    ) -> Self {
+        let shards = shards.into_iter().map(|name| (name, true));
         let leases = leases
             .into_iter()
-            .map(|name| {
+            .map(|name| (name, false))
+            .chain(shards)
+            .map(|(name, unassigned)| {
                 let state = LeaseState {
                     phase: Phase::Standby { next_campaign: now },
                     hold_off: None,
                     gated: false,
+                    unassigned,
                     solo: None,
                 };
                 (name, state)
@@ -426,7 +459,7 @@ impl Coordinator {
         for state in self.leases.values() {
             match state.phase {
                 Phase::Standby { next_campaign } => {
-                    if may_campaign && !state.gated {
+                    if may_campaign && !state.gated && !state.unassigned {
                         consider(quiet_until.map_or(next_campaign, |q| q.max(next_campaign)));
                     }
                 }
@@ -490,6 +523,19 @@ impl Coordinator {
                     if was_gated && open {
                         state.campaign_now(now);
                     }
+                }
+            }
+            Event::Assign { lease, yours } => {
+                if let Some(state) = self.leases.get_mut(&lease) {
+                    let was_unassigned = std::mem::replace(&mut state.unassigned, !yours);
+                    if was_unassigned && yours {
+                        state.campaign_now(now);
+                    }
+                }
+            }
+            Event::CampaignNow { lease } => {
+                if let Some(state) = self.leases.get_mut(&lease) {
+                    state.campaign_now(now);
                 }
             }
             Event::StepDown { lease } => self.give_up(&lease, After::Standby, &mut fx),
@@ -827,7 +873,11 @@ impl Coordinator {
                     }
                 }
                 Phase::Standby { next_campaign } => {
-                    if may_campaign && !state.gated && *next_campaign <= now + timing.margin {
+                    if may_campaign
+                        && !state.gated
+                        && !state.unassigned
+                        && *next_campaign <= now + timing.margin
+                    {
                         due_campaign |= now >= *next_campaign;
                         candidates.push(name.clone());
                     }

@@ -15,6 +15,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::coordinator::{Announcement, Coordinator, Effect, EndReason, Event};
+use super::groups::GroupStatus;
 use super::identity::HolderId;
 use super::leadership::{Leadership, Role, Term, TermControl};
 use super::store::{LeaseStore, ReleaseNotice, StoreError};
@@ -35,6 +36,11 @@ pub struct Leases {
     leaderships: BTreeMap<String, watch::Receiver<Leadership>>,
     /// Requests from the rest of the host: step-downs and campaign gates.
     requests: mpsc::UnboundedSender<Event>,
+    /// Woken when another replica releases a lease (or notifications may have been lost), so
+    /// that lease groups look at their members and holders again at once.
+    released: Arc<tokio::sync::Notify>,
+    /// What each lease group looks like from this replica, as its runner last saw it.
+    groups: watch::Sender<Vec<GroupStatus>>,
 }
 
 impl Leases {
@@ -84,6 +90,36 @@ impl Leases {
             open: allowed,
         });
     }
+
+    /// Tells the driver whether a lease group's plan gives shard `lease` to this replica.
+    pub fn assign(&self, lease: &str, yours: bool) {
+        let _ = self.requests.send(Event::Assign {
+            lease: lease.to_string(),
+            yours,
+        });
+    }
+
+    /// Asks the driver to campaign for `lease` now, if it may.
+    pub fn campaign_now(&self, lease: &str) {
+        let _ = self.requests.send(Event::CampaignNow {
+            lease: lease.to_string(),
+        });
+    }
+
+    /// Resolves when another replica next releases a lease (or notifications may have been lost).
+    pub async fn released_elsewhere(&self) {
+        self.released.notified().await
+    }
+
+    /// The lease groups as this replica last saw them.
+    pub fn groups(&self) -> Vec<GroupStatus> {
+        self.groups.borrow().clone()
+    }
+
+    /// Publishes the lease groups' state (their runner does).
+    pub fn publish_groups(&self, groups: Vec<GroupStatus>) {
+        self.groups.send_replace(groups);
+    }
 }
 
 /// A running term as the driver keeps it.
@@ -116,6 +152,11 @@ pub struct Driver {
     requests_rx: mpsc::UnboundedReceiver<Event>,
     /// Store calls in flight, so shutdown can wait for them.
     calls: TaskTracker,
+    /// Woken on each release notification (shared with [`Leases`]).
+    released: Arc<tokio::sync::Notify>,
+    /// With lease groups: cancelled once this replica has left them, which must come before its
+    /// shards are released (so that the members taking them over no longer count it).
+    groups_left: Option<CancellationToken>,
     /// Where transitions, renewal latency and loss-to-stop are recorded.
     metrics: Arc<Metrics>,
 }
@@ -130,27 +171,50 @@ impl Driver {
         leases: impl IntoIterator<Item = String>,
         root: CancellationToken,
     ) -> (Driver, Arc<Leases>) {
+        Self::with_shards(store, holder, timing, leases, [], root)
+    }
+
+    /// [`Driver::new`], with the shards of lease groups too: campaigned for only once their
+    /// group's runner assigns them to this replica ([`Leases::assign`]).
+    pub fn with_shards(
+        store: Arc<dyn LeaseStore>,
+        holder: HolderId,
+        timing: Timing,
+        leases: impl IntoIterator<Item = String>,
+        shards: impl IntoIterator<Item = String>,
+        root: CancellationToken,
+    ) -> (Driver, Arc<Leases>) {
         let leases: Vec<String> = leases.into_iter().collect();
+        let shards: Vec<String> = shards.into_iter().collect();
         let seed = {
             use std::hash::{BuildHasher, RandomState};
             RandomState::new().hash_one(holder.as_str())
         };
-        let coordinator = Coordinator::new(timing, leases.iter().cloned(), Instant::now(), seed);
+        let coordinator = Coordinator::with_shards(
+            timing,
+            leases.iter().cloned(),
+            shards.iter().cloned(),
+            Instant::now(),
+            seed,
+        );
         let mut publishers = BTreeMap::new();
         let mut leaderships = BTreeMap::new();
-        for name in leases {
+        for name in leases.into_iter().chain(shards) {
             let (tx, rx) = watch::channel(Leadership::standby());
             publishers.insert(name.clone(), tx);
             leaderships.insert(name, rx);
         }
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (requests_tx, requests_rx) = mpsc::unbounded_channel();
+        let released = Arc::new(tokio::sync::Notify::new());
         let leases = Arc::new(Leases {
             holder: holder.clone(),
             store: store.clone(),
             timing,
             leaderships,
             requests: requests_tx,
+            released: released.clone(),
+            groups: watch::Sender::new(Vec::new()),
         });
         let driver = Driver {
             coordinator,
@@ -164,8 +228,17 @@ impl Driver {
             requests_rx,
             calls: TaskTracker::new(),
             metrics: Metrics::new(),
+            released,
+            groups_left: None,
         };
         (driver, leases)
+    }
+
+    /// On shutdown, waits (no longer than a store call) for `left` before releasing anything:
+    /// the lease groups' runner cancels it once this replica has left its groups.
+    pub fn leaving_groups_first(mut self, left: CancellationToken) -> Self {
+        self.groups_left = Some(left);
+        self
     }
 
     /// Records into `metrics` (by default, into a registry nobody reads).
@@ -199,16 +272,28 @@ impl Driver {
             let event = tokio::select! {
                 _ = self.root.cancelled(), if !shutdown_seen => {
                     shutdown_seen = true;
-                    info!(holder = %self.holder, "shutting down: releasing leases in order");
-                    Event::Shutdown
+                    match self.groups_left.take() {
+                        Some(left) => {
+                            self.after_leaving_groups(left);
+                            Event::Tick
+                        }
+                        None => {
+                            info!(holder = %self.holder, "shutting down: releasing leases in order");
+                            Event::Shutdown
+                        }
+                    }
                 }
                 Some(event) = self.events_rx.recv() => event,
                 notice = next_notice(&mut notices) => match notice {
                     Some(ReleaseNotice::Released(lease)) => {
                         debug!(lease = %lease, "release notified");
+                        self.released.notify_one();
                         Event::ReleasedElsewhere { lease }
                     }
-                    Some(ReleaseNotice::Resubscribed) => Event::Resubscribed,
+                    Some(ReleaseNotice::Resubscribed) => {
+                        self.released.notify_one();
+                        Event::Resubscribed
+                    }
                     None => { notices = None; Event::Tick }
                 },
                 Some(request) = self.requests_rx.recv() => request,
@@ -353,6 +438,24 @@ impl Driver {
             }
             Effect::Announce(announcement) => self.announce(announcement),
         }
+    }
+
+    /// Starts the ordered release once the lease groups' runner has left them (cancelled `left`),
+    /// or after two store calls' time if it cannot: the leases go anyway.
+    fn after_leaving_groups(&self, left: CancellationToken) {
+        // The runner may be in a heartbeat when the shutdown comes, and leaves after it: two calls.
+        let (holder, wait) = (
+            self.holder.clone(),
+            2 * self.coordinator.timing().store_timeout,
+        );
+        let span = info_span!("shutdown", holder = %holder);
+        self.call(span, async move {
+            if tokio::time::timeout(wait, left.cancelled()).await.is_err() {
+                warn!(after = ?wait, "leaving the lease groups took too long: releasing anyway");
+            }
+            info!(holder = %holder, "shutting down: releasing leases in order");
+            Event::Shutdown
+        });
     }
 
     /// Runs one store call as its own task and feeds its result back as an event.

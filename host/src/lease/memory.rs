@@ -269,9 +269,10 @@ impl LeaseStore for MemoryStore {
         let live = members
             .iter()
             .filter(|((g, _), (_, expires))| g == group && *expires > now)
-            .map(|((_, m), (joined, _))| GroupMember {
+            .map(|((_, m), (joined, expires))| GroupMember {
                 id: m.clone(),
                 member_for: now - *joined,
+                expires_in: *expires - now,
             })
             .collect();
         let mut holders: Vec<(String, String)> = shards

@@ -479,15 +479,14 @@ impl LeaseStore for PostgresStore {
         ttl: Duration,
     ) -> Result<GroupView, StoreError> {
         let ttl_ms = ttl_ms(ttl)?;
-        let rows: Vec<(String, Option<String>, Option<i64>, DbMillis)> =
-            sqlx::query_as(statements::HEARTBEAT)
-                .bind(group)
-                .bind(member)
-                .bind(ttl_ms)
-                .bind(shards)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(StoreError::query("heartbeat"))?;
+        let rows: Vec<super::store::GroupRow> = sqlx::query_as(statements::HEARTBEAT)
+            .bind(group)
+            .bind(member)
+            .bind(ttl_ms)
+            .bind(shards)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::query("heartbeat"))?;
         Ok(super::store::group_view(rows))
     }
 

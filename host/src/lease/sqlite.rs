@@ -438,11 +438,11 @@ impl LeaseStore for SqliteStore {
         .execute(&mut *tx)
         .await
         .map_err(err)?;
-        let rows: Vec<(String, Option<String>, Option<i64>, i64)> = sqlx::query_as(
-            "SELECT member, NULL, ?3 - joined_at_ms, ?3 FROM leasehold_members
+        let rows: Vec<super::store::GroupRow> = sqlx::query_as(
+            "SELECT member, NULL, ?3 - joined_at_ms, expires_at_ms - ?3, ?3 FROM leasehold_members
               WHERE grp = ?1 AND boot = ?2 AND expires_at_ms > ?3
              UNION ALL
-             SELECT name, holder, NULL, ?3 FROM leasehold_leases
+             SELECT name, holder, NULL, NULL, ?3 FROM leasehold_leases
               WHERE name IN (SELECT value FROM json_each(?4)) AND boot = ?2 AND expires_at_ms > ?3",
         )
         .bind(group)

@@ -135,6 +135,9 @@ pub struct GroupMember {
     /// for the fair shares only once it has stayed a while (`lease::groups`), so members that come
     /// and go quickly move no shard.
     pub member_for: Duration,
+    /// How long until its row expires unless it heartbeats again: a member that has died is
+    /// counted gone the moment it does.
+    pub expires_in: Duration,
 }
 
 /// What a heartbeat found of its group.
@@ -148,17 +151,21 @@ pub struct GroupView {
     pub db_now: Option<DbMillis>,
 }
 
-/// A [`GroupView`] from rows of (member or lease name, the shard's holder or `None` for a member,
-/// the member's age in ms, the clock): the shape every backend's heartbeat returns.
-pub(crate) fn group_view(rows: Vec<(String, Option<String>, Option<i64>, DbMillis)>) -> GroupView {
+/// One row of a heartbeat's answer: a member or lease name, the shard's holder (`None` for a
+/// member), the member's age and time left in ms, the clock.
+pub(crate) type GroupRow = (String, Option<String>, Option<i64>, Option<i64>, DbMillis);
+
+/// A [`GroupView`] from the rows every backend's heartbeat returns.
+pub(crate) fn group_view(rows: Vec<GroupRow>) -> GroupView {
     let mut view = GroupView::default();
-    for (name, holder, age_ms, db_now) in rows {
+    for (name, holder, age_ms, left_ms, db_now) in rows {
         view.db_now = Some(view.db_now.map_or(db_now, |t: DbMillis| t.max(db_now)));
         match holder {
             Some(holder) => view.holders.push((name, holder)),
             None => view.members.push(GroupMember {
                 id: name,
                 member_for: wait_ms(age_ms).unwrap_or_default(),
+                expires_in: wait_ms(left_ms).unwrap_or_default(),
             }),
         }
     }

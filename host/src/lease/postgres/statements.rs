@@ -132,7 +132,7 @@ pub const RENEW_ONE: &str = concat!(
 );
 
 /// `heartbeat`: $1 group, $2 member, $3 ttl in ms, $4 the group's shard leases. Rows: a member
-/// (`holder` NULL) with its age in ms, or a held shard with its holder; each with the clock.
+/// (`holder` NULL) with its age and time left in ms, or a held shard with its holder; each with the clock.
 /// The live members are read beside the upsert (whose own row the statement's snapshot cannot
 /// see), and lapsed rows of the group are swept.
 pub const HEARTBEAT: &str = concat!(
@@ -146,19 +146,21 @@ pub const HEARTBEAT: &str = concat!(
        SET expires_at = EXCLUDED.expires_at,
            joined_at = CASE WHEN m.expires_at > clock_timestamp() THEN m.joined_at
                             ELSE EXCLUDED.joined_at END
-    RETURNING m.member, m.joined_at)
+    RETURNING m.member, m.joined_at, m.expires_at)
  SELECT member, NULL::text,
-        (extract(epoch FROM clock_timestamp() - joined_at) * 1000)::bigint, ",
+        (extract(epoch FROM clock_timestamp() - joined_at) * 1000)::bigint,
+        ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint, ",
     db_now_ms!(),
     " FROM beat
  UNION ALL
  SELECT member, NULL::text,
-        (extract(epoch FROM clock_timestamp() - joined_at) * 1000)::bigint, ",
+        (extract(epoch FROM clock_timestamp() - joined_at) * 1000)::bigint,
+        ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint, ",
     db_now_ms!(),
     " FROM leasehold_members
   WHERE grp = $1 AND member <> $2 AND expires_at > clock_timestamp()
  UNION ALL
- SELECT name, holder, NULL::bigint, ",
+ SELECT name, holder, NULL::bigint, NULL::bigint, ",
     db_now_ms!(),
     " FROM leasehold_leases WHERE name = ANY($4) AND expires_at > clock_timestamp()"
 );

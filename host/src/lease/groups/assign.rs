@@ -1,26 +1,19 @@
-//! Lease groups, the pure part: a group `orders` of 12 shards is the leases `orders/0` …
-//! `orders/11`, and every live member of the group should hold its fair share of them.
+//! Fair shares of a lease group, and who should hold which shard.
 //!
-//! - [`shard_lease`]: the lease name of a shard;
 //! - [`score`]: a member's rendezvous score for a shard, the same on every replica and version;
 //! - [`targets`]: each member's fair share, ⌈shards / members⌉ for some and ⌊…⌋ for the rest,
 //!   the ceilings given to the members that hold the most already, so as few shards as possible
 //!   move;
-//! - [`plan`]: what one member does about it: the shards it gives away (those the members
-//!   short of their share score highest) and the free shards it goes after, best first.
+//! - [`assign`]: who should hold each shard: members keep what their target allows, and the
+//!   surplus and the free shards go to the members short of their share, best score first.
 //!
 //! Nothing here reads a clock or the database: every replica that sees the same members and
-//! holders computes the same targets, and a plan only ever moves a member's surplus, so shards
+//! holders computes the same assignment, and it only ever moves a member's surplus, so shards
 //! that are where they should be stay put.
 
 use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
-
-/// The lease that is shard `shard` of `group`.
-pub fn shard_lease(group: &str, shard: u32) -> String {
-    format!("{group}/{shard}")
-}
 
 /// `member`'s rendezvous score for `shard` of `group`: a hash of the three, so that each shard
 /// ranks the members in its own order. SHA-256 rather than the standard library's hasher, whose
@@ -65,46 +58,38 @@ pub fn targets(
         .collect()
 }
 
-/// What one member should do about its group.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Plan {
-    /// Its target ([`targets`]).
-    pub target: u32,
-    /// Shards it holds above its target, to hand over (stop, release, notify): those that the
-    /// members short of their share score highest come first.
-    pub give_away: Vec<u32>,
-    /// How many more shards it should hold.
-    pub wanted: u32,
-    /// The free shards, the ones it scores highest (relative to the other members short of
-    /// their share) first: it campaigns for the first `wanted` of them.
-    pub free: Vec<u32>,
-}
-
-/// The plan of member `me` in `group` of `shards`, given the live `members` (`me` among them)
-/// and who holds each held shard (`holders`: shard → member; a shard held by someone not in
-/// `members` counts as held, since its holder may still be running until its lease expires).
-/// Shards from `shards` up (left over from a larger group) are not part of it: they count for
-/// nobody's share, and releasing them is the caller's business.
-pub fn plan(
+/// Who should hold each shard of `group` (`shards` of them), given the live `members` and who
+/// holds each held shard now (`holders`: shard → holder). Every replica that sees the same members
+/// and holders computes the same answer, so each one can act on its own part of it: give away
+/// what it holds and is not its own, campaign for what is.
+///
+/// - Each member keeps as many of its shards as its target ([`targets`]) allows; a surplus gives
+///   up the shards that the members short of their share score highest (so the newcomer gets the
+///   shards it would own on its own).
+/// - Shards held by someone who is not a member (gone, or not yet counted) are as good as free:
+///   their holder runs until its lease expires, and the new owner campaigns meanwhile, winning it
+///   at the expiry.
+/// - The free shards and the surplus go to the members short of their share, pair by pair, the
+///   highest score first.
+///
+/// Shards from `shards` up (left over from a larger group) are not part of it. Every shard gets
+/// an owner while there is a member; none without members.
+pub fn assign(
     group: &str,
     shards: u32,
     members: &[String],
     holders: &BTreeMap<u32, String>,
-    me: &str,
-) -> Plan {
-    let holders: BTreeMap<u32, &str> = holders
-        .range(..shards)
-        .map(|(s, h)| (*s, h.as_str()))
-        .collect();
-    let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
-    for holder in holders.values() {
-        *counts.entry(holder).or_default() += 1;
+) -> Vec<Option<String>> {
+    let mut owners: Vec<Option<String>> = vec![None; shards as usize];
+    let mut mine: BTreeMap<&str, Vec<u32>> =
+        members.iter().map(|m| (m.as_str(), Vec::new())).collect();
+    for (shard, holder) in holders.range(..shards) {
+        if let Some(held) = mine.get_mut(holder.as_str()) {
+            held.push(*shard);
+        }
     }
-    let held = |m: &str| counts.get(m).copied().unwrap_or(0);
+    let held = |m: &str| mine.get(m).map_or(0, |h| h.len() as u32);
     let targets = targets(shards, members, held);
-    let Some(&target) = targets.get(me) else {
-        return Plan::default();
-    };
     let short: Vec<&str> = targets
         .iter()
         .filter(|(m, t)| held(m) < **t)
@@ -114,39 +99,43 @@ pub fn plan(
     let pull = |shard: u32| {
         short
             .iter()
-            .filter(|m| **m != me)
             .map(|m| score(group, shard, m))
             .max()
             .unwrap_or(0)
     };
-    let mine: Vec<u32> = holders
-        .iter()
-        .filter(|(_, h)| **h == me)
-        .map(|(s, _)| *s)
-        .collect();
-    let surplus = (mine.len() as u32).saturating_sub(target) as usize;
-    let mut give_away = mine;
-    // Cached keys: each is a hash per member short of its share, and a group may have thousands
-    // of shards.
-    give_away.sort_by_cached_key(|s| (std::cmp::Reverse(pull(*s)), *s));
-    give_away.truncate(surplus);
-    let wanted = target.saturating_sub(held(me));
-    let mut free: Vec<u32> = (0..shards).filter(|s| !holders.contains_key(s)).collect();
-    // Best first: where this member's score beats the others' by the most.
-    free.sort_by_cached_key(|s| {
-        let own = score(group, *s, me);
-        (
-            std::cmp::Reverse(own > pull(*s)),
-            std::cmp::Reverse(own),
-            *s,
-        )
-    });
-    Plan {
-        target,
-        give_away,
-        wanted,
-        free,
+    let mut needs: BTreeMap<&str, u32> = BTreeMap::new();
+    for (member, target) in &targets {
+        let mut held = mine.get(member.as_str()).cloned().unwrap_or_default();
+        let surplus = held.len().saturating_sub(*target as usize);
+        // The surplus first, as the sort puts it: cached keys, as each is a hash per short member
+        // and a group may have thousands of shards.
+        held.sort_by_cached_key(|s| (std::cmp::Reverse(pull(*s)), *s));
+        for shard in held.into_iter().skip(surplus) {
+            owners[shard as usize] = Some(member.clone());
+        }
+        let kept = (mine.get(member.as_str()).map_or(0, Vec::len) - surplus) as u32;
+        if *target > kept {
+            needs.insert(member.as_str(), target - kept);
+        }
     }
+    let pool: Vec<u32> = (0..shards)
+        .filter(|s| owners[*s as usize].is_none())
+        .collect();
+    let mut pairs: Vec<(u64, u32, &str)> = pool
+        .iter()
+        .flat_map(|s| needs.keys().map(move |m| (score(group, *s, m), *s, *m)))
+        .collect();
+    pairs.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(b.2)));
+    for (_, shard, member) in pairs {
+        let need = needs.get_mut(member).filter(|n| **n > 0);
+        if let Some(need) = need
+            && owners[shard as usize].is_none()
+        {
+            *need -= 1;
+            owners[shard as usize] = Some(member.to_string());
+        }
+    }
+    owners
 }
 
 #[cfg(test)]
@@ -157,9 +146,9 @@ mod tests {
         (0..n).map(|i| format!("replica-{i}")).collect()
     }
 
-    /// Every replica applies its plan in turn: surplus released, then free shards taken in the
-    /// plan's order (the first campaign for a shard wins). Returns the shards that changed
-    /// holder, until nothing does.
+    /// Every replica acts on the assignment in turn: shards held by the wrong member released,
+    /// then free shards taken by their owner. Returns how many shards were taken, until nothing
+    /// changes.
     fn settle(
         group: &str,
         shards: u32,
@@ -169,17 +158,23 @@ mod tests {
         let mut moved = 0;
         for _round in 0..20 {
             let mut changed = false;
-            for me in members {
-                let p = plan(group, shards, members, holders, me);
-                for s in &p.give_away {
-                    holders.remove(s);
+            let owners = assign(group, shards, members, holders);
+            for (s, owner) in owners.iter().enumerate() {
+                let s = s as u32;
+                if holders.get(&s).is_some_and(|h| Some(h) != owner.as_ref())
+                    && members.contains(&holders[&s])
+                {
+                    holders.remove(&s);
                     changed = true;
                 }
             }
-            for me in members {
-                let p = plan(group, shards, members, holders, me);
-                for s in p.free.iter().take(p.wanted as usize) {
-                    holders.insert(*s, me.clone());
+            let owners = assign(group, shards, members, holders);
+            for (s, owner) in owners.iter().enumerate() {
+                let s = s as u32;
+                if let Some(owner) = owner
+                    && !holders.contains_key(&s)
+                {
+                    holders.insert(s, owner.clone());
                     moved += 1;
                     changed = true;
                 }
@@ -243,10 +238,10 @@ mod tests {
         assert_eq!(moved, 3, "the minimum: the newcomer's three");
         let changed = (0..12).filter(|s| before.get(s) != holders.get(s)).count();
         assert_eq!(changed, 3);
-        // Settled: every plan is empty.
-        for me in &four {
-            let p = plan("orders", 12, &four, &holders, me);
-            assert!(p.give_away.is_empty() && p.wanted == 0, "{me}: {p:?}");
+        // Settled: the assignment is what is held.
+        let owners = assign("orders", 12, &four, &holders);
+        for s in 0..12u32 {
+            assert_eq!(owners[s as usize].as_ref(), holders.get(&s));
         }
     }
 
@@ -278,16 +273,21 @@ mod tests {
         settle("orders", 12, &three, &mut holders);
         let mut four = three.clone();
         four.push("newcomer".into());
+        let owners = assign("orders", 12, &four, &holders);
         for me in &three {
-            let p = plan("orders", 12, &four, &holders, me);
-            assert_eq!(p.give_away.len(), 1, "{me}: {p:?}");
+            let given: Vec<u32> = holders
+                .iter()
+                .filter(|(s, h)| *h == me && owners[**s as usize].as_deref() != Some(me))
+                .map(|(s, _)| *s)
+                .collect();
             let best = holders
                 .iter()
                 .filter(|(_, h)| *h == me)
                 .map(|(s, _)| *s)
                 .max_by_key(|s| (score("orders", *s, "newcomer"), std::cmp::Reverse(*s)))
                 .unwrap();
-            assert_eq!(p.give_away, [best]);
+            assert_eq!(given, [best], "{me}");
+            assert_eq!(owners[best as usize].as_deref(), Some("newcomer"));
         }
     }
 
@@ -298,21 +298,40 @@ mod tests {
         // replica-0 still holds shards 4 and 5 of a group that had 6.
         holders.insert(4, "replica-0".to_string());
         holders.insert(5, "replica-0".to_string());
-        let p = plan("orders", 4, &two, &holders, "replica-0");
-        assert_eq!((p.target, p.wanted), (2, 2));
-        assert!(p.give_away.is_empty(), "{p:?}");
-        assert_eq!(p.free.len(), 4);
-        assert!(p.free.iter().all(|s| *s < 4), "{p:?}");
+        let owners = assign("orders", 4, &two, &holders);
+        assert_eq!(owners.len(), 4);
+        let of = |m: &str| owners.iter().filter(|o| o.as_deref() == Some(m)).count();
+        assert_eq!((of("replica-0"), of("replica-1")), (2, 2));
     }
 
     #[test]
-    fn a_shard_held_by_a_member_that_is_gone_stays_held_until_it_is_free() {
+    fn a_shard_held_by_a_member_that_is_gone_goes_to_a_member_at_once() {
         let two = names(2);
         let mut holders = BTreeMap::new();
         holders.insert(0, "gone".to_string());
-        let p = plan("orders", 2, &two, &holders, "replica-0");
-        assert_eq!(p.target, 1);
-        assert!(!p.free.contains(&0));
+        holders.insert(1, "replica-1".to_string());
+        let owners = assign("orders", 2, &two, &holders);
+        assert_eq!(
+            owners,
+            [Some("replica-0".to_string()), Some("replica-1".to_string())]
+        );
+    }
+
+    #[test]
+    fn no_members_no_owners_and_every_shard_owned_otherwise() {
+        assert_eq!(
+            assign("orders", 3, &[], &BTreeMap::new()),
+            [None, None, None]
+        );
+        for members in 1..6 {
+            for shards in 0..30 {
+                let owners = assign("orders", shards, &names(members), &BTreeMap::new());
+                assert!(
+                    owners.iter().all(Option::is_some),
+                    "{shards} over {members}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -325,10 +344,5 @@ mod tests {
             score("orders", 1, "replica-0")
         );
         assert_ne!(score("ab", 0, "c"), score("a", 0, "bc"));
-    }
-
-    #[test]
-    fn the_shard_lease_is_group_slash_index() {
-        assert_eq!(shard_lease("orders", 11), "orders/11");
     }
 }

@@ -1,0 +1,216 @@
+//! One replica's part in one lease group, pure: [`Member::observe`] takes what a heartbeat saw
+//! (the live members and who holds which shard, [`GroupView`]) and returns a [`Decision`]: which
+//! shards this replica may campaign for, which it should campaign for now, and which it gives
+//! away. The runner carries it out; nothing here reads a clock or the database.
+//!
+//! - A member counts for the fair shares once it has been one for `settle` without a lapse, by
+//!   the database's clock, which every replica reads alike. One that joins and leaves within that
+//!   time moves nothing; one that leaves (or lapses) stops counting at once, since its shards are
+//!   free or about to be.
+//! - Until it counts, a replica campaigns for nothing and gives nothing away.
+//! - A shard free for `orphaned_after` is campaigned for by every counted member, whoever the
+//!   plan gives it to: its owner may be unable to take it (a failing health check, a stalled
+//!   process), and a shard must not stay unheld for that. The next plan moves it if need be.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use super::{GroupSpec, GroupStatus, assign};
+use crate::lease::store::{DbMillis, GroupView};
+
+/// What the coordinator is told after one view.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Decision {
+    /// Shards whose assignment to this replica changed: the lease and whether it is ours now.
+    pub assign: Vec<(String, bool)>,
+    /// Shards that are ours, already known to be, and free: campaign now rather than at the next
+    /// poll (a store without release notifications would otherwise wait for it).
+    pub campaign_now: Vec<String>,
+    /// Shards held here that another member should hold: give them up in order.
+    pub step_down: Vec<String>,
+}
+
+impl Decision {
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.assign.is_empty() && self.campaign_now.is_empty() && self.step_down.is_empty()
+    }
+}
+
+/// This replica's state in one group. See the module docs.
+#[derive(Debug, Clone)]
+pub struct Member {
+    /// The group.
+    spec: GroupSpec,
+    /// This replica's holder id, its member id.
+    me: String,
+    /// How long a newcomer must have been a member before it counts.
+    settle: Duration,
+    /// How long a shard may stay free before every member campaigns for it.
+    orphaned_after: Duration,
+    /// The shards' lease names, by shard.
+    leases: Vec<String>,
+    /// Shard by lease name.
+    index: HashMap<String, u32>,
+    /// Whether each shard is ours to campaign for, as last told to the coordinator (none at first).
+    yours: Vec<bool>,
+    /// Since when (by the database's clock) each free shard has been seen free.
+    free_since: BTreeMap<u32, DbMillis>,
+    /// Shards stepped down from and not yet seen released.
+    giving: BTreeSet<u32>,
+    /// What `/status` shows.
+    status: GroupStatus,
+}
+
+impl Member {
+    /// `me` in `spec`, campaigning for nothing until its first view.
+    pub fn new(spec: GroupSpec, me: &str, settle: Duration, orphaned_after: Duration) -> Self {
+        let leases: Vec<String> = spec.leases().collect();
+        let index = leases
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.clone(), i as u32))
+            .collect();
+        let status = GroupStatus {
+            name: spec.name.clone(),
+            shards: spec.shards,
+            ..GroupStatus::default()
+        };
+        Member {
+            yours: vec![false; spec.shards as usize],
+            spec,
+            me: me.to_string(),
+            settle,
+            orphaned_after,
+            leases,
+            index,
+            free_since: BTreeMap::new(),
+            giving: BTreeSet::new(),
+            status,
+        }
+    }
+
+    /// The group.
+    pub fn spec(&self) -> &GroupSpec {
+        &self.spec
+    }
+
+    /// The shards' lease names, in shard order.
+    pub fn leases(&self) -> &[String] {
+        &self.leases
+    }
+
+    /// What `/status` shows, as of the last view.
+    pub fn status(&self) -> &GroupStatus {
+        &self.status
+    }
+
+    /// Whether the group is still moving as far as this replica can tell: it is not yet counted,
+    /// holds other than its share, is giving shards away, or sees shards free. The runner looks
+    /// again sooner then.
+    pub fn unsettled(&self) -> bool {
+        !self.status.member
+            || self.status.held != self.status.target
+            || !self.giving.is_empty()
+            || !self.free_since.is_empty()
+    }
+
+    /// How soon after `view` another member's row expires unless it heartbeats: a look just after
+    /// that finds a member that died gone, so its shards' next owners campaign at once (and win
+    /// each at its lease's expiry) instead of at the next regular look.
+    pub fn next_expiry(&self, view: &GroupView) -> Option<Duration> {
+        view.members
+            .iter()
+            .filter(|m| m.id != self.me)
+            .map(|m| m.expires_in)
+            .min()
+    }
+
+    /// Takes a heartbeat's view of the group and says what to do about it.
+    pub fn observe(&mut self, view: &GroupView) -> Decision {
+        let shards = self.spec.shards;
+        let holders: BTreeMap<u32, String> = view
+            .holders
+            .iter()
+            .filter_map(|(lease, holder)| Some((*self.index.get(lease)?, holder.clone())))
+            .collect();
+        let now = view.db_now;
+        for shard in 0..shards {
+            if holders.contains_key(&shard) {
+                self.free_since.remove(&shard);
+            } else if let Some(now) = now {
+                self.free_since.entry(shard).or_insert(now);
+            }
+        }
+        self.giving
+            .retain(|s| holders.get(s).is_some_and(|h| *h == self.me));
+        let counted: Vec<String> = view
+            .members
+            .iter()
+            .filter(|m| m.member_for >= self.settle)
+            .map(|m| m.id.clone())
+            .collect();
+        let member = counted.contains(&self.me);
+        let owners = if member {
+            assign(&self.spec.name, shards, &counted, &holders)
+        } else {
+            vec![None; shards as usize]
+        };
+        let orphaned = |shard: u32| {
+            let since = self.free_since.get(&shard).copied();
+            member
+                && matches!((since, now), (Some(since), Some(now))
+                    if now.saturating_sub(since) >= self.orphaned_after.as_millis() as i64)
+        };
+        let mut decision = Decision::default();
+        for shard in 0..shards {
+            let i = shard as usize;
+            let ours = owners[i].as_deref() == Some(self.me.as_str());
+            let want = ours || orphaned(shard);
+            let holder = holders.get(&shard);
+            if want != self.yours[i] {
+                self.yours[i] = want;
+                decision.assign.push((self.leases[i].clone(), want));
+            } else if want && holder.is_none() {
+                decision.campaign_now.push(self.leases[i].clone());
+            }
+            if member && !ours && holder.is_some_and(|h| *h == self.me) && self.giving.insert(shard)
+            {
+                decision.step_down.push(self.leases[i].clone());
+                self.status.moves += 1;
+            }
+        }
+        self.status.held = holders.values().filter(|h| **h == self.me).count() as u32;
+        self.status.target = owners
+            .iter()
+            .filter(|o| o.as_deref() == Some(self.me.as_str()))
+            .count() as u32;
+        self.status.members = counted.len() as u32;
+        self.status.member = member;
+        decision
+    }
+
+    /// This replica leaves (a failing health check, a shutdown): nothing is ours any more, and
+    /// every shard it holds is given up.
+    pub fn leave(&mut self, held: impl IntoIterator<Item = String>) -> Decision {
+        let mut decision = Decision::default();
+        for (i, yours) in self.yours.iter_mut().enumerate() {
+            if std::mem::take(yours) {
+                decision.assign.push((self.leases[i].clone(), false));
+            }
+        }
+        for lease in held {
+            if let Some(&shard) = self.index.get(&lease)
+                && self.giving.insert(shard)
+            {
+                decision.step_down.push(lease);
+            }
+        }
+        self.status.member = false;
+        self.status.target = 0;
+        decision
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,221 @@
+//! [`Member`] as pure steps: views in, decisions out.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::*;
+use crate::lease::store::GroupMember;
+
+const SETTLE: Duration = Duration::from_secs(1);
+const ORPHANED: Duration = Duration::from_secs(3);
+
+fn spec() -> GroupSpec {
+    GroupSpec {
+        name: "orders".into(),
+        shards: 12,
+    }
+}
+
+fn member(me: &str) -> Member {
+    Member::new(spec(), me, SETTLE, ORPHANED)
+}
+
+/// A view at `now_ms` of `members` (id, member for ms) and `holders` (shard → holder).
+fn view(now_ms: i64, members: &[(&str, u64)], holders: &BTreeMap<u32, String>) -> GroupView {
+    GroupView {
+        members: members
+            .iter()
+            .map(|(id, ms)| GroupMember {
+                id: id.to_string(),
+                member_for: Duration::from_millis(*ms),
+                expires_in: Duration::from_secs(2),
+            })
+            .collect(),
+        holders: holders
+            .iter()
+            .map(|(s, h)| (format!("orders/{s}"), h.clone()))
+            .collect(),
+        db_now: Some(now_ms),
+    }
+}
+
+fn shard(lease: &str) -> u32 {
+    lease.trim_start_matches("orders/").parse().unwrap()
+}
+
+fn given(d: &Decision) -> Vec<u32> {
+    d.assign
+        .iter()
+        .filter(|(_, y)| *y)
+        .map(|(l, _)| shard(l))
+        .collect()
+}
+
+/// Three settled members start together: each is given four shards, and once each holds its
+/// four the views change nothing.
+fn three_settled() -> (Vec<Member>, BTreeMap<u32, String>) {
+    let ids = ["a", "b", "c"];
+    let mut members: Vec<Member> = ids.iter().map(|id| member(id)).collect();
+    let settled: Vec<(&str, u64)> = ids.iter().map(|id| (*id, 5_000)).collect();
+    let mut holders = BTreeMap::new();
+    for m in &mut members {
+        let d = m.observe(&view(10_000, &settled, &holders));
+        assert_eq!(given(&d).len(), 4, "{}: {d:?}", m.me);
+        assert!(d.step_down.is_empty());
+    }
+    for m in &members {
+        for (s, yours) in m.yours.iter().enumerate() {
+            if *yours {
+                assert!(
+                    holders.insert(s as u32, m.me.clone()).is_none(),
+                    "shard {s} given twice"
+                );
+            }
+        }
+    }
+    for m in &mut members {
+        let d = m.observe(&view(10_100, &settled, &holders));
+        assert!(d.is_empty(), "{}: {d:?}", m.me);
+        assert_eq!((m.status().held, m.status().target), (4, 4));
+        assert!(!m.unsettled());
+    }
+    (members, holders)
+}
+
+#[test]
+fn three_members_of_a_group_of_twelve_are_given_four_shards_each_and_then_nothing_moves() {
+    three_settled();
+}
+
+#[test]
+fn a_newcomer_campaigns_for_nothing_and_moves_nothing_until_it_has_settled() {
+    let (mut members, holders) = three_settled();
+    let mut d = member("d");
+    let young = [("a", 9_000), ("b", 9_000), ("c", 9_000), ("d", 500)];
+    assert!(d.observe(&view(20_000, &young, &holders)).is_empty());
+    assert!(!d.status().member && d.unsettled());
+    for m in &mut members {
+        assert!(
+            m.observe(&view(20_000, &young, &holders)).is_empty(),
+            "{}",
+            m.me
+        );
+    }
+}
+
+#[test]
+fn a_member_that_comes_and_goes_within_the_settling_time_moves_no_shard() {
+    let (mut members, holders) = three_settled();
+    let flapping = [("a", 9_000), ("b", 9_000), ("c", 9_000), ("d", 900)];
+    let gone = [("a", 9_100), ("b", 9_100), ("c", 9_100)];
+    for m in &mut members {
+        assert!(m.observe(&view(20_000, &flapping, &holders)).is_empty());
+        assert!(m.observe(&view(20_100, &gone, &holders)).is_empty());
+        assert_eq!(m.status().moves, 0);
+    }
+}
+
+#[test]
+fn once_a_fourth_member_settles_each_gives_it_one_shard_by_handoff() {
+    let (mut members, mut holders) = three_settled();
+    let mut d = member("d");
+    let four = [("a", 9_000), ("b", 9_000), ("c", 9_000), ("d", 1_000)];
+    // The newcomer is given its three before they are released, so it campaigns the moment
+    // each is: the holders' release notifications wake it.
+    let newcomer = d.observe(&view(20_000, &four, &holders));
+    let mut wanted = given(&newcomer);
+    assert_eq!(wanted.len(), 3, "{newcomer:?}");
+    assert!(wanted.iter().all(|s| holders.contains_key(s)));
+    let mut released = Vec::new();
+    for m in &mut members {
+        let decision = m.observe(&view(20_000, &four, &holders));
+        assert_eq!(decision.step_down.len(), 1, "{}: {decision:?}", m.me);
+        assert!(decision.assign.iter().all(|(_, y)| !y), "{decision:?}");
+        assert_eq!(m.status().target, 3);
+        // Seen again before the release landed: not stepped down twice.
+        assert!(
+            m.observe(&view(20_010, &four, &holders))
+                .step_down
+                .is_empty()
+        );
+        released.push(shard(&decision.step_down[0]));
+        assert_eq!(m.status().moves, 1);
+    }
+    released.sort();
+    wanted.sort();
+    assert_eq!(
+        released, wanted,
+        "the surplus is exactly what the newcomer was given"
+    );
+    for s in &released {
+        holders.insert(*s, "d".to_string());
+    }
+    for m in members.iter_mut().chain([&mut d]) {
+        let decision = m.observe(&view(20_500, &four, &holders));
+        assert!(decision.is_empty(), "{}: {decision:?}", m.me);
+        assert_eq!((m.status().held, m.status().target), (3, 3), "{}", m.me);
+    }
+}
+
+#[test]
+fn a_member_that_is_gone_counts_no_more_and_the_rest_are_given_its_shards_while_it_still_holds_them()
+ {
+    let (mut members, holders) = three_settled();
+    let c = members.pop().unwrap();
+    let two = [("a", 9_000), ("b", 9_000)];
+    let mut total = 0;
+    for m in &mut members {
+        let d = m.observe(&view(20_000, &two, &holders));
+        let got = given(&d);
+        assert!(got.iter().all(|s| holders[s] == c.me), "{d:?}");
+        assert!(d.step_down.is_empty());
+        assert_eq!(m.status().target, 6);
+        total += got.len();
+    }
+    assert_eq!(total, 4, "c's four, two each");
+}
+
+#[test]
+fn a_free_shard_its_owner_does_not_take_is_campaigned_for_by_every_member_after_a_while() {
+    let (mut members, mut holders) = three_settled();
+    let settled = [("a", 9_000), ("b", 9_000), ("c", 9_000)];
+    // One of c's shards is released, and c never takes it back.
+    let lost = *holders.iter().find(|(_, h)| *h == "c").unwrap().0;
+    holders.remove(&lost);
+    let (a, rest) = members.split_at_mut(1);
+    let (a, b) = (&mut a[0], &mut rest[0]);
+    assert!(a.observe(&view(20_000, &settled, &holders)).is_empty());
+    assert!(b.observe(&view(20_000, &settled, &holders)).is_empty());
+    assert!(a.unsettled(), "a shard is free");
+    let later = view(20_000 + ORPHANED.as_millis() as i64, &settled, &holders);
+    assert_eq!(given(&a.observe(&later)), [lost]);
+    assert_eq!(given(&b.observe(&later)), [lost]);
+}
+
+#[test]
+fn a_shard_of_ours_seen_free_is_campaigned_for_now() {
+    let (mut members, mut holders) = three_settled();
+    let settled = [("a", 9_000), ("b", 9_000), ("c", 9_000)];
+    let mine = *holders.iter().find(|(_, h)| *h == "a").unwrap().0;
+    holders.remove(&mine);
+    let d = members[0].observe(&view(20_000, &settled, &holders));
+    assert_eq!(d.campaign_now, [format!("orders/{mine}")]);
+}
+
+#[test]
+fn leaving_gives_up_every_shard_held_and_campaigns_for_none() {
+    let (mut members, holders) = three_settled();
+    let a = &mut members[0];
+    let held: Vec<String> = holders
+        .iter()
+        .filter(|(_, h)| *h == "a")
+        .map(|(s, _)| format!("orders/{s}"))
+        .collect();
+    let d = a.leave(held.clone());
+    assert_eq!(d.step_down, held);
+    assert_eq!(d.assign.len(), 4);
+    assert!(d.assign.iter().all(|(_, y)| !y));
+    assert!(!a.status().member);
+}

@@ -1,0 +1,73 @@
+//! Lease groups (issue 14): a group `orders` of 12 shards is the leases `orders/0` … `orders/11`,
+//! each an ordinary lease, spread over the replicas that take part in the group so that each
+//! holds its fair share, and moved by handoff as replicas come and go.
+//!
+//! - [`assign`]: fair shares and who should hold which shard, pure and the same on every replica;
+//! - [`member`]: one replica's part in one group, pure: from a heartbeat's view of the members and
+//!   holders to the shards it campaigns for and those it gives away;
+//! - [`runner`]: the thin async loop that heartbeats each group and hands the decisions to the
+//!   lease driver (as [`crate::lease::coordinator::Event::Assign`] and step-downs).
+//!
+//! Membership is a row per replica and group that the runner heartbeats every renewal interval
+//! and that expires by the database's clock like a lease ([`crate::lease::LeaseStore::heartbeat`]).
+//! Safety is the leases': a shard changes hands only by the ordered release or by expiry, so no
+//! plan, however stale, can make two replicas hold one.
+
+pub mod assign;
+pub mod member;
+pub mod runner;
+
+pub use assign::{assign, score, targets};
+pub use member::{Decision, Member};
+
+/// The most shards a group may have: each is a lease this replica renews, and the lease engine
+/// was measured at 10,000 leases per replica.
+pub const MAX_SHARDS: u32 = 10_000;
+
+/// The lease that is shard `shard` of `group`.
+pub fn shard_lease(group: &str, shard: u32) -> String {
+    format!("{group}/{shard}")
+}
+
+/// A configured group: its name and shard count.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GroupSpec {
+    /// The group's name, the prefix of its shards' lease names.
+    pub name: String,
+    /// How many shards it has.
+    pub shards: u32,
+}
+
+impl GroupSpec {
+    /// The lease names of its shards, in shard order.
+    pub fn leases(&self) -> impl Iterator<Item = String> + '_ {
+        (0..self.shards).map(|s| shard_lease(&self.name, s))
+    }
+}
+
+/// What `/status` and the metrics show of one group on this replica.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GroupStatus {
+    /// The group's name.
+    pub name: String,
+    /// How many shards it has.
+    pub shards: u32,
+    /// How many of them this replica holds.
+    pub held: u32,
+    /// The live members counted for the fair shares (a newcomer counts once it has settled).
+    pub members: u32,
+    /// This replica's fair share; 0 until it counts as a member.
+    pub target: u32,
+    /// Whether this replica counts as a member yet.
+    pub member: bool,
+    /// Shards this replica has given away to rebalance the group, since it started.
+    pub moves: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_shard_lease_is_group_slash_index() {
+        assert_eq!(super::shard_lease("orders", 11), "orders/11");
+    }
+}
