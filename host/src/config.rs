@@ -338,7 +338,10 @@ pub struct Config {
     /// The leases to campaign for.
     pub leases: Vec<LeaseName>,
     /// The lease groups this replica takes part in.
-    #[serde(serialize_with = "groups_as_table")]
+    #[serde(
+        serialize_with = "groups_as_table",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub groups: Vec<GroupSpec>,
     /// How long an ordered shutdown may take.
     #[serde(with = "humantime_serde")]

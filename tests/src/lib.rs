@@ -2,7 +2,7 @@
 //! real `leasehold` processes ([`host`]) or in the test's process ([`in_process`]), asked through
 //! one [`endpoint`] that reads `/status` in the host's own types ([`status`]); the store
 //! backends opened fresh for each test ([`stores`]); shared trials of fencing ([`fencing`]) and
-//! of frozen holders ([`freeze`]) and of attacks on the host's memory ([`memory`]); a wall clock tests can step ([`faketime`]); one way to wait
+//! of frozen holders ([`freeze`]), lease groups seen from outside ([`groups`]) and of attacks on the host's memory ([`memory`]); a wall clock tests can step ([`faketime`]); one way to wait
 //! for a condition ([`eventually`]); a TCP proxy that injects network faults between a host and
 //! its database ([`proxy`]), what a process costs in CPU and memory ([`procstat`]), the witness and history checker of fault trials ([`chaos`]), and etcd's lock CLI,
 //! the reference the handoff benchmark compares against ([`etcd`]).
@@ -17,6 +17,7 @@ pub mod eventually;
 pub mod faketime;
 pub mod fencing;
 pub mod freeze;
+pub mod groups;
 pub mod host;
 pub mod in_process;
 pub mod leader;

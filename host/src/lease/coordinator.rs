@@ -95,7 +95,8 @@ pub enum Event {
         /// Whether the plan gives it to this replica.
         yours: bool,
     },
-    /// Campaign for `lease` now, if it is a standby allowed to (a lease group saw its shard free).
+    /// Campaign for `lease` now, if it is a standby allowed to (a lease group saw its shard free
+    /// and its plan gives it to this replica), even within the hold-off after a step-down.
     CampaignNow {
         /// The lease.
         lease: String,
@@ -525,16 +526,23 @@ impl Coordinator {
                     }
                 }
             }
+            // The group's plan decides for shards: a hold-off after our own step-down (kept so
+            // our own release notice does not bring the lease straight back) has done its work
+            // once the plan gives the shard back to us; the plan itself keeps it from us before.
             Event::Assign { lease, yours } => {
                 if let Some(state) = self.leases.get_mut(&lease) {
                     let was_unassigned = std::mem::replace(&mut state.unassigned, !yours);
                     if was_unassigned && yours {
+                        state.hold_off = None;
                         state.campaign_now(now);
                     }
                 }
             }
             Event::CampaignNow { lease } => {
-                if let Some(state) = self.leases.get_mut(&lease) {
+                if let Some(state) = self.leases.get_mut(&lease)
+                    && !state.unassigned
+                {
+                    state.hold_off = None;
                     state.campaign_now(now);
                 }
             }

@@ -1313,3 +1313,35 @@ fn campaign_now_wakes_an_assigned_standby_before_its_poll() {
     );
     assert_eq!(campaigns(&fx), ["orders/0"]);
 }
+
+#[test]
+fn a_shard_stepped_down_from_and_given_back_by_its_group_is_campaigned_for_at_once() {
+    let t0 = Instant::now();
+    let mut c = Coordinator::with_shards(timing(), [], ["orders/3".to_string()], t0, 7);
+    c.step(assign("orders/3", true), t0);
+    c.step(campaigned(&[("orders/3", 2)], &[]), t0 + ms(5));
+    c.step(assign("orders/3", false), t0 + ms(10));
+    c.step(
+        Event::StepDown {
+            lease: "orders/3".into(),
+        },
+        t0 + ms(10),
+    );
+    c.step(
+        Event::TermStopped {
+            lease: "orders/3".into(),
+            epoch: 2,
+        },
+        t0 + ms(12),
+    );
+    c.step(
+        Event::ReleaseDone {
+            lease: "orders/3".into(),
+            result: Ok(true),
+        },
+        t0 + ms(14),
+    );
+    // Its new owner left again at once, and the plan gives the shard back: no poll's wait.
+    let fx = c.step(assign("orders/3", true), t0 + ms(30));
+    assert_eq!(campaigns(&fx), ["orders/3"]);
+}

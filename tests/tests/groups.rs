@@ -1,0 +1,193 @@
+//! Lease groups between real `leasehold` processes (issue 14): a group's shards spread over the
+//! replicas in fair shares, moved by handoff when one joins or leaves, taken over after expiry
+//! when one dies, and never led by two at once, as a checker sampling every replica's `/status`
+//! finds in the recorded history.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use leasehold_tests::eventually::eventually;
+use leasehold_tests::groups::{Checker, group, led};
+use leasehold_tests::host::{Host, HostBuilder};
+use leasehold_tests::log::Logged;
+use leasehold_tests::stores::{Backend, Db};
+use tokio::time::Instant;
+
+const GROUP: &str = "orders";
+const TTL: Duration = Duration::from_millis(1_500);
+/// The checker's sampling period: well under a handoff's worth of time on this scale.
+const SAMPLE: Duration = Duration::from_millis(15);
+
+async fn start(url: &str, name: &str) -> Host {
+    HostBuilder::new(name)
+        .database_url(url)
+        .ttl(TTL)
+        .args(&["--group", "orders=12"])
+        .spawn()
+        .await
+        .unwrap()
+}
+
+/// Who leads each shard, by replica name, as the replicas' own `/status` say.
+async fn leaders(hosts: &[&Host]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for host in hosts {
+        if let Ok(status) = host.status().await {
+            for shard in led(&status, GROUP) {
+                out.insert(shard, host.name.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Waits until `hosts` lead every shard between them, `each` apiece, every one counting
+/// `hosts.len()` members; returns how long that took.
+async fn until_shares(hosts: &[&Host], each: usize, timeout: Duration) -> Duration {
+    let started = Instant::now();
+    eventually(
+        format!("{} replicas leading {each} shards each", hosts.len()),
+        timeout,
+        async || {
+            let mut seen = Vec::new();
+            for host in hosts {
+                let status = host.status().await.map_err(|e| format!("{e}"))?;
+                let g = group(&status, GROUP).cloned();
+                seen.push((host.name.clone(), led(&status, GROUP).len(), g));
+            }
+            let settled = seen.iter().all(|(_, n, g)| {
+                *n == each
+                    && g.as_ref()
+                        .is_some_and(|g| g.members as usize == hosts.len())
+            });
+            if settled {
+                Ok(())
+            } else {
+                Err(format!("{seen:?}"))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    started.elapsed()
+}
+
+/// Shards whose leader differs between two maps.
+fn moved(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> usize {
+    after
+        .iter()
+        .filter(|(s, h)| before.get(*s) != Some(*h))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_a_group_spreads_over_the_replicas_and_moves_by_handoff_as_they_join_and_leave() {
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let url = db.url().unwrap();
+    let a = start(&url, "a").await;
+    let b = start(&url, "b").await;
+    let c = start(&url, "c").await;
+    let took = until_shares(&[&a, &b, &c], 4, Duration::from_secs(30)).await;
+    eprintln!("three replicas: 4 shards each after {took:?}");
+
+    let checker = Checker::start(GROUP, SAMPLE);
+    for h in [&a, &b, &c] {
+        checker.add(&h.name, h);
+    }
+    // Let the checker see the settled state first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = leaders(&[&a, &b, &c]).await;
+
+    // A fourth joins: three shards move to it, one from each, by the ordered release.
+    let joined = Instant::now();
+    let d = start(&url, "d").await;
+    checker.add(&d.name, &d);
+    until_shares(&[&a, &b, &c, &d], 3, Duration::from_secs(30)).await;
+    let took = joined.elapsed();
+    let after = leaders(&[&a, &b, &c, &d]).await;
+    assert_eq!(
+        moved(&before, &after),
+        3,
+        "the fewest moves: {before:?} → {after:?}"
+    );
+    eprintln!("a fourth joined: 3 shards each after {took:?} (ttl {TTL:?})");
+    for h in [&a, &b, &c] {
+        assert!(
+            h.log_text()
+                .contains("handing a shard over to rebalance the group"),
+            "{} gave nothing away by handoff:\n{}",
+            h.name,
+            h.log_text()
+        );
+    }
+
+    // One is stopped: it leaves the group, then releases, and the others take its shards in
+    // milliseconds, not after its ttl.
+    let mut d = d;
+    let stopped = Instant::now();
+    d.signal("TERM").unwrap();
+    until_shares(&[&a, &b, &c], 4, Duration::from_secs(30)).await;
+    let took = stopped.elapsed();
+    d.wait_exit(Duration::from_secs(10)).await.unwrap();
+    checker.remove(&d.name);
+    eprintln!("d stopped: its shards taken over after {took:?}");
+    assert!(
+        took < TTL,
+        "after a SIGTERM the shards waited for the ttl: {took:?}"
+    );
+
+    // One is killed: its shards are taken over once its lease and membership expire.
+    let mut c = c;
+    let killed = Instant::now();
+    c.kill().await.unwrap();
+    until_shares(&[&a, &b], 6, Duration::from_secs(30)).await;
+    let took = killed.elapsed();
+    checker.remove(&c.name);
+    eprintln!("c killed: its shards taken over after {took:?}");
+    let poll = TTL; // the default poll interval is the ttl
+    assert!(took < TTL + poll, "takeover after a kill took {took:?}");
+
+    let verdict = checker.finish().await.unwrap();
+    eprintln!("checker: {verdict:?}");
+    assert!(verdict.samples > 100, "{verdict:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_two_replicas_share_a_group_and_take_it_over_from_each_other() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let url = db.url().unwrap();
+    let a = start(&url, "a").await;
+    until_shares(&[&a], 12, Duration::from_secs(30)).await;
+    let checker = Checker::start(GROUP, SAMPLE);
+    checker.add(&a.name, &a);
+
+    let b = start(&url, "b").await;
+    checker.add(&b.name, &b);
+    let took = until_shares(&[&a, &b], 6, Duration::from_secs(30)).await;
+    eprintln!("b joined: 6 shards each after {took:?}");
+
+    let mut b = b;
+    let stopped = Instant::now();
+    b.signal("TERM").unwrap();
+    until_shares(&[&a], 12, Duration::from_secs(30)).await;
+    eprintln!("b stopped: a holds all 12 after {:?}", stopped.elapsed());
+    b.wait_exit(Duration::from_secs(10)).await.unwrap();
+    checker.remove(&b.name);
+
+    let b = start(&url, "b2").await;
+    checker.add(&b.name, &b);
+    until_shares(&[&a, &b], 6, Duration::from_secs(30)).await;
+    let mut b = b;
+    let killed = Instant::now();
+    b.kill().await.unwrap();
+    until_shares(&[&a], 12, Duration::from_secs(30)).await;
+    let took = killed.elapsed();
+    checker.remove(&b.name);
+    eprintln!("b2 killed: a holds all 12 after {took:?}");
+    assert!(took < TTL + TTL, "takeover after a kill took {took:?}");
+
+    let verdict = checker.finish().await.unwrap();
+    eprintln!("checker: {verdict:?}");
+}
