@@ -10,6 +10,9 @@ GRANT SELECT ON leasehold_fence_key TO leasehold;
 -- leasehold_incarnation: which incarnation of the database (system identifier, timeline) the
 -- leases were last campaigned in; a campaign records a new one after a failover.
 GRANT SELECT, UPDATE ON leasehold_incarnation TO leasehold;
+-- leasehold_members: the members of lease groups; a heartbeat upserts this replica's row and
+-- deletes lapsed ones of its group, and a graceful stop deletes its own.
+GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_members TO leasehold;
 -- leasehold_kv: the plugins' fenced key-value store.
 GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_kv TO leasehold;
 -- leasehold_kv_usage: each plugin's kv usage, kept by a trigger on leasehold_kv and read

@@ -269,23 +269,21 @@ impl Metrics {
         Arc::new(Metrics { registry, ..m })
     }
 
-    /// Records what a look at a lease group found.
-    pub fn record_group(&self, status: &crate::lease::groups::GroupStatus) {
+    /// Records what a look at lease group `group` found: shards `held` here, this replica's
+    /// `target`, the `members` counted, and the `moves` it has made since it started.
+    pub fn record_group(&self, group: &str, held: u32, target: u32, members: u32, moves: u64) {
         let label = GroupLabel {
-            group: status.name.clone(),
+            group: group.to_string(),
         };
-        let gauge = |v: u32| i64::from(v);
-        self.group_held
-            .get_or_create(&label)
-            .set(gauge(status.held));
+        self.group_held.get_or_create(&label).set(i64::from(held));
         self.group_target
             .get_or_create(&label)
-            .set(gauge(status.target));
+            .set(i64::from(target));
         self.group_members
             .get_or_create(&label)
-            .set(gauge(status.members));
-        let moves = self.group_moves.get_or_create(&label);
-        moves.inc_by(status.moves.saturating_sub(moves.get()));
+            .set(i64::from(members));
+        let counter = self.group_moves.get_or_create(&label);
+        counter.inc_by(moves.saturating_sub(counter.get()));
     }
 
     /// The text exposition of every metric.

@@ -674,7 +674,9 @@ async fn group_members_see_each_other_and_the_held_shards_and_lapse_by_the_datab
             ("orders/3".to_string(), "b".to_string())
         ]
     );
-    // b joins with a short ttl; a member of another group is not one of this group.
+    // b joins with a short ttl, a while after a; a member of another group is not one of this
+    // group.
+    tokio::time::sleep(Duration::from_millis(50)).await;
     b.heartbeat("orders", "b", &shards, SHORT).await.unwrap();
     b.heartbeat("billing", "c", &[], LONG).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -144,7 +144,8 @@ impl Runner {
             info!(lease = %lease, target = after.target, held = after.held, "handing a shard over to rebalance the group");
             self.leases.step_down(lease);
         }
-        self.metrics.record_group(after);
+        self.metrics
+            .record_group(&name, after.held, after.target, after.members, after.moves);
         member.next_expiry(&view)
     }
 
