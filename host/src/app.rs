@@ -24,6 +24,7 @@ use crate::http::AppState;
 use crate::lease::groups::GroupSpec;
 use crate::lease::groups::runner::Runner;
 use crate::lease::{Driver, HolderId, Leases, StoreError, open_store};
+use crate::manifest::Binding;
 use crate::metrics::Metrics;
 use crate::plugin::PluginSet;
 use crate::runtime::engine::EngineOptions;
@@ -314,8 +315,13 @@ fn start_plugins(
         },
     )?;
     for entry in set.values().filter(|e| e.loaded.is_ok()) {
-        if !config.leases.contains(&entry.manifest.lease) {
-            warn!(plugin = %entry.name, lease = %entry.manifest.lease, "plugin bound to a lease this replica does not campaign for: it will stay idle");
+        let binding = &entry.manifest.binding;
+        let covered = match binding {
+            Binding::Lease(lease) => config.leases.contains(lease),
+            Binding::Group(group) => config.groups.iter().any(|g| g.name == *group),
+        };
+        if !covered {
+            warn!(plugin = %entry.name, lease = %binding, "plugin bound to a lease or group this replica does not campaign for: it will stay idle");
         }
     }
     info!(dir = %dir.display(), plugins = set.len(), allocator = ?runtime.allocator(), "plugins loaded");

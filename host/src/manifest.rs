@@ -1,4 +1,4 @@
-//! `NAME.toml` beside `NAME.wasm`: which lease the plugin is bound to, its schedule, its limits
+//! `NAME.toml` beside `NAME.wasm`: which lease (or lease group) the plugin is bound to, its schedule, its limits
 //! and its config values. Every key is optional; unknown keys are rejected so a typo is an error,
 //! not a silently ignored setting.
 //!
@@ -125,6 +125,8 @@ pub struct EventsFile {
 pub struct ManifestFile {
     /// The lease the plugin is bound to.
     pub lease: Option<String>,
+    /// The lease group the plugin is bound to instead: one instance per shard held.
+    pub group: Option<String>,
     /// When it runs.
     #[serde(default)]
     pub schedule: Schedule,
@@ -209,11 +211,54 @@ pub struct GrantSpec {
     pub sql: Option<SqlGrantSpec>,
 }
 
+/// What a plugin is bound to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Binding {
+    /// One lease (`lease = "jobs"`): the plugin runs on the replica that holds it.
+    Lease(LeaseName),
+    /// Every shard of a lease group (`group = "orders"`): one instance per shard this replica
+    /// holds, each under that shard's term.
+    Group(String),
+}
+
+impl Binding {
+    /// Whether the plugin runs for `lease`.
+    pub fn covers(&self, lease: &str) -> bool {
+        match self {
+            Binding::Lease(name) => name.as_str() == lease,
+            Binding::Group(_) => self.shard_of(lease).is_some(),
+        }
+    }
+
+    /// The shard `lease` is of the group this binds to (`orders/7` → 7); `None` for a lease
+    /// binding or another lease.
+    pub fn shard_of(&self, lease: &str) -> Option<u32> {
+        let Binding::Group(group) = self else {
+            return None;
+        };
+        let index = lease.strip_prefix(group.as_str())?.strip_prefix('/')?;
+        // As the host names shards: no sign, no leading zero.
+        if index.starts_with('+') || (index.len() > 1 && index.starts_with('0')) {
+            return None;
+        }
+        index.parse().ok()
+    }
+}
+
+impl std::fmt::Display for Binding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Binding::Lease(name) => f.write_str(name.as_str()),
+            Binding::Group(group) => write!(f, "{group}/*"),
+        }
+    }
+}
+
 /// A validated manifest with defaults applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Manifest {
-    /// The lease the plugin is bound to.
-    pub lease: LeaseName,
+    /// The lease, or the lease group, the plugin is bound to.
+    pub binding: Binding,
     /// Time between calls.
     pub interval: Duration,
     /// Per-call limits.
@@ -241,7 +286,7 @@ impl Manifest {
     /// The manifest of a plugin without a `.toml`.
     pub fn defaults() -> Self {
         Manifest {
-            lease: LeaseName::default_lease(),
+            binding: Binding::Lease(LeaseName::default_lease()),
             interval: DEFAULT_INTERVAL,
             limits: CallLimits {
                 call_timeout: DEFAULT_CALL_TIMEOUT,
@@ -268,15 +313,32 @@ impl Manifest {
             reason,
         };
         let d = Self::defaults();
-        let lease = match file.lease {
-            None => d.lease,
-            Some(name) => LeaseName::try_from(name).map_err(|e| {
+        let binding = match (file.lease, file.group) {
+            (Some(_), Some(group)) => {
+                return Err(invalid(
+                    "group",
+                    format!("{group:?}"),
+                    "set lease or group, not both",
+                ));
+            }
+            (None, None) => d.binding,
+            (Some(name), None) => Binding::Lease(LeaseName::try_from(name).map_err(|e| {
                 invalid(
                     "lease",
                     e.name,
                     "use 1-200 ASCII letters, digits and - _ . : /",
                 )
-            })?,
+            })?),
+            (None, Some(group)) => {
+                if LeaseName::parse(&group).is_err() || group.contains('/') {
+                    return Err(invalid(
+                        "group",
+                        format!("{group:?}"),
+                        "use 1-200 ASCII letters, digits and - _ . : (no /)",
+                    ));
+                }
+                Binding::Group(group)
+            }
         };
         let interval = file.schedule.interval.unwrap_or(d.interval);
         if interval < Duration::from_millis(10) {
@@ -338,7 +400,7 @@ impl Manifest {
             }
         }
         Ok(Manifest {
-            lease,
+            binding,
             interval,
             limits: CallLimits {
                 call_timeout,
@@ -522,7 +584,7 @@ mod tests {
             "lease = 'jobs'\n[schedule]\ninterval = '2s'\n[limits]\ncall_timeout = '500ms'\nmemory = '16MiB'\nfuel = 1000\n[health]\nfailure_threshold = 2\n[config]\ngreeting = 'hi'\n",
         )
         .unwrap();
-        assert_eq!(m.lease, "jobs");
+        assert_eq!(m.binding, Binding::Lease(LeaseName::parse("jobs").unwrap()));
         assert_eq!(m.interval, Duration::from_secs(2));
         assert_eq!(
             m.limits,
@@ -534,6 +596,32 @@ mod tests {
         );
         assert_eq!(m.failure_threshold, 2);
         assert_eq!(m.config["greeting"], "hi");
+    }
+
+    #[test]
+    fn a_plugin_bound_to_a_group_covers_each_of_its_shards_and_nothing_else() {
+        let m = Manifest::parse("x.toml", "group = 'orders'\n").unwrap();
+        assert_eq!(m.binding, Binding::Group("orders".into()));
+        assert_eq!(m.binding.to_string(), "orders/*");
+        for (lease, shard) in [
+            ("orders/0", Some(0)),
+            ("orders/11", Some(11)),
+            ("orders/01", None),
+            ("orders/+1", None),
+            ("orders/x", None),
+            ("orders", None),
+            ("ordersx/1", None),
+            ("billing/1", None),
+        ] {
+            assert_eq!(m.binding.shard_of(lease), shard, "{lease}");
+            assert_eq!(m.binding.covers(lease), shard.is_some(), "{lease}");
+        }
+        let lease = Manifest::parse("x.toml", "lease = 'orders/1'\n").unwrap();
+        assert!(lease.binding.covers("orders/1") && lease.binding.shard_of("orders/1").is_none());
+        let both = Manifest::parse("x.toml", "lease = 'a'\ngroup = 'b'\n").unwrap_err();
+        assert!(both.to_string().contains("not both"), "{both}");
+        let slash = Manifest::parse("x.toml", "group = 'a/b'\n").unwrap_err();
+        assert!(slash.to_string().contains("group = \"a/b\""), "{slash}");
     }
 
     #[test]

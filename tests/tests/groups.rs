@@ -191,3 +191,159 @@ async fn sqlite_two_replicas_share_a_group_and_take_it_over_from_each_other() {
     let verdict = checker.finish().await.unwrap();
     eprintln!("checker: {verdict:?}");
 }
+
+/// The last value `log` shows `shard` (e.g. `"2/4"`) checkpointed at, from the example
+/// plugin's `shard 2/4 checkpoint N` lines.
+fn last_checkpoint(log: &str, shard: &str) -> Option<u64> {
+    let needle = format!("shard {shard} checkpoint ");
+    log.lines()
+        .filter_map(|l| l.split(&needle).nth(1))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+        .last()
+}
+
+/// Where `log` shows `shard` resuming (the first reconcile of a term), in order: the checkpoint
+/// and who wrote it.
+fn resumes(log: &str, shard: &str) -> Vec<(u64, String)> {
+    let needle = format!("shard {shard} resumes from checkpoint ");
+    log.lines()
+        .filter_map(|l| l.split(&needle).nth(1))
+        .filter_map(|rest| {
+            let mut words = rest.split_whitespace();
+            let count = words.next()?.parse().ok()?;
+            let by = words.nth(2)?.to_string(); // "N written by HOLDER"
+            Some((count, by))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_a_shard_s_plugin_carries_on_from_the_checkpoint_its_previous_holder_wrote() {
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let url = db.url().unwrap();
+    let counter = "group = \"orders\"\n[schedule]\ninterval = \"50ms\"\n[grants]\nkv = true\n";
+    // A plugin built against the WIT before shards could be asked for runs per shard as well.
+    let first = "group = \"orders\"\n[schedule]\ninterval = \"200ms\"\n";
+    let plugins =
+        leasehold_tests::host::plugin_dir(&[("sharded-counter", counter), ("first-wit", first)])
+            .unwrap();
+    let host = |name: &str| {
+        HostBuilder::new(name)
+            .database_url(&url)
+            .ttl(TTL)
+            .args(&["--group", "orders=4"])
+            .plugins(plugins.path())
+    };
+    let a = host("a").spawn().await.unwrap();
+    let shards: Vec<String> = (0..4).map(|i| format!("{i}/4")).collect();
+    eventually(
+        "a to checkpoint every shard a few times",
+        Duration::from_secs(30),
+        async || {
+            let log = a.log_text();
+            let seen: Vec<_> = shards.iter().map(|s| last_checkpoint(&log, s)).collect();
+            if seen.iter().all(|c| c.is_some_and(|c| c >= 5)) {
+                Ok(())
+            } else {
+                Err(seen)
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        a.log_text().contains("first-wit reconciles orders/"),
+        "the plugin of the first WIT did not run:\n{}",
+        a.log_text()
+    );
+
+    // b joins and takes two shards; each carries on from a's last checkpoint of it.
+    let b = host("b").spawn().await.unwrap();
+    eventually(
+        "b to resume two shards",
+        Duration::from_secs(30),
+        async || {
+            let log = b.log_text();
+            let resumed: Vec<_> = shards
+                .iter()
+                .filter(|s| !resumes(&log, s).is_empty())
+                .collect();
+            if resumed.len() == 2 {
+                Ok(())
+            } else {
+                Err(resumed.len())
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let (a_log, b_log) = (a.log_text(), b.log_text());
+    let mut moved = 0;
+    for shard in &shards {
+        let Some((count, by)) = resumes(&b_log, shard).first().cloned() else {
+            continue;
+        };
+        moved += 1;
+        assert!(by.starts_with("a-"), "shard {shard} resumed from {by}");
+        assert_eq!(
+            Some(count),
+            last_checkpoint(&a_log, shard),
+            "shard {shard}: b resumed from {count}, a's last checkpoint differs"
+        );
+        assert!(count >= 5, "shard {shard} resumed from {count}");
+    }
+    assert_eq!(moved, 2);
+
+    // b has carried each of its shards on a few steps before it stops.
+    eventually(
+        "b to checkpoint its shards",
+        Duration::from_secs(30),
+        async || {
+            let log = b.log_text();
+            let ahead: Vec<_> = shards
+                .iter()
+                .filter_map(|s| Some((resumes(&log, s).first()?.0, last_checkpoint(&log, s)?)))
+                .collect();
+            if ahead.len() == 2 && ahead.iter().all(|(from, at)| *at >= from + 3) {
+                Ok(())
+            } else {
+                Err(ahead)
+            }
+        },
+    )
+    .await
+    .unwrap();
+
+    // b stops: its two shards go back to a, which carries on from b's checkpoints.
+    let mut b = b;
+    b.signal("TERM").unwrap();
+    b.wait_exit(Duration::from_secs(10)).await.unwrap();
+    let b_log = b.log_text();
+    eventually(
+        "a to resume b's shards",
+        Duration::from_secs(30),
+        async || {
+            let log = a.log_text();
+            let back: Vec<_> = shards
+                .iter()
+                .filter(|s| resumes(&log, s).iter().any(|(_, by)| by.starts_with("b-")))
+                .collect();
+            if back.len() == 2 {
+                Ok(())
+            } else {
+                Err(back.len())
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let a_log = a.log_text();
+    for shard in &shards {
+        if let Some((count, _)) = resumes(&a_log, shard)
+            .into_iter()
+            .find(|(_, by)| by.starts_with("b-"))
+        {
+            assert_eq!(Some(count), last_checkpoint(&b_log, shard), "shard {shard}");
+        }
+    }
+}

@@ -2,7 +2,8 @@
 //!
 //! A lease is a named lock kept in the host's database: one replica at a time holds it, for a
 //! limited time that it keeps renewing. These functions ask the host about the lease this plugin
-//! is bound to (the `lease` key of its manifest).
+//! is bound to (the `lease` key of its manifest), or the shard of the lease group it runs for
+//! (the `group` key, [`shard`]).
 //!
 //! They are only available inside a host: outside a WebAssembly build they panic.
 
@@ -27,6 +28,14 @@ mod host {
         panic!("{OUTSIDE}")
     }
     pub fn time_left_ms() -> Option<u64> {
+        panic!("{OUTSIDE}")
+    }
+    pub struct ShardInfo {
+        pub group: String,
+        pub index: u32,
+        pub count: u32,
+    }
+    pub fn shard() -> Option<ShardInfo> {
         panic!("{OUTSIDE}")
     }
 }
@@ -66,4 +75,30 @@ pub fn acquired_at() -> Option<SystemTime> {
 /// finish in this time should not be started.
 pub fn time_left() -> Option<Duration> {
     host::time_left_ms().map(Duration::from_millis)
+}
+
+/// A shard of a lease group: the one this instance of a plugin bound to the group runs for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shard {
+    /// The group's name (`orders`).
+    pub group: String,
+    /// This shard's index, from 0: the lease `orders/7` is shard 7.
+    pub index: u32,
+    /// How many shards the group has.
+    pub count: u32,
+}
+
+/// The shard this instance runs for, when the plugin is bound to a lease group (`group =
+/// "orders"` in its manifest): one instance runs per shard its replica holds, each under that
+/// shard's lease, so work is split by `index` out of `count`. `None` for a plugin bound to a
+/// lease.
+///
+/// `kv` is scoped per plugin, not per shard: keep a shard's state under keys that name it
+/// (`checkpoint/7`), and whichever replica holds the shard next reads it there.
+pub fn shard() -> Option<Shard> {
+    host::shard().map(|s| Shard {
+        group: s.group,
+        index: s.index,
+        count: s.count,
+    })
 }

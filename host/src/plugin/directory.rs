@@ -34,7 +34,7 @@ impl std::fmt::Debug for PluginEntry {
         f.debug_struct("PluginEntry")
             .field("name", &self.name)
             .field("path", &self.path)
-            .field("lease", &self.manifest.lease)
+            .field("binding", &self.manifest.binding)
             .field("loaded", &self.loaded.as_ref().map(|l| l.prepared.world()))
             .finish()
     }
@@ -99,7 +99,7 @@ pub fn scan(
         );
         match &entry.loaded {
             Ok(l) => tracing::info!(
-                plugin = %entry.name, lease = %entry.manifest.lease, world = l.prepared.world().name(),
+                plugin = %entry.name, lease = %entry.manifest.binding, world = l.prepared.world().name(),
                 cache = ?l.cache, load_time = ?l.load_time, "plugin loaded"
             ),
             Err(error) => tracing::error!(

@@ -26,6 +26,19 @@ pub struct LeaseView {
     pub term: Option<Term>,
     /// When this replica acquired the lease (host wall clock), or `None` on a standby.
     pub acquired_at: Option<SystemTime>,
+    /// The shard of a lease group the lease is, for a plugin bound to the group.
+    pub shard: Option<ShardView>,
+}
+
+/// A shard of a lease group, as a plugin bound to the group learns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardView {
+    /// The group's name.
+    pub group: String,
+    /// The shard's index.
+    pub index: u32,
+    /// How many shards the group has.
+    pub count: u32,
 }
 
 /// The data of one plugin's `Store`: WASI state, limits and what the imports answer.
@@ -117,6 +130,15 @@ impl lease::Host for HostState {
         let term = self.lease.term.as_ref()?;
         let left = term.safe_until().saturating_duration_since(Instant::now());
         u64::try_from(left.as_millis()).ok()
+    }
+
+    fn shard(&mut self) -> Option<super::bindings::types::ShardInfo> {
+        let shard = self.lease.shard.as_ref()?;
+        Some(super::bindings::types::ShardInfo {
+            group: shard.group.clone(),
+            index: shard.index,
+            count: shard.count,
+        })
     }
 }
 

@@ -48,6 +48,7 @@ pub(super) async fn health_loop(
             holder: sup.leases.holder().to_string(),
             acquired_at: term.as_ref().map(|_| SystemTime::now()),
             term,
+            shard: sup.shard_of(&entry, &lease),
         };
         let _alive = sup.runtime.metrics().store_alive(&name);
         let mut store = sup

@@ -30,8 +30,9 @@ use tracing::{Instrument, info_span};
 
 use crate::capability::Capabilities;
 use crate::lease::{Leases, Term};
+use crate::manifest::Binding;
 use crate::plugin::{PluginEntry, PluginSet};
-use crate::runtime::host::LeaseView;
+use crate::runtime::host::{LeaseView, ShardView};
 use crate::runtime::{Runtime, World};
 use futures::future::BoxFuture;
 use health::health_loop;
@@ -111,7 +112,7 @@ impl Supervisor {
                 Ok(l) => (Some(l.prepared.world()), PluginState::Idle, None),
                 Err(e) => (None, PluginState::Invalid, Some(crate::report::chain(e))),
             };
-            let lease = entry.manifest.lease.to_string();
+            let lease = entry.manifest.binding.to_string();
             let card = match known.get(&entry.name) {
                 // A plugin that still loads keeps its live state; what it is bound to comes from
                 // the (possibly replaced) file.
@@ -162,7 +163,7 @@ impl Supervisor {
             // The board first, so no task can report on a plugin the board does not list yet.
             self.publish_set(&set);
             let wanted = |e: &PluginEntry| {
-                e.manifest.lease == lease
+                e.manifest.binding.covers(lease)
                     && matches!(e.loaded, Ok(ref l) if l.prepared.world().is_reconciler())
             };
             let start = |entry: Arc<PluginEntry>, retire: CancellationToken| {
@@ -171,6 +172,7 @@ impl Supervisor {
                     holder: self.leases.holder().to_string(),
                     term: Some(term.clone()),
                     acquired_at: Some(acquired_at),
+                    shard: self.shard_of(&entry, lease),
                 };
                 let span =
                     info_span!("plugin", plugin = %entry.name, lease = %lease, epoch = term.epoch);
@@ -196,6 +198,26 @@ impl Supervisor {
 }
 
 impl Supervisor {
+    /// The shard `lease` is, for a plugin bound to its group: what the guest's `lease.shard`
+    /// answers.
+    fn shard_of(&self, entry: &PluginEntry, lease: &str) -> Option<ShardView> {
+        let index = entry.manifest.binding.shard_of(lease)?;
+        let Binding::Group(group) = &entry.manifest.binding else {
+            return None;
+        };
+        let count = self
+            .leases
+            .groups()
+            .iter()
+            .find(|g| g.name == *group)
+            .map(|g| g.shards)?;
+        Some(ShardView {
+            group: group.clone(),
+            index,
+            count,
+        })
+    }
+
     /// Keeps one task per health check of `lease` running, whatever the role, following plugin
     /// changes; a retired check reopens the campaign gate it may have closed.
     async fn follow_health_checks(&self, lease: &str, shutdown: CancellationToken) {
@@ -207,7 +229,7 @@ impl Supervisor {
             // The board first, so no task can report on a plugin the board does not list yet.
             self.publish_set(&set);
             let wanted = |e: &PluginEntry| {
-                e.manifest.lease == lease
+                e.manifest.binding.covers(lease)
                     && matches!(e.loaded, Ok(ref l) if l.prepared.world() == World::HealthCheck)
             };
             let start = |entry: Arc<PluginEntry>, retire: CancellationToken| {

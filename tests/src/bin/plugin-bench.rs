@@ -25,6 +25,7 @@ fn view(term: Option<Term>) -> LeaseView {
         holder: "bench-1".into(),
         term,
         acquired_at: None,
+        shard: None,
     }
 }
 
