@@ -74,6 +74,7 @@ fn the_example_config_loads_and_documents_the_defaults() {
         "connect_timeout",
         "plugins",
         "cache_dir",
+        "[groups]",
         "[timing]",
         "ttl",
         "renew_interval",

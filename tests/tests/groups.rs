@@ -197,9 +197,9 @@ async fn sqlite_two_replicas_share_a_group_and_take_it_over_from_each_other() {
 fn last_checkpoint(log: &str, shard: &str) -> Option<u64> {
     let needle = format!("shard {shard} checkpoint ");
     log.lines()
+        .rev()
         .filter_map(|l| l.split(&needle).nth(1))
-        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
-        .last()
+        .find_map(|rest| rest.split_whitespace().next()?.parse().ok())
 }
 
 /// Where `log` shows `shard` resuming (the first reconcile of a term), in order: the checkpoint
