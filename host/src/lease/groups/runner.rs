@@ -105,6 +105,7 @@ impl Runner {
         let name = member.spec().name.clone();
         let span = info_span!("group", group = %name, holder = %holder);
         let view = within(
+            "group heartbeat",
             timing.store_timeout,
             store.heartbeat(&name, holder.as_str(), member.leases(), timing.ttl),
         )
@@ -155,6 +156,7 @@ impl Runner {
         let timing = *self.leases.timing();
         let holder = self.leases.holder().clone();
         match within(
+            "leaving the lease groups",
             timing.store_timeout,
             self.leases.store().leave(&names, holder.as_str()),
         )
@@ -169,15 +171,13 @@ impl Runner {
     }
 }
 
-/// Bounds a store call by `timeout`.
+/// Bounds store call `op` by `timeout`.
 async fn within<T>(
+    op: &'static str,
     timeout: Duration,
     call: impl Future<Output = Result<T, StoreError>>,
 ) -> Result<T, StoreError> {
     tokio::time::timeout(timeout, call)
         .await
-        .unwrap_or(Err(StoreError::Timeout {
-            op: "group heartbeat",
-            after: timeout,
-        }))
+        .unwrap_or(Err(StoreError::Timeout { op, after: timeout }))
 }
