@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -18,7 +17,7 @@ use super::coordinator::{Announcement, Coordinator, Effect, EndReason, Event};
 use super::groups::GroupStatus;
 use super::identity::HolderId;
 use super::leadership::{Leadership, Role, Term, TermControl};
-use super::store::{LeaseStore, ReleaseNotice, StoreError};
+use super::store::{LeaseStore, ReleaseNotice, within};
 use super::timing::Timing;
 use crate::metrics::Metrics;
 
@@ -234,7 +233,7 @@ impl Driver {
         (driver, leases)
     }
 
-    /// On shutdown, waits (no longer than a store call) for `left` before releasing anything:
+    /// On shutdown, waits (no longer than two store calls) for `left` before releasing anything:
     /// the lease groups' runner cancels it once this replica has left its groups.
     pub fn leaving_groups_first(mut self, left: CancellationToken) -> Self {
         self.groups_left = Some(left);
@@ -604,18 +603,6 @@ fn some(leases: &[String]) -> String {
         text.push_str(&format!(" and {} more", leases.len() - SHOWN));
     }
     text
-}
-
-/// Bounds a store call by `timeout`; the caller treats a timeout like any other failure.
-async fn within<T>(
-    timeout: Duration,
-    op: &'static str,
-    call: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    match tokio::time::timeout(timeout, call).await {
-        Ok(result) => result,
-        Err(_) => Err(StoreError::Timeout { op, after: timeout }),
-    }
 }
 
 async fn next_notice(notices: &mut Option<mpsc::Receiver<ReleaseNotice>>) -> Option<ReleaseNotice> {

@@ -406,7 +406,8 @@ impl LeaseStore for SqliteStore {
             reason: e.to_string(),
         })?;
         let err = StoreError::query("heartbeat");
-        let (boot, mut tx) = (self.clock.boot_id(), self.write().await.map_err(err)?);
+        let boot = self.clock.boot_id();
+        let mut tx = self.write().await.map_err(err)?;
         let now = self.clock.now_ms();
         // A row of another boot, or lapsed, is swept; ours is kept with its join time while live.
         sqlx::query(

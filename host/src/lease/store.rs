@@ -251,6 +251,18 @@ impl StoreError {
     }
 }
 
+/// Bounds store call `op` by `timeout`; the caller treats a timeout like any other failure.
+pub(crate) async fn within<T>(
+    timeout: Duration,
+    op: &'static str,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(result) => result,
+        Err(_) => Err(StoreError::Timeout { op, after: timeout }),
+    }
+}
+
 /// Milliseconds of a TTL as stored; refuses values a BIGINT interval cannot express.
 pub(crate) fn ttl_ms(ttl: Duration) -> Result<i64, StoreError> {
     match i64::try_from(ttl.as_millis()) {

@@ -5,6 +5,7 @@
 //! after 600 ms.
 
 use std::sync::Mutex;
+use std::time::Duration;
 
 use tokio::task::JoinHandle;
 

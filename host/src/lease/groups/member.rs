@@ -189,27 +189,6 @@ impl Member {
         self.status.member = member;
         decision
     }
-
-    /// This replica leaves (a failing health check, a shutdown): nothing is ours any more, and
-    /// every shard it holds is given up.
-    pub fn leave(&mut self, held: impl IntoIterator<Item = String>) -> Decision {
-        let mut decision = Decision::default();
-        for (i, yours) in self.yours.iter_mut().enumerate() {
-            if std::mem::take(yours) {
-                decision.assign.push((self.leases[i].clone(), false));
-            }
-        }
-        for lease in held {
-            if let Some(&shard) = self.index.get(&lease)
-                && self.giving.insert(shard)
-            {
-                decision.step_down.push(lease);
-            }
-        }
-        self.status.member = false;
-        self.status.target = 0;
-        decision
-    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use super::{GroupSpec, Member};
 use crate::lease::driver::Leases;
-use crate::lease::store::StoreError;
+use crate::lease::store::within;
 use crate::metrics::Metrics;
 
 /// Runs this replica's part in lease groups. Build with [`Runner::new`], run with
@@ -71,19 +71,23 @@ impl Runner {
     pub async fn run(mut self, root: CancellationToken) {
         let timing = *self.leases.timing();
         while !root.is_cancelled() {
+            let mut soonest = None;
+            for i in 0..self.members.len() {
+                if root.is_cancelled() {
+                    break;
+                }
+                if let Some(expiry) = self.look(i).await {
+                    soonest = Some(soonest.map_or(expiry, |s: Duration| s.min(expiry)));
+                }
+            }
             let mut wait = if self.members.iter().any(Member::unsettled) {
                 timing.retry_interval
             } else {
                 timing.renew_interval
             };
-            for i in 0..self.members.len() {
-                if let Some(expiry) = self.look(i).await {
-                    // Just after it: the database's clock and ours differ by a rounding.
-                    wait = wait.min(expiry + Duration::from_millis(1));
-                }
-            }
-            if self.members.iter().any(Member::unsettled) {
-                wait = wait.min(timing.retry_interval);
+            if let Some(expiry) = soonest {
+                // Just after it: the database's clock and ours differ by a rounding.
+                wait = wait.min(expiry + Duration::from_millis(1));
             }
             self.leases
                 .publish_groups(self.members.iter().map(|m| m.status().clone()).collect());
@@ -105,8 +109,8 @@ impl Runner {
         let name = member.spec().name.clone();
         let span = info_span!("group", group = %name, holder = %holder);
         let view = within(
-            "group heartbeat",
             timing.store_timeout,
+            "group heartbeat",
             store.heartbeat(&name, holder.as_str(), member.leases(), timing.ttl),
         )
         .instrument(span.clone())
@@ -156,8 +160,8 @@ impl Runner {
         let timing = *self.leases.timing();
         let holder = self.leases.holder().clone();
         match within(
-            "leaving the lease groups",
             timing.store_timeout,
+            "leaving the lease groups",
             self.leases.store().leave(&names, holder.as_str()),
         )
         .await
@@ -169,15 +173,4 @@ impl Runner {
         }
         self.left.cancel();
     }
-}
-
-/// Bounds store call `op` by `timeout`.
-async fn within<T>(
-    op: &'static str,
-    timeout: Duration,
-    call: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    tokio::time::timeout(timeout, call)
-        .await
-        .unwrap_or(Err(StoreError::Timeout { op, after: timeout }))
 }

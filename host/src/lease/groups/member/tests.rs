@@ -203,19 +203,3 @@ fn a_shard_of_ours_seen_free_is_campaigned_for_now() {
     let d = members[0].observe(&view(20_000, &settled, &holders));
     assert_eq!(d.campaign_now, [format!("orders/{mine}")]);
 }
-
-#[test]
-fn leaving_gives_up_every_shard_held_and_campaigns_for_none() {
-    let (mut members, holders) = three_settled();
-    let a = &mut members[0];
-    let held: Vec<String> = holders
-        .iter()
-        .filter(|(_, h)| *h == "a")
-        .map(|(s, _)| format!("orders/{s}"))
-        .collect();
-    let d = a.leave(held.clone());
-    assert_eq!(d.step_down, held);
-    assert_eq!(d.assign.len(), 4);
-    assert!(d.assign.iter().all(|(_, y)| !y));
-    assert!(!a.status().member);
-}
