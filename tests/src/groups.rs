@@ -3,7 +3,8 @@
 //! no shard was ever led by two replicas at once.
 //!
 //! A replica shows a shard as `leader` only while its term runs, and a term ends before the
-//! release that lets the next holder in. So each (replica, epoch) that was seen leading a shard
+//! release that lets the next holder in. `/status` reads the database's holder and epoch just
+//! before the replica's role, so a sample counts only where the two agree. So each (replica, epoch) that was seen leading a shard
 //! was leading it at least from its first such sample to its last; two of those spans that
 //! overlap for one shard are two holders at once. Samples taken at different moments can only
 //! make a span shorter than the truth, never longer, so the check has no false alarms.
@@ -101,8 +102,18 @@ impl Checker {
                                 if !lease.name.starts_with(&prefix) || lease.role != Role::Leader {
                                     continue;
                                 }
-                                let key =
-                                    (lease.name.clone(), name.clone(), lease.epoch.unwrap_or(0));
+                                // The role is the replica's own; holder and epoch are the
+                                // database's, read a moment before. Only a sample where the
+                                // two agree says which epoch the replica leads at; the others
+                                // are left out, which can only shorten a span.
+                                let (Some(epoch), Some(holder)) = (lease.epoch, &lease.holder)
+                                else {
+                                    continue;
+                                };
+                                if *holder != status.replica {
+                                    continue;
+                                }
+                                let key = (lease.name.clone(), name.clone(), epoch);
                                 history
                                     .entry(key)
                                     .and_modify(|s| s.last = at)
