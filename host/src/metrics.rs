@@ -131,6 +131,32 @@ pub struct Metrics {
     pub group_members: Family<GroupLabel, Gauge>,
     /// Shards this replica gave away to rebalance a lease group.
     pub group_moves: Family<GroupLabel, Counter>,
+    /// Shards of a lease group this replica took from a holder that gave them up.
+    pub group_handoffs: Family<GroupLabel, Counter>,
+    /// Shards of a lease group this replica took after their holder's membership lapsed.
+    pub group_takeovers: Family<GroupLabel, Counter>,
+    /// Whether a failing health check keeps this replica out of a lease group (1) or not (0).
+    pub group_gated: Family<GroupLabel, Gauge>,
+}
+
+/// What a look at one lease group found, for [`Metrics::record_group`]: the gauges as they stand
+/// and the counters' totals since the replica started.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GroupFigures {
+    /// Shards held here.
+    pub held: u32,
+    /// This replica's fair share.
+    pub target: u32,
+    /// Members counted.
+    pub members: u32,
+    /// Shards given away to rebalance.
+    pub moves: u64,
+    /// Shards taken by handoff.
+    pub handoffs: u64,
+    /// Shards taken after their holder lapsed.
+    pub takeovers: u64,
+    /// Kept out by a failing health check.
+    pub gated: bool,
 }
 
 /// One live store of a plugin, counted in `leasehold_plugin_stores` until dropped.
@@ -168,6 +194,9 @@ impl Metrics {
             group_target: Family::default(),
             group_members: Family::default(),
             group_moves: Family::default(),
+            group_handoffs: Family::default(),
+            group_takeovers: Family::default(),
+            group_gated: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -266,24 +295,47 @@ impl Metrics {
             "Shards this replica handed over to rebalance the lease group",
             m.group_moves.clone(),
         );
+        registry.register(
+            "leasehold_group_handoffs",
+            "Shards of the lease group this replica took from a holder that handed them over",
+            m.group_handoffs.clone(),
+        );
+        registry.register(
+            "leasehold_group_takeovers",
+            "Shards of the lease group this replica took after their holder's membership lapsed (a takeover after expiry)",
+            m.group_takeovers.clone(),
+        );
+        registry.register(
+            "leasehold_group_gated",
+            "1 while a failing health check keeps this replica out of the lease group",
+            m.group_gated.clone(),
+        );
         Arc::new(Metrics { registry, ..m })
     }
 
-    /// Records what a look at lease group `group` found: shards `held` here, this replica's
-    /// `target`, the `members` counted, and the `moves` it has made since it started.
-    pub fn record_group(&self, group: &str, held: u32, target: u32, members: u32, moves: u64) {
+    /// Records what a look at lease group `group` found.
+    pub fn record_group(&self, group: &str, figures: GroupFigures) {
         let label = GroupLabel {
             group: group.to_string(),
         };
-        self.group_held.get_or_create(&label).set(i64::from(held));
-        self.group_target
-            .get_or_create(&label)
-            .set(i64::from(target));
-        self.group_members
-            .get_or_create(&label)
-            .set(i64::from(members));
-        let counter = self.group_moves.get_or_create(&label);
-        counter.inc_by(moves.saturating_sub(counter.get()));
+        let gauges = [
+            (&self.group_held, i64::from(figures.held)),
+            (&self.group_target, i64::from(figures.target)),
+            (&self.group_members, i64::from(figures.members)),
+            (&self.group_gated, i64::from(figures.gated)),
+        ];
+        for (family, value) in gauges {
+            family.get_or_create(&label).set(value);
+        }
+        let counters = [
+            (&self.group_moves, figures.moves),
+            (&self.group_handoffs, figures.handoffs),
+            (&self.group_takeovers, figures.takeovers),
+        ];
+        for (family, total) in counters {
+            let counter = family.get_or_create(&label);
+            counter.inc_by(total.saturating_sub(counter.get()));
+        }
     }
 
     /// The text exposition of every metric.

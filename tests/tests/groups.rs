@@ -74,6 +74,29 @@ async fn until_shares(hosts: &[&Host], each: usize, timeout: Duration) -> Durati
     started.elapsed()
 }
 
+/// The shards `hosts` took by handoff and by takeover after expiry, summed, as their `/status`
+/// count them.
+async fn arrivals(hosts: &[&Host]) -> (u64, u64) {
+    let mut sum = (0, 0);
+    for host in hosts {
+        let status = host.status().await.unwrap();
+        let g = group(&status, GROUP).unwrap();
+        sum = (sum.0 + g.handoffs, sum.1 + g.takeovers);
+    }
+    sum
+}
+
+/// Waits until [`arrivals`] of `hosts` come to `expected`: a replica counts a shard at its first
+/// look after taking it, a moment after `/status` lists it as led.
+async fn until_arrivals(hosts: &[&Host], expected: (u64, u64), what: &str) {
+    eventually(what.to_string(), Duration::from_secs(10), async || {
+        let seen = arrivals(hosts).await;
+        if seen == expected { Ok(()) } else { Err(seen) }
+    })
+    .await
+    .unwrap();
+}
+
 /// Shards whose leader differs between two maps.
 fn moved(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> usize {
     after
@@ -113,6 +136,7 @@ async fn postgres_a_group_spreads_over_the_replicas_and_moves_by_handoff_as_they
         "the fewest moves: {before:?} → {after:?}"
     );
     eprintln!("a fourth joined: 3 shards each after {took:?} (ttl {TTL:?})");
+    until_arrivals(&[&d], (3, 0), "d to take its three by handoff").await;
     for h in [&a, &b, &c] {
         assert!(
             h.log_text()
@@ -125,6 +149,7 @@ async fn postgres_a_group_spreads_over_the_replicas_and_moves_by_handoff_as_they
 
     // One is stopped: it leaves the group, then releases, and the others take its shards in
     // milliseconds, not after its ttl.
+    let (handoffs, takeovers) = arrivals(&[&a, &b, &c]).await;
     let mut d = d;
     let stopped = Instant::now();
     d.signal("TERM").unwrap();
@@ -133,12 +158,19 @@ async fn postgres_a_group_spreads_over_the_replicas_and_moves_by_handoff_as_they
     d.wait_exit(Duration::from_secs(10)).await.unwrap();
     checker.remove(&d.name);
     eprintln!("d stopped: its shards taken over after {took:?}");
+    until_arrivals(
+        &[&a, &b, &c],
+        (handoffs + 3, takeovers),
+        "d's three to go by handoff",
+    )
+    .await;
     assert!(
         took < TTL,
         "after a SIGTERM the shards waited for the ttl: {took:?}"
     );
 
     // One is killed: its shards are taken over once its lease and membership expire.
+    let (handoffs, takeovers) = arrivals(&[&a, &b]).await;
     let mut c = c;
     let killed = Instant::now();
     c.kill().await.unwrap();
@@ -146,6 +178,22 @@ async fn postgres_a_group_spreads_over_the_replicas_and_moves_by_handoff_as_they
     let took = killed.elapsed();
     checker.remove(&c.name);
     eprintln!("c killed: its shards taken over after {took:?}");
+    until_arrivals(
+        &[&a, &b],
+        (handoffs, takeovers + 4),
+        "c's four to be taken over after expiry",
+    )
+    .await;
+    let metrics = a.metrics().await.unwrap();
+    for family in [
+        "leasehold_group_handoffs_total",
+        "leasehold_group_takeovers_total",
+    ] {
+        assert!(
+            metrics.contains(&format!("{family}{{group=\"orders\"}}")),
+            "{family} missing:\n{metrics}"
+        );
+    }
     let poll = TTL; // the default poll interval is the ttl
     assert!(took < TTL + poll, "takeover after a kill took {took:?}");
 
@@ -346,4 +394,108 @@ async fn postgres_a_shard_s_plugin_carries_on_from_the_checkpoint_its_previous_h
             assert_eq!(Some(count), last_checkpoint(&b_log, shard), "shard {shard}");
         }
     }
+}
+
+/// A replica's own plugin directory with the `flaky-health` check bound to the group, failing
+/// as `fail` says; rewritten in place to change its mind.
+fn group_health(fail: &str) -> String {
+    format!(
+        "group = \"orders\"\n[schedule]\ninterval = \"100ms\"\n[health]\nfailure_threshold = 2\n[config]\nfail = \"{fail}\"\n"
+    )
+}
+
+fn set_health(dir: &tempfile::TempDir, fail: &str) {
+    std::fs::write(dir.path().join("flaky-health.toml"), group_health(fail)).unwrap();
+}
+
+/// Waits until `host` stands aside from the group: kept out by its check, holding nothing.
+async fn until_aside(host: &Host) {
+    eventually(
+        format!("{} to stand aside from the group", host.name),
+        Duration::from_secs(30),
+        async || {
+            let status = host.status().await.map_err(|e| format!("{e}"))?;
+            let g = group(&status, GROUP).cloned();
+            match g {
+                Some(g) if g.gated && !g.member && led(&status, GROUP).is_empty() => Ok(()),
+                other => Err(format!("{other:?}, leads {:?}", led(&status, GROUP))),
+            }
+        },
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_a_failing_health_check_bound_to_a_group_keeps_its_replica_out_of_the_whole_group()
+{
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let url = db.url().unwrap();
+    let dirs: Vec<_> = ["always", "never", "never"]
+        .iter()
+        .map(|fail| {
+            leasehold_tests::host::plugin_dir(&[("flaky-health", &group_health(fail))]).unwrap()
+        })
+        .collect();
+    let host = |name: &str, dir: &tempfile::TempDir| {
+        HostBuilder::new(name)
+            .database_url(&url)
+            .ttl(TTL)
+            .args(&["--group", "orders=6"])
+            .plugins(dir.path())
+            .spawn()
+    };
+    // a's check fails from the start: it never joins, and b and c share the group.
+    let a = host("a", &dirs[0]).await.unwrap();
+    let b = host("b", &dirs[1]).await.unwrap();
+    let c = host("c", &dirs[2]).await.unwrap();
+    until_shares(&[&b, &c], 3, Duration::from_secs(30)).await;
+    until_aside(&a).await;
+    let checker = Checker::start(GROUP, SAMPLE);
+    for h in [&a, &b, &c] {
+        checker.add(&h.name, h);
+    }
+    let status = a.status().await.unwrap();
+    assert_eq!(
+        status
+            .plugins
+            .iter()
+            .filter(|p| p.name == "flaky-health")
+            .count(),
+        1,
+        "one check for the group, not one per shard: {:?}",
+        status.plugins
+    );
+
+    // a's check passes again: it joins, and takes its two shards by handoff.
+    let healed = Instant::now();
+    set_health(&dirs[0], "never");
+    until_shares(&[&a, &b, &c], 2, Duration::from_secs(30)).await;
+    eprintln!(
+        "a's check passes: 2 shards each after {:?}",
+        healed.elapsed()
+    );
+    until_arrivals(&[&a], (2, 0), "a to take two by handoff").await;
+
+    // b's check starts failing while it holds its shards: after two failures in a row it leaves
+    // the group, and a and c take its shards by handoff, not after its ttl.
+    let sick = Instant::now();
+    set_health(&dirs[1], "always");
+    until_aside(&b).await;
+    until_shares(&[&a, &c], 3, Duration::from_secs(30)).await;
+    let took = sick.elapsed();
+    eprintln!("b's check fails: a and c hold 3 each after {took:?}");
+    assert!(
+        b.log_text()
+            .contains("a health check bound to the group fails: leaving it"),
+        "{}",
+        b.log_text()
+    );
+    let metrics = b.metrics().await.unwrap();
+    assert!(
+        metrics.contains("leasehold_group_gated{group=\"orders\"} 1"),
+        "{metrics}"
+    );
+    let verdict = checker.finish().await.unwrap();
+    eprintln!("checker: {verdict:?}");
 }

@@ -4,7 +4,7 @@
 //! Store calls run as their own tasks with the timeouts the coordinator chose, so a hung query
 //! never delays a deadline: a term is ended at `safe_until` whatever the store is doing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
@@ -40,6 +40,8 @@ pub struct Leases {
     released: Arc<tokio::sync::Notify>,
     /// What each lease group looks like from this replica, as its runner last saw it.
     groups: watch::Sender<Vec<GroupStatus>>,
+    /// The lease groups a failing health check keeps this replica out of.
+    closed_groups: watch::Sender<BTreeSet<String>>,
 }
 
 impl Leases {
@@ -115,9 +117,36 @@ impl Leases {
         self.groups.borrow().clone()
     }
 
-    /// Publishes the lease groups' state (their runner does).
+    /// Publishes the lease groups' state (their runner does). Followers are woken only by a
+    /// change: the runner publishes at every look.
     pub fn publish_groups(&self, groups: Vec<GroupStatus>) {
-        self.groups.send_replace(groups);
+        self.groups.send_if_modified(|old| {
+            let changed = *old != groups;
+            *old = groups;
+            changed
+        });
+    }
+
+    /// Follows the lease groups' state (a health check bound to a group does).
+    pub fn subscribe_groups(&self) -> watch::Receiver<Vec<GroupStatus>> {
+        self.groups.subscribe()
+    }
+
+    /// Lets this replica take part in `group`, or keeps it out (a health check bound to the group
+    /// fails): the group's runner then leaves the group and gives up its shards.
+    pub fn allow_group(&self, group: &str, open: bool) {
+        self.closed_groups.send_if_modified(|closed| {
+            if open {
+                closed.remove(group)
+            } else {
+                closed.insert(group.to_string())
+            }
+        });
+    }
+
+    /// Follows which groups this replica is kept out of (the groups' runner does).
+    pub fn closed_groups(&self) -> watch::Receiver<BTreeSet<String>> {
+        self.closed_groups.subscribe()
     }
 }
 
@@ -214,6 +243,7 @@ impl Driver {
             requests: requests_tx,
             released: released.clone(),
             groups: watch::Sender::new(Vec::new()),
+            closed_groups: watch::Sender::new(Default::default()),
         });
         let driver = Driver {
             coordinator,

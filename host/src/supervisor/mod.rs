@@ -9,7 +9,7 @@
 //! [`policy`].
 //!
 //! - `reconcile`: one reconciler for one term;
-//! - `health`: one health check, following the lease's role;
+//! - `health`: one health check, following the role of its lease (or group) on this replica;
 //! - [`policy`]: what a failed or cancelled call means: backoff, fresh instance, quarantine;
 //! - [`status`]: what `/status` shows of each plugin;
 //! - `workers`: one task per plugin file, in step with the plugin set.
@@ -35,7 +35,7 @@ use crate::plugin::{PluginEntry, PluginSet};
 use crate::runtime::host::{LeaseView, ShardView};
 use crate::runtime::{Runtime, World};
 use futures::future::BoxFuture;
-use health::health_loop;
+use health::{Subject, health_loop};
 use reconcile::ReconcileTask;
 use status::{PluginCard, PluginState, StatusBoard};
 use workers::Workers;
@@ -88,7 +88,14 @@ impl Supervisor {
             let (sup, lease, stop) = (self.clone(), name.to_string(), shutdown.clone());
             tasks.spawn(async move { sup.follow_lease(&lease, stop).await });
             let (sup, lease, stop) = (self.clone(), name.to_string(), shutdown.clone());
-            tasks.spawn(async move { sup.follow_health_checks(&lease, stop).await });
+            tasks.spawn(async move { sup.follow_health_checks(Target::Lease(lease), stop).await });
+        }
+        for group in self.leases.groups() {
+            let (sup, stop) = (self.clone(), shutdown.clone());
+            tasks.spawn(async move {
+                sup.follow_health_checks(Target::Group(group.name), stop)
+                    .await
+            });
         }
         // Each lease's loops publish the board on every change of the plugin set.
         tasks.close();
@@ -218,9 +225,10 @@ impl Supervisor {
         })
     }
 
-    /// Keeps one task per health check of `lease` running, whatever the role, following plugin
-    /// changes; a retired check reopens the campaign gate it may have closed.
-    async fn follow_health_checks(&self, lease: &str, shutdown: CancellationToken) {
+    /// Keeps one task per health check of `target` running, whatever the role, following plugin
+    /// changes; a retired check reopens the campaign gate it may have closed. A check bound to a
+    /// group runs once per replica, not per shard: it gates the whole group.
+    async fn follow_health_checks(&self, target: Target, shutdown: CancellationToken) {
         let mut plugins = self.plugins.clone();
         let mut workers = Workers::default();
         let tasks = TaskTracker::new();
@@ -229,12 +237,30 @@ impl Supervisor {
             // The board first, so no task can report on a plugin the board does not list yet.
             self.publish_set(&set);
             let wanted = |e: &PluginEntry| {
-                e.manifest.binding.covers(lease)
-                    && matches!(e.loaded, Ok(ref l) if l.prepared.world() == World::HealthCheck)
+                let bound = match (&target, &e.manifest.binding) {
+                    (Target::Lease(lease), Binding::Lease(name)) => name.as_str() == lease,
+                    (Target::Group(group), Binding::Group(name)) => name == group,
+                    _ => false,
+                };
+                bound && matches!(e.loaded, Ok(ref l) if l.prepared.world() == World::HealthCheck)
             };
             let start = |entry: Arc<PluginEntry>, retire: CancellationToken| {
-                let span = info_span!("health", plugin = %entry.name, lease = %lease);
-                let task = health_loop(self.clone(), entry, lease.to_string(), retire);
+                let (span, subject) = match &target {
+                    Target::Lease(lease) => (
+                        info_span!("health", plugin = %entry.name, lease = %lease),
+                        Subject::lease(self, lease),
+                    ),
+                    Target::Group(group) => (
+                        info_span!("health", plugin = %entry.name, group = %group),
+                        Some(Subject::group(self, group)),
+                    ),
+                };
+                let sup = self.clone();
+                let task = async move {
+                    if let Some(subject) = subject {
+                        health_loop(sup, entry, subject, retire).await;
+                    }
+                };
                 Box::pin(task.instrument(span)) as BoxFuture<'static, ()>
             };
             workers.sync(&set, wanted, &shutdown, start, |task| tasks.spawn(task));
@@ -246,6 +272,14 @@ impl Supervisor {
         tasks.close();
         tasks.wait().await;
     }
+}
+
+/// What a set of health checks is bound to.
+enum Target {
+    /// A lease.
+    Lease(String),
+    /// A lease group.
+    Group(String),
 }
 
 #[cfg(test)]

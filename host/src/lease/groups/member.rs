@@ -11,12 +11,22 @@
 //! - A shard free for `orphaned_after` is campaigned for by every counted member, whoever the
 //!   plan gives it to: its owner may be unable to take it (a failing health check, a stalled
 //!   process), and a shard must not stay unheld for that. The next plan moves it if need be.
+//! - A replica whose group health check fails stands aside ([`Member::stand_aside`]): it has left
+//!   the group (the runner deletes its row), campaigns for none of its shards and gives up those
+//!   it holds, so the others' fair shares no longer count it.
+//! - Each shard this replica takes is counted as a handoff, or as a takeover after expiry when
+//!   its last holder's membership lapsed (its row expired rather than being deleted): a holder
+//!   that died or was cut off.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use super::{GroupSpec, GroupStatus, assign};
 use crate::lease::store::{DbMillis, GroupView};
+
+/// How far before a member's row's expiry (as read from an earlier view) its disappearance still
+/// counts as a lapse: the statement reads the clock more than once and rounds each reading.
+const LAPSE_ROUNDING_MS: DbMillis = 5;
 
 /// What the coordinator is told after one view.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -58,6 +68,14 @@ pub struct Member {
     free_since: BTreeMap<u32, DbMillis>,
     /// Shards stepped down from and not yet seen released.
     giving: BTreeSet<u32>,
+    /// The last holder seen of each shard, to tell how this replica came to hold it.
+    last_holder: Vec<Option<String>>,
+    /// The members of the last view, and when each one's row expires unless it heartbeats (by the
+    /// database's clock).
+    expiries: HashMap<String, DbMillis>,
+    /// Members gone since, still the last holder of some shard: whether their row lapsed (`true`)
+    /// or was deleted by a graceful leave.
+    gone: HashMap<String, bool>,
     /// What `/status` shows.
     status: GroupStatus,
 }
@@ -78,6 +96,7 @@ impl Member {
         };
         Member {
             yours: vec![false; spec.shards as usize],
+            last_holder: vec![None; spec.shards as usize],
             spec,
             me: me.to_string(),
             settle,
@@ -86,6 +105,8 @@ impl Member {
             index,
             free_since: BTreeMap::new(),
             giving: BTreeSet::new(),
+            expiries: HashMap::new(),
+            gone: HashMap::new(),
             status,
         }
     }
@@ -135,6 +156,8 @@ impl Member {
             .filter_map(|(lease, holder)| Some((*self.index.get(lease)?, holder.clone())))
             .collect();
         let now = view.db_now;
+        self.note_members(view);
+        self.count_arrivals(&holders);
         for shard in 0..shards {
             if holders.contains_key(&shard) {
                 self.free_since.remove(&shard);
@@ -188,6 +211,95 @@ impl Member {
         self.status.members = counted.len() as u32;
         self.status.member = member;
         decision
+    }
+
+    /// Whether a health check keeps this replica out of the group.
+    pub fn aside(&self) -> bool {
+        self.status.gated
+    }
+
+    /// Keeps out of the group while its health check fails: campaigns for no shard and gives up
+    /// every one in `held_here` (the shards this replica's driver still leads). Called at every
+    /// look while the check fails, so a campaign that was in flight when it began is given up too.
+    /// The runner has deleted the member row, so the others count this replica gone.
+    pub fn stand_aside<'a>(&mut self, held_here: impl IntoIterator<Item = &'a str>) -> Decision {
+        let mut decision = Decision::default();
+        for (i, yours) in self.yours.iter_mut().enumerate() {
+            if std::mem::take(yours) {
+                decision.assign.push((self.leases[i].clone(), false));
+            }
+        }
+        decision.step_down = held_here.into_iter().map(str::to_string).collect();
+        self.free_since.clear();
+        self.giving.clear();
+        self.status.held = decision.step_down.len() as u32;
+        self.status.target = 0;
+        self.status.members = 0;
+        self.status.member = false;
+        self.status.gated = true;
+        decision
+    }
+
+    /// Takes part again once the health check passes: the next heartbeat joins anew, and this
+    /// replica counts once it has settled, like any newcomer.
+    pub fn rejoin(&mut self) {
+        self.status.gated = false;
+        self.expiries.clear();
+    }
+
+    /// Notes which members have gone since the last view and whether their rows lapsed.
+    fn note_members(&mut self, view: &GroupView) {
+        let present: HashMap<String, DbMillis> = view
+            .members
+            .iter()
+            .map(|m| {
+                let expires = view
+                    .db_now
+                    .map_or(DbMillis::MAX, |now| now + m.expires_in.as_millis() as i64);
+                (m.id.clone(), expires)
+            })
+            .collect();
+        for (id, expires) in self.expiries.drain() {
+            if !present.contains_key(&id) {
+                // Gone before its row's expiry: deleted by a leave. At or after it: lapsed (give
+                // or take the rounding of the clock readings to whole milliseconds).
+                let lapsed = view
+                    .db_now
+                    .is_some_and(|now| now >= expires.saturating_sub(LAPSE_ROUNDING_MS));
+                self.gone.insert(id, lapsed);
+            }
+        }
+        for id in present.keys() {
+            self.gone.remove(id);
+        }
+        self.expiries = present;
+    }
+
+    /// Counts the shards this replica has come to hold since the last view, as handoffs or
+    /// takeovers by how their last holder went, and remembers every shard's holder.
+    fn count_arrivals(&mut self, holders: &BTreeMap<u32, String>) {
+        for (&shard, holder) in holders {
+            let last = self.last_holder[shard as usize].replace(holder.clone());
+            if *holder != self.me {
+                continue;
+            }
+            match last {
+                Some(last) if last != self.me => match self.gone.get(&last) {
+                    Some(true) => self.status.takeovers += 1,
+                    _ => self.status.handoffs += 1,
+                },
+                _ => {}
+            }
+        }
+        if !self.gone.is_empty() {
+            let referenced: BTreeSet<&str> = self
+                .last_holder
+                .iter()
+                .flatten()
+                .map(String::as_str)
+                .collect();
+            self.gone.retain(|id, _| referenced.contains(id.as_str()));
+        }
     }
 }
 

@@ -62,6 +62,17 @@ pub struct GroupStatus {
     pub member: bool,
     /// Shards this replica has given away to rebalance the group, since it started.
     pub moves: u64,
+    /// Shards this replica took from a holder that gave them up (a handoff), since it started.
+    #[serde(default)]
+    pub handoffs: u64,
+    /// Shards this replica took after their holder's membership lapsed (a takeover after expiry:
+    /// the holder died or was cut off), since it started.
+    #[serde(default)]
+    pub takeovers: u64,
+    /// Whether a health check bound to the group keeps this replica out of it: it has left the
+    /// group, holds none of its shards and campaigns for none until the check passes again.
+    #[serde(default)]
+    pub gated: bool,
 }
 
 #[cfg(test)]

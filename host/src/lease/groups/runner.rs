@@ -6,17 +6,24 @@
 //! group is still moving, and at once when another replica releases a lease: a member that leaves
 //! releases its shards only after leaving, so a look at its release already counts it gone and
 //! gives the shard to its next owner, who campaigns straight away.
+//!
+//! While a health check bound to a group fails ([`Leases::allow_group`]), the runner leaves that
+//! group and stops heartbeating it, and has every shard still held here given up in order: the
+//! other members count this replica gone and take its shards over by handoff.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::watch;
 
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
-use super::{GroupSpec, Member};
+use super::{Decision, GroupSpec, Member};
 use crate::lease::driver::Leases;
 use crate::lease::store::within;
-use crate::metrics::Metrics;
+use crate::metrics::{GroupFigures, Metrics};
 
 /// Runs this replica's part in lease groups. Build with [`Runner::new`], run with
 /// [`Runner::run`].
@@ -29,6 +36,8 @@ pub struct Runner {
     left: CancellationToken,
     /// Where the groups' gauges and counters go.
     metrics: Arc<Metrics>,
+    /// The groups a failing health check keeps this replica out of.
+    closed: watch::Receiver<BTreeSet<String>>,
 }
 
 impl Runner {
@@ -59,6 +68,7 @@ impl Runner {
         let statuses = members.iter().map(|m| m.status().clone()).collect();
         leases.publish_groups(statuses);
         let runner = Runner {
+            closed: leases.closed_groups(),
             leases,
             members,
             left: left.clone(),
@@ -94,20 +104,55 @@ impl Runner {
             tokio::select! {
                 _ = root.cancelled() => {}
                 _ = self.leases.released_elsewhere() => {}
+                _ = self.closed.changed() => {}
                 _ = tokio::time::sleep(wait) => {}
             }
         }
         self.leave().await;
     }
 
-    /// Heartbeats group `i` and acts on what it found; returns how soon another member's row
-    /// expires unless it heartbeats ([`Member::next_expiry`]).
+    /// Heartbeats group `i` and acts on what it found (or stands aside while the group's health
+    /// check fails); returns how soon another member's row expires unless it heartbeats
+    /// ([`Member::next_expiry`]).
     async fn look(&mut self, i: usize) -> Option<Duration> {
         let (store, holder) = (self.leases.store().clone(), self.leases.holder().clone());
         let timing = *self.leases.timing();
-        let member = &mut self.members[i];
-        let name = member.spec().name.clone();
+        let name = self.members[i].spec().name.clone();
         let span = info_span!("group", group = %name, holder = %holder);
+        let closed = self.closed.borrow_and_update().contains(&name);
+        if closed {
+            if !self.members[i].aside() {
+                span.in_scope(|| warn!("a health check bound to the group fails: leaving it and handing its shards over"));
+                // Without the row the others count this replica gone at once; if the call fails,
+                // they do once the row lapses, since no heartbeat renews it now.
+                let left = within(
+                    timing.store_timeout,
+                    "leaving a lease group",
+                    store.leave(std::slice::from_ref(&name), holder.as_str()),
+                )
+                .instrument(span.clone())
+                .await;
+                if let Err(error) = left {
+                    span.in_scope(|| warn!(error = %error, "cannot leave the group: the others count this replica until its row lapses"));
+                }
+            }
+            let leases = &self.leases;
+            let member = &mut self.members[i];
+            let held: Vec<String> = member
+                .leases()
+                .iter()
+                .filter(|l| leases.leadership(l).is_some_and(|now| now.epoch.is_some()))
+                .cloned()
+                .collect();
+            let decision = member.stand_aside(held.iter().map(String::as_str));
+            span.in_scope(|| self.carry_out(i, &decision));
+            return None;
+        }
+        if self.members[i].aside() {
+            span.in_scope(|| info!("the group's health check passes again: rejoining the group"));
+            self.members[i].rejoin();
+        }
+        let member = &mut self.members[i];
         let view = within(
             timing.store_timeout,
             "group heartbeat",
@@ -139,6 +184,15 @@ impl Runner {
                 "group membership changed: new fair share"
             );
         }
+        let expiry = member.next_expiry(&view);
+        self.carry_out(i, &decision);
+        expiry
+    }
+
+    /// Hands group `i`'s decision to the driver and records the group's figures.
+    fn carry_out(&self, i: usize, decision: &Decision) {
+        let member = &self.members[i];
+        let status = member.status();
         for (lease, yours) in &decision.assign {
             self.leases.assign(lease, *yours);
         }
@@ -146,12 +200,21 @@ impl Runner {
             self.leases.campaign_now(lease);
         }
         for lease in &decision.step_down {
-            info!(lease = %lease, target = after.target, held = after.held, "handing a shard over to rebalance the group");
+            if !status.gated {
+                info!(lease = %lease, target = status.target, held = status.held, "handing a shard over to rebalance the group");
+            }
             self.leases.step_down(lease);
         }
-        self.metrics
-            .record_group(&name, after.held, after.target, after.members, after.moves);
-        member.next_expiry(&view)
+        let figures = GroupFigures {
+            held: status.held,
+            target: status.target,
+            members: status.members,
+            moves: status.moves,
+            handoffs: status.handoffs,
+            takeovers: status.takeovers,
+            gated: status.gated,
+        };
+        self.metrics.record_group(&member.spec().name, figures);
     }
 
     /// Leaves every group (a graceful stop), then lets the driver release the shards.

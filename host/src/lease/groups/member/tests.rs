@@ -157,6 +157,7 @@ fn once_a_fourth_member_settles_each_gives_it_one_shard_by_handoff() {
         assert!(decision.is_empty(), "{}: {decision:?}", m.me);
         assert_eq!((m.status().held, m.status().target), (3, 3), "{}", m.me);
     }
+    assert_eq!((d.status().handoffs, d.status().takeovers), (3, 0));
 }
 
 #[test]
@@ -202,4 +203,67 @@ fn a_shard_of_ours_seen_free_is_campaigned_for_now() {
     holders.remove(&mine);
     let d = members[0].observe(&view(20_000, &settled, &holders));
     assert_eq!(d.campaign_now, [format!("orders/{mine}")]);
+}
+
+/// c's four shards after c has gone at `at_ms` (the last views saw its row expire at 12_100):
+/// how many the other two count as handoffs and as takeovers.
+fn arrivals_after_c_goes_at(at_ms: i64) -> (u64, u64) {
+    let (mut members, mut holders) = three_settled();
+    members.pop();
+    let two = [("a", 9_000), ("b", 9_000)];
+    for m in &mut members {
+        let d = m.observe(&view(at_ms, &two, &holders));
+        for s in given(&d) {
+            holders.insert(s, m.me.clone());
+        }
+    }
+    for m in &mut members {
+        m.observe(&view(at_ms + 100, &two, &holders));
+    }
+    members.iter().fold((0, 0), |(h, t), m| {
+        (h + m.status().handoffs, t + m.status().takeovers)
+    })
+}
+
+#[test]
+fn shards_taken_from_a_member_that_left_are_handoffs() {
+    assert_eq!(arrivals_after_c_goes_at(11_000), (4, 0));
+}
+
+#[test]
+fn shards_taken_from_a_member_whose_row_lapsed_are_takeovers_after_expiry() {
+    assert_eq!(arrivals_after_c_goes_at(12_100), (0, 4));
+}
+
+#[test]
+fn a_member_standing_aside_wants_no_shard_gives_up_its_own_and_settles_anew_when_back() {
+    let (mut members, mut holders) = three_settled();
+    let a = &mut members[0];
+    let mine: Vec<String> = holders
+        .iter()
+        .filter(|(_, h)| *h == "a")
+        .map(|(s, _)| format!("orders/{s}"))
+        .collect();
+    let d = a.stand_aside(mine.iter().map(String::as_str));
+    assert_eq!(d.assign.len(), 4, "{d:?}");
+    assert!(d.assign.iter().all(|(_, yours)| !yours), "{d:?}");
+    assert_eq!(d.step_down, mine);
+    assert!(a.aside() && !a.status().member && a.status().target == 0);
+    // Looked at again while still aside: nothing left to withdraw, nothing held.
+    assert!(a.stand_aside([]).is_empty());
+    for (s, h) in holders.iter_mut() {
+        if h == "a" {
+            *h = if s % 2 == 0 { "b" } else { "c" }.to_string();
+        }
+    }
+    a.rejoin();
+    assert!(!a.aside());
+    let back = [("a", 100), ("b", 9_000), ("c", 9_000)];
+    assert!(a.observe(&view(21_000, &back, &holders)).is_empty());
+    assert!(!a.status().member, "a newcomer again until it settles");
+    let settled = [("a", 1_100), ("b", 10_000), ("c", 10_000)];
+    assert_eq!(
+        given(&a.observe(&view(22_000, &settled, &holders))).len(),
+        4
+    );
 }
