@@ -788,6 +788,79 @@ async fn postgres_listener_reconnects_after_its_connection_is_killed() {
     stop.cancel();
 }
 
+async fn releasing_many_at_once_releases_only_the_holder_s_at_their_epochs_and_notifies_each(
+    backend: Backend,
+) {
+    let db = Db::new(backend).await.unwrap();
+    let holder = db.open().await.unwrap();
+    let other = db.open().await.unwrap();
+    let stop = tokio_util_token();
+    let mut notices = other.listen_releases(stop.clone());
+    until_listening(&db).await;
+    let names: Vec<String> = (0..5).map(|i| format!("m/{i}")).collect();
+    let mut epochs = Vec::new();
+    for name in &names[..4] {
+        epochs.push(
+            holder
+                .campaign(name, "a", LONG)
+                .await
+                .unwrap()
+                .epoch
+                .unwrap(),
+        );
+    }
+    let theirs = other
+        .campaign(&names[4], "b", LONG)
+        .await
+        .unwrap()
+        .epoch
+        .unwrap();
+    let asked = vec![
+        (names[0].clone(), epochs[0]),
+        (names[1].clone(), epochs[1]),
+        (names[2].clone(), epochs[2] + 1), // a wrong epoch
+        (names[4].clone(), theirs),        // another holder's
+        ("m/none".to_string(), 1),         // no such lease
+    ];
+    let mut released = holder.release_many("a", &asked).await.unwrap();
+    released.sort();
+    assert_eq!(released, names[..2], "{backend:?}");
+    if let Some(rx) = notices.as_mut() {
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let notice = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+                .await
+                .expect("release notification")
+                .unwrap();
+            seen.push(notice);
+        }
+        seen.sort_by_key(|n| format!("{n:?}"));
+        assert_eq!(
+            seen,
+            [
+                ReleaseNotice::Released(names[0].clone()),
+                ReleaseNotice::Released(names[1].clone())
+            ],
+            "{backend:?}"
+        );
+    }
+    for (i, name) in names[..2].iter().enumerate() {
+        assert_eq!(
+            other.campaign(name, "b", LONG).await.unwrap().epoch,
+            Some(epochs[i] + 1),
+            "{backend:?}: {name} free for the next holder"
+        );
+    }
+    for name in [&names[2], &names[3], &names[4]] {
+        assert_eq!(
+            holder.campaign(name, "c", LONG).await.unwrap().epoch,
+            None,
+            "{backend:?}: {name} still held"
+        );
+    }
+    stop.cancel();
+}
+
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         mod memory { $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn $test() { super::$test(super::Backend::Memory).await } )* }
@@ -801,6 +874,7 @@ conformance!(
     epochs_strictly_increase,
     stale_epoch_cannot_renew,
     release_lets_a_standby_in_at_once,
+    releasing_many_at_once_releases_only_the_holder_s_at_their_epochs_and_notifies_each,
     forced_release_expires_whoever_holds_and_keeps_the_epoch,
     rows_are_never_deleted,
     truncates_replaces_and_renames_cannot_reset_an_epoch,

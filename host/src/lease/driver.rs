@@ -17,9 +17,13 @@ use super::coordinator::{Announcement, Coordinator, Effect, EndReason, Event};
 use super::groups::GroupStatus;
 use super::identity::HolderId;
 use super::leadership::{Leadership, Role, Term, TermControl};
-use super::store::{LeaseStore, ReleaseNotice, within};
+use super::store::{Epoch, LeaseStore, ReleaseNotice, within};
 use super::timing::Timing;
 use crate::metrics::Metrics;
+
+/// The most queued events handed to the coordinator in one step: enough for a lease group's
+/// look at its largest (a group has at most 10,000 shards), and a bound on how long one step takes.
+const MAX_BATCH: usize = 10_000;
 
 /// The leases of this replica as the rest of the host sees them: the identity, the store and a leadership
 /// watch per lease. Cheap to share behind an `Arc`.
@@ -182,6 +186,8 @@ pub struct Driver {
     calls: TaskTracker,
     /// Woken on each release notification (shared with [`Leases`]).
     released: Arc<tokio::sync::Notify>,
+    /// Releases asked for by the step being carried out, sent together after it.
+    releases: Vec<(String, Epoch, std::time::Duration)>,
     /// With lease groups: cancelled once this replica has left them, which must come before its
     /// shards are released (so that the members taking them over no longer count it).
     groups_left: Option<CancellationToken>,
@@ -259,6 +265,7 @@ impl Driver {
             metrics: Metrics::new(),
             released,
             groups_left: None,
+            releases: Vec::new(),
         };
         (driver, leases)
     }
@@ -328,10 +335,40 @@ impl Driver {
                 Some(request) = self.requests_rx.recv() => request,
                 _ = sleep_until(deadline) => Event::Tick,
             };
-            let effects = self.coordinator.step(event, Instant::now());
+            // Everything else already queued goes in the same step: one look at every lease
+            // for the lot, not one per event (a group's look can queue thousands).
+            let mut batch = vec![event];
+            while batch.len() < MAX_BATCH {
+                match self.requests_rx.try_recv() {
+                    Ok(request) => batch.push(request),
+                    Err(_) => break,
+                }
+            }
+            while batch.len() < MAX_BATCH {
+                match self.events_rx.try_recv() {
+                    Ok(event) => batch.push(event),
+                    Err(_) => break,
+                }
+            }
+            // Release notices come in thousands when another replica gives up a group's shards.
+            while batch.len() < MAX_BATCH {
+                match notices.as_mut().map(|rx| rx.try_recv()) {
+                    Some(Ok(ReleaseNotice::Released(lease))) => {
+                        self.released.notify_one();
+                        batch.push(Event::ReleasedElsewhere { lease });
+                    }
+                    Some(Ok(ReleaseNotice::Resubscribed)) => {
+                        self.released.notify_one();
+                        batch.push(Event::Resubscribed);
+                    }
+                    _ => break,
+                }
+            }
+            let effects = self.coordinator.step_all(batch, Instant::now());
             for effect in effects {
                 self.execute(effect);
             }
+            self.release_gathered();
             self.publish();
             if self.coordinator.is_finished() {
                 break;
@@ -340,6 +377,64 @@ impl Driver {
         self.calls.close();
         self.calls.wait().await;
         info!(holder = %self.holder, "lease driver stopped");
+    }
+
+    /// Sends the releases one step asked for: one alone by the prepared single-lease statement
+    /// (the handoff's fast path), several in one statement.
+    fn release_gathered(&mut self) {
+        let releases = std::mem::take(&mut self.releases);
+        let (store, holder) = (self.store.clone(), self.holder.clone());
+        match releases.as_slice() {
+            [] => {}
+            [(lease, epoch, timeout)] => {
+                let (lease, epoch, timeout) = (lease.clone(), *epoch, *timeout);
+                let span = info_span!("release", lease = %lease, epoch, holder = %holder);
+                self.call(span, async move {
+                    let result = within(
+                        timeout,
+                        "release",
+                        store.release(&lease, holder.as_str(), epoch),
+                    )
+                    .await;
+                    Event::ReleaseDone {
+                        lease,
+                        result: result.map_err(|e| e.to_string()),
+                    }
+                });
+            }
+            several => {
+                let timeout = several.iter().map(|r| r.2).max().unwrap_or_default();
+                let leases: Vec<(String, Epoch)> =
+                    several.iter().map(|(l, e, _)| (l.clone(), *e)).collect();
+                let span = info_span!("release", leases = leases.len(), holder = %holder);
+                let events = self.events_tx.clone();
+                let work = async move {
+                    let result = within(
+                        timeout,
+                        "release",
+                        store.release_many(holder.as_str(), &leases),
+                    )
+                    .await;
+                    let released: BTreeSet<String> = match &result {
+                        Ok(names) => names.iter().cloned().collect(),
+                        Err(_) => BTreeSet::new(),
+                    };
+                    leases
+                        .into_iter()
+                        .map(|(lease, _)| Event::ReleaseDone {
+                            result: match &result {
+                                Ok(_) => Ok(released.contains(&lease)),
+                                Err(e) => Err(e.to_string()),
+                            },
+                            lease,
+                        })
+                        .for_each(|done| {
+                            let _ = events.send(done);
+                        });
+                };
+                self.calls.spawn(work.instrument(span));
+            }
+        }
     }
 
     fn execute(&mut self, effect: Effect) {
@@ -397,26 +492,12 @@ impl Driver {
                     }
                 });
             }
+            // Gathered, and sent together once the step's effects are done (`release_gathered`).
             Effect::Release {
                 lease,
                 epoch,
                 timeout,
-            } => {
-                let (store, holder) = (self.store.clone(), self.holder.clone());
-                let span = info_span!("release", lease = %lease, epoch, holder = %holder);
-                self.call(span, async move {
-                    let result = within(
-                        timeout,
-                        "release",
-                        store.release(&lease, holder.as_str(), epoch),
-                    )
-                    .await;
-                    Event::ReleaseDone {
-                        lease,
-                        result: result.map_err(|e| e.to_string()),
-                    }
-                });
-            }
+            } => self.releases.push((lease, epoch, timeout)),
             Effect::StartTerm {
                 lease,
                 epoch,
@@ -557,18 +638,35 @@ impl Driver {
     }
 
     /// Publishes each lease's leadership where it changed.
+    /// Publishes every lease's leadership that changed. Runs after every step, so it walks the
+    /// coordinator's leases and the publishers side by side (both in name order) and takes a
+    /// write lock or clones a term only for a lease whose role, epoch or term moved: at 10,000
+    /// leases a lookup per lease per step was what held the driver's loop up.
     fn publish(&self) {
+        let mut views = self.coordinator.views().peekable();
         for (name, tx) in &self.publishers {
-            let Some((role, epoch)) = self.coordinator.view(name) else {
+            while views
+                .next_if(|(lease, _, _)| *lease < name.as_str())
+                .is_some()
+            {}
+            let Some((_, role, epoch)) = views.next_if(|(lease, _, _)| *lease == name.as_str())
+            else {
                 continue;
             };
-            let term = self.terms.get(name).map(|a| a.term.clone());
-            // Metrics move only with the role or epoch: nothing to do on most steps, which keeps
-            // the driver's loop (the handoff path) free of label lookups.
-            let (was_role, was_epoch) = {
+            let active = self.terms.get(name);
+            let (was_role, was_epoch, same_term) = {
                 let current = tx.borrow();
-                (current.role, current.epoch)
+                let same_term = match (&current.term, active) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => a.epoch == b.term.epoch && !a.is_cancelled(),
+                    _ => false,
+                };
+                (current.role, current.epoch, same_term)
             };
+            if was_role == role && was_epoch == epoch && same_term {
+                continue;
+            }
+            // Metrics move only with the role or epoch.
             if was_role != role || was_epoch != epoch {
                 let label = Metrics::lease(name);
                 if was_role != role {
@@ -588,21 +686,10 @@ impl Driver {
                     .get_or_create(&label)
                     .set(epoch.unwrap_or_default());
             }
-            tx.send_if_modified(|current| {
-                let same_term = match (&current.term, &term) {
-                    (None, None) => true,
-                    (Some(a), Some(b)) => a.epoch == b.epoch && !a.is_cancelled(),
-                    _ => false,
-                };
-                if current.role == role && current.epoch == epoch && same_term {
-                    return false;
-                }
-                *current = Leadership {
-                    role,
-                    epoch,
-                    term: term.clone(),
-                };
-                true
+            tx.send_replace(Leadership {
+                role,
+                epoch,
+                term: active.map(|a| a.term.clone()),
             });
         }
     }

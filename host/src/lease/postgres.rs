@@ -432,6 +432,23 @@ impl LeaseStore for PostgresStore {
         Ok(released.is_some())
     }
 
+    async fn release_many(
+        &self,
+        holder: &str,
+        leases: &[(String, Epoch)],
+    ) -> Result<Vec<String>, StoreError> {
+        let (names, epochs): (Vec<&str>, Vec<Epoch>) =
+            leases.iter().map(|(n, e)| (n.as_str(), *e)).unzip();
+        sqlx::query_scalar(statements::RELEASE_MANY)
+            .bind(holder)
+            .bind(names)
+            .bind(epochs)
+            .bind(RELEASE_CHANNEL)
+            .fetch_all(&self.few)
+            .await
+            .map_err(StoreError::query("release"))
+    }
+
     async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError> {
         sqlx::query_as(
             "WITH released AS (

@@ -346,6 +346,37 @@ impl LeaseStore for SqliteStore {
         Ok(done.rows_affected() == 1)
     }
 
+    async fn release_many(
+        &self,
+        holder: &str,
+        leases: &[(String, Epoch)],
+    ) -> Result<Vec<String>, StoreError> {
+        // One transaction: one write lock and one commit for the lot.
+        let err = StoreError::query("release");
+        let mut tx = self.write().await.map_err(err)?;
+        let now = self.clock.now_ms();
+        let mut released = Vec::new();
+        for (name, epoch) in leases {
+            let done = sqlx::query(
+                "UPDATE leasehold_leases SET expires_at_ms = ?4
+                  WHERE name = ?1 AND holder = ?2 AND epoch = ?3 AND expires_at_ms > ?4 AND boot = ?5",
+            )
+            .bind(name)
+            .bind(holder)
+            .bind(epoch)
+            .bind(now)
+            .bind(self.clock.boot_id())
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+            if done.rows_affected() == 1 {
+                released.push(name.clone());
+            }
+        }
+        tx.commit().await.map_err(err)?;
+        Ok(released)
+    }
+
     async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError> {
         let err = StoreError::query("force release");
         let mut tx = self.write().await.map_err(err)?;

@@ -331,6 +331,24 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
     /// listening standbys. Returns whether the row was ours to release.
     async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError>;
 
+    /// [`LeaseStore::release`] for several leases of `holder` at once, each at its epoch: a
+    /// replica that gives up many shards in one go (a lease group rebalancing, or a shutdown)
+    /// does it in one round trip instead of one per lease. Returns the names that were ours to
+    /// release. The default releases them one by one.
+    async fn release_many(
+        &self,
+        holder: &str,
+        leases: &[(String, Epoch)],
+    ) -> Result<Vec<String>, StoreError> {
+        let mut released = Vec::new();
+        for (name, epoch) in leases {
+            if self.release(name, holder, *epoch).await? {
+                released.push(name.clone());
+            }
+        }
+        Ok(released)
+    }
+
     /// Break-glass: expires `name` now whoever holds it, keeping its holder and epoch (so the next
     /// acquisition still gets epoch + 1), and tells listening standbys. Returns the holder and
     /// epoch it had, or `None` when nobody held it.

@@ -38,12 +38,17 @@ pub struct Decision {
     pub campaign_now: Vec<String>,
     /// Shards held here that another member should hold: give them up in order.
     pub step_down: Vec<String>,
+    /// Shards given up before and still held a settling time later: asked for again.
+    pub step_down_again: Vec<String>,
 }
 
 impl Decision {
     /// Whether there is nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.assign.is_empty() && self.campaign_now.is_empty() && self.step_down.is_empty()
+        self.assign.is_empty()
+            && self.campaign_now.is_empty()
+            && self.step_down.is_empty()
+            && self.step_down_again.is_empty()
     }
 }
 
@@ -66,8 +71,9 @@ pub struct Member {
     yours: Vec<bool>,
     /// Since when (by the database's clock) each free shard has been seen free.
     free_since: BTreeMap<u32, DbMillis>,
-    /// Shards stepped down from and not yet seen released.
-    giving: BTreeSet<u32>,
+    /// Shards stepped down from and not yet seen released, and when (by the database's clock) the
+    /// step-down was last asked for.
+    giving: BTreeMap<u32, DbMillis>,
     /// The last holder seen of each shard, to tell how this replica came to hold it.
     last_holder: Vec<Option<String>>,
     /// The members of the last view, and when each one's row expires unless it heartbeats (by the
@@ -104,7 +110,7 @@ impl Member {
             leases,
             index,
             free_since: BTreeMap::new(),
-            giving: BTreeSet::new(),
+            giving: BTreeMap::new(),
             expiries: HashMap::new(),
             gone: HashMap::new(),
             status,
@@ -166,7 +172,7 @@ impl Member {
             }
         }
         self.giving
-            .retain(|s| holders.get(s).is_some_and(|h| *h == self.me));
+            .retain(|s, _| holders.get(s).is_some_and(|h| *h == self.me));
         let counted: Vec<String> = view
             .members
             .iter()
@@ -197,10 +203,23 @@ impl Member {
             } else if want && holder.is_none() {
                 decision.campaign_now.push(self.leases[i].clone());
             }
-            if member && !ours && holder.is_some_and(|h| *h == self.me) && self.giving.insert(shard)
-            {
-                decision.step_down.push(self.leases[i].clone());
-                self.status.moves += 1;
+            if member && !ours && holder.is_some_and(|h| *h == self.me) {
+                // Asked again if still held a settling time later: the driver ignores a step-down
+                // that comes while a campaign for the shard is in flight, and one that comes
+                // while the release is under way changes nothing.
+                let now = now.unwrap_or_default();
+                match self.giving.get(&shard) {
+                    None => {
+                        self.status.moves += 1;
+                        self.giving.insert(shard, now);
+                        decision.step_down.push(self.leases[i].clone());
+                    }
+                    Some(asked) if now.saturating_sub(*asked) >= self.settle.as_millis() as i64 => {
+                        self.giving.insert(shard, now);
+                        decision.step_down_again.push(self.leases[i].clone());
+                    }
+                    Some(_) => {}
+                }
             }
         }
         self.status.held = holders.values().filter(|h| **h == self.me).count() as u32;

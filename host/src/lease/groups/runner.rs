@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::{Decision, GroupSpec, Member};
 use crate::lease::driver::Leases;
@@ -99,6 +99,7 @@ impl Runner {
                 // Just after it: the database's clock and ours differ by a rounding.
                 wait = wait.min(expiry + Duration::from_millis(1));
             }
+            debug!(wait = ?wait, "next look at the lease groups");
             self.leases
                 .publish_groups(self.members.iter().map(|m| m.status().clone()).collect());
             tokio::select! {
@@ -203,6 +204,10 @@ impl Runner {
             if !status.gated {
                 info!(lease = %lease, target = status.target, held = status.held, "handing a shard over to rebalance the group");
             }
+            self.leases.step_down(lease);
+        }
+        for lease in &decision.step_down_again {
+            debug!(lease = %lease, "a shard given up a while ago is still held here: asking again");
             self.leases.step_down(lease);
         }
         let figures = GroupFigures {

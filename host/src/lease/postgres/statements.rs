@@ -119,6 +119,16 @@ pub const RELEASE: &str = "WITH released AS (
                 RETURNING name)
              SELECT name FROM released, pg_notify($4, released.name) AS n";
 
+/// `release_many`: $1 holder, $2 names, $3 their epochs, $4 the notification channel. One
+/// notification per lease released, sent when (and only if) the expiries commit.
+pub const RELEASE_MANY: &str = "WITH released AS (
+                UPDATE leasehold_leases AS l SET expires_at = clock_timestamp()
+                  FROM unnest($2::text[], $3::bigint[]) AS r(name, epoch)
+                 WHERE l.name = r.name AND l.holder = $1 AND l.epoch = r.epoch
+                   AND l.expires_at > clock_timestamp()
+                RETURNING l.name)
+             SELECT name FROM released, pg_notify($4, released.name) AS n";
+
 /// `renew_one`: $1 name, $2 holder, $3 epoch, $4 ttl in ms.
 pub const RENEW_ONE: &str = concat!(
     "WITH renewed AS (

@@ -267,3 +267,22 @@ fn a_member_standing_aside_wants_no_shard_gives_up_its_own_and_settles_anew_when
         4
     );
 }
+
+#[test]
+fn a_shard_still_held_a_settling_time_after_its_step_down_is_asked_for_again_but_counted_once() {
+    let (mut members, holders) = three_settled();
+    let four = [("a", 9_000), ("b", 9_000), ("c", 9_000), ("d", 1_000)];
+    let a = &mut members[0];
+    let first = a.observe(&view(20_000, &four, &holders));
+    assert_eq!(first.step_down.len(), 1, "{first:?}");
+    // The driver was campaigning for it when the step-down came, and kept it.
+    assert!(
+        a.observe(&view(20_500, &four, &holders))
+            .step_down
+            .is_empty()
+    );
+    let again = a.observe(&view(21_000, &four, &holders));
+    assert!(again.step_down.is_empty(), "{again:?}");
+    assert_eq!(again.step_down_again, first.step_down);
+    assert_eq!(a.status().moves, 1);
+}
