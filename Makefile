@@ -30,7 +30,9 @@ test: build guests
 # plugin runtime's compile, load, instantiate, call and loss-to-stop costs, fenced writes, and
 # frozen holders (guest calls after the deadline, resume -> term ended), and the host's peak RSS
 # under the attacks on its memory against its plugins' budget; what 1,000 and 10,000 leases on
-# three replicas cost the holder, the standbys and PostgreSQL, and an idle host's CPU and memory.
+# three replicas cost the holder, the standbys and PostgreSQL, and an idle host's CPU and memory;
+# how lease groups rebalance (join, SIGTERM, kill: time, shards moved, longest unheld) and what
+# 10,000 shards in groups over five replicas cost.
 # handoff-bench also runs the same handoff and failover trials with etcd's own lock CLI
 # (`etcdctl lock --ttl`, a single-node etcd it starts itself) and prints both side by side;
 # scripts/install-deps.sh --bench installs etcd if it is missing (BENCH_ETCD=0 skips it).

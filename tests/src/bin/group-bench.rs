@@ -148,7 +148,7 @@ fn fewest(
             moves += n;
             continue;
         }
-        let share = if extra_high > 0 || shards % after == 0 {
+        let share = if extra_high > 0 || shards.is_multiple_of(after) {
             extra_high = extra_high.saturating_sub(1);
             high
         } else {
