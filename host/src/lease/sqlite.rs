@@ -328,22 +328,10 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
-        let err = StoreError::query("release");
-        let mut tx = self.write().await.map_err(err)?;
-        let done = sqlx::query(
-            "UPDATE leasehold_leases SET expires_at_ms = ?4
-              WHERE name = ?1 AND holder = ?2 AND epoch = ?3 AND expires_at_ms > ?4 AND boot = ?5",
-        )
-        .bind(name)
-        .bind(holder)
-        .bind(epoch)
-        .bind(self.clock.now_ms())
-        .bind(self.clock.boot_id())
-        .execute(&mut *tx)
-        .await
-        .map_err(err)?;
-        tx.commit().await.map_err(err)?;
-        Ok(done.rows_affected() == 1)
+        let released = self
+            .release_many(holder, &[(name.to_string(), epoch)])
+            .await?;
+        Ok(!released.is_empty())
     }
 
     async fn release_many(
