@@ -103,7 +103,8 @@ const VERBS: &[(&str, &str, &str)] = &[
     ("alloc", "memory", "exceeded its memory limit"),
     ("recurse", "trap", "trapped"),
     ("trap", "trap", "unreachable"),
-    ("panic", "trap", "unreachable"),
+    // A panic's message, which the guest printed to stderr, is part of the trap's report.
+    ("panic", "trap", "misbehave: deliberate panic"),
     ("fail", "error", "deliberate failure"),
     // A million log lines outlast the deadline; all but the per-call budget are dropped.
     (

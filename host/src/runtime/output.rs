@@ -7,6 +7,11 @@
 //! and reported once, after the call, as one "N lines dropped" line. Writes never fail, so a
 //! guest may print forever (until its deadline or fuel ends the call) without an error, a panic
 //! in its `println!`, or host memory growing with what it printed.
+//!
+//! The last few lines a call wrote to stderr are kept until the call ends ([`TAIL_LINES`], each
+//! cut at [`TAIL_LINE_BYTES`]): a guest that traps usually said why there just before (a Rust
+//! panic's message, a Python traceback, an uncaught JavaScript exception), and the host adds
+//! those lines to the trap it reports in `/status`.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -28,6 +33,17 @@ const BYTES_PER_CALL: usize = 64 << 10;
 /// The longest line kept whole; the rest of a longer line is dropped. A diagnostic line fits,
 /// and it is all the memory one stream holds between newlines.
 const MAX_LINE_BYTES: usize = 4 << 10;
+
+/// stderr lines of a call kept for its trap report: a traceback's last frame, the exception, and
+/// the runtime's own line about it.
+const TAIL_LINES: usize = 4;
+
+/// The longest stderr line kept whole for a trap report.
+const TAIL_LINE_BYTES: usize = 300;
+
+/// Lines that say nothing about the guest's failure: Rust's hint about backtraces, which a
+/// plugin cannot act on.
+const TAIL_NOISE: &[&str] = &["note: run with `RUST_BACKTRACE=1`"];
 
 /// How much the guest may hand over in one write: the usual WASI stream permit, so no write
 /// makes the host allocate much.
@@ -51,10 +67,11 @@ impl GuestOutput {
     }
 
     /// Ends a call: logs an unfinished last line, reports what was dropped, and renews the
-    /// budgets for the next call.
-    pub(super) fn flush(&mut self) {
+    /// budgets for the next call. Returns the call's last stderr lines, joined by ` / `, when
+    /// it wrote any.
+    pub(super) fn flush(&mut self) -> Option<String> {
         self.stdout.end_call();
-        self.stderr.end_call();
+        self.stderr.end_call()
     }
 }
 
@@ -80,6 +97,8 @@ struct Lines {
     bytes_left: usize,
     /// Lines this call wrote but did not log.
     dropped: u64,
+    /// The call's last lines (stderr only), for a trap report.
+    tail: Option<std::collections::VecDeque<String>>,
 }
 
 impl LineSink {
@@ -93,6 +112,7 @@ impl LineSink {
             lines_left: LINES_PER_CALL,
             bytes_left: BYTES_PER_CALL,
             dropped: 0,
+            tail: (stream == "stderr").then(std::collections::VecDeque::new),
         })))
     }
 
@@ -105,8 +125,8 @@ impl LineSink {
         self.lines().take(bytes);
     }
 
-    fn end_call(&self) {
-        self.lines().end_call();
+    fn end_call(&self) -> Option<String> {
+        self.lines().end_call()
     }
 }
 
@@ -136,6 +156,16 @@ impl Lines {
         if text.trim().is_empty() {
             return;
         }
+        if let Some(tail) = &mut self.tail
+            && !TAIL_NOISE.iter().any(|noise| text.starts_with(noise))
+        {
+            if tail.len() == TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(super::host::guest_text(
+                cut(text.trim_end(), TAIL_LINE_BYTES).to_string(),
+            ));
+        }
         if self.lines_left == 0 || text.len() > self.bytes_left {
             self.dropped += 1;
             return;
@@ -150,7 +180,7 @@ impl Lines {
     }
 
     /// See [`GuestOutput::flush`].
-    fn end_call(&mut self) {
+    fn end_call(&mut self) -> Option<String> {
         if !self.partial.is_empty() {
             self.end_line();
         }
@@ -164,7 +194,18 @@ impl Lines {
         self.dropped = 0;
         self.lines_left = LINES_PER_CALL;
         self.bytes_left = BYTES_PER_CALL;
+        let tail = self.tail.as_mut().map(std::mem::take).unwrap_or_default();
+        (!tail.is_empty()).then(|| Vec::from(tail).join(" / "))
     }
+}
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn cut(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 impl IsTerminal for LineSink {
@@ -247,6 +288,29 @@ mod tests {
         s.end_call();
         assert_eq!(s.lines().lines_left, LINES_PER_CALL);
         assert_eq!(s.lines().dropped, 0);
+    }
+
+    #[test]
+    fn a_calls_last_stderr_lines_are_kept_for_its_trap_report_and_then_forgotten() {
+        let s = LineSink::new(&Arc::from("p"), "leader", "stderr");
+        s.take(b"Traceback (most recent call last):\n  File \"app.py\", line 3\n");
+        s.take(b"RuntimeError: boom\nthread panicked at lib.rs:1:2:\n");
+        s.take(b"Python function threw an unexpected exception\n");
+        s.take(b"note: run with `RUST_BACKTRACE=1` environment variable\n");
+        s.take(&[b'z'; 1000]);
+        let tail = s.end_call().expect("stderr lines were written");
+        assert_eq!(
+            tail,
+            format!(
+                "RuntimeError: boom / thread panicked at lib.rs:1:2: / \
+                 Python function threw an unexpected exception / {}",
+                "z".repeat(TAIL_LINE_BYTES)
+            )
+        );
+        assert_eq!(s.end_call(), None, "the next call starts with no tail");
+        let out = sink();
+        out.take(b"hello\n");
+        assert_eq!(out.end_call(), None, "stdout keeps no tail");
     }
 
     #[test]

@@ -341,12 +341,19 @@ impl PluginStore {
             data.call_deadline = None;
             data.interrupted.take()
         };
-        self.output.flush();
+        let stderr_tail = self.output.flush();
         let result = match outcome {
             Ok(Ok(Ok(value))) => Ok(value),
             Ok(Ok(Err(message))) => Err(CallFailure::Returned(host::guest_text(message))),
             Ok(Err(error)) => Err(CallFailure::classify(error, timeout, interrupted)),
             Err(failure) => Err(failure),
+        };
+        // A trap says only where the guest stopped; what it printed last says why.
+        let result = match (result, stderr_tail) {
+            (Err(CallFailure::Trap(trap)), Some(tail)) => Err(CallFailure::Trap(format!(
+                "{trap}; its stderr ended: {tail}"
+            ))),
+            (result, _) => result,
         };
         let report = self.record(took, &result, fuel_given, refused_before);
         Called { result, report }
