@@ -265,6 +265,9 @@ pub fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 println!("{report}");
             } else {
                 eprintln!("leasehold: error: {line}");
+                if let Some(explanation) = error.explain() {
+                    eprintln!("{explanation}");
+                }
             }
             Ok(ExitCode::FAILURE)
         }

@@ -94,6 +94,34 @@ pub enum ComponentError {
     },
 }
 
+impl ComponentError {
+    /// A longer explanation for `leasehold check`, where there is more to say than the line.
+    pub fn explain(&self) -> Option<String> {
+        match self {
+            ComponentError::NoWorld {
+                as_reconciler,
+                as_health_check,
+                exports,
+                ..
+            } => {
+                let type_errors: Vec<(&str, &str)> = [
+                    ("reconciler", as_reconciler),
+                    ("health-check", as_health_check),
+                ]
+                .into_iter()
+                .filter(|(_, why)| !why.starts_with(MISSING))
+                .map(|(world, why)| (world, why.as_str()))
+                .collect();
+                Some(super::explain::no_world(exports, &type_errors))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// How [`world_mismatch`] starts when exports are missing (rather than of another type).
+const MISSING: &str = "missing export";
+
 /// The world a component implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -286,7 +314,7 @@ fn world_mismatch(exports: &[String], expected: &[&str], error: &wasmtime::Error
         format!("{error:#}")
     } else {
         format!(
-            "missing export{} {}",
+            "{MISSING}{} {}",
             if missing.len() > 1 { "s" } else { "" },
             missing.join(", ")
         )

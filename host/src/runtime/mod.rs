@@ -5,6 +5,7 @@
 //! - [`store`]: one plugin's store for one term, the only door into guest code, where the term's
 //!   deadline is enforced on the monotonic clock (who owns the stop: this module);
 //! - [`load`]: reading a component file, compiling it (through [`cache`]) and finding its world;
+//! - `explain`: `leasehold check`'s longer word on a component that matches no world;
 //! - [`call`]: what a call returns: its result in host types, its failure, its report;
 //! - [`bindings`]: the generated bindings of the WIT worlds (used by this module only);
 //! - [`host`]: the store data and the host side of the `lease` and `log` imports;
@@ -20,6 +21,7 @@ pub mod bindings;
 pub mod cache;
 pub mod call;
 pub mod engine;
+mod explain;
 pub mod host;
 mod imports;
 pub mod limits;
