@@ -5,7 +5,7 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::marker::PhantomData;
 
-use crate::{Config, Context, EventHandler, HealthCheck, Outcome, Reconciler, Role};
+use crate::{Config, Context, Error, EventHandler, HealthCheck, Outcome, Reconciler, Role};
 
 /// Bindings of the `reconciler` world; the shared interfaces (`types`, `lease`, `log`, `kv`,
 /// `sql`) are generated here once.
@@ -68,9 +68,9 @@ thread_local! {
 /// Runs `f` on the plugin value, building it with `init` first when `lazy_init` is given and
 /// nothing was built yet.
 fn with_plugin<T: 'static, R>(
-    lazy_init: Option<fn(Config) -> Result<T, String>>,
-    f: impl FnOnce(&mut T) -> Result<R, String>,
-) -> Result<R, String> {
+    lazy_init: Option<fn(Config) -> Result<T, Error>>,
+    f: impl FnOnce(&mut T) -> Result<R, Error>,
+) -> Result<R, Error> {
     PLUGIN.with(|slot| {
         let mut slot = slot.borrow_mut();
         if slot.is_none() {
@@ -113,20 +113,25 @@ fn install_panic_hook() {
     });
 }
 
+/// The text the host receives for a failed call: the error's whole chain of causes.
+fn to_host<T>(result: Result<T, Error>) -> Result<T, String> {
+    result.map_err(|e| e.to_string())
+}
+
 /// Adapts a [`Reconciler`] to the generated `reconciler` world.
 pub struct ReconcilerExport<T>(PhantomData<T>);
 
 impl<T: Reconciler> reconciler::Guest for ReconcilerExport<T> {
     fn init(config: Vec<(String, String)>) -> Result<(), String> {
         install_panic_hook();
-        set_plugin(T::init(Config::from(config))?);
+        set_plugin(to_host(T::init(Config::from(config)))?);
         Ok(())
     }
 
     fn reconcile(ctx: wit_types::ReconcileContext) -> Result<wit_types::Outcome, String> {
         install_panic_hook();
         let ctx = Context::new(ctx.lease, ctx.epoch, ctx.tick);
-        let outcome: Outcome = with_plugin::<T, _>(None, |plugin| plugin.reconcile(ctx))?;
+        let outcome: Outcome = to_host(with_plugin::<T, _>(None, |plugin| plugin.reconcile(ctx)))?;
         Ok(wit_types::Outcome {
             requeue_after_ms: outcome.requeue_after_ms(),
         })
@@ -148,7 +153,9 @@ impl<T: Reconciler + EventHandler> event_reconciler::Guest for EventReconcilerEx
 
     fn handle_event(channel: String, payload: String) -> Result<(), String> {
         install_panic_hook();
-        with_plugin::<T, _>(None, |plugin| plugin.handle_event(&channel, &payload))
+        to_host(with_plugin::<T, _>(None, |plugin| {
+            plugin.handle_event(&channel, &payload)
+        }))
     }
 }
 
@@ -158,7 +165,7 @@ pub struct HealthCheckExport<T>(PhantomData<T>);
 impl<T: HealthCheck> health_check::Guest for HealthCheckExport<T> {
     fn init(config: Vec<(String, String)>) -> Result<(), String> {
         install_panic_hook();
-        set_plugin(T::init(Config::from(config))?);
+        set_plugin(to_host(T::init(Config::from(config)))?);
         Ok(())
     }
 
@@ -168,6 +175,8 @@ impl<T: HealthCheck> health_check::Guest for HealthCheckExport<T> {
             wit_types::Role::Active => Role::Active,
             wit_types::Role::Standby => Role::Standby,
         };
-        with_plugin::<T, _>(Some(T::init), |plugin| plugin.check(role))
+        to_host(with_plugin::<T, _>(Some(T::init), |plugin| {
+            plugin.check(role)
+        }))
     }
 }

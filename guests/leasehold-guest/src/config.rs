@@ -9,13 +9,13 @@ use std::time::Duration;
 ///
 /// Every value arrives as text; the helpers below parse it and, when a value is missing or
 /// malformed, return an error message that names the key and says what was expected. Their
-/// error type is `String`, like the error of [`Reconciler::init`](crate::Reconciler::init), so
-/// `?` passes the message on to the host:
+/// error type is `String`, which `?` turns into the [`Error`](crate::Error) of
+/// [`Reconciler::init`](crate::Reconciler::init), passing the message on to the host:
 ///
 /// ```
-/// # use leasehold_guest::Config;
+/// # use leasehold_guest::{Config, Error};
 /// # use std::time::Duration;
-/// # fn main() -> Result<(), String> {
+/// # fn main() -> Result<(), Error> {
 /// let config = Config::from_iter([("batch", "50"), ("pause", "1.5s")]);
 /// let batch: u32 = config.parse_or("batch", 10)?;
 /// let pause = config.duration_or("pause", Duration::from_secs(1))?;

@@ -9,24 +9,24 @@
 //! kv_max_bytes = "64MiB"          # optional quota: keys plus values (this is the default)
 //! ```
 //!
-//! Without the grant every call returns [`Error::NotGranted`].
+//! Without the grant every call returns [`CapabilityError::NotGranted`].
 //!
 //! - **Scope.** Keys belong to the plugin (named after its file): other plugins neither see nor
 //!   change them. Values survive terms, replicas and restarts: the store lives in the lease
 //!   database, not in the instance.
 //! - **Writes are fenced.** [`put`] and [`delete`] commit only if this replica still holds the
-//!   lease at the epoch the plugin runs under, checked in the same transaction under a lock on
-//!   the lease row. Otherwise they return [`Error::LeaseLost`] and change nothing: a replica that
-//!   lost the lease without knowing it yet cannot overwrite what the new holder wrote.
+//!   lease at the epoch the plugin runs under, checked in the same transaction under a lock on the
+//!   lease row. Otherwise they return [`CapabilityError::LeaseLost`] and change nothing: a replica
+//!   that lost the lease without knowing it yet cannot overwrite what the new holder wrote.
 //! - **Reads are not fenced.** [`get`] and [`list`] read the latest committed values; they also
 //!   work while the lease is being lost.
 //! - **Limits.** A key is 1 to 1024 bytes of UTF-8 without NUL characters
-//!   ([`Error::Invalid`] otherwise); a value is at most 1 MiB ([`Error::TooLarge`] otherwise).
-//!   A [`put`] that would take the plugin's entries past its quota (`kv_max_keys`,
-//!   `kv_max_bytes`) is refused with [`Error::TooLarge`] naming the quota, and writes nothing;
-//!   [`delete`] frees room. A [`list`] call returns at most 1000 entries (`limit` is clamped to `1..=1000`), and may
-//!   return fewer than `limit` with a [`Page::next`] when the values are large: always follow
-//!   `next`, or use [`list_all`].
+//!   ([`CapabilityError::Invalid`] otherwise); a value is at most 1 MiB
+//!   ([`CapabilityError::TooLarge`] otherwise). A [`put`] that would take the plugin's entries past
+//!   its quota (`kv_max_keys`, `kv_max_bytes`) is refused with [`CapabilityError::TooLarge`] naming
+//!   the quota, and writes nothing; [`delete`] frees room. A [`list`] call returns at most 1000
+//!   entries (`limit` is clamped to `1..=1000`), and may return fewer than `limit` with a
+//!   [`Page::next`] when the values are large: always follow `next`, or use [`list_all`].
 //! - **Order.** Listings are in byte order of the keys (UTF-8 bytes compared as unsigned, as in
 //!   `"a/10" < "a/2" < "b"`), independent of the database's locale.
 //!
@@ -47,9 +47,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Outside a WebAssembly build every call returns [`Error::Unavailable`].
+//! Outside a WebAssembly build calls go to the thread's [`testing::Fake`](crate::testing::Fake)
+//! if there is one, and otherwise return [`CapabilityError::Unavailable`].
 
-use crate::Error;
+use crate::CapabilityError;
 
 /// The longest key, in bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -83,19 +84,19 @@ impl Page {
 mod host {
     use super::Page;
     use crate::__private::wit_kv as wit;
-    use crate::Error;
+    use crate::CapabilityError;
 
-    pub fn get(key: &str) -> Result<Option<Vec<u8>>, Error> {
-        wit::get(key).map_err(Error::from)
+    pub fn get(key: &str) -> Result<Option<Vec<u8>>, CapabilityError> {
+        wit::get(key).map_err(CapabilityError::from)
     }
-    pub fn put(key: &str, value: &[u8]) -> Result<(), Error> {
-        wit::put(key, value).map_err(Error::from)
+    pub fn put(key: &str, value: &[u8]) -> Result<(), CapabilityError> {
+        wit::put(key, value).map_err(CapabilityError::from)
     }
-    pub fn delete(key: &str) -> Result<bool, Error> {
-        wit::delete(key).map_err(Error::from)
+    pub fn delete(key: &str) -> Result<bool, CapabilityError> {
+        wit::delete(key).map_err(CapabilityError::from)
     }
-    pub fn list(prefix: &str, after: Option<&str>, limit: u32) -> Result<Page, Error> {
-        let page = wit::list(prefix, after, limit).map_err(Error::from)?;
+    pub fn list(prefix: &str, after: Option<&str>, limit: u32) -> Result<Page, CapabilityError> {
+        let page = wit::list(prefix, after, limit).map_err(CapabilityError::from)?;
         Ok(Page {
             entries: page.entries,
             next: page.next,
@@ -103,38 +104,40 @@ mod host {
     }
 }
 
+/// Off-target: the thread's `testing::Fake`, or `Unavailable`.
 #[cfg(not(target_arch = "wasm32"))]
 mod host {
     use super::Page;
-    use crate::Error;
-    use crate::error::outside;
+    use crate::CapabilityError;
+    use crate::capability::outside;
+    use crate::testing::with_fake;
 
-    pub fn get(_key: &str) -> Result<Option<Vec<u8>>, Error> {
-        Err(outside("kv"))
+    pub fn get(key: &str) -> Result<Option<Vec<u8>>, CapabilityError> {
+        with_fake(|fake| fake.kv_get(key)).unwrap_or_else(|| Err(outside("kv")))
     }
-    pub fn put(_key: &str, _value: &[u8]) -> Result<(), Error> {
-        Err(outside("kv"))
+    pub fn put(key: &str, value: &[u8]) -> Result<(), CapabilityError> {
+        with_fake(|fake| fake.kv_put(key, value)).unwrap_or_else(|| Err(outside("kv")))
     }
-    pub fn delete(_key: &str) -> Result<bool, Error> {
-        Err(outside("kv"))
+    pub fn delete(key: &str) -> Result<bool, CapabilityError> {
+        with_fake(|fake| fake.kv_delete(key)).unwrap_or_else(|| Err(outside("kv")))
     }
-    pub fn list(_prefix: &str, _after: Option<&str>, _limit: u32) -> Result<Page, Error> {
-        Err(outside("kv"))
+    pub fn list(prefix: &str, after: Option<&str>, limit: u32) -> Result<Page, CapabilityError> {
+        with_fake(|fake| fake.kv_list(prefix, after, limit)).unwrap_or_else(|| Err(outside("kv")))
     }
 }
 
 /// The value of `key`, or `None` when it is not set. Not fenced.
-pub fn get(key: &str) -> Result<Option<Vec<u8>>, Error> {
+pub fn get(key: &str) -> Result<Option<Vec<u8>>, CapabilityError> {
     host::get(key)
 }
 
-/// The value of `key` as text, or `None` when it is not set; [`Error::Invalid`] when the value
-/// is not UTF-8. Not fenced.
-pub fn get_string(key: &str) -> Result<Option<String>, Error> {
+/// The value of `key` as text, or `None` when it is not set; [`CapabilityError::Invalid`] when the
+/// value is not UTF-8. Not fenced.
+pub fn get_string(key: &str) -> Result<Option<String>, CapabilityError> {
     match get(key)? {
         None => Ok(None),
         Some(bytes) => String::from_utf8(bytes).map(Some).map_err(|e| {
-            Error::Invalid(format!(
+            CapabilityError::Invalid(format!(
                 "kv value of {key:?} is not UTF-8 text ({e}): read it with kv::get"
             ))
         }),
@@ -142,14 +145,14 @@ pub fn get_string(key: &str) -> Result<Option<String>, Error> {
 }
 
 /// Sets `key` to `value` (text or bytes), replacing any previous value. Fenced:
-/// [`Error::LeaseLost`] means nothing was written.
-pub fn put(key: &str, value: impl AsRef<[u8]>) -> Result<(), Error> {
+/// [`CapabilityError::LeaseLost`] means nothing was written.
+pub fn put(key: &str, value: impl AsRef<[u8]>) -> Result<(), CapabilityError> {
     host::put(key, value.as_ref())
 }
 
-/// Removes `key`; `true` when it was set. Fenced: [`Error::LeaseLost`] means nothing was
+/// Removes `key`; `true` when it was set. Fenced: [`CapabilityError::LeaseLost`] means nothing was
 /// removed.
-pub fn delete(key: &str) -> Result<bool, Error> {
+pub fn delete(key: &str) -> Result<bool, CapabilityError> {
     host::delete(key)
 }
 
@@ -159,7 +162,7 @@ pub fn delete(key: &str) -> Result<bool, Error> {
 ///
 /// A page may hold fewer than `limit` entries even when more follow (the host caps the bytes of
 /// a page): the next page exists exactly when [`Page::next`] is `Some`; pass it as `after`.
-pub fn list(prefix: &str, after: Option<&str>, limit: u32) -> Result<Page, Error> {
+pub fn list(prefix: &str, after: Option<&str>, limit: u32) -> Result<Page, CapabilityError> {
     host::list(prefix, after, limit)
 }
 
@@ -167,7 +170,7 @@ pub fn list(prefix: &str, after: Option<&str>, limit: u32) -> Result<Page, Error
 /// to 1000 at a time as the iterator advances.
 ///
 /// Each item is a `Result`: after an error the iterator ends. Collect into a
-/// `Result<Vec<_>, Error>` to get all or the first error:
+/// `Result<Vec<_>, CapabilityError>` to get all or the first error:
 ///
 /// ```no_run
 /// # use leasehold_guest::{kv, Error};
@@ -198,7 +201,7 @@ pub struct ListAll {
 }
 
 impl Iterator for ListAll {
-    type Item = Result<(String, Vec<u8>), Error>;
+    type Item = Result<(String, Vec<u8>), CapabilityError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {

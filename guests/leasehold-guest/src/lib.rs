@@ -17,19 +17,19 @@
 //!   they may compete for it.
 //!
 //! ```no_run
-//! use leasehold_guest::{log, Config, Context, Outcome, Reconciler};
+//! use leasehold_guest::{info, Config, Context, Error, Outcome, Reconciler};
 //!
 //! struct Hello {
 //!     greeting: String,
 //! }
 //!
 //! impl Reconciler for Hello {
-//!     fn init(config: Config) -> Result<Self, String> {
+//!     fn init(config: Config) -> Result<Self, Error> {
 //!         Ok(Hello { greeting: config.get_or("greeting", "hello").to_string() })
 //!     }
 //!
-//!     fn reconcile(&mut self, ctx: Context) -> Result<Outcome, String> {
-//!         log::info(&format!("{} from epoch {}", self.greeting, ctx.epoch()));
+//!     fn reconcile(&mut self, ctx: Context) -> Result<Outcome, Error> {
+//!         info!("{} from epoch {}", self.greeting, ctx.epoch());
 //!         Ok(Outcome::default())
 //!     }
 //! }
@@ -43,8 +43,26 @@
 //! `guests/` directory).
 //!
 //! Besides the trait, a plugin can read the state of its lease with the functions of [`lease`]
-//! and write to the host's log with the functions of [`log`]. Text printed to stdout or stderr
-//! also reaches the host's log, and so does the message of a panic.
+//! and write to the host's log with [`info!`] and the other macros of [`log`]. Text printed to
+//! stdout or stderr also reaches the host's log, and so does the message of a panic.
+//!
+//! # Errors
+//!
+//! The trait methods return [`Error`], which `?` builds from any [`std::error::Error`] (the
+//! [`CapabilityError`] of [`kv`] and [`sql`], `ParseIntError`, `io::Error`, ...) and from the
+//! `String` messages of the [`Config`] helpers; [`bail!`], [`ensure!`] and [`Error::msg`] make
+//! one from a message, and [`ErrorContext::context`] says what was being done. The host gets the
+//! error's text, its whole chain of causes (`reading checkpoint: invalid digit found in string`),
+//! and shows it in its log and `/status`.
+//!
+//! # Testing
+//!
+//! [`testing::Fake`] stands in for the host in a plugin crate's native `cargo test`: a fake
+//! lease, kv store and sql, and the log lines for the test to read back. Outside a WebAssembly
+//! build and without a `Fake`, every capability behaves the same documented way, without
+//! panicking: [`lease`] as a replica that does not hold the lease (`None`s and empty names),
+//! [`kv`] and [`sql`] calls fail with [`CapabilityError::Unavailable`], and [`log`] lines go to
+//! stderr.
 //!
 //! # Capabilities
 //!
@@ -71,15 +89,16 @@
 //! channels = ["sandbox_events"]   # PostgreSQL LISTEN channels (on the sql grant's database, else the lease database)
 //! ```
 //!
-//! Calls return `Result<_, `[`Error`]`>`; without the grant they return [`Error::NotGranted`].
+//! Calls return `Result<_, `[`CapabilityError`]`>`; without the grant they return
+//! [`CapabilityError::NotGranted`].
 //!
 //! **The lease-lost contract.** Writes to the lease database — [`kv::put`], [`kv::delete`],
 //! and [`sql::execute`] and [`sql::transaction`] when the sql grant reaches the lease
 //! database — are *fenced*: each commits only if this replica still holds the lease at the
 //! epoch the plugin runs under, checked in the same transaction. If it does not, the call
-//! returns [`Error::LeaseLost`] and **nothing of it was kept**, so a replica that lost the lease
-//! without knowing it yet can never overwrite the new holder's work. On `LeaseLost` stop
-//! writing and return: the instance is about to be stopped, and the new holder carries on.
+//! returns [`CapabilityError::LeaseLost`] and **nothing of it was kept**, so a replica that lost
+//! the lease without knowing it yet can never overwrite the new holder's work. On `LeaseLost`
+//! stop writing and return: the instance is about to be stopped, and the new holder carries on.
 //! Reads ([`kv::get`], [`kv::list`], [`sql::query`]) are not fenced. Writes to a database other
 //! than the lease database are not fenced by the host: pass [`Context::epoch`] along.
 
@@ -87,6 +106,7 @@
 
 #[doc(hidden)]
 pub mod __private;
+mod capability;
 mod config;
 mod context;
 mod error;
@@ -94,10 +114,13 @@ pub mod kv;
 pub mod lease;
 pub mod log;
 pub mod sql;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod testing;
 
+pub use capability::CapabilityError;
 pub use config::Config;
 pub use context::{Context, Outcome, Role};
-pub use error::Error;
+pub use error::{Error, ErrorContext};
 
 /// A plugin that reconciles on a schedule while its replica holds the lease.
 ///
@@ -114,7 +137,7 @@ pub trait Reconciler: Sized + 'static {
     /// call to [`reconcile`](Reconciler::reconcile).
     ///
     /// An error is reported by the host as a failure to start the plugin.
-    fn init(config: Config) -> Result<Self, String>;
+    fn init(config: Config) -> Result<Self, Error>;
 
     /// Does one round of work.
     ///
@@ -126,7 +149,7 @@ pub trait Reconciler: Sized + 'static {
     /// Each call has a deadline (`call_timeout` in the manifest): a call still running then is
     /// interrupted, the instance is discarded and the plugin is restarted with a new
     /// [`init`](Reconciler::init). Keep calls short and requeue instead of waiting.
-    fn reconcile(&mut self, ctx: Context) -> Result<Outcome, String>;
+    fn reconcile(&mut self, ctx: Context) -> Result<Outcome, Error>;
 }
 
 /// A [`Reconciler`] that also reacts to PostgreSQL notifications.
@@ -148,30 +171,30 @@ pub trait Reconciler: Sized + 'static {
 /// Export the implementing type with [`export_event_reconciler!`].
 ///
 /// ```no_run
-/// use leasehold_guest::{log, Config, Context, EventHandler, Outcome, Reconciler};
+/// use leasehold_guest::{debug, Config, Context, Error, EventHandler, Outcome, Reconciler};
 ///
 /// struct Sweeper;
 ///
 /// impl Sweeper {
-///     fn sweep(&mut self) -> Result<(), String> {
+///     fn sweep(&mut self) -> Result<(), Error> {
 ///         Ok(()) // ... the work ...
 ///     }
 /// }
 ///
 /// impl Reconciler for Sweeper {
-///     fn init(_config: Config) -> Result<Self, String> {
+///     fn init(_config: Config) -> Result<Self, Error> {
 ///         Ok(Sweeper)
 ///     }
 ///
-///     fn reconcile(&mut self, _ctx: Context) -> Result<Outcome, String> {
+///     fn reconcile(&mut self, _ctx: Context) -> Result<Outcome, Error> {
 ///         self.sweep()?;
 ///         Ok(Outcome::default())
 ///     }
 /// }
 ///
 /// impl EventHandler for Sweeper {
-///     fn handle_event(&mut self, channel: &str, payload: &str) -> Result<(), String> {
-///         log::debug(&format!("{channel}: {payload}"));
+///     fn handle_event(&mut self, channel: &str, payload: &str) -> Result<(), Error> {
+///         debug!("{channel}: {payload}");
 ///         self.sweep()
 ///     }
 /// }
@@ -183,7 +206,7 @@ pub trait EventHandler: Reconciler {
     ///
     /// An error counts as a failure, like a failed [`reconcile`](Reconciler::reconcile). The
     /// call has the same deadline as a reconcile.
-    fn handle_event(&mut self, channel: &str, payload: &str) -> Result<(), String>;
+    fn handle_event(&mut self, channel: &str, payload: &str) -> Result<(), Error>;
 }
 
 /// A plugin that says whether its replica is fit to hold the lease.
@@ -200,11 +223,11 @@ pub trait HealthCheck: Sized + 'static {
     ///
     /// An error is reported by the host as a failure to start the plugin. If the host never
     /// calls it, the check is built with an empty [`Config`] on the first call.
-    fn init(config: Config) -> Result<Self, String>;
+    fn init(config: Config) -> Result<Self, Error>;
 
-    /// Returns `Ok(())` when healthy, or an error message saying what is wrong (shown in the
-    /// host's status page and log).
-    fn check(&mut self, role: Role) -> Result<(), String>;
+    /// Returns `Ok(())` when healthy, or an error saying what is wrong (its text is shown in
+    /// the host's status page and log).
+    fn check(&mut self, role: Role) -> Result<(), Error>;
 }
 
 /// Makes a type implementing [`Reconciler`] the plugin of this crate.

@@ -4,14 +4,30 @@
 //! with the host's own logs, filtered by the host's log level. The host may drop lines from a
 //! call that logs excessively.
 //!
-//! ```no_run
-//! use leasehold_guest::log;
+//! The macros [`trace!`](crate::trace), [`debug!`](crate::debug), [`info!`](crate::info),
+//! [`warn!`](crate::warn) and [`error!`](crate::error) take what [`format!`] takes; the functions
+//! of the same names take a `&str`:
 //!
-//! log::info("reconciled 3 objects");
-//! log::warn(&format!("retrying {} after {:?}", "orders", std::time::Duration::from_secs(2)));
+//! ```no_run
+//! use leasehold_guest::{info, log, warn};
+//! use std::time::Duration;
+//!
+//! let (n, table) = (3, "orders");
+//! info!("reconciled {n} objects in {table}");
+//! warn!("retrying {} after {:?}", table, Duration::from_secs(2));
+//! log::debug("a line without arguments");
 //! ```
 //!
-//! Outside a WebAssembly build (for instance in a crate's native unit tests), lines go to stderr.
+//! The macros are also reachable through this module (`log::info!(...)`).
+//!
+//! Outside a WebAssembly build (for instance in a crate's native unit tests), lines go to stderr
+//! as `[Info] message`; while a [`testing::Fake`](crate::testing::Fake) is installed they are
+//! also kept for the test to read.
+
+use std::fmt;
+
+#[doc(inline)]
+pub use crate::{debug, error, info, trace, warn};
 
 /// How severe a log line is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -43,7 +59,19 @@ pub fn log(level: Level, message: &str) {
         wit_log::log(level, message);
     }
     #[cfg(not(target_arch = "wasm32"))]
-    eprintln!("[{level:?}] {message}");
+    {
+        crate::testing::with_fake(|fake| fake.log(level, message));
+        eprintln!("[{level:?}] {message}");
+    }
+}
+
+/// Writes one line at the given level from [`format_args!`]; what the macros call. A message
+/// without arguments is sent as it is, without a copy.
+pub fn log_args(level: Level, args: fmt::Arguments<'_>) {
+    match args.as_str() {
+        Some(text) => log(level, text),
+        None => log(level, &args.to_string()),
+    }
 }
 
 /// Writes one line at trace level.
@@ -69,4 +97,92 @@ pub fn warn(message: &str) {
 /// Writes one line at error level.
 pub fn error(message: &str) {
     log(Level::Error, message)
+}
+
+/// Writes one line at trace level to the host's log, formatted like [`format!`]:
+/// `trace!("row {id}: {state:?}")`.
+#[macro_export]
+macro_rules! trace {
+    ($($arg:tt)+) => {
+        $crate::log::log_args($crate::log::Level::Trace, ::core::format_args!($($arg)+))
+    };
+}
+
+/// Writes one line at debug level to the host's log, formatted like [`format!`]:
+/// `debug!("notification on {channel}")`.
+#[macro_export]
+macro_rules! debug {
+    ($($arg:tt)+) => {
+        $crate::log::log_args($crate::log::Level::Debug, ::core::format_args!($($arg)+))
+    };
+}
+
+/// Writes one line at info level to the host's log, formatted like [`format!`]:
+/// `info!("tick {} of epoch {}", ctx.tick(), ctx.epoch())`.
+#[macro_export]
+macro_rules! info {
+    ($($arg:tt)+) => {
+        $crate::log::log_args($crate::log::Level::Info, ::core::format_args!($($arg)+))
+    };
+}
+
+/// Writes one line at warn level to the host's log, formatted like [`format!`]:
+/// `warn!("sweep refused at epoch {epoch}")`.
+#[macro_export]
+macro_rules! warn {
+    ($($arg:tt)+) => {
+        $crate::log::log_args($crate::log::Level::Warn, ::core::format_args!($($arg)+))
+    };
+}
+
+/// Writes one line at error level to the host's log, formatted like [`format!`]:
+/// `error!("giving up on {key}: {e}")`.
+#[macro_export]
+macro_rules! error {
+    ($($arg:tt)+) => {
+        $crate::log::log_args($crate::log::Level::Error, ::core::format_args!($($arg)+))
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Level;
+    use crate::testing::Fake;
+
+    #[test]
+    fn macros_format_like_format() {
+        let fake = Fake::new();
+        let (n, table) = (3, "orders");
+        crate::trace!("t {n}");
+        crate::debug!("d {}", n + 1);
+        crate::info!("reconciled {n} objects in {table}");
+        crate::warn!("w {:?}", std::time::Duration::from_millis(1500),);
+        crate::error!("plain, {{braces}}");
+        super::info!("through the module");
+        super::info("the function");
+        let lines: Vec<(Level, String)> = fake
+            .logs()
+            .into_iter()
+            .map(|l| (l.level, l.message))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                (Level::Trace, "t 3".to_string()),
+                (Level::Debug, "d 4".into()),
+                (Level::Info, "reconciled 3 objects in orders".into()),
+                (Level::Warn, "w 1.5s".into()),
+                (Level::Error, "plain, {braces}".into()),
+                (Level::Info, "through the module".into()),
+                (Level::Info, "the function".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn without_a_fake_lines_only_go_to_stderr() {
+        crate::info!("nobody keeps this {}", 1);
+        let fake = Fake::new();
+        assert!(fake.logs().is_empty());
+    }
 }

@@ -11,8 +11,8 @@
 //! max_connections = 4             # optional, pool size for this grant
 //! ```
 //!
-//! Without the grant every call returns [`Error::NotGranted`]. The URL and its credentials stay
-//! with the host; the plugin only sends statements.
+//! Without the grant every call returns [`CapabilityError::NotGranted`]. The URL and its
+//! credentials stay with the host; the plugin only sends statements.
 //!
 //! ```no_run
 //! use leasehold_guest::sql::{self, Statement};
@@ -37,24 +37,25 @@
 //! # What runs, and how
 //!
 //! - [`query`] runs in a read-only transaction: a statement that writes fails with
-//!   [`Error::Database`].
+//!   [`CapabilityError::Database`].
 //! - [`execute`] runs one statement in its own transaction; [`transaction`] runs several in one
-//!   transaction, all of them or none. When the granted database is the lease database, both
-//!   are **fenced** like [`kv`](crate::kv) writes: they commit only if this replica still holds
-//!   the lease at the plugin's epoch, and otherwise return [`Error::LeaseLost`] having kept
+//!   transaction, all of them or none. When the granted database is the lease database, both are
+//!   **fenced** like [`kv`](crate::kv) writes: they commit only if this replica still holds the
+//!   lease at the plugin's epoch, and otherwise return [`CapabilityError::LeaseLost`] having kept
 //!   nothing. On another database they are not fenced: pass
 //!   [`Context::epoch`](crate::Context::epoch) along and have the database refuse stale epochs.
 //! - Each statement is a single SQL statement. The host owns transactions and sessions:
 //!   transaction control and session commands (`BEGIN`, `START`, `COMMIT`, `END`, `ROLLBACK`,
 //!   `ABORT`, `SAVEPOINT`, `RELEASE`, `PREPARE`, `DEALLOCATE`, `SET` other than `SET LOCAL` and
 //!   `SET CONSTRAINTS`, `RESET`, `DISCARD`, `LISTEN`, `UNLISTEN`, `LOAD`) are refused with
-//!   [`Error::Invalid`], whatever their case or leading comments. `SET LOCAL` lasts until the
-//!   end of the statement's transaction.
-//! - Results are capped by the grant's `max_rows` and `max_bytes` ([`Error::TooLarge`]; bytes
-//!   as the host holds them: a NULL or a number counts as much as a 32-byte value), and each
-//!   statement by its `statement_timeout` ([`Error::Unavailable`]). What one call sends is capped
-//!   too: 1,000 statements per transaction and 4 MiB of SQL and parameters as the host holds them
-//!   ([`Error::TooLarge`]); a call that copies more than 8 MiB out of the guest traps.
+//!   [`CapabilityError::Invalid`], whatever their case or leading comments. `SET LOCAL` lasts
+//!   until the end of the statement's transaction.
+//! - Results are capped by the grant's `max_rows` and `max_bytes` ([`CapabilityError::TooLarge`];
+//!   bytes as the host holds them: a NULL or a number counts as much as a 32-byte value), and each
+//!   statement by its `statement_timeout` ([`CapabilityError::Unavailable`]). What one call sends
+//!   is capped too: 1,000 statements per transaction and 4 MiB of SQL and parameters as the host
+//!   holds them ([`CapabilityError::TooLarge`]); a call that copies more than 8 MiB out of the
+//!   guest traps.
 //!
 //! # Types
 //!
@@ -68,10 +69,13 @@
 //! timestamps (RFC 3339, e.g. `2026-11-22T10:00:00.000000Z`), dates, uuids and json as `Text`.
 //! `numeric` must be cast (`::text` to keep every digit, or `::float8`); other types likewise.
 //! Read values with [`Row::get`] into any [`FromValue`] type.
+//!
+//! Outside a WebAssembly build calls go to the thread's [`testing::Fake`](crate::testing::Fake)
+//! if there is one, and otherwise return [`CapabilityError::Unavailable`].
 
 use std::fmt;
 
-use crate::Error;
+use crate::CapabilityError;
 
 /// A parameter or a column value: the WIT `sql.value`.
 ///
@@ -357,8 +361,8 @@ pub struct Row<'a> {
 }
 
 impl<'a> Row<'a> {
-    /// The value of the column named `column` as a `T`; [`Error::Invalid`] naming the column
-    /// when there is no such column or its value is not a `T` (read a nullable column as an
+    /// The value of the column named `column` as a `T`; [`CapabilityError::Invalid`] naming the
+    /// column when there is no such column or its value is not a `T` (read a nullable column as an
     /// `Option`).
     ///
     /// ```
@@ -370,9 +374,9 @@ impl<'a> Row<'a> {
     /// assert_eq!(row.get::<Option<String>>("z"), Ok(None));
     /// assert!(row.get::<String>("n").is_err()); // an int is not text
     /// ```
-    pub fn get<T: FromValue>(&self, column: &str) -> Result<T, Error> {
+    pub fn get<T: FromValue>(&self, column: &str) -> Result<T, CapabilityError> {
         let Some(index) = self.columns.iter().position(|c| c == column) else {
-            return Err(Error::Invalid(format!(
+            return Err(CapabilityError::Invalid(format!(
                 "no column {column:?} in the result (columns: {})",
                 self.columns.join(", ")
             )));
@@ -380,11 +384,11 @@ impl<'a> Row<'a> {
         self.convert(index, &format!("column {column:?}"))
     }
 
-    /// The value of the column at `index` (from 0) as a `T`; [`Error::Invalid`] when there is no
-    /// such column or its value is not a `T`.
-    pub fn get_at<T: FromValue>(&self, index: usize) -> Result<T, Error> {
+    /// The value of the column at `index` (from 0) as a `T`; [`CapabilityError::Invalid`] when
+    /// there is no such column or its value is not a `T`.
+    pub fn get_at<T: FromValue>(&self, index: usize) -> Result<T, CapabilityError> {
         if index >= self.values.len() {
-            return Err(Error::Invalid(format!(
+            return Err(CapabilityError::Invalid(format!(
                 "no column {index} in the result: it has {} columns",
                 self.values.len()
             )));
@@ -393,9 +397,9 @@ impl<'a> Row<'a> {
         self.convert(index, &format!("column {name:?} (index {index})"))
     }
 
-    fn convert<T: FromValue>(&self, index: usize, what: &str) -> Result<T, Error> {
+    fn convert<T: FromValue>(&self, index: usize, what: &str) -> Result<T, CapabilityError> {
         let value = &self.values[index];
-        T::from_value(value).map_err(|why| Error::Invalid(format!("{what}: {why}")))
+        T::from_value(value).map_err(|why| CapabilityError::Invalid(format!("{what}: {why}")))
     }
 
     /// The raw value of the column named `column`.
@@ -519,7 +523,7 @@ impl<T: FromValue> FromValue for Option<T> {
 mod host {
     use super::{Rows, Statement, Value};
     use crate::__private::wit_sql as wit;
-    use crate::Error;
+    use crate::CapabilityError;
 
     fn to_wit(value: &Value) -> wit::Value {
         match value {
@@ -547,8 +551,8 @@ mod host {
         params.iter().map(to_wit).collect()
     }
 
-    pub fn query(sql: &str, p: &[Value]) -> Result<Rows, Error> {
-        let rows = wit::query(sql, &params(p)).map_err(Error::from)?;
+    pub fn query(sql: &str, p: &[Value]) -> Result<Rows, CapabilityError> {
+        let rows = wit::query(sql, &params(p)).map_err(CapabilityError::from)?;
         Ok(Rows {
             columns: rows.columns,
             rows: rows
@@ -559,11 +563,11 @@ mod host {
         })
     }
 
-    pub fn execute(sql: &str, p: &[Value]) -> Result<u64, Error> {
-        wit::execute(sql, &params(p)).map_err(Error::from)
+    pub fn execute(sql: &str, p: &[Value]) -> Result<u64, CapabilityError> {
+        wit::execute(sql, &params(p)).map_err(CapabilityError::from)
     }
 
-    pub fn transaction(statements: &[Statement]) -> Result<Vec<u64>, Error> {
+    pub fn transaction(statements: &[Statement]) -> Result<Vec<u64>, CapabilityError> {
         let statements: Vec<wit::Statement> = statements
             .iter()
             .map(|s| wit::Statement {
@@ -571,42 +575,61 @@ mod host {
                 params: params(&s.params),
             })
             .collect();
-        wit::transaction(&statements).map_err(Error::from)
+        wit::transaction(&statements).map_err(CapabilityError::from)
     }
 }
 
+/// Off-target: the thread's `testing::Fake`, or `Unavailable`.
 #[cfg(not(target_arch = "wasm32"))]
 mod host {
     use super::{Rows, Statement, Value};
-    use crate::Error;
-    use crate::error::outside;
+    use crate::CapabilityError;
+    use crate::capability::outside;
+    use crate::testing::{SqlAnswer, SqlOp, with_fake};
 
-    pub fn query(_sql: &str, _params: &[Value]) -> Result<Rows, Error> {
-        Err(outside("sql"))
+    fn call(op: SqlOp, statements: &[Statement]) -> Result<SqlAnswer, CapabilityError> {
+        match with_fake(|fake| fake.sql(op, statements)) {
+            None => Err(outside("sql")),
+            Some(SqlAnswer::Error(e)) => Err(e),
+            Some(answer) => Ok(answer),
+        }
     }
-    pub fn execute(_sql: &str, _params: &[Value]) -> Result<u64, Error> {
-        Err(outside("sql"))
+
+    pub fn query(sql: &str, params: &[Value]) -> Result<Rows, CapabilityError> {
+        match call(SqlOp::Query, &[Statement::new(sql, params)])? {
+            SqlAnswer::Rows(rows) => Ok(rows),
+            other => unreachable!("the fake checks its answers: {other:?}"),
+        }
     }
-    pub fn transaction(_statements: &[Statement]) -> Result<Vec<u64>, Error> {
-        Err(outside("sql"))
+    pub fn execute(sql: &str, params: &[Value]) -> Result<u64, CapabilityError> {
+        match call(SqlOp::Execute, &[Statement::new(sql, params)])? {
+            SqlAnswer::Count(n) => Ok(n),
+            other => unreachable!("the fake checks its answers: {other:?}"),
+        }
+    }
+    pub fn transaction(statements: &[Statement]) -> Result<Vec<u64>, CapabilityError> {
+        match call(SqlOp::Transaction, statements)? {
+            SqlAnswer::Counts(counts) => Ok(counts),
+            other => unreachable!("the fake checks its answers: {other:?}"),
+        }
     }
 }
 
 /// Runs one read-only statement and returns its rows. Not fenced (nothing is written).
 ///
-/// A statement that writes fails with [`Error::Database`] (PostgreSQL refuses it in a
+/// A statement that writes fails with [`CapabilityError::Database`] (PostgreSQL refuses it in a
 /// read-only transaction); a result beyond the grant's `max_rows` or `max_bytes` fails with
-/// [`Error::TooLarge`].
-pub fn query(sql: &str, params: &[Value]) -> Result<Rows, Error> {
+/// [`CapabilityError::TooLarge`].
+pub fn query(sql: &str, params: &[Value]) -> Result<Rows, CapabilityError> {
     host::query(sql, params)
 }
 
 /// Runs one statement in its own transaction and returns the number of rows it affected
 /// (inserted, updated, deleted; 0 for statements that affect none, such as `CREATE TABLE`).
 ///
-/// Fenced when the granted database is the lease database: [`Error::LeaseLost`] means nothing
-/// was kept.
-pub fn execute(sql: &str, params: &[Value]) -> Result<u64, Error> {
+/// Fenced when the granted database is the lease database: [`CapabilityError::LeaseLost`] means
+/// nothing was kept.
+pub fn execute(sql: &str, params: &[Value]) -> Result<u64, CapabilityError> {
     host::execute(sql, params)
 }
 
@@ -615,8 +638,8 @@ pub fn execute(sql: &str, params: &[Value]) -> Result<u64, Error> {
 ///
 /// If any statement fails (or is refused, e.g. a `COMMIT` among them), the whole transaction is
 /// rolled back and its error returned. Fenced when the granted database is the lease database:
-/// [`Error::LeaseLost`] means nothing was kept. An empty list does nothing.
-pub fn transaction(statements: &[Statement]) -> Result<Vec<u64>, Error> {
+/// [`CapabilityError::LeaseLost`] means nothing was kept. An empty list does nothing.
+pub fn transaction(statements: &[Statement]) -> Result<Vec<u64>, CapabilityError> {
     host::transaction(statements)
 }
 
@@ -679,21 +702,23 @@ mod tests {
         let err = row.get::<i64>("t").unwrap_err();
         assert_eq!(
             err,
-            Error::Invalid(r#"column "t": text, expected i64"#.into())
+            CapabilityError::Invalid(r#"column "t": text, expected i64"#.into())
         );
         let err = row.get::<String>("z").unwrap_err();
         assert!(
-            matches!(&err, Error::Invalid(m) if m.contains("NULL") && m.contains("Option")),
+            matches!(&err, CapabilityError::Invalid(m)
+                if m.contains("NULL") && m.contains("Option")),
             "{err}"
         );
         let err = row.get::<u64>("neg").unwrap_err();
         assert!(
-            matches!(&err, Error::Invalid(m) if m.contains("-1 does not fit in u64")),
+            matches!(&err, CapabilityError::Invalid(m) if m.contains("-1 does not fit in u64")),
             "{err}"
         );
         let err = row.get::<i64>("nope").unwrap_err();
         assert!(
-            matches!(&err, Error::Invalid(m) if m.contains("\"nope\"") && m.contains("n, t, z")),
+            matches!(&err, CapabilityError::Invalid(m)
+                if m.contains("\"nope\"") && m.contains("n, t, z")),
             "{err}"
         );
         let err = row.get_at::<i64>(9).unwrap_err();
@@ -701,7 +726,7 @@ mod tests {
         let err = row.get_at::<bool>(1).unwrap_err();
         assert_eq!(
             err,
-            Error::Invalid(r#"column "t" (index 1): text, expected bool"#.into())
+            CapabilityError::Invalid(r#"column "t" (index 1): text, expected bool"#.into())
         );
     }
 

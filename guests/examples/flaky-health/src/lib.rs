@@ -5,7 +5,7 @@
 //!   (only on the other replicas);
 //! - `fail_every`: fail only every N-th check of the chosen role(s) (default 1: every one).
 
-use leasehold_guest::{Config, HealthCheck, Role, lease, log};
+use leasehold_guest::{Config, Error, HealthCheck, Role, bail, debug, ensure, lease, warn};
 
 struct Flaky {
     fail: Fail,
@@ -23,7 +23,7 @@ enum Fail {
 }
 
 impl HealthCheck for Flaky {
-    fn init(config: Config) -> Result<Self, String> {
+    fn init(config: Config) -> Result<Self, Error> {
         config.deny_unknown(&["fail", "fail_every"])?;
         let fail =
             match config.choice("fail", &["never", "always", "active", "standby"], "never")? {
@@ -33,11 +33,9 @@ impl HealthCheck for Flaky {
                 _ => Fail::Never,
             };
         let every: u64 = config.parse_or("fail_every", 1)?;
-        if every == 0 {
-            return Err("config key \"fail_every\": must be 1 or more".into());
-        }
+        ensure!(every > 0, "config key \"fail_every\": must be 1 or more");
         if fail == Fail::Never && config.contains_key("fail_every") {
-            log::warn("fail_every is ignored while fail = \"never\"");
+            warn!("fail_every is ignored while fail = \"never\"");
         }
         Ok(Flaky {
             fail,
@@ -46,7 +44,7 @@ impl HealthCheck for Flaky {
         })
     }
 
-    fn check(&mut self, role: Role) -> Result<(), String> {
+    fn check(&mut self, role: Role) -> Result<(), Error> {
         let applies = match self.fail {
             Fail::Never => false,
             Fail::Always => true,
@@ -54,25 +52,21 @@ impl HealthCheck for Flaky {
             Fail::Standby => role == Role::Standby,
         };
         if !applies {
-            log::debug(&format!("{role} check: healthy"));
+            debug!("{role} check: healthy");
             return Ok(());
         }
         self.counted += 1;
         if self.counted % self.every == 0 {
-            log::debug(&format!(
-                "{role} check #{}: failing on purpose",
-                self.counted
-            ));
-            Err(format!(
+            debug!("{role} check #{}: failing on purpose", self.counted);
+            bail!(
                 "deliberate {role} failure on lease {:?} (check #{} of the failing roles, fail_every = {})",
                 lease::name(),
                 self.counted,
                 self.every
-            ))
-        } else {
-            log::debug(&format!("{role} check #{}: healthy", self.counted));
-            Ok(())
+            );
         }
+        debug!("{role} check #{}: healthy", self.counted);
+        Ok(())
     }
 }
 

@@ -78,7 +78,8 @@ use std::time::Duration;
 
 use leasehold_guest::sql::{self, Statement};
 use leasehold_guest::{
-    Config, Context, Error, EventHandler, Outcome, Reconciler, kv, lease, log, params,
+    CapabilityError, Config, Context, Error, ErrorContext, EventHandler, Outcome, Reconciler, bail,
+    debug, ensure, info, kv, lease, params, warn,
 };
 
 struct Sweeper {
@@ -109,16 +110,14 @@ impl Swept {
 }
 
 impl Reconciler for Sweeper {
-    fn init(config: Config) -> Result<Self, String> {
+    fn init(config: Config) -> Result<Self, Error> {
         config.deny_unknown(&["table", "orphan_after", "delete_after", "batch"])?;
         let table = config.get_or("table", "sandboxes");
         check_identifier(table)?;
         let orphan_after = config.duration_or("orphan_after", Duration::from_secs(30))?;
         let delete_after = config.duration_or("delete_after", Duration::from_secs(300))?;
         let batch: u32 = config.parse_or("batch", 500)?;
-        if batch == 0 {
-            return Err("config key \"batch\": must be at least 1".into());
-        }
+        ensure!(batch > 0, "config key \"batch\": must be at least 1");
         let millis = |key: &str, d: Duration| {
             i64::try_from(d.as_millis()).map_err(|_| format!("config key {key:?}: too long"))
         };
@@ -159,13 +158,13 @@ impl Reconciler for Sweeper {
             stats: true,
             tick: 0,
         };
-        log::info(&format!(
+        info!(
             "orphan-sweeper: table {table}, orphan after {orphan_after:?}, delete after {delete_after:?}, batch {batch}"
-        ));
+        );
         Ok(sweeper)
     }
 
-    fn reconcile(&mut self, ctx: Context) -> Result<Outcome, String> {
+    fn reconcile(&mut self, ctx: Context) -> Result<Outcome, Error> {
         self.tick = ctx.tick();
         match self.sweep(ctx.epoch())? {
             // The batch was full: there may be more, so come back at once.
@@ -176,17 +175,15 @@ impl Reconciler for Sweeper {
 }
 
 impl EventHandler for Sweeper {
-    fn handle_event(&mut self, channel: &str, payload: &str) -> Result<(), String> {
-        log::debug(&format!(
-            "notification on {channel} ({payload:?}): sweeping"
-        ));
+    fn handle_event(&mut self, channel: &str, payload: &str) -> Result<(), Error> {
+        debug!("notification on {channel} ({payload:?}): sweeping");
         let Some(epoch) = lease::epoch() else {
-            log::debug("not sweeping: this replica does not hold the lease");
+            debug!("not sweeping: this replica does not hold the lease");
             return Ok(());
         };
         if let Some(swept) = self.sweep(epoch)? {
             if self.filled_batch(swept) {
-                log::debug("the batch was full: the next reconcile continues");
+                debug!("the batch was full: the next reconcile continues");
             }
         }
         Ok(())
@@ -196,7 +193,7 @@ impl EventHandler for Sweeper {
 impl Sweeper {
     /// One sweep under `epoch`: what it changed, or `None` when it was refused because the lease
     /// is lost (nothing was changed). Other errors fail the call.
-    fn sweep(&mut self, epoch: u64) -> Result<Option<Swept>, String> {
+    fn sweep(&mut self, epoch: u64) -> Result<Option<Swept>, Error> {
         let e = i64::try_from(epoch).map_err(|_| format!("epoch {epoch} exceeds bigint"))?;
         let batch = i64::from(self.batch);
         let statements = [
@@ -208,19 +205,16 @@ impl Sweeper {
             ),
         ];
         let counts = match sql::transaction(&statements) {
-            Ok(counts) => counts,
-            Err(Error::LeaseLost) => {
-                log::warn(&format!(
+            Err(CapabilityError::LeaseLost) => {
+                warn!(
                     "sweep refused at epoch {epoch}: another replica holds the lease now; nothing was changed"
-                ));
+                );
                 return Ok(None);
             }
-            Err(other) => return Err(format!("sweep at epoch {epoch} failed: {other}")),
+            other => other.with_context(|| format!("sweep at epoch {epoch} failed"))?,
         };
         let [revived, orphaned, deleted] = counts[..] else {
-            return Err(format!(
-                "sweep at epoch {epoch}: expected 3 counts from the transaction, got {counts:?}"
-            ));
+            bail!("sweep at epoch {epoch}: expected 3 counts from the transaction, got {counts:?}");
         };
         let swept = Swept {
             revived,
@@ -232,9 +226,9 @@ impl Sweeper {
             swept.revived, swept.orphaned, swept.deleted
         );
         if swept.changed() {
-            log::info(&line);
+            info!("{line}");
         } else {
-            log::debug(&line);
+            debug!("{line}");
         }
         self.record(epoch, swept);
         Ok(Some(swept))
@@ -257,29 +251,27 @@ impl Sweeper {
         })();
         match recorded {
             Ok(()) => {}
-            Err(Error::NotGranted(why)) => {
+            Err(CapabilityError::NotGranted(why)) => {
                 self.stats = false;
-                log::debug(&format!("no statistics: {why}"));
+                debug!("no statistics: {why}");
             }
-            Err(Error::LeaseLost) => {
-                log::warn("statistics not updated: the lease was lost after the sweep committed")
+            Err(CapabilityError::LeaseLost) => {
+                warn!("statistics not updated: the lease was lost after the sweep committed")
             }
-            Err(other) => log::warn(&format!("statistics not updated: {other}")),
+            Err(other) => warn!("statistics not updated: {other}"),
         }
     }
 }
 
 /// Adds `n` to the decimal counter at `key` (absent or unreadable counts as 0).
-fn add(key: &str, n: u64) -> Result<(), Error> {
+fn add(key: &str, n: u64) -> Result<(), CapabilityError> {
     if n == 0 {
         return Ok(());
     }
     let current = match kv::get_string(key)? {
         None => 0,
         Some(text) => text.trim().parse::<u64>().unwrap_or_else(|_| {
-            log::warn(&format!(
-                "kv {key} holds {text:?}, not a count: starting again from 0"
-            ));
+            warn!("kv {key} holds {text:?}, not a count: starting again from 0");
             0
         }),
     };
@@ -302,3 +294,84 @@ fn check_identifier(name: &str) -> Result<(), String> {
 }
 
 leasehold_guest::export_event_reconciler!(Sweeper);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_guest::log::Level;
+    use leasehold_guest::testing::{self, Fake, SqlOp};
+
+    fn sweeper(batch: &str) -> Sweeper {
+        Sweeper::init(testing::config([("batch", batch)])).unwrap()
+    }
+
+    #[test]
+    fn a_sweep_is_one_transaction_and_is_counted_in_kv() {
+        let fake = Fake::new().holding("sweeper", 7);
+        fake.sql_answer(vec![1, 2, 0]);
+        let outcome = sweeper("2").reconcile(fake.context(3)).unwrap();
+        // The mark step filled the batch: come back at once.
+        assert_eq!(outcome, Outcome::requeue_after(Duration::ZERO));
+        let calls = fake.sql_calls();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].op, SqlOp::Transaction);
+        assert_eq!(calls[0].statements.len(), 3);
+        assert_eq!(calls[0].statements[1].params(), params![7, 30_000, 2]);
+        assert_eq!(fake.kv_get_string("stats/orphaned").as_deref(), Some("2"));
+        assert_eq!(fake.kv_get_string("stats/deleted"), None);
+        assert_eq!(
+            fake.kv_get_string("stats/last_sweep").as_deref(),
+            Some("7:3")
+        );
+        assert_eq!(
+            fake.logs_at(Level::Info).last().unwrap(),
+            "sweep epoch=7 revived=1 orphaned=2 deleted=0"
+        );
+    }
+
+    #[test]
+    fn a_sweep_refused_with_lease_lost_is_a_warning_not_a_failure() {
+        let fake = Fake::new().holding("sweeper", 7);
+        fake.lose_lease();
+        let outcome = sweeper("500").reconcile(fake.context(0)).unwrap();
+        assert_eq!(outcome, Outcome::default());
+        assert!(fake.logs_at(Level::Warn)[0].starts_with("sweep refused at epoch 7"));
+        assert!(fake.kv_entries().is_empty());
+    }
+
+    #[test]
+    fn other_sql_errors_fail_the_call_with_what_was_done() {
+        let fake = Fake::new().holding("sweeper", 7);
+        fake.sql_answer(CapabilityError::Database(
+            "relation \"sandboxes\" does not exist (SQLSTATE 42P01)".into(),
+        ));
+        let e = sweeper("500").reconcile(fake.context(0)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "sweep at epoch 7 failed: database error: relation \"sandboxes\" does not exist (SQLSTATE 42P01)"
+        );
+    }
+
+    #[test]
+    fn without_kv_the_statistics_are_skipped() {
+        let fake = Fake::new().holding("sweeper", 7).without_kv();
+        fake.sql_answer(vec![0, 1, 0]);
+        sweeper("500").reconcile(fake.context(0)).unwrap();
+        let debug = fake.logs_at(Level::Debug);
+        assert!(
+            debug
+                .iter()
+                .any(|l| l.starts_with("no statistics: kv is not granted")),
+            "{debug:?}"
+        );
+    }
+
+    #[test]
+    fn a_table_name_must_be_a_plain_identifier() {
+        let _fake = Fake::new();
+        let e = Sweeper::init(testing::config([("table", "t; DROP TABLE x")]))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("is not a plain identifier"), "{e}");
+    }
+}

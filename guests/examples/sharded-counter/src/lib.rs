@@ -6,7 +6,7 @@
 //!
 //! Config: `batch` (default `1`): how much each reconcile adds.
 
-use leasehold_guest::{Config, Context, Outcome, Reconciler, kv, lease, log};
+use leasehold_guest::{Config, Context, Error, Outcome, Reconciler, info, kv, lease};
 
 struct Counter {
     /// The checkpoint's key: `checkpoint/INDEX`.
@@ -20,7 +20,7 @@ struct Counter {
 }
 
 impl Reconciler for Counter {
-    fn init(config: Config) -> Result<Self, String> {
+    fn init(config: Config) -> Result<Self, Error> {
         config.deny_unknown(&["batch"])?;
         let batch = config
             .get_or("batch", "1")
@@ -36,30 +36,30 @@ impl Reconciler for Counter {
         })
     }
 
-    fn reconcile(&mut self, ctx: Context) -> Result<Outcome, String> {
+    fn reconcile(&mut self, ctx: Context) -> Result<Outcome, Error> {
         let count = match self.count {
             Some(count) => count,
             None => {
                 // First reconcile of this term: carry on from the last holder's checkpoint.
-                let stored = kv::get_string(&self.key).map_err(|e| e.to_string())?;
+                let stored = kv::get_string(&self.key)?;
                 let (count, by) = match stored.as_deref().and_then(|s| s.split_once(' ')) {
                     Some((count, by)) => {
                         (count.parse().map_err(|_| "bad checkpoint")?, by.to_string())
                     }
                     None => (0, "nobody".to_string()),
                 };
-                log::info(&format!(
+                info!(
                     "shard {} resumes from checkpoint {count} written by {by} (epoch {})",
                     self.shard,
                     ctx.epoch()
-                ));
+                );
                 count
             }
         };
         let next = count + self.batch;
-        kv::put(&self.key, format!("{next} {}", lease::holder())).map_err(|e| e.to_string())?;
+        kv::put(&self.key, format!("{next} {}", lease::holder()))?;
         self.count = Some(next);
-        log::info(&format!("shard {} checkpoint {next}", self.shard));
+        info!("shard {} checkpoint {next}", self.shard);
         Ok(Outcome::default())
     }
 }

@@ -35,7 +35,8 @@ use std::fmt::Debug;
 
 use leasehold_guest::sql::{self, Statement, Value};
 use leasehold_guest::{
-    Config, Context, Error, EventHandler, Outcome, Reconciler, kv, lease, log, params,
+    CapabilityError, Config, Context, Error, EventHandler, Outcome, Reconciler, info, kv, lease,
+    params,
 };
 
 const VERBS: &[&str] = &[
@@ -55,7 +56,7 @@ struct Probe {
 }
 
 impl Reconciler for Probe {
-    fn init(config: Config) -> Result<Self, String> {
+    fn init(config: Config) -> Result<Self, Error> {
         config.deny_unknown(&["verb", "sleep_ms"])?;
         Ok(Probe {
             verb: config.choice("verb", VERBS, "idle")?.to_string(),
@@ -63,7 +64,7 @@ impl Reconciler for Probe {
         })
     }
 
-    fn reconcile(&mut self, ctx: Context) -> Result<Outcome, String> {
+    fn reconcile(&mut self, ctx: Context) -> Result<Outcome, Error> {
         if ctx.is_first() {
             let mut checks = Checks::default();
             match self.verb.as_str() {
@@ -75,18 +76,16 @@ impl Reconciler for Probe {
                 "slow-write" => probe_slow_write(&mut checks, ctx.epoch(), self.sleep_ms),
                 _ => {}
             }
-            log::info(&checks.summary(&self.verb));
+            info!("{}", checks.summary(&self.verb));
         }
         Ok(Outcome::default())
     }
 }
 
 impl EventHandler for Probe {
-    fn handle_event(&mut self, channel: &str, payload: &str) -> Result<(), String> {
+    fn handle_event(&mut self, channel: &str, payload: &str) -> Result<(), Error> {
         let epoch = lease::epoch().map_or_else(|| "none".to_string(), |e| e.to_string());
-        log::info(&format!(
-            "event channel={channel} payload={payload} epoch={epoch}"
-        ));
+        info!("event channel={channel} payload={payload} epoch={epoch}");
         Ok(())
     }
 }
@@ -108,7 +107,7 @@ impl Checks {
     }
 
     /// `got` must be `Ok`; its value, if so.
-    fn ok<T: Debug>(&mut self, what: &str, got: Result<T, Error>) -> Option<T> {
+    fn ok<T: Debug>(&mut self, what: &str, got: Result<T, CapabilityError>) -> Option<T> {
         match got {
             Ok(v) => Some(v),
             Err(e) => {
@@ -119,7 +118,7 @@ impl Checks {
     }
 
     /// `got` must be `Ok(want)`.
-    fn eq<T: Debug + PartialEq>(&mut self, what: &str, got: Result<T, Error>, want: T) {
+    fn eq<T: Debug + PartialEq>(&mut self, what: &str, got: Result<T, CapabilityError>, want: T) {
         match got {
             Ok(v) if v == want => {}
             Ok(v) => self.fail(format!("{what}: expected {want:?}, got {v:?}")),
@@ -128,7 +127,12 @@ impl Checks {
     }
 
     /// `got` must be an error of `kind`; the error, if so.
-    fn err<T: Debug>(&mut self, what: &str, got: Result<T, Error>, kind: &str) -> Option<Error> {
+    fn err<T: Debug>(
+        &mut self,
+        what: &str,
+        got: Result<T, CapabilityError>,
+        kind: &str,
+    ) -> Option<CapabilityError> {
         match got {
             Err(e) if e.kind() == kind => Some(e),
             Err(e) => {
@@ -237,7 +241,7 @@ fn insert(id: i64, note: &str) -> Statement {
 }
 
 /// Rows of `probe_items` (with `id`, if given).
-fn count(id: Option<i64>) -> Result<i64, Error> {
+fn count(id: Option<i64>) -> Result<i64, CapabilityError> {
     let rows = match id {
         None => sql::query("SELECT count(*) AS n FROM probe_items", params![])?,
         Some(id) => sql::query(
@@ -247,7 +251,7 @@ fn count(id: Option<i64>) -> Result<i64, Error> {
     };
     match rows.first() {
         Some(row) => row.get("n"),
-        None => Err(Error::Invalid("count(*) returned no row".into())),
+        None => Err(CapabilityError::Invalid("count(*) returned no row".into())),
     }
 }
 
@@ -357,7 +361,7 @@ fn probe_sql(c: &mut Checks) {
 }
 
 /// What a call came back with, for the summary: `ok` or the error's kind.
-fn kind_of<T>(result: &Result<T, Error>) -> &'static str {
+fn kind_of<T>(result: &Result<T, CapabilityError>) -> &'static str {
     match result {
         Ok(_) => "ok",
         Err(e) => e.kind(),
@@ -369,7 +373,7 @@ fn probe_limits(c: &mut Checks) {
     let sleep = sql::query("SELECT pg_sleep(5)", params![]);
     c.see(format!("rows={} sleep={}", kind_of(&rows), kind_of(&sleep)));
     match &rows {
-        Err(Error::TooLarge(m)) => c.see(format!("(rows: {m})")),
+        Err(CapabilityError::TooLarge(m)) => c.see(format!("(rows: {m})")),
         Err(e) => c.fail(format!(
             "20 rows over max_rows: expected too-large, got {} ({e})",
             e.kind()
@@ -392,7 +396,9 @@ fn probe_not_granted(c: &mut Checks) {
         sql::query("SELECT 1", params![]),
         "not-granted",
     );
-    if let (Some(Error::NotGranted(k)), Some(Error::NotGranted(s))) = (kv_error, sql_error) {
+    if let (Some(CapabilityError::NotGranted(k)), Some(CapabilityError::NotGranted(s))) =
+        (kv_error, sql_error)
+    {
         c.see(format!("kv: {k}; sql: {s}"));
     }
 }
@@ -445,9 +451,7 @@ fn probe_slow_write(c: &mut Checks, epoch: u64, sleep_ms: u64) {
     if created.is_none() {
         return;
     }
-    log::info(&format!(
-        "probe slow-write started epoch={epoch} sleep_ms={sleep_ms}"
-    ));
+    info!("probe slow-write started epoch={epoch} sleep_ms={sleep_ms}");
     let epoch = i64::try_from(epoch).unwrap_or(i64::MAX);
     let seconds = sleep_ms as f64 / 1000.0;
     let written = sql::execute(

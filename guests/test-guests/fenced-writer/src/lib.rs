@@ -20,7 +20,7 @@
 use std::time::Duration;
 
 use leasehold_guest::sql::{self, Statement};
-use leasehold_guest::{Config, Context, Outcome, Reconciler, kv, lease, log, params};
+use leasehold_guest::{Config, Context, Error, Outcome, Reconciler, info, kv, lease, params};
 
 struct FencedWriter {
     insert: String,
@@ -30,7 +30,7 @@ struct FencedWriter {
 }
 
 impl Reconciler for FencedWriter {
-    fn init(config: Config) -> Result<Self, String> {
+    fn init(config: Config) -> Result<Self, Error> {
         config.deny_unknown(&["table", "mode", "requeue_ms"])?;
         let table = config.get_or("table", "fence_history");
         check_table(table)?;
@@ -46,7 +46,7 @@ impl Reconciler for FencedWriter {
         })
     }
 
-    fn reconcile(&mut self, ctx: Context) -> Result<Outcome, String> {
+    fn reconcile(&mut self, ctx: Context) -> Result<Outcome, Error> {
         let (epoch, tick) = (ctx.epoch(), ctx.tick());
         if self.sql {
             let epoch_param =
@@ -59,20 +59,14 @@ impl Reconciler for FencedWriter {
                 params![ctx.lease(), epoch_param, tick_param, holder],
             );
             match sql::transaction(&[insert]) {
-                Ok(_) => log::info(&format!("sql-txn ok epoch={epoch} tick={tick}")),
-                Err(e) => log::info(&format!(
-                    "sql-txn err={} epoch={epoch} tick={tick}: {e}",
-                    e.kind()
-                )),
+                Ok(_) => info!("sql-txn ok epoch={epoch} tick={tick}"),
+                Err(e) => info!("sql-txn err={} epoch={epoch} tick={tick}: {e}", e.kind()),
             }
         }
         if self.kv {
             match kv::put("last", format!("{epoch}:{tick}")) {
-                Ok(()) => log::info(&format!("kv-put ok epoch={epoch} tick={tick}")),
-                Err(e) => log::info(&format!(
-                    "kv-put err={} epoch={epoch} tick={tick}: {e}",
-                    e.kind()
-                )),
+                Ok(()) => info!("kv-put ok epoch={epoch} tick={tick}"),
+                Err(e) => info!("kv-put err={} epoch={epoch} tick={tick}: {e}", e.kind()),
             }
         }
         Ok(Outcome::requeue_after(self.requeue))

@@ -14,7 +14,7 @@
 //!   replica's holder id and the epoch, so an attack can name the plugin's own lease row.
 
 use leasehold_guest::sql::{self, Statement, Value};
-use leasehold_guest::{Config, Context, Outcome, Reconciler, lease, log};
+use leasehold_guest::{Config, Context, Error, Outcome, Reconciler, info, lease};
 
 struct Hostile {
     call: String,
@@ -22,7 +22,7 @@ struct Hostile {
 }
 
 impl Reconciler for Hostile {
-    fn init(config: Config) -> Result<Self, String> {
+    fn init(config: Config) -> Result<Self, Error> {
         config.deny_unknown(&["call", "statements"])?;
         let statements = config
             .require("statements")?
@@ -37,7 +37,7 @@ impl Reconciler for Hostile {
         })
     }
 
-    fn reconcile(&mut self, ctx: Context) -> Result<Outcome, String> {
+    fn reconcile(&mut self, ctx: Context) -> Result<Outcome, Error> {
         let statements: Vec<String> = self
             .statements
             .iter()
@@ -68,8 +68,8 @@ impl Reconciler for Hostile {
             }
         };
         match outcome {
-            Ok(result) => log::info(&format!("hostile {} ok: {result}", self.call)),
-            Err(e) => log::info(&format!("hostile {} err={}: {e}", self.call, e.kind())),
+            Ok(result) => info!("hostile {} ok: {result}", self.call),
+            Err(e) => info!("hostile {} err={}: {e}", self.call, e.kind()),
         }
         Ok(Outcome::default())
     }

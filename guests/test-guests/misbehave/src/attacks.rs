@@ -93,7 +93,7 @@ pub fn big_params(mib: u64, copies: u64) -> Result<Outcome, String> {
             rows.rows.len()
         )),
         Err(e) => {
-            let e = leasehold_guest::Error::from(e);
+            let e = leasehold_guest::CapabilityError::from(e);
             Err(format!("big-params: {} ({e})", e.kind()))
         }
     }

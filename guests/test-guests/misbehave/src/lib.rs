@@ -43,7 +43,7 @@ use std::hint::black_box;
 use std::io::Write;
 use std::time::Duration;
 
-use leasehold_guest::{Config, Context, Outcome, Reconciler, kv, lease, log};
+use leasehold_guest::{Config, Context, Error, Outcome, Reconciler, info, kv, lease};
 
 mod attacks;
 
@@ -82,7 +82,7 @@ struct Misbehave {
 }
 
 impl Reconciler for Misbehave {
-    fn init(config: Config) -> Result<Self, String> {
+    fn init(config: Config) -> Result<Self, Error> {
         config.deny_unknown(&[
             "verb",
             "when",
@@ -107,24 +107,24 @@ impl Reconciler for Misbehave {
             copies: config.parse("copies")?,
             bytes: config.parse("bytes")?,
         };
-        log::info(&format!(
+        info!(
             "misbehave: verb {:?} in {} on lease {:?} (epoch {:?})",
             plugin.verb,
             if plugin.in_init { "init" } else { "reconcile" },
             lease::name(),
             lease::epoch(),
-        ));
+        );
         if plugin.in_init {
             plugin.act()?;
         }
         Ok(plugin)
     }
 
-    fn reconcile(&mut self, ctx: Context) -> Result<Outcome, String> {
+    fn reconcile(&mut self, ctx: Context) -> Result<Outcome, Error> {
         if self.in_init || ctx.tick() < self.from_tick {
             return Ok(Outcome::default());
         }
-        self.act()
+        Ok(self.act()?)
     }
 }
 
@@ -152,7 +152,7 @@ impl Misbehave {
             }
             "log-flood" => {
                 for i in 0..self.lines.unwrap_or(1_000_000) {
-                    log::info(&format!("misbehave: log flood line {i}"));
+                    info!("misbehave: log flood line {i}");
                 }
                 Ok(Outcome::default())
             }
@@ -208,7 +208,7 @@ fn escape() -> Result<Outcome, String> {
     }
     // No socket probe: guests built on Debian's (preview1) wasi-libc cannot link socket calls.
     if escaped.is_empty() {
-        log::info("misbehave: sandbox held: no files, environment or arguments");
+        info!("misbehave: sandbox held: no files, environment or arguments");
         Ok(Outcome::default())
     } else {
         Err(format!("escaped the sandbox: {}", escaped.join(", ")))

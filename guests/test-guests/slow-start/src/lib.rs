@@ -25,19 +25,19 @@
 
 use std::hint::black_box;
 
-use leasehold_guest::{Config, Context, Outcome, Reconciler, log};
+use leasehold_guest::{Config, Context, Error, Outcome, Reconciler, info};
 
 struct SlowStart;
 
 impl Reconciler for SlowStart {
-    fn init(config: Config) -> Result<Self, String> {
+    fn init(config: Config) -> Result<Self, Error> {
         config.deny_unknown(&[])?;
-        log::info("slow-start: init reached");
+        info!("slow-start: init reached");
         Ok(SlowStart)
     }
 
-    fn reconcile(&mut self, _ctx: Context) -> Result<Outcome, String> {
-        log::info("slow-start: reconcile reached");
+    fn reconcile(&mut self, _ctx: Context) -> Result<Outcome, Error> {
+        info!("slow-start: reconcile reached");
         Ok(Outcome::default())
     }
 }
