@@ -59,8 +59,27 @@ enum Then {
 }
 
 impl ReconcileTask {
-    /// Runs until the term ends, the plugin is retired, or it is quarantined.
+    /// Runs until the term ends, the plugin is retired, or it is quarantined; then shows the
+    /// plugin idle if its term ended. A quarantine stays shown until the next term; a file
+    /// retired while the term goes on leaves the card to its successor (which starts only once
+    /// this task has finished); a plugin bound to a group has one card for all of its shards'
+    /// tasks, which this one task cannot speak for.
     pub(super) async fn run(self) {
+        let (board, term) = (self.board.clone(), self.term.clone());
+        let name = self.entry.name.clone();
+        let shard = self.view.shard.is_some();
+        self.serve().await;
+        if term.is_cancelled() && !shard {
+            board.update(&name, |s| {
+                if matches!(s.state, PluginState::Running | PluginState::Backoff) {
+                    s.state = PluginState::Idle;
+                }
+            });
+        }
+    }
+
+    /// The task's work: see [`ReconcileTask::run`].
+    async fn serve(self) {
         let Ok(loaded) = &self.entry.loaded else {
             return;
         };
