@@ -27,7 +27,8 @@ test: build guests
 	$(CARGO) test --workspace
 
 # Figures: handoff, failover and plugin activation between real processes on PostgreSQL, the
-# plugin runtime's compile, load, instantiate, call and loss-to-stop costs, fenced writes, and
+# plugin runtime's compile, load, instantiate, call and loss-to-stop costs, the same figures per
+# guest language (one plugin written in Rust, Python and JavaScript) as one table, fenced writes, and
 # frozen holders (guest calls after the deadline, resume -> term ended), and the host's peak RSS
 # under the attacks on its memory against its plugins' budget; what 1,000 and 10,000 leases on
 # three replicas cost the holder, the standbys and PostgreSQL, and an idle host's CPU and memory;
@@ -36,7 +37,7 @@ test: build guests
 # handoff-bench also runs the same handoff and failover trials with etcd's own lock CLI
 # (`etcdctl lock --ttl`, a single-node etcd it starts itself) and prints both side by side;
 # scripts/install-deps.sh --bench installs etcd if it is missing (BENCH_ETCD=0 skips it).
-BENCHES := handoff-bench plugin-bench fence-bench freeze-bench memory-bench scale-bench group-bench
+BENCHES := handoff-bench plugin-bench lang-bench fence-bench freeze-bench memory-bench scale-bench group-bench
 bench: build guests
 	@scripts/install-deps.sh --bench
 	$(CARGO) build -p leasehold-tests --bins
