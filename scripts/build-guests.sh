@@ -2,7 +2,13 @@
 # Builds every guest under guests/ (release, wasm32-wasip2) into guests/dist/NAME.wasm, with its
 # manifest copied to guests/dist/NAME.toml. Called by `make guests`.
 #
-# Toolchain (DESIGN §5):
+# A guest is a directory NAME/ under guests/examples or guests/test-guests with a manifest
+# NAME.toml and one of: a Cargo.toml (Rust, the toolchain below), NAME.py with `-` as `_`
+# (Python: scripts/build-python-guest.sh), or NAME.js (JavaScript: scripts/build-js-guest.sh).
+# LEASEHOLD_GUEST_LANGS=rust skips the Python and JavaScript guests (their toolchains are
+# installed on first use from PyPI and npm).
+#
+# Toolchain (DESIGN §5): scripts/cargo-wasm.sh picks it and runs cargo:
 # - where rustup has the wasm32-wasip2 standard library installed, plain
 #   `cargo build --release --target wasm32-wasip2`;
 # - otherwise Debian's rustc-web/cargo-web with the matching std source (rust-web-src) and
@@ -26,107 +32,31 @@ die() {
   exit 1
 }
 
-# The rustup-managed sysroot (for wasm-component-ld), whatever `rustc` is first in PATH.
-rustup_sysroot() {
-  if command -v rustup >/dev/null 2>&1; then
-    rustup run "$(rustup show active-toolchain 2>/dev/null | cut -d' ' -f1)" rustc --print sysroot 2>/dev/null && return
-  fi
-  command -v rustc >/dev/null 2>&1 && rustc --print sysroot 2>/dev/null
-}
-
-have_rustup_target() {
-  command -v rustup >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -qx "$target"
-}
-
-pkg_installed() {
-  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
-}
-
-mode=${LEASEHOLD_GUESTS_TOOLCHAIN:-}
-if [ -z "$mode" ]; then
-  if have_rustup_target; then mode=rustup; else mode=debian; fi
-fi
-
-cargo_cmd=()
-case "$mode" in
-rustup)
-  have_rustup_target || die "LEASEHOLD_GUESTS_TOOLCHAIN=rustup, but rustup has no $target target installed (rustup target add $target)"
-  command -v cargo >/dev/null 2>&1 || die "cargo is missing"
-  say "toolchain: $(rustc --version) with rustup's $target standard library"
-  cargo_cmd=(cargo build --release --target "$target")
-  ;;
-debian)
-  command -v dpkg-query >/dev/null 2>&1 ||
-    die "rustup has no $target standard library and this is not a Debian system: install one (rustup target add $target) and run again"
-  pkgs=(rustc-web cargo-web rust-web-src wasi-libc)
-  missing=()
-  for p in "${pkgs[@]}"; do pkg_installed "$p" || missing+=("$p"); done
-  if [ ${#missing[@]} -gt 0 ]; then
-    sudo=""
-    if [ "$(id -u)" -ne 0 ]; then
-      command -v sudo >/dev/null 2>&1 || die "need root or sudo to install the Debian packages: ${missing[*]}"
-      sudo="sudo -n"
-    fi
-    say "installing ${missing[*]} (rustup has no $target standard library)"
-    $sudo apt-get update -q >&2 || die "apt-get update failed"
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q -o Dpkg::Use-Pty=0 --no-install-recommends "${missing[@]}" >&2 ||
-      die "apt-get install ${missing[*]} failed"
-  fi
-
-  # The binaries rustc-web and cargo-web install (checked, not assumed).
-  deb_rustc=$(dpkg -L rustc-web | grep -m1 -E '/bin/rustc$' || true)
-  deb_cargo=$(dpkg -L cargo-web | grep -m1 -E '^/usr/bin/cargo$' || dpkg -L cargo-web | grep -m1 -E '/bin/cargo$' || true)
-  [ -n "$deb_rustc" ] && [ -x "$deb_rustc" ] || die "rustc-web is installed but provides no rustc binary"
-  [ -n "$deb_cargo" ] && [ -x "$deb_cargo" ] || die "cargo-web is installed but provides no cargo binary"
-  deb_sysroot=$("$deb_rustc" --print sysroot)
-  [ -d "$deb_sysroot/lib/rustlib/src/rust/library" ] ||
-    die "no Rust library source under $deb_sysroot/lib/rustlib/src/rust/library (package rust-web-src)"
-  "$deb_rustc" --print target-list | grep -qx "$target" ||
-    die "$("$deb_rustc" --version) does not know the $target target"
-
-  # wasi-libc's static libraries: Debian has used wasm32-wasi; prefer a wasip2 directory if any.
-  libc_dir=$(dpkg -L wasi-libc | grep -E '/lib/wasm32-wasi(p2|p1)?/libc\.a$' | sort -r | head -1 | xargs -r dirname)
-  [ -n "$libc_dir" ] || die "wasi-libc is installed but no libc.a for wasm32-wasi was found in it"
-
-  # wasm32-wasip2 links through wasm-component-ld: Debian does not ship it, rustup toolchains do.
-  host_triple=$("$deb_rustc" -vV | sed -n 's/^host: //p')
-  linker_dir=""
-  if sysroot=$(rustup_sysroot) && [ -x "$sysroot/lib/rustlib/$host_triple/bin/wasm-component-ld" ]; then
-    linker_dir="$sysroot/lib/rustlib/$host_triple/bin"
-  elif [ -x "$deb_sysroot/lib/rustlib/$host_triple/bin/wasm-component-ld" ]; then
-    linker_dir="$deb_sysroot/lib/rustlib/$host_triple/bin"
-  elif command -v wasm-component-ld >/dev/null 2>&1; then
-    linker_dir=$(dirname "$(command -v wasm-component-ld)")
-  fi
-  [ -n "$linker_dir" ] ||
-    die "no wasm-component-ld: expected in a rustup toolchain's lib/rustlib/$host_triple/bin (or install it: cargo install wasm-component-ld)"
-
-  say "toolchain: $("$deb_rustc" --version) (Debian, std built from source), libc from $libc_dir, linker from $linker_dir"
-  export PATH="$linker_dir:$PATH"
-  export RUSTC="$deb_rustc"
-  export RUSTC_BOOTSTRAP=1
-  export RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-L $libc_dir"
-  cargo_cmd=("$deb_cargo" build --release --target "$target" -Zbuild-std=std,panic_abort)
-  ;;
-*)
-  die "LEASEHOLD_GUESTS_TOOLCHAIN must be rustup or debian, not '$mode'"
-  ;;
-esac
-
-# Every guest is a directory with a Cargo.toml and a manifest named after it.
+# Every guest is a directory with its source and a manifest named after it.
 names=()
 dirs=()
+others=() # Python and JavaScript guests: "DIR LANG"
+langs=${LEASEHOLD_GUEST_LANGS:-rust,python,js}
 for dir in "$guests"/examples/*/ "$guests"/test-guests/*/; do
-  [ -f "$dir/Cargo.toml" ] || continue
+  dir=${dir%/}
   name=$(basename "$dir")
+  if [ -f "$dir/Cargo.toml" ]; then
+    names+=("$name")
+    dirs+=("$dir")
+  elif [ -f "$dir/${name//-/_}.py" ]; then
+    [[ ",$langs," == *,python,* ]] && others+=("$dir python")
+  elif [ -f "$dir/$name.js" ]; then
+    [[ ",$langs," == *,js,* ]] && others+=("$dir js")
+  else
+    die "${dir#"$root"/}: no Cargo.toml, ${name//-/_}.py or $name.js: which language is it in?"
+  fi
   [ -f "$dir/$name.toml" ] || die "${dir#"$root"/}: no manifest $name.toml"
-  names+=("$name")
-  dirs+=("$dir")
 done
 [ ${#names[@]} -gt 0 ] || die "no guests found under guests/examples or guests/test-guests"
 
 started=$(date +%s)
-(cd "$guests" && "${cargo_cmd[@]}" --locked --workspace) || die "cargo build failed (${cargo_cmd[*]})"
+# cargo-wasm.sh says which toolchain it picked, and why a build failed, as build-guests.
+(cd "$guests" && CARGO_WASM_TAG=build-guests "$root/scripts/cargo-wasm.sh" build --release --locked --workspace) || exit 1
 
 mkdir -p "$dist"
 # Copy only what changed, so a rebuild that changes nothing leaves dist/ untouched (a host
@@ -146,5 +76,28 @@ for i in "${!names[@]}"; do
   install_if_changed "$wasm" "$dist/$name.wasm"
   install_if_changed "${dirs[$i]}/$name.toml" "$dist/$name.toml"
   say "$(printf '%-18s %8d bytes  dist/%s.wasm' "$name" "$(stat -c %s "$dist/$name.wasm")" "$name")"
+done
+
+# Python and JavaScript guests. Their builds take seconds each (componentize-py and
+# componentize-js bundle a whole interpreter), so each is rebuilt only when its directory, the
+# WIT or the pinned toolchain changed: the digest of those is kept beside the build.
+stamps="$CARGO_TARGET_DIR/lang-stamps"
+mkdir -p "$stamps"
+for entry in "${others[@]}"; do
+  dir=${entry% *}
+  lang=${entry##* }
+  name=$(basename "$dir")
+  inputs=$(find "$dir" "$root/wit" "$guests/tools/$lang" -maxdepth 1 -type f \( -name '*.py' -o -name '*.js' \
+    -o -name '*.toml' -o -name '*.wit' -o -name '*.txt' -o -name 'package*.json' \) | sort)
+  digest=$( (echo "$inputs" | xargs cat && cat "$root/scripts/build-$lang-guest.sh") | sha256sum | cut -d' ' -f1)
+  built="$stamps/$name.wasm"
+  if [ "$(cat "$stamps/$name.digest" 2>/dev/null)" != "$digest" ] || [ ! -f "$built" ]; then
+    rm -f "$stamps/$name.digest"
+    "$root/scripts/build-$lang-guest.sh" "$dir" "$built" || die "$name: the $lang build failed"
+    echo "$digest" >"$stamps/$name.digest"
+  fi
+  install_if_changed "$built" "$dist/$name.wasm"
+  install_if_changed "$dir/$name.toml" "$dist/$name.toml"
+  say "$(printf '%-18s %8d bytes  dist/%s.wasm (%s)' "$name" "$(stat -c %s "$dist/$name.wasm")" "$name" "$lang")"
 done
 say "done in $(($(date +%s) - started)) s"
