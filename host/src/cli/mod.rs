@@ -3,9 +3,11 @@
 //!
 //! - this file: the parser, `run` and `check`;
 //! - [`admin`]: `leases list`, `leases release --force`, `status --url`, `migrate`;
+//! - [`new`]: `new`, a plugin project to start from;
 //! - `config check`: [`admin::config_check`].
 
 pub mod admin;
+pub mod new;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -59,6 +61,9 @@ pub enum Command {
     /// Configuration tools.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Write a new plugin project (Rust, Python or JavaScript) that builds, tests and loads as it
+    /// is: source, manifest, WIT, README, build and test scripts.
+    New(new::NewArgs),
 }
 
 /// `leasehold config …`.
@@ -143,6 +148,7 @@ pub fn main() -> ExitCode {
             Command::Status(args) => admin::status(args).await,
             Command::Migrate(args) => admin::migrate(args).await,
             Command::Config(ConfigCommand::Check(args)) => admin::config_check(args),
+            Command::New(args) => new::run(args),
         }
     });
     // Store calls abandoned at a timeout may still be parked on a socket: do not wait for them.

@@ -1,0 +1,482 @@
+//! The files of a new project: the templates of `host/templates/` filled for one name,
+//! language and world, with the WIT and the toolchain pins this checkout builds with.
+
+use super::*;
+
+/// Fills `template`'s `{{key}}` placeholders from `vars` in one pass (values are not searched
+/// for placeholders). An unknown placeholder is an error.
+pub(super) fn render(template: &str, vars: &[(&str, &str)]) -> Result<String, String> {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        let key_len = after
+            .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+            .unwrap_or(after.len());
+        if key_len == 0 || !after[key_len..].starts_with("}}") {
+            // Not a placeholder (`{{` in code): keep it.
+            out.push_str(&rest[..start + 2]);
+            rest = after;
+            continue;
+        }
+        let key = &after[..key_len];
+        let value = vars
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+            .ok_or_else(|| format!("unknown placeholder {{{{{key}}}}}"))?;
+        out.push_str(&rest[..start]);
+        out.push_str(value);
+        rest = &after[key_len + 2..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Every file of the project `name` in `lang` for `world`; `sdk` is the SDK a Rust project
+/// depends on.
+pub fn project(
+    name: &str,
+    lang: Lang,
+    world: World,
+    sdk: Option<&Path>,
+) -> Result<Vec<ProjectFile>, String> {
+    let module = name.replace('-', "_");
+    let type_name = type_name(name);
+    let channel: String = module.chars().take(63).collect();
+    let world_name = world.wit_name();
+    let py_version = componentize_py_version()?;
+    let js_pins = js_pins()?;
+    let (source_path, test_path) = match lang {
+        Lang::Rust => ("src/lib.rs".to_string(), "src/lib.rs".to_string()),
+        Lang::Python => (format!("{module}.py"), format!("test_{module}.py")),
+        Lang::Js => (format!("{name}.js"), format!("test/{name}.test.js")),
+    };
+    let sdk_text = match sdk {
+        Some(path) => path
+            .to_str()
+            .ok_or_else(|| format!("the SDK path {} is not UTF-8", path.display()))?,
+        None => "",
+    };
+    let sdk_toml = toml_string(sdk_text);
+    let sdk_note = format!(
+        "`{sdk_text}`. If that checkout moves, point the path at its `guests/leasehold-guest`."
+    );
+    let dev_dependencies = js_dev_dependencies(&js_pins);
+    let description = format!("{}: a leasehold {world_name} plugin", name);
+    let (componentize_js_version, jco_version) = (
+        pin(&js_pins, "@bytecodealliance/componentize-js")?,
+        pin(&js_pins, "@bytecodealliance/jco")?,
+    );
+    // As measured for the hello-* examples.
+    let memory_note = match lang {
+        Lang::Rust => {
+            "A Rust plugin comes up with about 1 MiB of linear memory: this can be far lower."
+        }
+        Lang::Python => "componentize-py's CPython comes up with about 12 MiB of linear memory.",
+        Lang::Js => {
+            "The JavaScript engine comes up with about 9 MiB of linear memory; its heap grows from there."
+        }
+    };
+    let vars: Vec<(&str, &str)> = vec![
+        ("name", name),
+        ("module", &module),
+        ("type", &type_name),
+        ("world", world_name),
+        ("lang_title", lang.title()),
+        ("source", &source_path),
+        ("channel", &channel),
+        ("memory_note", memory_note),
+        ("sdk", &sdk_toml),
+        ("sdk_note", &sdk_note),
+        ("componentize_py_version", &py_version),
+        ("componentize_js_version", componentize_js_version),
+        ("jco_version", jco_version),
+        ("dev_dependencies", &dev_dependencies),
+        ("description", &description),
+    ];
+    // The world's texts for the README may use the placeholders above.
+    let (blurb, configure, log_example) = world_text(world);
+    let blurb = render(blurb, &vars)?;
+    let configure = render(configure, &vars)?;
+    let log_example = render(log_example, &vars)?;
+    let mut vars = vars;
+    vars.extend([
+        ("world_blurb", blurb.as_str()),
+        ("configure", configure.as_str()),
+        ("log_example", log_example.as_str()),
+    ]);
+    let vars = &vars;
+
+    let manifest = match world {
+        World::Reconciler => include_str!("../../../templates/common/manifest-reconciler.toml"),
+        World::EventReconciler => {
+            include_str!("../../../templates/common/manifest-event-reconciler.toml")
+        }
+        World::HealthCheck => include_str!("../../../templates/common/manifest-health-check.toml"),
+    };
+    let readme_parts = match lang {
+        Lang::Rust => include_str!("../../../templates/rust/README-parts.md"),
+        Lang::Python => include_str!("../../../templates/python/README-parts.md"),
+        Lang::Js => include_str!("../../../templates/js/README-parts.md"),
+    };
+    let readme = readme(readme_parts, vars)?;
+
+    let mut files = Vec::new();
+    let mut add = |path: &str, template: &str, executable: bool| -> Result<(), String> {
+        let text = render(template, vars).map_err(|e| format!("{path}: {e}"))?;
+        files.push(ProjectFile {
+            path: path.to_string(),
+            text,
+            executable,
+        });
+        Ok(())
+    };
+    let verbatim = |path: &str, text: &str, executable: bool| ProjectFile {
+        path: path.to_string(),
+        text: text.to_string(),
+        executable,
+    };
+    match lang {
+        Lang::Rust => {
+            let source = match world {
+                World::Reconciler => include_str!("../../../templates/rust/reconciler.rs"),
+                World::EventReconciler => {
+                    include_str!("../../../templates/rust/event-reconciler.rs")
+                }
+                World::HealthCheck => include_str!("../../../templates/rust/health-check.rs"),
+            };
+            add(
+                "Cargo.toml",
+                include_str!("../../../templates/rust/Cargo.toml"),
+                false,
+            )?;
+            add("src/lib.rs", source, false)?;
+            add(
+                "build.sh",
+                include_str!("../../../templates/rust/build.sh"),
+                true,
+            )?;
+            add(
+                "test.sh",
+                include_str!("../../../templates/rust/test.sh"),
+                true,
+            )?;
+            add(
+                ".gitignore",
+                include_str!("../../../templates/rust/gitignore"),
+                false,
+            )?;
+        }
+        Lang::Python => {
+            let (source, test) = match world {
+                World::Reconciler => (
+                    include_str!("../../../templates/python/reconciler.py"),
+                    include_str!("../../../templates/python/test-reconciler.py"),
+                ),
+                World::EventReconciler => (
+                    include_str!("../../../templates/python/event-reconciler.py"),
+                    include_str!("../../../templates/python/test-event-reconciler.py"),
+                ),
+                World::HealthCheck => (
+                    include_str!("../../../templates/python/health-check.py"),
+                    include_str!("../../../templates/python/test-health-check.py"),
+                ),
+            };
+            add(&source_path, source, false)?;
+            add(&test_path, test, false)?;
+            add(
+                "build.sh",
+                include_str!("../../../templates/python/build.sh"),
+                true,
+            )?;
+            add(
+                "test.sh",
+                include_str!("../../../templates/python/test.sh"),
+                true,
+            )?;
+            add(
+                "componentize-py.sh",
+                include_str!("../../../templates/python/componentize-py.sh"),
+                true,
+            )?;
+            add(
+                ".gitignore",
+                include_str!("../../../templates/python/gitignore"),
+                false,
+            )?;
+        }
+        Lang::Js => {
+            let (source, test) = match world {
+                World::Reconciler => (
+                    include_str!("../../../templates/js/reconciler.js"),
+                    include_str!("../../../templates/js/test-reconciler.js"),
+                ),
+                World::EventReconciler => (
+                    include_str!("../../../templates/js/event-reconciler.js"),
+                    include_str!("../../../templates/js/test-event-reconciler.js"),
+                ),
+                World::HealthCheck => (
+                    include_str!("../../../templates/js/health-check.js"),
+                    include_str!("../../../templates/js/test-health-check.js"),
+                ),
+            };
+            add(&source_path, source, false)?;
+            add(&test_path, test, false)?;
+            add(
+                "test/fake-host.js",
+                include_str!("../../../templates/js/fake-host.js"),
+                false,
+            )?;
+            add(
+                "test/register.mjs",
+                include_str!("../../../templates/js/register.mjs"),
+                false,
+            )?;
+            add(
+                "test/hooks.mjs",
+                include_str!("../../../templates/js/hooks.mjs"),
+                false,
+            )?;
+            add(
+                "package.json",
+                include_str!("../../../templates/js/package.json"),
+                false,
+            )?;
+            add(
+                "build.sh",
+                include_str!("../../../templates/js/build.sh"),
+                true,
+            )?;
+            add(
+                "test.sh",
+                include_str!("../../../templates/js/test.sh"),
+                true,
+            )?;
+            add(
+                ".gitignore",
+                include_str!("../../../templates/js/gitignore"),
+                false,
+            )?;
+        }
+    }
+    add(&format!("{name}.toml"), manifest, false)?;
+    files.push(verbatim("README.md", &readme, false));
+    files.push(verbatim("wit/plugin.wit", WIT, false));
+    match lang {
+        Lang::Rust => files.push(verbatim("cargo-wasm.sh", CARGO_WASM, true)),
+        Lang::Js => files.push(verbatim("package-lock.json", &js_lockfile(name)?, false)),
+        Lang::Python => {}
+    }
+    Ok(files)
+}
+
+/// The README: the common skeleton with the language's parts (`@@key` sections of
+/// `README-parts.md`) filled in.
+fn readme(parts: &str, vars: &[(&str, &str)]) -> Result<String, String> {
+    let mut sections: Vec<(String, String)> = Vec::new();
+    for line in parts.lines() {
+        if let Some(key) = line.strip_prefix("@@") {
+            sections.push((key.trim().to_string(), String::new()));
+        } else if let Some((_, text)) = sections.last_mut() {
+            text.push_str(line);
+            text.push('\n');
+        } else if !line.trim().is_empty() {
+            return Err(format!(
+                "README parts: text before the first @@section: {line:?}"
+            ));
+        }
+    }
+    let mut filled = Vec::new();
+    for (key, text) in &sections {
+        let text = render(text.trim_end(), vars).map_err(|e| format!("README {key}: {e}"))?;
+        filled.push((key.as_str(), text));
+    }
+    let mut all: Vec<(&str, &str)> = vars.to_vec();
+    all.extend(filled.iter().map(|(k, v)| (*k, v.as_str())));
+    render(include_str!("../../../templates/common/README.md"), &all)
+        .map_err(|e| format!("README.md: {e}"))
+}
+
+/// What the README says of each world: what it is, how to configure it, and the line it logs.
+fn world_text(world: World) -> (&'static str, &'static str, &'static str) {
+    match world {
+        World::Reconciler => (
+            "A reconciler: the host starts it on the replica that acquires its lease (a fresh \
+             instance for each term), calls `init` once with the manifest's `[config]`, then \
+             `reconcile` on the schedule until the lease is lost. This one logs each tick with \
+             its epoch.",
+            "`greeting` is the first word of each tick's line. A reconciler can be granted more \
+             of the host: `[grants] kv = true`, a key-value store in the lease database whose \
+             writes are fenced by the lease, or `[grants.sql]`, statements on a PostgreSQL \
+             database whose URL the host keeps (see the commented lines and `wit/plugin.wit`).",
+            "`hello from epoch 1, tick 0` every 5 s",
+        ),
+        World::EventReconciler => (
+            "An event reconciler: the host starts it on the replica that acquires its lease (a \
+             fresh instance for each term), calls `init` once with the manifest's `[config]`, \
+             then `reconcile` on the schedule until the lease is lost, and, between reconciles, \
+             `handle-event` for each PostgreSQL notification on the manifest's `[events] \
+             channels`. This one logs each tick with its epoch, and each event.",
+            "`[events] channels` is empty: notifications need PostgreSQL (the lease database, or \
+             the database of a `[grants.sql]`), and the host refuses a plugin that lists \
+             channels on a SQLite lease database without one. With PostgreSQL, list a channel, \
+             then `NOTIFY {{channel}}, 'hello'` in psql. A notification sent while no replica \
+             listens is lost: `reconcile` stays the way all the work gets found. `greeting` is \
+             the first word of each tick's line; `[grants]` works as for any reconciler (see \
+             the commented lines).",
+            "`hello from epoch 1, tick 0` every 5 s",
+        ),
+        World::HealthCheck => (
+            "A health check: the host calls `check(active)` on the replica holding the lease, \
+             which gives the lease up after `failure_threshold` consecutive failures, and \
+             `check(standby)` on the other replicas, which do not campaign while theirs fails. \
+             This one passes unless `[config] fail` says otherwise.",
+            "`fail = \"active\"` makes the holder's checks fail: after `[health] \
+             failure_threshold` of them it gives the lease up and another replica takes over; \
+             `\"standby\"` keeps the others from campaigning. Passing checks log at debug: \
+             `RUST_LOG=info,leasehold::runtime::host=debug leasehold run ...` shows them. A \
+             health check has no `[grants]` or `[events]`: its world imports only `lease` and \
+             `log`.",
+            "`checking lease \"leader\" as HOLDER (fail = never)` when it starts",
+        ),
+    }
+}
+
+/// `my-plugin` → `MyPlugin`, suffixed with `Plugin` where that would clash with a name the
+/// source uses.
+pub(super) fn type_name(name: &str) -> String {
+    let mut out = String::new();
+    for part in name.split('-').filter(|p| !p.is_empty()) {
+        let mut chars = part.chars();
+        if let Some(first) = chars.next() {
+            out.push(first.to_ascii_uppercase());
+            out.extend(chars);
+        }
+    }
+    if is_listed(RUST_TYPE_RESERVED, &out) {
+        out.push_str("Plugin");
+    }
+    out
+}
+
+/// A TOML basic string.
+fn toml_string(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04X}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The componentize-py version of `guests/tools/python/requirements.txt`.
+pub(super) fn componentize_py_version() -> Result<String, String> {
+    PY_REQUIREMENTS
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("componentize-py=="))
+        .map(|v| v.trim().to_string())
+        .ok_or_else(|| "guests/tools/python/requirements.txt pins no componentize-py==X".into())
+}
+
+/// The packages `guests/tools/js/package.json` pins, with their versions, in order.
+pub(super) fn js_pins() -> Result<Vec<(String, String)>, String> {
+    let package: serde_json::Value = serde_json::from_str(JS_TOOLS_PACKAGE)
+        .map_err(|e| format!("guests/tools/js/package.json: {e}"))?;
+    let deps = package
+        .get("dependencies")
+        .and_then(|d| d.as_object())
+        .ok_or("guests/tools/js/package.json has no dependencies")?;
+    deps.iter()
+        .map(|(name, version)| {
+            version
+                .as_str()
+                .map(|v| (name.clone(), v.to_string()))
+                .ok_or_else(|| {
+                    format!("guests/tools/js/package.json: {name}'s version is not a string")
+                })
+        })
+        .collect()
+}
+
+/// The version `pins` gives `package`.
+fn pin<'a>(pins: &'a [(String, String)], package: &str) -> Result<&'a str, String> {
+    pins.iter()
+        .find(|(name, _)| name == package)
+        .map(|(_, version)| version.as_str())
+        .ok_or_else(|| format!("guests/tools/js/package.json does not pin {package}"))
+}
+
+/// The pins as package.json's `devDependencies` object, indented as npm writes it.
+fn js_dev_dependencies(pins: &[(String, String)]) -> String {
+    let lines: Vec<String> = pins
+        .iter()
+        .map(|(name, version)| format!("    {name:?}: {version:?}"))
+        .collect();
+    format!("{{\n{}\n  }}", lines.join(",\n"))
+}
+
+/// The project's `package-lock.json`: the tree of `guests/tools/js/package-lock.json` (the one
+/// leasehold's tests build with), with the project as its root and every package a dev
+/// dependency, as npm itself writes it for a project with those `devDependencies`.
+pub(super) fn js_lockfile(name: &str) -> Result<String, String> {
+    let pins = js_pins()?;
+    let root = format!(
+        "    \"\": {{\n      \"name\": {name:?},\n      \"version\": \"0.1.0\",\n      \"devDependencies\": {},\n      \"engines\": {{\n        \"node\": \">=20.6\"\n      }}\n    }},\n",
+        js_dev_dependencies(&pins).replace("\n", "\n    ")
+    );
+    let mut out = String::with_capacity(JS_TOOLS_LOCK.len() + 16 * 1024);
+    let mut in_root = false;
+    for (i, line) in JS_TOOLS_LOCK.lines().enumerate() {
+        if in_root {
+            if line == "    }," {
+                in_root = false;
+                out.push_str(&root);
+            }
+            continue;
+        }
+        if line == "    \"\": {" {
+            in_root = true;
+            continue;
+        }
+        // The lock's own name and version come first.
+        if i < 3 && line.starts_with("  \"name\": ") {
+            let _ = writeln!(out, "  \"name\": {name:?},");
+        } else if i < 3 && line.starts_with("  \"version\": ") {
+            out.push_str("  \"version\": \"0.1.0\",\n");
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+        // npm marks every package reached through devDependencies.
+        if line.starts_with("      \"integrity\": ") {
+            out.push_str("      \"dev\": true,\n");
+        }
+    }
+    // Checked here, not trusted: the result must be what npm expects.
+    let lock: serde_json::Value =
+        serde_json::from_str(&out).map_err(|e| format!("the derived package-lock.json: {e}"))?;
+    let packages = lock
+        .get("packages")
+        .and_then(|p| p.as_object())
+        .ok_or("the derived package-lock.json has no packages")?;
+    let root_ok = packages
+        .get("")
+        .and_then(|r| r.get("name"))
+        .is_some_and(|n| n == name);
+    let all_dev = packages
+        .iter()
+        .filter(|(path, _)| !path.is_empty())
+        .all(|(_, p)| p.get("dev") == Some(&serde_json::Value::Bool(true)));
+    if !root_ok || !all_dev || lock.get("name").is_none_or(|n| n != name) {
+        return Err("guests/tools/js/package-lock.json is not laid out as npm writes it".into());
+    }
+    Ok(out)
+}

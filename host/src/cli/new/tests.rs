@@ -1,0 +1,206 @@
+//! `leasehold new`'s unit tests: names, and every language and world rendered whole.
+
+use super::project::*;
+use super::*;
+
+const LANGS: [Lang; 3] = [Lang::Rust, Lang::Python, Lang::Js];
+const WORLDS: [World; 3] = [
+    World::Reconciler,
+    World::EventReconciler,
+    World::HealthCheck,
+];
+
+#[test]
+fn names_are_lowercase_words_joined_by_dashes() {
+    for ok in ["a", "hello", "my-plugin", "x1", "a-1-b", &"a".repeat(64)] {
+        for lang in LANGS {
+            check_name(ok, lang).unwrap_or_else(|e| panic!("{ok:?} {lang:?}: {e}"));
+        }
+    }
+    for bad in [
+        "",
+        "1abc",
+        "-a",
+        "My-plugin",
+        "my_plugin",
+        "my plugin",
+        "é",
+        "a/b",
+        "../x",
+        &"a".repeat(65),
+    ] {
+        let e = check_name(bad, Lang::Js).unwrap_err().to_string();
+        assert!(e.starts_with("invalid plugin name"), "{bad:?}: {e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+    }
+}
+
+#[test]
+fn names_a_language_would_trip_over_are_refused_for_it_only() {
+    for (name, lang) in [
+        ("fn", Lang::Rust),
+        ("test", Lang::Rust),
+        ("leasehold-guest", Lang::Rust),
+        ("types", Lang::Python),
+        ("import", Lang::Python),
+        ("poll-loop", Lang::Python),
+        // The first and last words of each line of the lists.
+        ("abstract", Lang::Rust),
+        ("enum", Lang::Rust),
+        ("extern", Lang::Rust),
+        ("yield", Lang::Rust),
+        ("copy", Lang::Python),
+        ("dataclasses", Lang::Python),
+        ("yield", Lang::Python),
+    ] {
+        let e = check_name(name, lang).unwrap_err().to_string();
+        assert!(e.contains("pick another"), "{name}: {e}");
+        check_name(name, Lang::Js).unwrap();
+    }
+    check_name("types", Lang::Rust).unwrap();
+}
+
+#[test]
+fn type_names_are_camel_case_and_avoid_the_names_the_source_uses() {
+    assert_eq!(type_name("my-plugin"), "MyPlugin");
+    assert_eq!(type_name("a1-b"), "A1B");
+    assert_eq!(type_name("config"), "ConfigPlugin");
+    assert_eq!(type_name("result"), "ResultPlugin");
+    assert_eq!(type_name("level"), "LevelPlugin");
+    assert_eq!(type_name("none"), "NonePlugin");
+}
+
+#[test]
+fn render_fills_placeholders_once_and_refuses_unknown_ones() {
+    let vars = [("name", "x-{{name}}"), ("b", "2")];
+    assert_eq!(render("{{name}}/{{b}}", &vars).unwrap(), "x-{{name}}/2");
+    assert_eq!(render("f({{ x }}) {{}}", &vars).unwrap(), "f({{ x }}) {{}}");
+    assert_eq!(
+        render("a {{nope}}", &vars).unwrap_err(),
+        "unknown placeholder {{nope}}"
+    );
+}
+
+#[test]
+fn every_language_and_world_renders_without_leftover_placeholders() {
+    let sdk = Path::new("/opt/leasehold/guests/leasehold-guest");
+    for lang in LANGS {
+        for world in WORLDS {
+            let files = project("my-plugin", lang, world, Some(sdk))
+                .unwrap_or_else(|e| panic!("{lang:?} {world:?}: {e}"));
+            let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+            for expected in [
+                "my-plugin.toml",
+                "README.md",
+                "wit/plugin.wit",
+                "build.sh",
+                "test.sh",
+            ] {
+                assert!(paths.contains(&expected), "{lang:?} {world:?}: {paths:?}");
+            }
+            for file in &files {
+                let leftover = file.text.match_indices("{{").find_map(|(at, _)| {
+                    let rest = &file.text[at + 2..];
+                    let key = rest
+                        .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+                        .unwrap_or(rest.len());
+                    (key > 0 && rest[key..].starts_with("}}")).then(|| &rest[..key])
+                });
+                assert_eq!(leftover, None, "{lang:?} {world:?} {}", file.path);
+                assert_eq!(
+                    file.executable,
+                    file.path.ends_with(".sh"),
+                    "{lang:?} {world:?} {}",
+                    file.path
+                );
+            }
+            let text = |path: &str| &files.iter().find(|f| f.path == path).expect(path).text;
+            // The manifest is one the host accepts, with the keys of its world.
+            let manifest = text("my-plugin.toml");
+            let parsed = crate::manifest::Manifest::parse("my-plugin.toml", manifest)
+                .unwrap_or_else(|e| panic!("{lang:?} {world:?}: {e}"));
+            assert!(parsed.events.is_empty() && !parsed.grants.kv);
+            let section = |name: &str| manifest.lines().any(|l| l == name);
+            assert_eq!(section("[health]"), world == World::HealthCheck);
+            assert_eq!(section("[events]"), world == World::EventReconciler);
+            assert!(text("README.md").contains(&format!("world {}`", world.wit_name())));
+            if lang == Lang::Rust {
+                let cargo: toml::Table = toml::from_str(text("Cargo.toml")).unwrap();
+                assert_eq!(
+                    cargo["dependencies"]["leasehold-guest"]["path"].as_str(),
+                    Some("/opt/leasehold/guests/leasehold-guest")
+                );
+                assert_eq!(text("cargo-wasm.sh"), CARGO_WASM);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_js_project_pins_the_tools_leasehold_builds_with() {
+    let files = project("my-plugin", Lang::Js, World::Reconciler, None).unwrap();
+    let text = |path: &str| &files.iter().find(|f| f.path == path).unwrap().text;
+    let package: serde_json::Value = serde_json::from_str(text("package.json")).unwrap();
+    let tools: serde_json::Value = serde_json::from_str(JS_TOOLS_PACKAGE).unwrap();
+    assert_eq!(package["devDependencies"], tools["dependencies"]);
+    assert_eq!(package["name"], "my-plugin");
+    let lock: serde_json::Value = serde_json::from_str(text("package-lock.json")).unwrap();
+    let tools_lock: serde_json::Value = serde_json::from_str(JS_TOOLS_LOCK).unwrap();
+    assert_eq!(
+        lock["packages"][""]["devDependencies"],
+        tools["dependencies"]
+    );
+    let tree = |l: &serde_json::Value| -> Vec<(String, serde_json::Value)> {
+        let packages = l["packages"].as_object().unwrap();
+        let mut tree: Vec<(String, serde_json::Value)> = packages
+            .iter()
+            .filter(|(path, _)| !path.is_empty())
+            .map(|(path, p)| (path.clone(), p["version"].clone()))
+            .collect();
+        tree.sort_by(|a, b| a.0.cmp(&b.0));
+        tree
+    };
+    assert_eq!(tree(&lock), tree(&tools_lock));
+}
+
+#[test]
+fn pins_come_from_guests_tools() {
+    let version = componentize_py_version().unwrap();
+    assert!(version.split('.').count() == 3, "{version}");
+    let files = project("p", Lang::Python, World::HealthCheck, None).unwrap();
+    let script = &files
+        .iter()
+        .find(|f| f.path == "componentize-py.sh")
+        .unwrap()
+        .text;
+    assert!(script.contains(&format!("want={version}\n")), "{script}");
+}
+
+#[test]
+fn an_existing_project_is_never_written_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("p");
+    std::fs::create_dir(&target).unwrap();
+    refuse_existing(&target).unwrap(); // empty: fine
+    std::fs::write(target.join("keep"), "mine").unwrap();
+    let e = refuse_existing(&target).unwrap_err().to_string();
+    assert!(e.contains("not empty"), "{e}");
+    let files = project("p", Lang::Js, World::Reconciler, None).unwrap();
+    assert!(write_project(dir.path(), &target, &files).is_err());
+    assert_eq!(
+        std::fs::read_to_string(target.join("keep")).unwrap(),
+        "mine"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(left.len(), 1, "no staging directory is left behind");
+
+    std::fs::remove_file(target.join("keep")).unwrap();
+    write_project(dir.path(), &target, &files).unwrap();
+    assert!(target.join("package-lock.json").is_file());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(target.join("build.sh"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o111, 0o111);
+}

@@ -1,0 +1,25 @@
+// Unit tests of {{name}}.js, run natively against test/fake-host.js: ./test.sh (or npm test).
+import assert from 'node:assert/strict';
+import { beforeEach, test } from 'node:test';
+
+import { handleEvent, init, reconcile } from '../{{name}}.js';
+import { host, reset } from './fake-host.js';
+
+beforeEach(() => reset({ lease: 'leader', holder: 'replica-a', epoch: 7n }));
+
+test('logs each tick with its epoch, and each event', () => {
+  assert.equal(init([['greeting', 'hi']]), undefined);
+  const outcome = reconcile({ lease: 'leader', epoch: 7n, tick: 0n });
+  assert.deepEqual(outcome, { requeueAfterMs: undefined });
+  assert.equal(handleEvent('jobs', 'job 42 queued'), undefined);
+  assert.deepEqual(host.lines(), [
+    'starting on lease "leader" as replica-a',
+    'hi from epoch 7, tick 0',
+    'event on jobs at epoch 7: "job 42 queued"',
+  ]);
+});
+
+test('a misspelt config key fails init', () => {
+  const expected = 'unknown config key "greting" (known keys: "greeting")';
+  assert.deepEqual(init([['greting', 'hi']]), { tag: 'err', val: expected });
+});

@@ -1,0 +1,27 @@
+// Unit tests of {{name}}.js, run natively against test/fake-host.js: ./test.sh (or npm test).
+import assert from 'node:assert/strict';
+import { beforeEach, test } from 'node:test';
+
+import { check, init } from '../{{name}}.js';
+import { host, reset } from './fake-host.js';
+
+beforeEach(() => reset({ lease: 'leader', holder: 'replica-a', epoch: 7n }));
+
+test('passes by default', () => {
+  assert.equal(init([]), undefined);
+  assert.equal(check('active'), undefined);
+  assert.equal(check('standby'), undefined);
+  assert.deepEqual(host.lines(), ['checking lease "leader" as replica-a (fail = never)']);
+  assert.deepEqual(host.lines('debug'), ['active check passed', 'standby check passed']);
+});
+
+test('fails the role config names', () => {
+  init([['fail', 'active']]);
+  const expected = 'active check failed: config fail = "active"';
+  assert.deepEqual(check('active'), { tag: 'err', val: expected });
+  assert.equal(check('standby'), undefined);
+});
+
+test('a value out of the list fails init', () => {
+  assert.match(init([['fail', 'sometimes']]).val, /sometimes/);
+});

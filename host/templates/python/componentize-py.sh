@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs componentize-py {{componentize_py_version}}, the version leasehold is tested with, with
+# these arguments: the one on PATH if it is that version, else one installed from PyPI into .venv
+# beside this script on first use. LEASEHOLD_PY_VENV=DIR keeps that virtual environment in DIR
+# instead, e.g. one shared by several projects.
+set -euo pipefail
+
+want={{componentize_py_version}}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+venv=${LEASEHOLD_PY_VENV:-$here/.venv}
+
+say() { echo "componentize-py.sh: $*" >&2; }
+die() {
+  say "$*"
+  exit 1
+}
+version_of() { "$1" --version 2>/dev/null | sed -n 's/^componentize-py \([^ ]*\).*/\1/p'; }
+
+if [ "$(version_of componentize-py)" = "$want" ]; then
+  exec componentize-py "$@"
+fi
+if [ "$(version_of "$venv/bin/componentize-py")" != "$want" ]; then
+  command -v python3 >/dev/null 2>&1 ||
+    die "python3 is missing: install Python 3.10 or newer (Debian: apt-get install python3-venv)"
+  python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
+    die "$(python3 --version) is too old: componentize-py needs Python 3.10 or newer"
+  say "installing componentize-py==$want into $venv (once)"
+  python3 -m venv "$venv" ||
+    die "python3 cannot create a virtual environment (Debian: apt-get install python3-venv)"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "componentize-py==$want" >&2 ||
+    die "pip could not install componentize-py==$want (is PyPI reachable?)"
+fi
+exec "$venv/bin/componentize-py" "$@"

@@ -1,0 +1,199 @@
+//! `leasehold new` end to end: for each language and world, the real binary writes a project
+//! into a temporary directory, the project's own `./test.sh` and `./build.sh` pass, and
+//! `leasehold check` finds the world that was asked for.
+//!
+//! What is slow to build is kept between runs under target/tmp/new-project: one
+//! CARGO_TARGET_DIR for every Rust project (the SDK and, on the Debian recipe, std are built
+//! once), one Python virtual environment with componentize-py (`LEASEHOLD_PY_VENV`, which the
+//! projects' scripts honour), and the host's compile cache for `leasehold check`. npm installs
+//! from its own cache. The first run takes about three minutes on two cores, later ones well
+//! under one.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use leasehold_tests::host::binary;
+
+const WORLDS: [&str; 3] = ["reconciler", "event-reconciler", "health-check"];
+
+/// A directory kept between runs of this test.
+fn shared(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("new-project")
+        .join(name)
+}
+
+/// Runs `cmd` (its output kept in `logs`), failing the test with that output if it fails or
+/// outlives `limit`; returns stdout and stderr together.
+fn run(what: &str, cmd: &mut Command, logs: &Path, limit: Duration) -> String {
+    let out_path = logs.join(format!("{}.log", what.replace([' ', '/'], "_")));
+    let out = File::create(&out_path).unwrap();
+    let started = Instant::now();
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: cannot start {cmd:?}: {e}"));
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let output = std::fs::read_to_string(&out_path).unwrap_or_default();
+    match status {
+        Some(s) if s.success() => {
+            eprintln!("{what}: ok in {:.1?}", started.elapsed());
+            output
+        }
+        Some(s) => panic!("{what}: {cmd:?} failed ({s}):\n{output}"),
+        None => panic!("{what}: {cmd:?} still running after {limit:?}:\n{output}"),
+    }
+}
+
+/// `leasehold new NAME --lang LANG --world WORLD` into a fresh directory, then the project's
+/// tests, its build and `leasehold check`. `env` is given to the project's scripts;
+/// `expect_tests` is a line its test run prints when the tests passed.
+fn new_build_test_check(
+    lang: &str,
+    world: &str,
+    extra_args: &[&str],
+    env: &[(&str, PathBuf)],
+    expect_tests: &str,
+) {
+    let leasehold = binary().unwrap();
+    let parent = tempfile::tempdir().unwrap();
+    let logs = parent.path();
+    let name = format!("{lang}-{world}");
+    let dir = parent.path().join(&name);
+    let what = |step: &str| format!("{name} {step}");
+    let minutes = |m: u64| Duration::from_secs(60 * m);
+
+    let created = run(
+        &what("new"),
+        Command::new(&leasehold)
+            .args(["new", &name, "--lang", lang, "--world", world, "--dir"])
+            .arg(parent.path())
+            .args(extra_args),
+        logs,
+        minutes(1),
+    );
+    assert!(
+        created.contains(&format!("Created {}", dir.display())),
+        "{created}"
+    );
+    for file in ["README.md", "wit/plugin.wit", &format!("{name}.toml")] {
+        assert!(dir.join(file).is_file(), "{name}: no {file}");
+    }
+
+    let script = |step: &str| {
+        let mut cmd = Command::new(dir.join(step));
+        cmd.current_dir(&dir);
+        for (key, value) in env {
+            cmd.env(key, value);
+        }
+        cmd
+    };
+    let tested = run(&what("test"), &mut script("test.sh"), logs, minutes(10));
+    assert!(tested.contains(expect_tests), "{name}: tests:\n{tested}");
+    run(&what("build"), &mut script("build.sh"), logs, minutes(15));
+
+    let wasm = format!("{name}.wasm");
+    let checked = run(
+        &what("check"),
+        Command::new(&leasehold)
+            .args(["check", &wasm])
+            .current_dir(&dir)
+            .env("XDG_CACHE_HOME", shared("cache")),
+        logs,
+        minutes(5),
+    );
+    let expected = format!("{wasm}: ok: leasehold:plugin@0.1.0 world {world}\n");
+    assert!(checked.contains(&expected), "{name}: check:\n{checked}");
+}
+
+#[test]
+fn rust_projects_build_pass_their_tests_and_check_as_their_world() {
+    // The SDK of this checkout, given explicitly once; by default otherwise.
+    let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guests/leasehold-guest");
+    let sdk = sdk.to_str().unwrap();
+    for world in WORLDS {
+        let extra: &[&str] = if world == "health-check" {
+            &["--sdk", sdk]
+        } else {
+            &[]
+        };
+        let env = [("CARGO_TARGET_DIR", shared("cargo-target"))];
+        new_build_test_check("rust", world, extra, &env, "test tests::");
+    }
+}
+
+#[test]
+fn python_projects_build_pass_their_tests_and_check_as_their_world() {
+    let env = [("LEASEHOLD_PY_VENV", shared("py-venv"))];
+    for world in WORLDS {
+        new_build_test_check("python", world, &[], &env, "\nOK\n");
+    }
+}
+
+#[test]
+fn javascript_projects_build_pass_their_tests_and_check_as_their_world() {
+    for world in WORLDS {
+        new_build_test_check("js", world, &[], &[], "ℹ fail 0");
+    }
+}
+
+#[test]
+fn new_refuses_a_bad_name_and_a_directory_that_is_not_empty_in_one_line() {
+    let leasehold = binary().unwrap();
+    let parent = tempfile::tempdir().unwrap();
+    let new = |args: &[&str]| {
+        Command::new(&leasehold)
+            .arg("new")
+            .args(args)
+            .arg("--dir")
+            .arg(parent.path())
+            .output()
+            .unwrap()
+    };
+
+    let bad = new(&["My_Plugin"]);
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("leasehold: error: invalid plugin name \"My_Plugin\""),
+        "{stderr}"
+    );
+
+    let taken = parent.path().join("taken");
+    std::fs::create_dir(&taken).unwrap();
+    std::fs::write(taken.join("notes.txt"), "mine").unwrap();
+    let refused = new(&["taken", "--lang", "js"]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("already exists and is not empty"),
+        "{stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&taken).unwrap().collect();
+    assert_eq!(
+        left.len(),
+        1,
+        "nothing was written into {}",
+        taken.display()
+    );
+    let entries: Vec<_> = std::fs::read_dir(parent.path()).unwrap().collect();
+    assert_eq!(entries.len(), 1, "no staging directory is left");
+}
