@@ -22,9 +22,11 @@ run: build guests
 
 # The whole suite: unit tests, the store conformance suite (memory, SQLite, a PostgreSQL the
 # harness starts itself unless DATABASE_URL is set), the process tests and the plugin tests with
-# real compiled guests.
+# real compiled guests; then the guests' own unit tests, natively (the SDK, its testing fakes,
+# the examples' logic).
 test: build guests
 	$(CARGO) test --workspace
+	cd guests && $(CARGO) test --workspace --locked
 
 # Figures: handoff, failover and plugin activation between real processes on PostgreSQL, the
 # plugin runtime's compile, load, instantiate, call and loss-to-stop costs, the same figures per
