@@ -112,6 +112,16 @@ pub trait Logged {
     }
 }
 
+/// The batched renewals `host` logged from line `from` on (`renewal returned elapsed=…`).
+pub fn renewals(host: &impl Logged, from: usize) -> Vec<Duration> {
+    host.log_lines_from(from)
+        .iter()
+        .filter(|l| l.contains("renewal returned"))
+        .filter_map(|l| l.split("elapsed=").nth(1)?.split_whitespace().next())
+        .filter_map(crate::stats::parse_debug_duration)
+        .collect()
+}
+
 /// One formatted event, split into the log's lines.
 pub struct LineWriter(Log);
 

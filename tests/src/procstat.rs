@@ -105,3 +105,12 @@ impl CpuWindow {
             .collect()
     }
 }
+
+/// The PostgreSQL server's postmaster, found as the parent of `conn`'s backend: the root of the
+/// server's process tree for [`tree_cpu_seconds`].
+pub async fn postmaster(conn: &mut sqlx::PgConnection) -> anyhow::Result<u32> {
+    let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(conn)
+        .await?;
+    parent(u32::try_from(backend)?)
+}

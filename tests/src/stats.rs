@@ -38,3 +38,19 @@ pub fn env_duration(name: &str, default: Duration) -> anyhow::Result<Duration> {
         Err(_) => Ok(default),
     }
 }
+
+/// A duration as `Debug` prints it (`1.234ms`, `812.5µs`, `1.5s`), as the host logs it.
+pub fn parse_debug_duration(text: &str) -> Option<Duration> {
+    let (number, unit) = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .map(|i| text.split_at(i))?;
+    let value: f64 = number.parse().ok()?;
+    let seconds = match unit {
+        "s" => value,
+        "ms" => value / 1e3,
+        "µs" | "us" => value / 1e6,
+        "ns" => value / 1e9,
+        _ => return None,
+    };
+    Some(Duration::from_secs_f64(seconds))
+}

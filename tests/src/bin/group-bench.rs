@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use leasehold_tests::host::{Host, HostBuilder};
-use leasehold_tests::log::Logged;
+use leasehold_tests::log::{Logged, renewals};
 use leasehold_tests::pg::Postgres;
-use leasehold_tests::procstat::{CpuWindow, cpu_seconds, parent, rss_kib, tree_cpu_seconds};
+use leasehold_tests::procstat::{CpuWindow, cpu_seconds, postmaster, rss_kib, tree_cpu_seconds};
 use leasehold_tests::stats::{env_count, env_duration, summary};
 use sqlx::Connection;
 
@@ -243,35 +243,6 @@ async fn rebalancing(
         );
     }
     Ok(())
-}
-
-/// The PostgreSQL server's postmaster, found as the parent of a backend of ours.
-async fn postmaster(conn: &mut sqlx::PgConnection) -> anyhow::Result<u32> {
-    let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(conn)
-        .await?;
-    parent(u32::try_from(backend)?)
-}
-
-/// The batched renewals `host` logged from line `from` on, in ms (`renewal returned elapsed=…`).
-fn renewals(host: &Host, from: usize) -> Vec<Duration> {
-    host.log_lines_from(from)
-        .iter()
-        .filter(|l| l.contains("renewal returned"))
-        .filter_map(|l| l.split("elapsed=").nth(1)?.split_whitespace().next())
-        .filter_map(|t| {
-            let (n, unit) = t.split_at(t.find(|c: char| !(c.is_ascii_digit() || c == '.'))?);
-            let n: f64 = n.parse().ok()?;
-            let scale = match unit {
-                "s" => 1.0,
-                "ms" => 1e-3,
-                "µs" | "us" => 1e-6,
-                "ns" => 1e-9,
-                _ => return None,
-            };
-            Some(Duration::from_secs_f64(n * scale))
-        })
-        .collect()
 }
 
 async fn at_scale(

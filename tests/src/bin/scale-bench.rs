@@ -13,24 +13,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use leasehold_tests::host::{Host, HostBuilder};
-use leasehold_tests::log::Logged;
+use leasehold_tests::log::{Logged, renewals};
 use leasehold_tests::pg::Postgres;
 use leasehold_tests::procstat::{
-    CpuWindow, cpu_seconds, parent, peak_rss_kib, rss_kib, tree_cpu_seconds,
+    CpuWindow, cpu_seconds, peak_rss_kib, postmaster, rss_kib, tree_cpu_seconds,
 };
 use leasehold_tests::stats::{env_duration, summary};
 use sqlx::Connection;
-
-/// The PostgreSQL server's postmaster, found as the parent of a backend of ours.
-async fn postmaster(url: &str) -> anyhow::Result<u32> {
-    let mut conn = sqlx::PgConnection::connect(url).await?;
-    let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut conn)
-        .await?;
-    let root = parent(u32::try_from(backend)?)?;
-    conn.close().await?;
-    Ok(root)
-}
 
 /// How many leases each holder holds now, by the database's clock.
 async fn held_by(url: &str) -> anyhow::Result<Vec<(String, i64)>> {
@@ -42,32 +31,6 @@ async fn held_by(url: &str) -> anyhow::Result<Vec<(String, i64)>> {
     .await?;
     conn.close().await?;
     Ok(rows)
-}
-
-/// A duration as `Debug` prints it (`1.234ms`, `812.5µs`, `1.5s`).
-fn parse_debug_duration(text: &str) -> Option<Duration> {
-    let (number, unit) = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .map(|i| text.split_at(i))?;
-    let value: f64 = number.parse().ok()?;
-    let seconds = match unit {
-        "s" => value,
-        "ms" => value / 1e3,
-        "µs" | "us" => value / 1e6,
-        "ns" => value / 1e9,
-        _ => return None,
-    };
-    Some(Duration::from_secs_f64(seconds))
-}
-
-/// The batched renewals the holder logged from line `from` on (`renewal returned elapsed=…`).
-fn renewals(host: &Host, from: usize) -> Vec<Duration> {
-    host.log_lines_from(from)
-        .iter()
-        .filter(|l| l.contains("renewal returned"))
-        .filter_map(|l| l.split("elapsed=").nth(1)?.split_whitespace().next())
-        .filter_map(parse_debug_duration)
-        .collect()
 }
 
 /// One scrape of `/metrics`: how long it took and how many bytes and series it returned.
@@ -115,7 +78,12 @@ async fn at_scale(count: usize, ttl: Duration, window: Duration) -> anyhow::Resu
     ];
     // Past the standbys' start-up and first campaigns.
     tokio::time::sleep(ttl * 2).await;
-    let root = postmaster(&url).await?;
+    let root = {
+        let mut conn = sqlx::PgConnection::connect(&url).await?;
+        let root = postmaster(&mut conn).await?;
+        conn.close().await?;
+        root
+    };
     let pids = [holder.pid(), standbys[0].pid(), standbys[1].pid()];
     let read = || -> anyhow::Result<Vec<f64>> {
         let mut r = pids
