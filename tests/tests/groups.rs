@@ -333,10 +333,12 @@ async fn postgres_a_shard_s_plugin_carries_on_from_the_checkpoint_its_previous_h
         };
         moved += 1;
         assert!(by.starts_with("a-"), "shard {shard} resumed from {by}");
-        assert_eq!(
-            Some(count),
-            last_checkpoint(&a_log, shard),
-            "shard {shard}: b resumed from {count}, a's last checkpoint differs"
+        // The checkpoint b read is the last one a logged, or one more: a's last call may have
+        // been stopped by the handoff between its (committed, fenced) put and its log line.
+        let logged = last_checkpoint(&a_log, shard).unwrap_or_default();
+        assert!(
+            count == logged || count == logged + 1,
+            "shard {shard}: b resumed from {count}, a's last logged checkpoint is {logged}"
         );
         assert!(count >= 5, "shard {shard} resumed from {count}");
     }
@@ -391,7 +393,12 @@ async fn postgres_a_shard_s_plugin_carries_on_from_the_checkpoint_its_previous_h
             .into_iter()
             .find(|(_, by)| by.starts_with("b-"))
         {
-            assert_eq!(Some(count), last_checkpoint(&b_log, shard), "shard {shard}");
+            // As above: b's last call may have been stopped between its put and its log line.
+            let logged = last_checkpoint(&b_log, shard).unwrap_or_default();
+            assert!(
+                count == logged || count == logged + 1,
+                "shard {shard}: a resumed from {count}, b's last logged checkpoint is {logged}"
+            );
         }
     }
 }
