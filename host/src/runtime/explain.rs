@@ -51,7 +51,7 @@ How guest toolchains spell these exports:
   Python (componentize-py --world WORLD): methods of the class `WitWorld` in the app module,
     with '-' as '_' (handle_event); return the value, raise componentize_py_types.Err(text).
   JavaScript (componentize-js, world WORLD): exported functions of the module, in camelCase
-    (handleEvent); return the value, throw to fail.
+    (handleEvent); return the value, or { tag: 'err', val: text } to fail (a thrown Error traps).
   Rust (leasehold-guest): implement the Reconciler, EventHandler or HealthCheck trait and call
     export_reconciler!, export_event_reconciler! or export_health_check!.
   Any other language: bindings generated from wit/plugin.wit for the world (wit/README.md).
@@ -118,6 +118,18 @@ mod tests {
         );
         assert!(text.contains("found   init: func("), "{text}");
         assert!(text.contains("class `WitWorld`"), "{text}");
+    }
+
+    #[test]
+    fn every_signature_shown_is_the_wits_own() {
+        let wit = include_str!("../../../wit/plugin.wit");
+        for (world, asks) in WORLDS {
+            assert!(wit.contains(&format!("world {world} {{")), "{world}");
+            for export in *asks {
+                let line = format!("export {}: {};", export.name, export.signature);
+                assert!(wit.contains(&line), "{line} is not in wit/plugin.wit");
+            }
+        }
     }
 
     #[test]
