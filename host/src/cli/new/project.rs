@@ -186,6 +186,11 @@ pub fn project(
             add(&source_path, source, false)?;
             add(&test_path, test, false)?;
             add(
+                "fake_host.py",
+                include_str!("../../../templates/python/fake_host.py"),
+                false,
+            )?;
+            add(
                 "build.sh",
                 include_str!("../../../templates/python/build.sh"),
                 true,
