@@ -222,7 +222,7 @@ async fn bad_database_urls_fail_at_start_with_one_clear_line() {
         ),
         (
             "sqlite:/nonexistent-dir/leases.db",
-            "cannot connect to sqlite:/nonexistent-dir/leases.db",
+            "cannot create the SQLite lease file /nonexistent-dir/leases.db: No such file or directory",
         ),
     ];
     for (url, expected) in cases {

@@ -5,6 +5,7 @@
 //! the lock judges expiry by the time it runs. There are no notifications, so standbys rely on
 //! polling.
 
+use std::path::Path;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -146,10 +147,10 @@ impl SqliteStore {
                         source,
                     },
                 },
-                Err(source) => StoreError::Connect {
+                Err(source) => cannot_create(path).unwrap_or(StoreError::Connect {
                     url: url.to_string(),
                     source,
-                },
+                }),
             };
             if tokio::time::Instant::now() >= deadline || !is_contention(&error) {
                 return Err(error);
@@ -157,6 +158,30 @@ impl SqliteStore {
             debug!(error = %error, attempt, "opening the lease file raced another process; retrying");
             tokio::time::sleep(Duration::from_millis(20 * attempt.min(10))).await;
         }
+    }
+}
+
+/// Why a missing lease file cannot be created, said in the filesystem's words ("Read-only file
+/// system", "Permission denied") rather than SQLite's "unable to open database file"; `None` when
+/// the file exists or can be made (the probe's empty file is removed again).
+fn cannot_create(path: &Path) -> Option<StoreError> {
+    if path.exists() {
+        return None;
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(path);
+            None
+        }
+        Err(source) if source.kind() == std::io::ErrorKind::AlreadyExists => None,
+        Err(source) => Some(StoreError::CreateFile {
+            path: path.to_path_buf(),
+            source,
+        }),
     }
 }
 

@@ -195,6 +195,19 @@ pub enum StoreError {
         #[source]
         source: sqlx::Error,
     },
+    /// The SQLite lease file does not exist and cannot be created where it is meant to be, e.g.
+    /// the default `./leasehold.db` on a read-only root filesystem.
+    #[error(
+        "cannot create the SQLite lease file {}: {source}; give a database URL (--database-url or LEASEHOLD_DATABASE_URL) or run where that directory is writable",
+        path.display()
+    )]
+    CreateFile {
+        /// The file that could not be created.
+        path: std::path::PathBuf,
+        /// Why the filesystem refused it.
+        #[source]
+        source: std::io::Error,
+    },
     /// The first connection did not complete in time.
     #[error("cannot connect to {url}: no answer within {after:?}")]
     ConnectTimeout {
