@@ -5,7 +5,7 @@
 CARGO ?= cargo
 BIN := target/debug/leasehold
 
-.PHONY: deps build run test bench bench-release chaos lint fmt clean guests
+.PHONY: deps build run test bench bench-release chaos lint fmt clean guests image
 
 deps:
 	@scripts/install-deps.sh
@@ -24,7 +24,10 @@ run: build guests
 # harness starts itself unless DATABASE_URL is set), the process tests and the plugin tests with
 # real compiled guests; then the guests' own unit tests, natively (the SDK, its testing fakes,
 # the examples' logic).
+# The container tests (tests/tests/containers.rs, compose.rs) build the image from the dev binary
+# with scripts/image.sh and run it with podman, which the first line installs.
 test: build guests
+	@scripts/install-deps.sh --containers
 	$(CARGO) test --workspace
 	cd guests && $(CARGO) test --workspace --locked
 
@@ -35,13 +38,14 @@ test: build guests
 # under the attacks on its memory against its plugins' budget; what 1,000 and 10,000 leases on
 # three replicas cost the holder, the standbys and PostgreSQL, and an idle host's CPU and memory;
 # how lease groups rebalance (join, SIGTERM, kill: time, shards moved, longest unheld) and what
-# 10,000 shards in groups over five replicas cost.
+# 10,000 shards in groups over five replicas cost; the image under podman: `podman run` to
+# leading, and the handoff between containers beside the same between processes.
 # handoff-bench also runs the same handoff and failover trials with etcd's own lock CLI
 # (`etcdctl lock --ttl`, a single-node etcd it starts itself) and prints both side by side;
 # scripts/install-deps.sh --bench installs etcd if it is missing (BENCH_ETCD=0 skips it).
-BENCHES := handoff-bench plugin-bench lang-bench fence-bench freeze-bench memory-bench scale-bench group-bench
+BENCHES := handoff-bench plugin-bench lang-bench fence-bench freeze-bench memory-bench scale-bench group-bench container-bench
 bench: build guests
-	@scripts/install-deps.sh --bench
+	@scripts/install-deps.sh --bench --containers
 	$(CARGO) build -p leasehold-tests --bins
 	@for b in $(BENCHES); do RUST_BACKTRACE=0 target/debug/$$b || exit 1; done
 
@@ -49,7 +53,7 @@ bench: build guests
 # harnesses built the same way so that their own work takes as little as possible from the two
 # cores they measure on. The README's figures come from here; the first build takes ~20 minutes.
 bench-release: guests
-	@scripts/install-deps.sh --bench
+	@scripts/install-deps.sh --bench --containers
 	$(CARGO) build --release -p leasehold -p leasehold-tests --bins
 	@for b in $(BENCHES); do RUST_BACKTRACE=0 target/release/$$b || exit 1; done
 
@@ -65,6 +69,13 @@ chaos: build guests
 # its NAME.toml manifest). Picks a wasm32-wasip2 toolchain itself (DESIGN §5).
 guests: deps
 	scripts/build-guests.sh
+
+# The image operators run: examples/docker/Dockerfile, tagged leasehold:latest and
+# leasehold:VERSION, with podman (installed if missing). Where no registry is reachable it makes
+# the Debian base from Debian's packages and builds the release binary here (~20 minutes from
+# clean) for the Dockerfile's runtime stage; it says which path it took and prints the size.
+image:
+	scripts/image.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Installs what building and testing leasehold needs on a Debian machine; with --bench, also what
 # `make bench` needs: etcd's server and CLI, the reference handoff-bench compares leasehold's
-# handoff and failover against (Debian bookworm ships 3.4.23). Idempotent: it only calls apt-get
-# when something is missing, and never downloads toolchains itself.
+# handoff and failover against (Debian bookworm ships 3.4.23); with --containers, what `make image`
+# and the container tests need: podman with runc, slirp4netns (a container's own network that
+# still reaches the host's loopback) and mmdebstrap (a Debian base image without a registry).
+# Idempotent: it only calls apt-get when something is missing, and never downloads toolchains
+# itself.
 set -euo pipefail
 
 need_pkgs=()
@@ -15,10 +18,22 @@ command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
 # psql takes row locks from outside in the lease tests; libfaketime steps a process's wall clock.
 command -v psql >/dev/null 2>&1 || need_pkgs+=(postgresql-client)
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need_pkgs+=(libfaketime)
-if [ "${1:-}" = "--bench" ]; then
-  command -v etcd >/dev/null 2>&1 || need_pkgs+=(etcd-server)
-  command -v etcdctl >/dev/null 2>&1 || need_pkgs+=(etcd-client)
-fi
+for arg in "$@"; do
+  case "$arg" in
+    --bench)
+      command -v etcd >/dev/null 2>&1 || need_pkgs+=(etcd-server)
+      command -v etcdctl >/dev/null 2>&1 || need_pkgs+=(etcd-client)
+      ;;
+    --containers)
+      for tool in podman runc slirp4netns mmdebstrap; do
+        command -v "$tool" >/dev/null 2>&1 || need_pkgs+=("$tool")
+      done
+      # newuidmap, for podman run by a user other than root.
+      command -v newuidmap >/dev/null 2>&1 || need_pkgs+=(uidmap)
+      ;;
+    *) echo "install-deps: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   sudo=""
