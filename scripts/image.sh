@@ -62,8 +62,12 @@ else
   podman import -q "$work/base.tar" "$base" >/dev/null
 fi
 
+# The image the first tag names now: once the tag moves to the new build it is removed, unless
+# something else still uses or names it, so repeated builds do not pile up untagged images.
+previous=$(podman image inspect --format '{{.Id}}' "${tags[0]}" 2>/dev/null || true)
+
 # Where the binary comes from.
-build=(podman build --pull=never --network=host -f examples/docker/Dockerfile "${build_args[@]}")
+build=(podman build --pull=never --layers=false --network=host -f examples/docker/Dockerfile "${build_args[@]}")
 for tag in "${tags[@]}"; do build+=(-t "$tag"); done
 if [ -z "$binary" ] && { podman image exists docker.io/library/rust:1-bookworm \
     || podman pull -q docker.io/library/rust:1-bookworm >/dev/null 2>&1; }; then
@@ -81,6 +85,11 @@ else
   strip -o "$stage/leasehold" "$binary"
   "${build[@]}" --build-arg BINARY=prebuilt --build-context "prebuilt=$stage" "$stage"
   rm -rf "$stage"
+fi
+
+current=$(podman image inspect --format '{{.Id}}' "${tags[0]}")
+if [ -n "$previous" ] && [ "$previous" != "$current" ]; then
+  podman rmi "$previous" >/dev/null 2>&1 || true
 fi
 
 size=$(podman image inspect --format '{{.Size}}' "${tags[0]}")
