@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Checks Kubernetes manifests offline against the API's own schemas.
+#
+#   scripts/kubernetes-validate.sh FILE...    every document of every FILE, strictly
+#
+# The validator is kubernetes-validate from PyPI, which ships the JSON schemas of every
+# Kubernetes release it knows, so a check needs no cluster and no network. It is pinned below and
+# installed into a virtual environment under target/tools/kubernetes-validate/ on first use
+# (idempotent: reinstalled only when the pin changes or the environment is broken).
+#
+# Strict means: a field the schema does not know is an error (a misspelt `runAsNonroot` would
+# otherwise pass, and the API server would drop it or refuse the object), an object whose kind or
+# apiVersion has no schema is an error (the validator alone only warns), a mapping that repeats a
+# key is an error (YAML keeps the last one silently, `kubectl apply --validate=strict` refuses
+# it), and a FILE without any object is an error.
+#
+# Exit status: 0 valid; 1 invalid (the validator's message on stderr) or the validator could not
+# be installed; 2 usage.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# The validator and its schemas; `pip index versions kubernetes-validate` lists the others.
+pin=1.37.0
+# The Kubernetes release the manifests are checked against: 1.31, the oldest release on which
+# every field examples/kubernetes/ sets is generally available (the PodDisruptionBudget's
+# unhealthyPodEvictionPolicy went GA in 1.31), and still within the support windows of the
+# managed services. Checking the oldest release meant to run the manifests, rather than the
+# newest, catches a field that only newer API servers know. KUBERNETES_VERSION overrides it.
+kubernetes_version=${KUBERNETES_VERSION:-1.31.0}
+
+tools="${CARGO_TARGET_DIR:-$root/target}/tools/kubernetes-validate"
+venv="$tools/venv"
+stamp="$venv/.kubernetes-validate-version"
+
+say() { echo "kubernetes-validate: $*" >&2; }
+die() {
+  say "$*"
+  exit 1
+}
+usage() {
+  echo "usage: $0 FILE..." >&2
+  exit 2
+}
+
+[ $# -ge 1 ] || usage
+for file in "$@"; do
+  case "$file" in -*) usage ;; esac
+  [ -f "$file" ] || die "$file: no such file"
+done
+
+installed() {
+  [ -x "$venv/bin/kubernetes-validate" ] &&
+    [ "$(cat "$stamp" 2>/dev/null)" = "$pin" ] &&
+    "$venv/bin/python" -c 'import kubernetes_validate, yaml' 2>/dev/null
+}
+
+install() {
+  command -v python3 >/dev/null 2>&1 ||
+    die "python3 is missing: install Python 3 with venv (Debian: apt-get install python3 python3-venv)"
+  rm -rf "$venv"
+  say "installing kubernetes-validate==$pin into ${venv#"$root"/}"
+  python3 -m venv "$venv" >/dev/null 2>&1 ||
+    die "python3 cannot create a virtual environment (Debian: apt-get install python3-venv)"
+  # pip retries each request itself; these rounds cover a connection that drops for longer.
+  local attempt
+  for attempt in 1 2 3; do
+    if "$venv/bin/pip" install --quiet --disable-pip-version-check --retries 3 --timeout 30 \
+      "kubernetes-validate==$pin" >"$tools/pip.log" 2>&1; then
+      echo "$pin" >"$stamp"
+      return 0
+    fi
+    [ "$attempt" -eq 3 ] || sleep $((attempt * 5))
+  done
+  tail -n 5 "$tools/pip.log" >&2
+  die "pip could not install kubernetes-validate==$pin after 3 attempts (is PyPI reachable?); log: ${tools#"$root"/}/pip.log"
+}
+
+if ! installed; then
+  mkdir -p "$tools"
+  # Tests call this script in parallel: one installs, the others wait and then reuse it.
+  exec 9>"$tools/lock"
+  if command -v flock >/dev/null 2>&1; then
+    flock -w 600 9 || die "timed out waiting for another install into ${tools#"$root"/}"
+  fi
+  installed || install
+  exec 9>&-
+fi
+
+# How many documents one file holds, loaded as the validator loads them but refusing repeated
+# keys. Empty documents (a file's leading comment block) are not counted.
+documents() {
+  "$venv/bin/python" - "$1" <<'PY'
+import sys, yaml
+
+class Loader(yaml.SafeLoader):
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    "found the key %r twice" % (key,), key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+path = sys.argv[1]
+try:
+    with open(path) as f:
+        docs = [d for d in yaml.load_all(f, Loader=Loader) if d is not None]
+except yaml.YAMLError as e:
+    sys.exit("%s: %s" % (path, e))
+print(len(docs))
+PY
+}
+
+failed=0
+for file in "$@"; do
+  if ! count=$(documents "$file" 2>&1); then
+    echo "$count" >&2
+    failed=1
+    continue
+  fi
+  if [ "$count" -eq 0 ]; then
+    say "$file: no Kubernetes object in it"
+    failed=1
+    continue
+  fi
+  # The validator prints one line per object: INFO when it passed, WARN when no schema was
+  # found (kind or apiVersion unknown to that release), ERROR or FATAL otherwise.
+  status=0
+  report=$("$venv/bin/kubernetes-validate" --strict --kubernetes-version "$kubernetes_version" \
+    "$file" 2>&1) || status=$?
+  passed=$(grep -c '^INFO ' <<<"$report" || true)
+  if [ "$status" -ne 0 ] || [ "$passed" -ne "$count" ]; then
+    grep -v '^INFO ' <<<"$report" >&2 || true
+    [ "$status" -ne 0 ] || say "$file: $passed of $count objects passed"
+    failed=1
+  else
+    echo "$file: $count objects valid against Kubernetes $kubernetes_version (strict)"
+  fi
+done
+exit "$failed"
