@@ -29,7 +29,8 @@ pub const HOST_LOOPBACK: &str = "10.0.2.2";
 /// The uid and gid the image runs as (examples/docker/Dockerfile).
 pub const UID: u32 = 10001;
 
-fn repo() -> PathBuf {
+/// The repository's root.
+pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
