@@ -30,6 +30,8 @@ for arg in "$@"; do
       done
       # newuidmap, for podman run by a user other than root.
       command -v newuidmap >/dev/null 2>&1 || need_pkgs+=(uidmap)
+      # Service names on a compose project's network, with podman's CNI backend.
+      [ -x /usr/lib/cni/dnsname ] || need_pkgs+=(golang-github-containernetworking-plugin-dnsname)
       ;;
     *) echo "install-deps: unknown option $arg" >&2; exit 2 ;;
   esac
