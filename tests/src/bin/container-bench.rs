@@ -51,8 +51,9 @@ async fn main() -> anyhow::Result<()> {
     let built = Instant::now();
     image();
     println!(
-        "container-bench: image ready in {:.1?} (scripts/image.sh, dev binary)",
-        built.elapsed()
+        "container-bench: image ready in {:.1?} (scripts/image.sh, {})",
+        built.elapsed(),
+        leasehold_tests::host::binary()?.display()
     );
 
     // podman run → leading, with the plugin compiled at start (cold) and loaded from a volume
