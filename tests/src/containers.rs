@@ -101,8 +101,8 @@ pub fn from_container(url: &str) -> String {
     url.replace("@127.0.0.1:", &format!("@{HOST_LOOPBACK}:"))
 }
 
-/// A copy of `dir` (plugin files) that the image's user may read, as a bind mount needs: temporary
-/// directories are private to their owner.
+/// Makes `dir` (plugin files) and its files readable by the image's user, as a bind mount keeps
+/// the host's owner and modes.
 pub fn readable_by_all(dir: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
