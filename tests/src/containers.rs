@@ -72,6 +72,7 @@ pub fn podman_out(args: &[&str]) -> anyhow::Result<String> {
 pub fn image() -> &'static str {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
     let built = BUILT.get_or_init(|| {
+        sweep_killed_runs();
         let binary = crate::host::binary().map_err(|e| format!("{e:#}"))?;
         let out = std::process::Command::new(repo().join("scripts/image.sh"))
             .arg("--binary")
@@ -93,6 +94,27 @@ pub fn image() -> &'static str {
     match built {
         Ok(()) => IMAGE,
         Err(e) => panic!("cannot build the test image: {e}"),
+    }
+}
+
+/// Removes the containers and volumes of earlier test and bench processes that were killed before
+/// they could (their names end in `-PID`, and that process is gone).
+fn sweep_killed_runs() {
+    for (list, remove) in [
+        (["ps", "--all", "--format", "{{.Names}}"], ["rm", "--force"]),
+        (["volume", "ls", "--format", "{{.Name}}"], ["volume", "rm"]),
+    ] {
+        let names = podman_out(&list).unwrap_or_default();
+        for name in names.split_whitespace() {
+            let ours = name.starts_with("leasehold-test-") || name.starts_with("leasehold-bench-");
+            let pid = name.rsplit('-').next().and_then(|p| p.parse::<u32>().ok());
+            if let (true, Some(pid)) = (ours, pid)
+                && !Path::new(&format!("/proc/{pid}")).exists()
+            {
+                eprintln!("removing {name}, left by a run that was killed");
+                let _ = podman_out(&[remove[0], remove[1], name]);
+            }
+        }
     }
 }
 
@@ -348,7 +370,7 @@ impl Container {
 impl Drop for Container {
     fn drop(&mut self) {
         let _ = podman()
-            .args(["rm", "--force", "--time", "0", &self.name])
+            .args(["rm", "--force", "--volumes", "--time", "0", &self.name])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
