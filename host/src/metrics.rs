@@ -102,6 +102,9 @@ pub struct Metrics {
     pub renew_seconds: Histogram,
     /// Seconds until the holder's local deadline; 0 when not holding.
     pub expires_in_seconds: Family<LeaseLabel, FloatGauge>,
+    /// The lease's ttl in seconds, on every replica that campaigns for it: the yardstick alert
+    /// rules and dashboards measure the other lease figures against.
+    pub ttl_seconds: Family<LeaseLabel, FloatGauge>,
     /// From the end of a term until every task of it has stopped, over every lease.
     pub loss_to_stop_seconds: Histogram,
     /// Guest calls (init, reconcile, handle-event, check), counted as they enter the guest so that
@@ -121,6 +124,9 @@ pub struct Metrics {
     pub plugin_memory_bytes: Family<PluginLabel, Gauge>,
     /// Writes refused by the fence.
     pub plugin_refused_writes: Family<PluginLabel, Counter>,
+    /// Guest calls the host cut off by force because their term ended (lease lost, released or
+    /// shutdown) while they ran: a call's own deadline counts as a `timeout` trap instead.
+    pub plugin_forced_stops: Family<PluginLabel, Counter>,
     /// Stores (instances and their memory) a plugin holds on this replica now.
     pub plugin_stores: Family<PluginLabel, Gauge>,
     /// Shards of a lease group this replica holds.
@@ -180,6 +186,7 @@ impl Metrics {
             leases: Family::default(),
             renew_seconds: store_latency(),
             expires_in_seconds: Family::default(),
+            ttl_seconds: Family::default(),
             loss_to_stop_seconds: fast_latency(),
             plugin_calls: Family::default(),
             plugin_call_seconds: Family::new_with_constructor(fast_latency),
@@ -189,6 +196,7 @@ impl Metrics {
             plugin_call_fuel: Family::new_with_constructor(fuel_per_call),
             plugin_memory_bytes: Family::default(),
             plugin_refused_writes: Family::default(),
+            plugin_forced_stops: Family::default(),
             plugin_stores: Family::default(),
             group_held: Family::default(),
             group_target: Family::default(),
@@ -225,6 +233,11 @@ impl Metrics {
             m.renew_seconds.clone(),
         );
         registry.register("leasehold_lease_expires_in_seconds", "Seconds until the holder's local deadline (the database expiry minus the margin); 0 when not holding", m.expires_in_seconds.clone());
+        registry.register(
+            "leasehold_lease_ttl_seconds",
+            "The lease's ttl in seconds, on every replica that campaigns for it",
+            m.ttl_seconds.clone(),
+        );
         registry.register(
             "leasehold_lease_loss_to_stop_seconds",
             "From the end of a term until all of its plugin tasks have stopped, over every lease",
@@ -269,6 +282,11 @@ impl Metrics {
             "leasehold_plugin_refused_writes",
             "Writes refused by the fence (lease-lost)",
             m.plugin_refused_writes.clone(),
+        );
+        registry.register(
+            "leasehold_plugin_forced_stops",
+            "Guest calls cut off by force because their term ended while they ran",
+            m.plugin_forced_stops.clone(),
         );
         registry.register(
             "leasehold_plugin_stores",

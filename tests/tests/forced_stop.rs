@@ -77,6 +77,12 @@ async fn a_spinning_guest_is_stopped_before_the_database_lease_expires() {
     assert_ne!(status.leases[0].role, Role::Leader, "{status:?}");
     let plugin = host.plugin_status("misbehave").await.unwrap();
     assert!(plugin.last_error.is_none(), "{plugin:?}");
+    // And counted as a call stopped by force, which alert rules watch.
+    let forced = sample(
+        &host.metrics().await.unwrap(),
+        "leasehold_plugin_forced_stops_total{plugin=\"misbehave\"}",
+    );
+    assert_eq!(forced, Some(1.0));
 
     // The row now holds the last renewal that committed before the outage, by the database clock:
     // when the database lets anyone else in. Stop the host first so it cannot take the lease

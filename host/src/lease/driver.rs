@@ -281,8 +281,10 @@ impl Driver {
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         // Every lease shows from the start (a standby as not leading, epoch 0), not only once its
         // role first changes.
+        let ttl = self.coordinator.timing().ttl.as_secs_f64();
         for name in self.publishers.keys() {
             let label = Metrics::lease(name);
+            metrics.ttl_seconds.get_or_create(&label).set(ttl);
             metrics.is_leader.get_or_create(&label).set(0);
             metrics.epoch.get_or_create(&label).set(0);
             metrics.transitions.get_or_create(&label).inc_by(0);

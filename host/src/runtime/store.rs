@@ -383,6 +383,12 @@ impl PluginStore {
         let high_water = data.limits.memory_high_water;
         self.metrics
             .record_call(plugin, took, trap, error, fuel, high_water, refused_writes);
+        if let Err(CallFailure::Cancelled { entered: true, .. }) = result {
+            self.metrics
+                .plugin_forced_stops
+                .get_or_create(&Metrics::plugin(plugin))
+                .inc();
+        }
         let dropped = data.logs_dropped;
         if dropped > 0 {
             tracing::warn!(plugin, lease = %data.lease.name, dropped, "guest log lines dropped: over the per-call budget");
