@@ -366,11 +366,27 @@ impl Metrics {
 
     /// Counts one live store of `plugin` until the returned guard is dropped: hold it beside
     /// the store, declared before it, so that it counts down once the store is gone.
+    ///
+    /// A plugin's failure counters start at 0 here, on the replica that runs it: an alert's
+    /// `increase()` then sees the first error, trap, refused write or forced stop too.
     pub fn store_alive(&self, plugin: &str) -> StoreAlive {
-        let gauge = self
-            .plugin_stores
-            .get_or_create(&Metrics::plugin(plugin))
-            .clone();
+        let label = Metrics::plugin(plugin);
+        for family in [
+            &self.plugin_errors,
+            &self.plugin_refused_writes,
+            &self.plugin_forced_stops,
+        ] {
+            family.get_or_create(&label).inc_by(0);
+        }
+        for kind in TRAP_KINDS {
+            self.plugin_traps
+                .get_or_create(&PluginKindLabel {
+                    plugin: plugin.to_string(),
+                    kind: kind.to_string(),
+                })
+                .inc_by(0);
+        }
+        let gauge = self.plugin_stores.get_or_create(&label).clone();
         gauge.inc();
         StoreAlive(gauge)
     }
