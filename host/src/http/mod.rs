@@ -1,7 +1,9 @@
 //! The HTTP endpoint: `/healthz` (the process runs), `/readyz` (the store answers and the plugins
-//! are loaded), `/status` (this replica's view of each lease and plugin) and `/metrics`
-//! (Prometheus). The JSON field names of `/status` and the metric names are a contract for other
-//! tooling: keep them.
+//! are loaded), `/status` (this replica's view of each lease and plugin), `/metrics`
+//! (Prometheus) and `/` (a live page drawn from `/status`, in [`page`]). The JSON field names of
+//! `/status` and the metric names are a contract for other tooling: keep them.
+
+pub mod page;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,6 +74,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
+        .merge(page::routes())
         .with_state(state)
 }
 
