@@ -20,6 +20,9 @@ command -v psql >/dev/null 2>&1 || need_pkgs+=(postgresql-client)
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need_pkgs+=(libfaketime)
 # promtool checks and unit-tests the alert rules in examples/prometheus/ (the server is not run).
 command -v promtool >/dev/null 2>&1 || need_pkgs+=(prometheus)
+# Headless Chromium and its WebDriver server load the status page in the browser tests.
+[ -x /usr/bin/chromium ] || need_pkgs+=(chromium)
+[ -x /usr/bin/chromedriver ] || need_pkgs+=(chromium-driver)
 for arg in "$@"; do
   case "$arg" in
     --bench)

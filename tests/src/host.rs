@@ -123,8 +123,8 @@ impl HostBuilder {
         self
     }
 
-    /// Starts `leasehold run --http 127.0.0.1:0 --replica-id NAME …` and waits until it serves
-    /// HTTP.
+    /// Starts `leasehold run --http 127.0.0.1:0 --replica-id NAME …` (the test's own `--http`
+    /// instead, if its arguments have one) and waits until it serves HTTP.
     pub async fn spawn(self) -> anyhow::Result<Host> {
         let mut cmd = match &self.shell {
             Some(prefix) => {
@@ -161,8 +161,17 @@ impl HostBuilder {
         if let Some(dir) = &self.plugins {
             cmd.arg("--plugins").arg(dir);
         }
-        cmd.args(&self.args)
-            .args(["--http", "127.0.0.1:0", "--replica-id", &self.name]);
+        cmd.args(&self.args);
+        // A free port unless the test gave its own `--http` (the host takes the flag once), e.g.
+        // to start a host again where a page still polls the last one.
+        let own_http = self
+            .args
+            .iter()
+            .any(|a| a == "--http" || a.starts_with("--http="));
+        if !own_http {
+            cmd.args(["--http", "127.0.0.1:0"]);
+        }
+        cmd.args(["--replica-id", &self.name]);
         // Defaults first, so that a test's own `.env("RUST_LOG", …)` wins.
         cmd.env("RUST_LOG", "info")
             .env("RUST_BACKTRACE", "0")

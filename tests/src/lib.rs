@@ -1,7 +1,8 @@
 //! The test harness of leasehold: a real PostgreSQL started on demand ([`pg`]); hosts started as
 //! real `leasehold` processes ([`host`]), in containers of the project's image ([`containers`]) or
 //! in the test's process ([`in_process`]), asked through
-//! one [`endpoint`] that reads `/status` in the host's own types ([`status`]); the store
+//! one [`endpoint`] that reads `/status` in the host's own types ([`status`]), their pages
+//! opened in a headless browser that reports the console's errors ([`browser`]); the store
 //! backends opened fresh for each test ([`stores`]); shared trials of fencing ([`fencing`]) and
 //! of frozen holders ([`freeze`]), lease groups seen from outside ([`groups`]) and of attacks on the host's memory ([`memory`]); a wall clock tests can step ([`faketime`]); one way to wait
 //! for a condition ([`eventually`]); a TCP proxy that injects network faults between a host and
@@ -11,6 +12,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+pub mod browser;
 pub mod chaos;
 pub mod containers;
 pub mod endpoint;
