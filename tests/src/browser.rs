@@ -68,6 +68,19 @@ impl Browser {
     /// Starts `chromedriver` on a free loopback port, waits until it answers `/status`, and
     /// opens a headless Chromium session with a fresh profile that logs the page's console.
     pub async fn start() -> anyhow::Result<Browser> {
+        // Given port 0, chromedriver binds a free IPv6 port and then the same number on IPv4,
+        // which another process may hold already ("IPv4 port not available"): try again.
+        let mut refused = None;
+        for _ in 0..5 {
+            match Browser::start_once().await {
+                Err(e) if format!("{e:#}").contains("port not available") => refused = Some(e),
+                started => return started,
+            }
+        }
+        Err(refused.context("chromedriver was never started")?)
+    }
+
+    async fn start_once() -> anyhow::Result<Browser> {
         let dir = tempfile::Builder::new()
             .prefix("leasehold-browser-")
             .tempdir()?;
