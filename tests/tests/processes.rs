@@ -51,6 +51,8 @@ async fn three_replicas_on_postgres_elect_one_and_survive_kill_9() {
     let (holder, epoch) = agreed_holder(&refs).await;
     let status = hosts[leader].status().await.unwrap();
     assert_eq!(status.replica, holder);
+    // The ttl, the yardstick of the time left (the page's bar).
+    assert_eq!(lease_entry(&status).ttl_ms, 2000);
     assert!(hosts[leader].log_text().contains(&format!(
         "lease acquired lease=leader epoch={epoch} holder={holder}"
     )));

@@ -65,6 +65,9 @@ pub struct LeaseStatus {
     pub epoch: Option<Epoch>,
     /// Milliseconds until the lease expires by the database clock.
     pub expires_in_ms: Option<i64>,
+    /// This replica's ttl in milliseconds: the most `expires_in_ms` can be after a renewal.
+    #[serde(default)]
+    pub ttl_ms: u64,
 }
 
 /// The router, for tests that serve it themselves.
@@ -102,6 +105,7 @@ pub async fn status_of(replica: &Leases) -> Status {
         )),
     };
     let me = replica.holder().to_string();
+    let ttl_ms = u64::try_from(replica.timing().ttl.as_millis()).unwrap_or(u64::MAX);
     let leases = names
         .iter()
         .map(|name| {
@@ -125,6 +129,7 @@ pub async fn status_of(replica: &Leases) -> Status {
                 holder,
                 epoch,
                 expires_in_ms,
+                ttl_ms,
             }
         })
         .collect();

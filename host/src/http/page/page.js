@@ -112,15 +112,16 @@
     f.here.hidden = held !== "here";
     setText(f.epoch, lease.epoch == null ? NONE : String(lease.epoch));
     const ms = typeof lease.expires_in_ms === "number" ? Math.max(0, lease.expires_in_ms) : null;
-    // /status gives the time left by the database clock but not the ttl, so the bar measures it
-    // against the most seen for this term since the page opened: the holder renews every ttl/3,
-    // which brings the time left back to about the ttl within a few polls.
+    // The bar measures the time left against the ttl. A host from before /status carried the
+    // ttl: against the most seen for this term since the page opened (the holder renews every
+    // ttl/3, which brings the time left back to about the ttl within a few polls).
     if (lease.epoch !== row.epoch) {
       row.epoch = lease.epoch;
       row.scale = 0;
     }
-    if (ms !== null && ms > row.scale) row.scale = ms;
-    const width = ms === null || row.scale === 0 ? 0 : (100 * ms) / row.scale;
+    if (typeof lease.ttl_ms === "number" && lease.ttl_ms > 0) row.scale = lease.ttl_ms;
+    else if (ms !== null && ms > row.scale) row.scale = ms;
+    const width = ms === null || row.scale === 0 ? 0 : Math.min(100, (100 * ms) / row.scale);
     f.fill.style.width = width.toFixed(1) + "%";
     setText(f.left, ms === null ? NONE : (ms / 1000).toFixed(1) + " s");
     // TODO(terms timeline): /status has no past terms, so neither when nor why the lease last
