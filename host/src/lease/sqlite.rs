@@ -162,27 +162,24 @@ impl SqliteStore {
 }
 
 /// Why a missing lease file cannot be created, said in the filesystem's words ("Read-only file
-/// system", "Permission denied") rather than SQLite's "unable to open database file"; `None` when
-/// the file exists or can be made (the probe's empty file is removed again).
+/// system", "Permission denied", "No such file or directory") rather than SQLite's "unable to
+/// open database file"; `None` when the file exists or its directory would take it. It asks
+/// without creating anything: a probe file made and removed here could be the one another
+/// replica is opening at that moment.
 fn cannot_create(path: &Path) -> Option<StoreError> {
     if path.exists() {
         return None;
     }
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-    {
-        Ok(_) => {
-            let _ = std::fs::remove_file(path);
-            None
-        }
-        Err(source) if source.kind() == std::io::ErrorKind::AlreadyExists => None,
-        Err(source) => Some(StoreError::CreateFile {
-            path: path.to_path_buf(),
-            source,
-        }),
-    }
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let access = rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK;
+    let refused = rustix::fs::access(dir, access).err()?;
+    Some(StoreError::CreateFile {
+        path: path.to_path_buf(),
+        source: refused.into(),
+    })
 }
 
 /// Lock contention (SQLITE_BUSY, SQLITE_LOCKED) and the migration race (another process recorded
