@@ -105,29 +105,7 @@ impl Browser {
                 }
                 _ => anyhow::Error::new(e).context("starting chromedriver"),
             })?;
-        let group = driver
-            .id()
-            .and_then(|id| Pid::from_raw(i32::try_from(id).ok()?))
-            .context("chromedriver has no pid")?;
-        // A group of its own is out of reach of a Ctrl-C meant for the tests: if this process
-        // dies without dropping the browser, the watchdog ends the group and removes its files.
-        // `kill -KILL -PGID`: dash's kill takes no `--`.
-        let watchdog = Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "while kill -0 {parent} 2>/dev/null; do sleep 0.5; done; \
-                 kill -KILL -{group} 2>/dev/null; rm -rf '{dir}'",
-                parent = std::process::id(),
-                group = group.as_raw_nonzero(),
-                dir = dir.path().display(),
-            ))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .context("starting the browser's watchdog")?;
+        let (group, watchdog) = crate::reaper::watch_group(&driver, "chromedriver", dir.path())?;
         let driver_log = Log::new("chromedriver");
         let (port_tx, port_rx) = oneshot::channel();
         let stdout = driver.stdout.take().context("no stdout")?;

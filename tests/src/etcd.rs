@@ -125,27 +125,7 @@ impl Etcd {
             .kill_on_drop(true)
             .spawn()
             .context("starting etcd")?;
-        let group = server
-            .id()
-            .and_then(|id| Pid::from_raw(i32::try_from(id).ok()?))
-            .context("etcd has no pid")?;
-        // `kill -KILL -PGID`: dash's kill takes no `--`.
-        let watchdog = Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "while kill -0 {parent} 2>/dev/null; do sleep 0.5; done; \
-                 kill -KILL -{group} 2>/dev/null; rm -rf {dir}",
-                parent = std::process::id(),
-                group = group.as_raw_nonzero(),
-                dir = dir.path().display(),
-            ))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .context("starting the etcd watchdog")?;
+        let (group, watchdog) = crate::reaper::watch_group(&server, "etcd", dir.path())?;
         let mut etcd = Etcd {
             etcdctl: etcdctl.to_path_buf(),
             endpoint,

@@ -6,7 +6,7 @@
 //! backends opened fresh for each test ([`stores`]); shared trials of fencing ([`fencing`]) and
 //! of frozen holders ([`freeze`]), lease groups seen from outside ([`groups`]) and of attacks on the host's memory ([`memory`]); a wall clock tests can step ([`faketime`]); one way to wait
 //! for a condition ([`eventually`]); a TCP proxy that injects network faults between a host and
-//! its database ([`proxy`]), what a process costs in CPU and memory ([`procstat`]), the witness and history checker of fault trials ([`chaos`]), and etcd's lock CLI,
+//! its database ([`proxy`]), what a process costs in CPU and memory ([`procstat`]), a watchdog that ends a test's process groups with it ([`reaper`]), the witness and history checker of fault trials ([`chaos`]), and etcd's lock CLI,
 //! the reference the handoff benchmark compares against ([`etcd`]).
 //! Integration tests live in `tests/`; the benchmarks are binaries in `src/bin/`.
 
@@ -30,6 +30,7 @@ pub mod memory;
 pub mod pg;
 pub mod procstat;
 pub mod proxy;
+pub mod reaper;
 pub mod stats;
 pub mod status;
 pub mod stores;
