@@ -10,11 +10,13 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use leasehold_tests::containers::{
     Container, ContainerBuilder, from_container, image, podman_out, readable_by_all,
 };
+use leasehold_tests::endpoint::Endpoint;
 use leasehold_tests::host::{
     Host, HostBuilder, log_time, now_time_of_day, plugin_dir, wait_for_single_leader,
 };
@@ -40,6 +42,39 @@ fn acquired_after(log: &str, epoch: u64, sent: f64) -> Duration {
 fn release_to_acquired(old: &str, new: &str) -> Duration {
     let released = log_time(old, "lease released").unwrap_or_else(|| panic!("no release:\n{old}"));
     acquired_after(new, 2, released)
+}
+
+/// A replica the bench stops gracefully: a container (`podman stop`) or a process (SIGTERM).
+trait Replica: AsRef<Endpoint> + Logged {
+    /// Stops it gracefully and waits for it to exit.
+    async fn stop_gracefully(&mut self) -> anyhow::Result<ExitStatus>;
+}
+
+impl Replica for Container {
+    async fn stop_gracefully(&mut self) -> anyhow::Result<ExitStatus> {
+        self.stop(Duration::from_secs(30)).await
+    }
+}
+
+impl Replica for Host {
+    async fn stop_gracefully(&mut self) -> anyhow::Result<ExitStatus> {
+        self.stop(Duration::from_secs(30)).await
+    }
+}
+
+/// Stops the holder of a pair at epoch 1 and returns how long the standby took to acquire epoch
+/// 2, from the stop being sent and from the holder's `lease released` line.
+async fn handoff<R: Replica>(mut pair: Vec<R>) -> anyhow::Result<(Duration, Duration)> {
+    let holder = wait_for_single_leader(&pair, "leader", Duration::from_secs(20)).await?;
+    let mut old = pair.remove(holder);
+    let sent = now_time_of_day();
+    old.stop_gracefully().await?;
+    wait_for_single_leader(&pair, "leader", Duration::from_secs(20)).await?;
+    let new = pair[0].log_text();
+    Ok((
+        acquired_after(&new, 2, sent),
+        release_to_acquired(&old.log_text(), &new),
+    ))
 }
 
 #[tokio::main]
@@ -126,13 +161,9 @@ async fn main() -> anyhow::Result<()> {
                     .await?,
             );
         }
-        let holder = wait_for_single_leader(&pair, "leader", Duration::from_secs(20)).await?;
-        let mut old = pair.remove(holder);
-        let sent = now_time_of_day();
-        old.stop(Duration::from_secs(30)).await?;
-        wait_for_single_leader(&pair, "leader", Duration::from_secs(20)).await?;
-        containers.push(acquired_after(&pair[0].log_text(), 2, sent));
-        container_release.push(release_to_acquired(&old.log_text(), &pair[0].log_text()));
+        let (from_stop, from_release) = handoff(pair).await?;
+        containers.push(from_stop);
+        container_release.push(from_release);
 
         let url = server.fresh_lease_database().await?;
         let mut pair: Vec<Host> = Vec::new();
@@ -145,13 +176,9 @@ async fn main() -> anyhow::Result<()> {
                     .await?,
             );
         }
-        let holder = wait_for_single_leader(&pair, "leader", Duration::from_secs(20)).await?;
-        let mut old = pair.remove(holder);
-        let sent = now_time_of_day();
-        old.stop(Duration::from_secs(30)).await?;
-        wait_for_single_leader(&pair, "leader", Duration::from_secs(20)).await?;
-        processes.push(acquired_after(&pair[0].log_text(), 2, sent));
-        process_release.push(release_to_acquired(&old.log_text(), &pair[0].log_text()));
+        let (from_stop, from_release) = handoff(pair).await?;
+        processes.push(from_stop);
+        process_release.push(from_release);
     }
     println!(
         "{}",
