@@ -4,6 +4,9 @@
 -- leasehold_leases: campaign (INSERT … ON CONFLICT DO UPDATE), renew and release (UPDATE); rows
 -- are never deleted (a trigger refuses it). The fence's SELECT … FOR SHARE also needs UPDATE.
 GRANT SELECT, INSERT, UPDATE ON leasehold_leases TO leasehold;
+-- leasehold_terms: each lease's recent terms, for /status and the page: a campaign opens one,
+-- closes the one before and deletes the oldest; a release closes its own.
+GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_terms TO leasehold;
 -- leasehold_fence_key: the key the host passes to leasehold_fence(), the function that fences a
 -- plugin's sql transaction. Only the host's role may read it; a plugin's role gets nothing here.
 GRANT SELECT ON leasehold_fence_key TO leasehold;

@@ -861,6 +861,126 @@ async fn releasing_many_at_once_releases_only_the_holder_s_at_their_epochs_and_n
     stop.cancel();
 }
 
+async fn the_terms_of_a_lease_say_who_held_it_from_when_to_when_and_how_each_ended(
+    backend: Backend,
+) {
+    use leasehold::lease::history::{TERMS_KEPT, Term, TermEnd};
+    let db = Db::new(backend).await.unwrap();
+    let s = db.open().await.unwrap();
+    let names = ["t".to_string(), "never".to_string()];
+    let terms = |per_lease| {
+        let s = s.clone();
+        let names = names.clone();
+        async move {
+            let records = s.terms(&names, per_lease).await.unwrap();
+            assert!(records.iter().all(|r| r.lease == "t"), "{records:?}");
+            records.into_iter().map(|r| r.term).collect::<Vec<Term>>()
+        }
+    };
+    assert_eq!(terms(10).await, vec![], "{backend:?}: nothing recorded yet");
+
+    let e1 = s.campaign("t", "a", LONG).await.unwrap().epoch.unwrap();
+    let now = terms(10).await;
+    assert_eq!(
+        (now.len(), now[0].epoch, now[0].holder.as_str()),
+        (1, e1, "a")
+    );
+    assert_eq!(
+        (now[0].end, now[0].ended_ms_ago),
+        (None, None),
+        "{backend:?}: open"
+    );
+    // Each way a term ends: released by its holder, forced by an operator, expired and taken over.
+    assert!(s.release("t", "a", e1).await.unwrap());
+    let e2 = s.campaign("t", "b", LONG).await.unwrap().epoch.unwrap();
+    assert!(s.force_release("t").await.unwrap().is_some());
+    let e3 = s.campaign("t", "c", SHORT).await.unwrap().epoch.unwrap();
+    expire(SHORT).await;
+    let still_open = terms(1).await;
+    assert_eq!(
+        still_open[0].end, None,
+        "{backend:?}: closed by the takeover, not by time"
+    );
+    let e4 = s.campaign("t", "d", LONG).await.unwrap().epoch.unwrap();
+
+    let all = terms(10).await;
+    let seen: Vec<_> = all
+        .iter()
+        .map(|t| (t.epoch, t.holder.as_str(), t.end))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (e4, "d", None),
+            (e3, "c", Some(TermEnd::Expired)),
+            (e2, "b", Some(TermEnd::Forced)),
+            (e1, "a", Some(TermEnd::Released)),
+        ],
+        "{backend:?}: newest first"
+    );
+    for pair in all.windows(2) {
+        let (newer, older) = (&pair[0], &pair[1]);
+        let ended = older.ended_ms_ago.unwrap();
+        assert!(
+            newer.started_ms_ago <= ended && ended <= older.started_ms_ago,
+            "{backend:?}: each term ends after it starts and before the next starts: {all:?}"
+        );
+    }
+    // The expired term ended when its row expired, a ttl after it began, not at the takeover.
+    let lasted = all[1].started_ms_ago - all[1].ended_ms_ago.unwrap();
+    let ttl = i64::try_from(SHORT.as_millis()).unwrap();
+    assert!(
+        (lasted - ttl).abs() <= 50,
+        "{backend:?}: lasted {lasted} ms of {ttl}"
+    );
+    let newest: Vec<_> = terms(2).await.iter().map(|t| t.epoch).collect();
+    assert_eq!(
+        newest,
+        [e4, e3],
+        "{backend:?}: at most per_lease, the newest"
+    );
+
+    // A lease's oldest terms are pruned: the newest TERMS_KEPT stay. Batched releases close
+    // their terms too.
+    let mut epoch = e4;
+    for _ in 0..TERMS_KEPT {
+        assert_eq!(
+            s.release_many("d", &[("t".into(), epoch)]).await.unwrap(),
+            ["t"]
+        );
+        epoch = s.campaign("t", "d", LONG).await.unwrap().epoch.unwrap();
+    }
+    let kept = terms(TERMS_KEPT * 2).await;
+    assert_eq!(kept.len(), TERMS_KEPT as usize, "{backend:?}");
+    assert_eq!((kept[0].epoch, kept[0].end), (epoch, None));
+    assert!(
+        kept[1..].iter().all(|t| t.end == Some(TermEnd::Released)),
+        "{kept:?}"
+    );
+    assert_eq!(
+        kept.last().unwrap().epoch,
+        epoch - i64::from(TERMS_KEPT) + 1
+    );
+
+    // A batched campaign opens a term for each lease it wins, and none for those it does not.
+    let batch: Vec<String> = ["m1", "m2", "t"].map(String::from).to_vec();
+    let won = s.campaign_many("e", &batch, LONG).await.unwrap().won;
+    assert_eq!(
+        won.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["m1", "m2"]
+    );
+    let opened = s.terms(&batch, 10).await.unwrap();
+    let by_lease: Vec<_> = opened
+        .iter()
+        .map(|r| (r.lease.as_str(), r.term.holder.as_str()))
+        .collect();
+    assert_eq!(&by_lease[..2], [("m1", "e"), ("m2", "e")], "{backend:?}");
+    assert_eq!(
+        opened.iter().filter(|r| r.lease == "t").count(),
+        TERMS_KEPT.min(10) as usize
+    );
+}
+
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         mod memory { $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn $test() { super::$test(super::Backend::Memory).await } )* }
@@ -883,6 +1003,7 @@ conformance!(
     listing_is_paginated,
     replicas_starting_at_once_migrate_safely,
     group_members_see_each_other_and_the_held_shards_and_lapse_by_the_database_clock,
+    the_terms_of_a_lease_say_who_held_it_from_when_to_when_and_how_each_ended,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1012,7 +1133,7 @@ async fn postgres_a_batched_renewal_reports_a_locked_row_busy_and_renews_the_res
 /// the lease statements on no lease at all: a store opened on a live table leaves no row, no
 /// changed incarnation and no release notification behind, and its first campaign still wins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_warming_up_a_connection_leaves_no_row_incarnation_or_notification() {
+async fn postgres_warming_up_a_connection_leaves_no_row_term_incarnation_or_notification() {
     use sqlx::Connection;
     let db = Db::new(Backend::Postgres).await.unwrap();
     let url = db.url().unwrap();
@@ -1049,6 +1170,11 @@ async fn postgres_warming_up_a_connection_leaves_no_row_incarnation_or_notificat
         .await
         .unwrap();
     assert_eq!(rows, ["a", "b"]);
+    let terms: Vec<String> = sqlx::query_scalar("SELECT name FROM leasehold_terms ORDER BY name")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(terms, ["a", "b"], "a warm-up left a term");
     assert_eq!(
         first.get(&["a".into()]).await.unwrap()[0].epoch,
         epoch,

@@ -18,6 +18,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::lease::groups::GroupStatus;
+use crate::lease::history::{self, Handoff, Term};
 use crate::lease::{Epoch, Leases, Role};
 use crate::metrics::Metrics;
 use crate::supervisor::status::{PluginStatus, StatusBoard};
@@ -68,7 +69,18 @@ pub struct LeaseStatus {
     /// This replica's ttl in milliseconds: the most `expires_in_ms` can be after a renewal.
     #[serde(default)]
     pub ttl_ms: u64,
+    /// The lease's recent terms as the cluster recorded them, newest first, at most
+    /// [`TERMS_SHOWN`]; empty when the store could not be read.
+    #[serde(default)]
+    pub terms: Vec<Term>,
+    /// The newest change of holder among `terms`, and why the term before it ended.
+    #[serde(default)]
+    pub last_handoff: Option<Handoff>,
 }
+
+/// How many terms of each lease `/status` shows: a page's timeline, and the last few handoffs
+/// for someone asking why a lease keeps moving. The stores keep more (`TERMS_KEPT`).
+pub const TERMS_SHOWN: u32 = 10;
 
 /// The router, for tests that serve it themselves.
 pub fn router(state: AppState) -> Router {
@@ -97,13 +109,22 @@ pub async fn status_of(replica: &Leases) -> Status {
     let names: Vec<String> = replica.lease_names().map(str::to_string).collect();
     // A status page must answer even when the store hangs: bound the read well below a scrape timeout.
     let timeout = replica.timing().store_timeout.min(Duration::from_secs(1));
-    let rows = match tokio::time::timeout(timeout, replica.store().get(&names)).await {
-        Ok(Ok(rows)) => Ok(rows),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!(
-            "reading the lease table timed out after {timeout:?}"
-        )),
+    let store = replica.store();
+    let read = async { tokio::try_join!(store.get(&names), store.terms(&names, TERMS_SHOWN)) };
+    let (rows, terms) = match tokio::time::timeout(timeout, read).await {
+        Ok(Ok((rows, terms))) => (Ok(rows), terms),
+        Ok(Err(e)) => (Err(e.to_string()), Vec::new()),
+        Err(_) => (
+            Err(format!(
+                "reading the lease table timed out after {timeout:?}"
+            )),
+            Vec::new(),
+        ),
     };
+    let mut terms_of: std::collections::HashMap<String, Vec<Term>> = Default::default();
+    for record in terms {
+        terms_of.entry(record.lease).or_default().push(record.term);
+    }
     let me = replica.holder().to_string();
     let ttl_ms = u64::try_from(replica.timing().ttl.as_millis()).unwrap_or(u64::MAX);
     let leases = names
@@ -123,6 +144,11 @@ pub async fn status_of(replica: &Leases) -> Status {
                     None => (None, None, None),
                 },
             };
+            let row = rows
+                .as_ref()
+                .ok()
+                .and_then(|rows| rows.iter().find(|r| &r.name == name));
+            let terms = history::complete(terms_of.remove(name).unwrap_or_default(), row);
             LeaseStatus {
                 name: name.clone(),
                 role,
@@ -130,6 +156,8 @@ pub async fn status_of(replica: &Leases) -> Status {
                 epoch,
                 expires_in_ms,
                 ttl_ms,
+                last_handoff: history::last_handoff(&terms),
+                terms,
             }
         })
         .collect();

@@ -12,6 +12,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::history::{TERMS_KEPT, Term, TermEnd, TermRecord};
 use super::store::{
     CampaignedMany, DbMillis, Epoch, GroupMember, GroupView, LeaseRecord, LeaseStore,
     ReleaseNotice, RenewRequest, Renewed, StoreError,
@@ -23,6 +24,43 @@ struct Row {
     epoch: Epoch,
     ttl: Duration,
     expires_at: Instant,
+    /// The lease's recorded terms, oldest first, at most [`TERMS_KEPT`].
+    terms: Vec<MemoryTerm>,
+}
+
+/// A term as the in-memory store records it, by its clock.
+#[derive(Debug, Clone)]
+struct MemoryTerm {
+    epoch: Epoch,
+    holder: String,
+    started: Instant,
+    ended: Option<(Instant, TermEnd)>,
+}
+
+impl MemoryTerm {
+    fn at(&self, now: Instant) -> Term {
+        let ago = |t: Instant| {
+            i64::try_from(now.saturating_duration_since(t).as_millis()).unwrap_or(i64::MAX)
+        };
+        Term {
+            epoch: self.epoch,
+            holder: self.holder.clone(),
+            started_ms_ago: ago(self.started),
+            ended_ms_ago: self.ended.map(|(t, _)| ago(t)),
+            end: self.ended.map(|(_, end)| end),
+        }
+    }
+}
+
+/// Closes `row`'s open term `epoch` as `end` at `at`.
+fn close_term(row: &mut Row, epoch: Epoch, at: Instant, end: TermEnd) {
+    for term in row
+        .terms
+        .iter_mut()
+        .filter(|t| t.epoch == epoch && t.ended.is_none())
+    {
+        term.ended = Some((at, end));
+    }
 }
 
 /// How the store answers, for fault injection.
@@ -150,19 +188,32 @@ impl LeaseStore for MemoryStore {
             ..CampaignedMany::default()
         };
         for name in names {
-            let epoch = match rows.get(name) {
+            let (epoch, mut terms) = match rows.get_mut(name) {
                 Some(row) if row.expires_at > now => {
                     out.lost.push((name.clone(), Some(row.expires_at - now)));
                     continue;
                 }
-                Some(row) => row.epoch + 1,
-                None => 1,
+                Some(row) => {
+                    let (epoch, expired) = (row.epoch, row.expires_at);
+                    close_term(row, epoch, expired, TermEnd::Expired);
+                    (epoch + 1, std::mem::take(&mut row.terms))
+                }
+                None => (1, Vec::new()),
             };
+            terms.push(MemoryTerm {
+                epoch,
+                holder: holder.to_string(),
+                started: now,
+                ended: None,
+            });
+            let kept = TERMS_KEPT as usize;
+            terms.drain(..terms.len().saturating_sub(kept));
             let row = Row {
                 holder: holder.to_string(),
                 epoch,
                 ttl,
                 expires_at: now + ttl,
+                terms,
             };
             rows.insert(name.clone(), row);
             out.won.push((name.clone(), epoch));
@@ -198,6 +249,7 @@ impl LeaseStore for MemoryStore {
         let released = match rows.get_mut(name) {
             Some(row) if row.holder == holder && row.epoch == epoch && row.expires_at > now => {
                 row.expires_at = now;
+                close_term(row, epoch, now, TermEnd::Released);
                 true
             }
             _ => false,
@@ -214,7 +266,9 @@ impl LeaseStore for MemoryStore {
         let released = match rows.get_mut(name) {
             Some(row) if row.expires_at > now => {
                 row.expires_at = now;
-                Some((row.holder.clone(), row.epoch))
+                let epoch = row.epoch;
+                close_term(row, epoch, now, TermEnd::Forced);
+                Some((row.holder.clone(), epoch))
             }
             _ => None,
         };
@@ -245,6 +299,28 @@ impl LeaseStore for MemoryStore {
         Ok(range
             .take(limit as usize)
             .map(|(n, row)| Self::record(n, row, now))
+            .collect())
+    }
+
+    async fn terms(&self, names: &[String], per_lease: u32) -> Result<Vec<TermRecord>, StoreError> {
+        self.gate("terms").await?;
+        let (rows, now) = self.rows();
+        let mut names: Vec<&String> = names.iter().collect();
+        names.sort();
+        names.dedup();
+        Ok(names
+            .into_iter()
+            .filter_map(|name| rows.get(name).map(|row| (name, row)))
+            .flat_map(|(name, row)| {
+                row.terms
+                    .iter()
+                    .rev()
+                    .take(per_lease as usize)
+                    .map(move |t| TermRecord {
+                        lease: name.clone(),
+                        term: t.at(now),
+                    })
+            })
             .collect())
     }
 

@@ -6,6 +6,7 @@
 //!   PostgreSQL `LISTEN` loop, for release notifications and plugin events alike;
 //! - [`clock`]: watching the database's clock for steps, pure;
 //! - [`groups`]: lease groups' fair shares and who hands which shard to whom, pure;
+//! - [`history`]: the terms of each lease as the cluster recorded them, and its last handoff;
 //! - [`coordinator`]: the pure state machine, one `step(state, event, now)` for all leases;
 //! - [`driver`]: the thin async loop that runs the coordinator against a store;
 //! - [`leadership`]: what the rest of the host sees of a lease (role, epoch, term);
@@ -15,6 +16,7 @@ pub mod clock;
 pub mod coordinator;
 pub mod driver;
 pub mod groups;
+pub mod history;
 pub mod identity;
 pub mod leadership;
 pub mod memory;

@@ -16,10 +16,12 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use super::history::{TERMS_KEPT, TermRecord};
 use super::store::{
     CampaignedMany, DbMillis, Epoch, GroupView, LeaseRecord, LeaseStore, ReleaseNotice,
     RenewRequest, Renewed, RenewedOne, StoreError, ttl_ms,
 };
+use super::store::{TermRow, to_term};
 use super::url::DatabaseUrl;
 use listen::{Logs, Received, Subscription};
 
@@ -334,6 +336,7 @@ impl LeaseStore for PostgresStore {
                 .bind(holder)
                 .bind(names)
                 .bind(ttl_ms)
+                .bind(i64::from(TERMS_KEPT))
                 .fetch_all(self.pool_for(names.len()))
                 .await
                 .map_err(StoreError::query("campaign"))?;
@@ -454,7 +457,11 @@ impl LeaseStore for PostgresStore {
             "WITH released AS (
                 UPDATE leasehold_leases SET expires_at = clock_timestamp()
                  WHERE name = $1 AND expires_at > clock_timestamp()
-                RETURNING name, holder, epoch)
+                RETURNING name, holder, epoch),
+             ended AS (
+                UPDATE leasehold_terms AS t SET ended_at = clock_timestamp(), ended_by = 'forced'
+                  FROM released AS r
+                 WHERE t.name = r.name AND t.epoch = r.epoch AND t.ended_at IS NULL)
              SELECT holder, epoch FROM released, pg_notify($2, released.name) AS n",
         )
         .bind(name)
@@ -486,6 +493,27 @@ impl LeaseStore for PostgresStore {
         .await
         .map_err(StoreError::query("list"))?;
         Ok(rows.into_iter().map(to_record).collect())
+    }
+
+    async fn terms(&self, names: &[String], per_lease: u32) -> Result<Vec<TermRecord>, StoreError> {
+        // Ages by one reading of the clock, so that a term's end is never after the next's start.
+        let rows: Vec<TermRow> = sqlx::query_as(
+            "WITH now AS (SELECT clock_timestamp() AS t),
+                  ranked AS (
+                    SELECT k.*, row_number() OVER (PARTITION BY k.name ORDER BY k.epoch DESC) AS n
+                      FROM leasehold_terms AS k WHERE k.name = ANY($1))
+             SELECT r.name, r.epoch, r.holder,
+                    greatest(0, (extract(epoch FROM now.t - r.started_at) * 1000)::bigint),
+                    greatest(0, (extract(epoch FROM now.t - r.ended_at) * 1000)::bigint),
+                    r.ended_by
+               FROM ranked AS r, now WHERE r.n <= $2 ORDER BY r.name, r.epoch DESC",
+        )
+        .bind(names)
+        .bind(i64::from(per_lease))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("terms"))?;
+        rows.into_iter().map(to_term).collect()
     }
 
     async fn heartbeat(

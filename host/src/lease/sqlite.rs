@@ -16,10 +16,12 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use super::history::{TERMS_KEPT, TermEnd, TermRecord};
 use super::store::{
     CampaignedMany, Epoch, GroupView, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest,
     Renewed, StoreError, ttl_ms,
 };
+use super::store::{TermRow, to_term};
 use super::url::DatabaseUrl;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -209,6 +211,67 @@ fn is_contention(error: &StoreError) -> bool {
         || db.message().starts_with("duplicate column name")
 }
 
+/// The machine's wall clock in milliseconds since the Unix epoch: what terms are recorded with.
+/// Only shown, never judged, so a step of it only skews the history.
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Opens a term for each lease `won` by `holder` and prunes each lease's oldest, keeping
+/// [`TERMS_KEPT`] with the new one.
+async fn open_terms(
+    tx: &mut sqlx::SqliteConnection,
+    holder: &str,
+    won: &[(String, Epoch)],
+    wall: i64,
+) -> Result<(), sqlx::Error> {
+    let won = serde_json::to_string(won).unwrap_or_default();
+    sqlx::query(
+        "INSERT INTO leasehold_terms (name, epoch, holder, started_at_ms)
+         SELECT value ->> '$[0]', value ->> '$[1]', ?2, ?3 FROM json_each(?1) WHERE true
+         ON CONFLICT (name, epoch) DO NOTHING",
+    )
+    .bind(&won)
+    .bind(holder)
+    .bind(wall)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "DELETE FROM leasehold_terms
+          WHERE name IN (SELECT value ->> '$[0]' FROM json_each(?1))
+            AND epoch <= (SELECT k.epoch FROM leasehold_terms AS k
+                           WHERE k.name = leasehold_terms.name
+                           ORDER BY k.epoch DESC LIMIT 1 OFFSET ?2)",
+    )
+    .bind(&won)
+    .bind(i64::from(TERMS_KEPT))
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// Closes the open term `epoch` of lease `name`, ended as `end` now.
+async fn close_term(
+    tx: &mut sqlx::SqliteConnection,
+    name: &str,
+    epoch: Epoch,
+    end: TermEnd,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE leasehold_terms SET ended_at_ms = ?3, ended_by = ?4
+          WHERE name = ?1 AND epoch = ?2 AND ended_by IS NULL",
+    )
+    .bind(name)
+    .bind(epoch)
+    .bind(wall_ms())
+    .bind(end.as_str())
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
 /// The columns of a [`LeaseRecord`]; `?2` is the clock's now, `?3` its boot (a row of another
 /// boot has expired).
 const RECORD_COLUMNS: &str = "name, holder, epoch, ttl_ms,
@@ -257,6 +320,27 @@ impl LeaseStore for SqliteStore {
         let err = StoreError::query("campaign");
         let mut tx = self.write().await.map_err(err)?;
         let now = self.clock.now_ms();
+        let wall = wall_ms();
+        // The terms of the leases this campaign can win (expired, or of another boot) ended when
+        // their rows expired: on the wall clock, that many ms before now, or for a row of an
+        // earlier boot at that boot's end, which was before this boot began.
+        sqlx::query(
+            "UPDATE leasehold_terms AS t
+                SET ended_by = 'expired',
+                    ended_at_ms = CASE WHEN l.boot = ?3 THEN min(?4, ?4 - (?2 - l.expires_at_ms))
+                                       ELSE ?4 - ?2 END
+               FROM leasehold_leases AS l
+              WHERE l.name IN (SELECT value FROM json_each(?1))
+                AND (l.expires_at_ms <= ?2 OR l.boot <> ?3)
+                AND t.name = l.name AND t.epoch <= l.epoch AND t.ended_by IS NULL",
+        )
+        .bind(&names_json)
+        .bind(now)
+        .bind(self.clock.boot_id())
+        .bind(wall)
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
         // The insert part carries the existing epoch + 1 (1 for a new name): the schema refuses
         // an insert at or below a row's epoch, and BEFORE INSERT fires before the conflict sends
         // the statement to DO UPDATE. (`WHERE true` lets SQLite parse an upsert from a SELECT.)
@@ -283,6 +367,9 @@ impl LeaseStore for SqliteStore {
         .fetch_all(&mut *tx)
         .await
         .map_err(err)?;
+        if !won.is_empty() {
+            open_terms(&mut tx, holder, &won, wall).await.map_err(err)?;
+        }
         // Every lease not won is held (by this boot's clock) until its expiry.
         let held: Vec<(String, i64)> = sqlx::query_as(
             "SELECT name, expires_at_ms - ?2 FROM leasehold_leases
@@ -380,6 +467,9 @@ impl LeaseStore for SqliteStore {
             .await
             .map_err(err)?;
             if done.rows_affected() == 1 {
+                close_term(&mut tx, name, *epoch, TermEnd::Released)
+                    .await
+                    .map_err(err)?;
                 released.push(name.clone());
             }
         }
@@ -401,6 +491,11 @@ impl LeaseStore for SqliteStore {
         .fetch_optional(&mut *tx)
         .await
         .map_err(err)?;
+        if let Some((_, epoch)) = &released {
+            close_term(&mut tx, name, *epoch, TermEnd::Forced)
+                .await
+                .map_err(err)?;
+        }
         tx.commit().await.map_err(err)?;
         Ok(released)
     }
@@ -432,6 +527,23 @@ impl LeaseStore for SqliteStore {
         .await
         .map_err(StoreError::query("list"))?;
         Ok(rows.into_iter().map(to_record).collect())
+    }
+
+    async fn terms(&self, names: &[String], per_lease: u32) -> Result<Vec<TermRecord>, StoreError> {
+        let rows: Vec<TermRow> = sqlx::query_as(
+            "SELECT name, epoch, holder, max(0, ?3 - started_at_ms),
+                    CASE WHEN ended_at_ms IS NOT NULL THEN max(0, ?3 - ended_at_ms) END, ended_by
+               FROM (SELECT *, row_number() OVER (PARTITION BY name ORDER BY epoch DESC) AS n
+                       FROM leasehold_terms WHERE name IN (SELECT value FROM json_each(?1)))
+              WHERE n <= ?2 ORDER BY name, epoch DESC",
+        )
+        .bind(serde_json::to_string(names).unwrap_or_default())
+        .bind(i64::from(per_lease))
+        .bind(wall_ms())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("terms"))?;
+        rows.into_iter().map(to_term).collect()
     }
 
     async fn heartbeat(

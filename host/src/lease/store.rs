@@ -7,6 +7,8 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::history::{Term, TermEnd, TermRecord};
+
 /// The fencing token: +1 on every acquisition of a lease, never reset, never reused.
 pub type Epoch = i64;
 
@@ -276,6 +278,35 @@ pub(crate) async fn within<T>(
     }
 }
 
+/// One row of a store's term listing: lease, epoch, holder, started and ended ms ago, how it ended.
+pub(crate) type TermRow = (String, Epoch, String, i64, Option<i64>, Option<String>);
+
+/// A [`TermRecord`] from the row every backend's term listing returns; a term whose end is not
+/// one of [`TermEnd`]'s words was not written by leasehold, and is reported rather than guessed.
+pub(crate) fn to_term(
+    (lease, epoch, holder, started_ms_ago, ended_ms_ago, end): TermRow,
+) -> Result<TermRecord, StoreError> {
+    let end = match end {
+        None => None,
+        Some(word) => Some(TermEnd::parse(&word).ok_or_else(|| StoreError::Invalid {
+            what: "term",
+            reason: format!(
+                "term {epoch} of lease {lease} ended by {word:?}, which is no way a term ends"
+            ),
+        })?),
+    };
+    Ok(TermRecord {
+        lease,
+        term: Term {
+            epoch,
+            holder,
+            started_ms_ago,
+            ended_ms_ago: ended_ms_ago.filter(|_| end.is_some()),
+            end,
+        },
+    })
+}
+
 /// Milliseconds of a TTL as stored; refuses values a BIGINT interval cannot express.
 pub(crate) fn ttl_ms(ttl: Duration) -> Result<i64, StoreError> {
     match i64::try_from(ttl.as_millis()) {
@@ -372,6 +403,13 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Up to `limit` rows with names after `after`, in name order (keyset pagination).
     async fn list(&self, after: Option<&str>, limit: u32) -> Result<Vec<LeaseRecord>, StoreError>;
+
+    /// The recorded terms of `names`, at most `per_lease` of each, newest first, leases in name
+    /// order ([`super::history`]). A term is opened by the campaign that wins it and closed by
+    /// its release (`released`), a forced release (`forced`) or the campaign that takes the
+    /// lease over after it expired (`expired`); an expired term no campaign has closed yet is
+    /// still open here. Each store keeps the newest [`super::history::TERMS_KEPT`] of a lease.
+    async fn terms(&self, names: &[String], per_lease: u32) -> Result<Vec<TermRecord>, StoreError>;
 
     /// Keeps `member` in `group` for `ttl` more by the database's clock (joining it if absent or
     /// lapsed), in one statement that also reports the group's live members and which of

@@ -15,7 +15,12 @@ macro_rules! db_now_ms {
     };
 }
 
-/// `campaign_many`: $1 holder, $2 names, $3 ttl in ms.
+/// `campaign_many`: $1 holder, $2 names, $3 ttl in ms, $4 the terms kept per lease.
+///
+/// Besides the lease rows it keeps their history (`leasehold_terms`, [`crate::lease::history`]):
+/// each lease won opens a term, closes the term before it as expired (a lease is won only once
+/// it has expired) and prunes its oldest, keeping $4 with the new one. The data-modifying parts
+/// all see the statement's snapshot, so `pruned` counts the terms there were before `opened`.
 pub const CAMPAIGN: &str = concat!(
     "WITH cur AS (
     SELECT s.system_identifier AS system_identifier,
@@ -63,7 +68,21 @@ pub const CAMPAIGN: &str = concat!(
            expires_at = clock_timestamp() + EXCLUDED.ttl_ms * interval '1 millisecond',
            ttl_ms = EXCLUDED.ttl_ms
        WHERE l.expires_at <= clock_timestamp()
-    RETURNING l.name, l.epoch)
+    RETURNING l.name, l.epoch),
+ opened AS (
+    INSERT INTO leasehold_terms (name, epoch, holder, started_at)
+    SELECT w.name, w.epoch, $1, clock_timestamp() FROM won AS w
+    ON CONFLICT (name, epoch) DO NOTHING),
+ closed AS (
+    UPDATE leasehold_terms AS t
+       SET ended_at = least(s.expires_at, clock_timestamp()), ended_by = 'expired'
+      FROM won AS w JOIN snap AS s ON s.name = w.name
+     WHERE t.name = w.name AND t.epoch < w.epoch AND t.ended_at IS NULL),
+ pruned AS (
+    DELETE FROM leasehold_terms AS t USING won AS w
+     WHERE t.name = w.name AND t.epoch <= (
+        SELECT k.epoch FROM leasehold_terms AS k WHERE k.name = w.name
+         ORDER BY k.epoch DESC OFFSET $4 - 1 LIMIT 1))
  SELECT s.name, w.epoch,
         CASE WHEN w.epoch IS NULL THEN ceil(extract(epoch FROM greatest(
             s.expires_at - clock_timestamp(), h.wait)) * 1000)::bigint END,
@@ -112,21 +131,31 @@ pub const RENEW: &str = concat!(
     db_now_ms!()
 );
 
-/// `release`: $1 name, $2 holder, $3 epoch, $4 the notification channel.
+/// `release`: $1 name, $2 holder, $3 epoch, $4 the notification channel. Closes the lease's
+/// term as released.
 pub const RELEASE: &str = "WITH released AS (
                 UPDATE leasehold_leases SET expires_at = clock_timestamp()
                  WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()
-                RETURNING name)
+                RETURNING name, epoch),
+             ended AS (
+                UPDATE leasehold_terms AS t SET ended_at = clock_timestamp(), ended_by = 'released'
+                  FROM released AS r
+                 WHERE t.name = r.name AND t.epoch = r.epoch AND t.ended_at IS NULL)
              SELECT name FROM released, pg_notify($4, released.name) AS n";
 
 /// `release_many`: $1 holder, $2 names, $3 their epochs, $4 the notification channel. One
-/// notification per lease released, sent when (and only if) the expiries commit.
+/// notification per lease released, sent when (and only if) the expiries commit; their terms are
+/// closed as released.
 pub const RELEASE_MANY: &str = "WITH released AS (
                 UPDATE leasehold_leases AS l SET expires_at = clock_timestamp()
                   FROM unnest($2::text[], $3::bigint[]) AS r(name, epoch)
                  WHERE l.name = r.name AND l.holder = $1 AND l.epoch = r.epoch
                    AND l.expires_at > clock_timestamp()
-                RETURNING l.name)
+                RETURNING l.name, l.epoch),
+             ended AS (
+                UPDATE leasehold_terms AS t SET ended_at = clock_timestamp(), ended_by = 'released'
+                  FROM released AS r
+                 WHERE t.name = r.name AND t.epoch = r.epoch AND t.ended_at IS NULL)
              SELECT name FROM released, pg_notify($4, released.name) AS n";
 
 /// `renew_one`: $1 name, $2 holder, $3 epoch, $4 ttl in ms.
@@ -175,8 +204,9 @@ pub const HEARTBEAT: &str = concat!(
     " FROM leasehold_leases WHERE name = ANY($4) AND expires_at > clock_timestamp()"
 );
 
-/// Fires the lease table's row guard once, inside a block that is then rolled back, so that this
-/// session loads PL/pgSQL and compiles the guard now. Otherwise the session's first winning
+/// Fires the lease table's row guard once, and writes a term, inside a block that is then rolled
+/// back, so that this session loads PL/pgSQL and compiles the guard now, and has opened the terms
+/// table and its index. Otherwise the session's first winning
 /// campaign pays for both, about 1.7 ms in all, on the handoff's path: a standby's connection
 /// has only ever lost campaigns, and losing ones never fire the guard. The row's name has a
 /// space, so it cannot be a lease's (`LeaseName`), and nothing of it outlives the block.
@@ -185,6 +215,10 @@ BEGIN
     INSERT INTO leasehold_leases (name, holder, epoch, acquired_at, renewed_at, expires_at, ttl_ms)
     VALUES ('leasehold warm-up', '', 1, now(), now(), now(), 1);
     UPDATE leasehold_leases SET epoch = 2 WHERE name = 'leasehold warm-up';
+    INSERT INTO leasehold_terms (name, epoch, holder, started_at)
+    VALUES ('leasehold warm-up', 1, '', now());
+    UPDATE leasehold_terms SET ended_at = now(), ended_by = 'released'
+     WHERE name = 'leasehold warm-up';
     RAISE EXCEPTION USING ERRCODE = 'LHW00';
 EXCEPTION WHEN SQLSTATE 'LHW00' THEN
     NULL;
@@ -201,7 +235,10 @@ pub async fn prepare_and_warm_up(conn: &mut PgConnection) -> Result<(), sqlx::Er
     let bigint = <i64 as Type<sqlx::Postgres>>::type_info();
     let bigints = <Vec<i64> as Type<sqlx::Postgres>>::type_info();
     let statements: [(&'static str, Vec<PgTypeInfo>); 4] = [
-        (CAMPAIGN, vec![text.clone(), texts.clone(), bigint.clone()]),
+        (
+            CAMPAIGN,
+            vec![text.clone(), texts.clone(), bigint.clone(), bigint.clone()],
+        ),
         (RENEW, vec![text.clone(), texts, bigints.clone(), bigints]),
         (
             RENEW_ONE,
@@ -221,6 +258,7 @@ pub async fn prepare_and_warm_up(conn: &mut PgConnection) -> Result<(), sqlx::Er
         .bind("")
         .bind(Vec::<String>::new())
         .bind(1_i64)
+        .bind(i64::from(crate::lease::history::TERMS_KEPT))
         .execute(&mut *tx)
         .await?;
     tx.rollback().await?;
