@@ -112,6 +112,7 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
         out.contains("LEASE") && out.contains("leader") && out.contains("replica b-"),
         "{out}"
     );
+    assert!(out.contains("forced from a-"), "the forced handoff: {out}");
     let shown = leasehold(
         &["status", "--url", &format!("http://{}", b.addr()), "--json"],
         &[],
@@ -119,6 +120,12 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
     .await;
     let json = leasehold_tests::status::parse(&shown.stdout).unwrap();
     assert_eq!(json.leases[0].role, Role::Leader);
+    let handoff = json.leases[0].last_handoff.as_ref().unwrap();
+    assert_eq!(
+        (handoff.from_epoch, handoff.to_epoch, handoff.reason),
+        (1, 2, leasehold::lease::history::TermEnd::Forced),
+        "{handoff:?}"
+    );
     let nobody = leasehold(&["status", "--url", "127.0.0.1:1"], &[]).await;
     assert_eq!(nobody.status.code(), Some(1));
     assert!(

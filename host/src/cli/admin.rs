@@ -158,7 +158,7 @@ pub fn render_status(status: &Value) -> String {
         out.push_str(&format!("store error: {error}\n"));
     }
     out.push_str(&format!(
-        "\n{:<24} {:<10} {:<40} {:>7} {:>12}\n",
+        "\n{:<24} {:<10} {:<40} {:>7} {:>12}  LAST HANDOFF\n",
         "LEASE", "ROLE", "HOLDER", "EPOCH", "EXPIRES_IN"
     ));
     for lease in status["leases"].as_array().into_iter().flatten() {
@@ -166,13 +166,24 @@ pub fn render_status(status: &Value) -> String {
             Some(ms) => format!("{ms}ms"),
             None => "-".into(),
         };
+        let handoff = &lease["last_handoff"];
+        let handoff = match handoff["at_ms_ago"].as_i64() {
+            Some(ms) => format!(
+                "{:.1}s ago, {} from {}",
+                Duration::from_millis(ms.unsigned_abs()).as_secs_f64(),
+                text(&handoff["reason"]),
+                text(&handoff["from"])
+            ),
+            None => "-".into(),
+        };
         out.push_str(&format!(
-            "{:<24} {:<10} {:<40} {:>7} {:>12}\n",
+            "{:<24} {:<10} {:<40} {:>7} {:>12}  {}\n",
             text(&lease["name"]),
             text(&lease["role"]),
             text(&lease["holder"]),
             text(&lease["epoch"]),
-            expires
+            expires,
+            handoff
         ));
     }
     let plugins = status["plugins"].as_array().cloned().unwrap_or_default();

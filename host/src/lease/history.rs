@@ -21,7 +21,7 @@ pub enum TermEnd {
     Released,
     /// Its holder stopped renewing (crashed, frozen or cut off) and the ttl ran out.
     Expired,
-    /// An operator force-released it (`leasehold leases release --force`).
+    /// An operator force-released it (`leasehold leases release NAME --force`).
     Forced,
 }
 
