@@ -864,7 +864,7 @@ async fn releasing_many_at_once_releases_only_the_holder_s_at_their_epochs_and_n
 async fn the_terms_of_a_lease_say_who_held_it_from_when_to_when_and_how_each_ended(
     backend: Backend,
 ) {
-    use leasehold::lease::history::{TERMS_KEPT, Term, TermEnd};
+    use leasehold::lease::history::{PRUNE_EVERY, TERMS_KEPT, Term, TermEnd};
     let db = Db::new(backend).await.unwrap();
     let s = db.open().await.unwrap();
     let names = ["t".to_string(), "never".to_string()];
@@ -892,14 +892,21 @@ async fn the_terms_of_a_lease_say_who_held_it_from_when_to_when_and_how_each_end
     );
     // Each way a term ends: released by its holder, forced by an operator, expired and taken over.
     assert!(s.release("t", "a", e1).await.unwrap());
+    let released = terms(1).await;
+    assert_eq!(
+        (released[0].epoch, released[0].end),
+        (e1, Some(TermEnd::Released)),
+        "{backend:?}: ended by its release, before any campaign came"
+    );
     let e2 = s.campaign("t", "b", LONG).await.unwrap().epoch.unwrap();
     assert!(s.force_release("t").await.unwrap().is_some());
     let e3 = s.campaign("t", "c", SHORT).await.unwrap().epoch.unwrap();
     expire(SHORT).await;
-    let still_open = terms(1).await;
+    let lapsed = terms(1).await;
     assert_eq!(
-        still_open[0].end, None,
-        "{backend:?}: closed by the takeover, not by time"
+        lapsed[0].end,
+        Some(TermEnd::Expired),
+        "{backend:?}: ended when its row expired, before any campaign came"
     );
     let e4 = s.campaign("t", "d", LONG).await.unwrap().epoch.unwrap();
 
@@ -940,27 +947,30 @@ async fn the_terms_of_a_lease_say_who_held_it_from_when_to_when_and_how_each_end
         "{backend:?}: at most per_lease, the newest"
     );
 
-    // A lease's oldest terms are pruned: the newest TERMS_KEPT stay. Batched releases close
-    // their terms too.
+    // A lease's oldest terms are pruned: at least the newest TERMS_KEPT stay, fewer than
+    // TERMS_KEPT + PRUNE_EVERY. Batched releases end their terms too.
     let mut epoch = e4;
-    for _ in 0..TERMS_KEPT {
+    for _ in 0..TERMS_KEPT + PRUNE_EVERY {
         assert_eq!(
             s.release_many("d", &[("t".into(), epoch)]).await.unwrap(),
             ["t"]
         );
         epoch = s.campaign("t", "d", LONG).await.unwrap().epoch.unwrap();
     }
-    let kept = terms(TERMS_KEPT * 2).await;
-    assert_eq!(kept.len(), TERMS_KEPT as usize, "{backend:?}");
+    let kept = terms(TERMS_KEPT * 4).await;
+    assert!(
+        (TERMS_KEPT..TERMS_KEPT + PRUNE_EVERY).contains(&(kept.len() as u32)),
+        "{backend:?}: {} kept",
+        kept.len()
+    );
     assert_eq!((kept[0].epoch, kept[0].end), (epoch, None));
     assert!(
         kept[1..].iter().all(|t| t.end == Some(TermEnd::Released)),
         "{kept:?}"
     );
-    assert_eq!(
-        kept.last().unwrap().epoch,
-        epoch - i64::from(TERMS_KEPT) + 1
-    );
+    let epochs: Vec<i64> = kept.iter().map(|t| t.epoch).collect();
+    let newest: Vec<i64> = (0..kept.len() as i64).map(|i| epoch - i).collect();
+    assert_eq!(epochs, newest, "{backend:?}: the newest kept, none skipped");
 
     // A batched campaign opens a term for each lease it wins, and none for those it does not.
     let batch: Vec<String> = ["m1", "m2", "t"].map(String::from).to_vec();

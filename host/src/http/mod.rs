@@ -144,11 +144,7 @@ pub async fn status_of(replica: &Leases) -> Status {
                     None => (None, None, None),
                 },
             };
-            let row = rows
-                .as_ref()
-                .ok()
-                .and_then(|rows| rows.iter().find(|r| &r.name == name));
-            let terms = history::complete(terms_of.remove(name).unwrap_or_default(), row);
+            let terms = history::complete(terms_of.remove(name).unwrap_or_default());
             LeaseStatus {
                 name: name.clone(),
                 role,

@@ -1,17 +1,21 @@
 //! The terms of a lease as the cluster recorded them: who held it at which epoch, from when to
 //! when, and how each term ended. The stores keep the newest [`TERMS_KEPT`] of each lease
-//! ([`super::LeaseStore::terms`]); this module completes what they read with the lease row
-//! ([`complete`]) and finds the last handoff in it ([`last_handoff`]), both pure. Nothing here
+//! ([`super::LeaseStore::terms`]); this module fills what a lost write left open ([`complete`])
+//! and finds the last handoff in them ([`last_handoff`]), both pure. Nothing here
 //! decides anything: the history is for people (`/status`, the page), and fencing rests on epochs.
 
 use serde::{Deserialize, Serialize};
 
-use super::store::{Epoch, LeaseRecord};
+use super::store::Epoch;
 
-/// How many terms of each lease a store keeps. Enough to see a lease flap (a handful of handoffs
-/// in a row), few enough that 10,000 leases cost 200,000 small rows; a campaign that opens a term
-/// prunes the oldest of its lease.
+/// How many terms of each lease a store keeps at least. Enough to see a lease flap (a handful of
+/// handoffs in a row), few enough that 10,000 leases cost 200,000 small rows.
 pub const TERMS_KEPT: u32 = 20;
+
+/// A campaign that opens a term whose epoch is a multiple of this prunes its lease's oldest down
+/// to [`TERMS_KEPT`]; the others skip the work, which is on the handoff's path. A lease keeps
+/// fewer than `TERMS_KEPT + PRUNE_EVERY` terms.
+pub const PRUNE_EVERY: u32 = 16;
 
 /// How a term ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,24 +89,15 @@ pub struct Handoff {
     pub reason: TermEnd,
 }
 
-/// Completes one lease's terms, newest first, with what the lease row says now: the row's term
-/// has ended (expired) once the row has, though no campaign has closed it yet; and a term left
-/// open below a newer one (its closing lost, e.g. in a database failover) ended, at the latest,
-/// when the next began. `row` is `None` when the lease has no row (or it could not be read).
-pub fn complete(mut terms: Vec<Term>, row: Option<&LeaseRecord>) -> Vec<Term> {
+/// Completes one lease's terms, newest first: a term left open below a newer one (its closing
+/// lost, e.g. in a database failover) ended, at the latest, when the next began, and since
+/// nothing recorded why, it is counted as expired.
+pub fn complete(mut terms: Vec<Term>) -> Vec<Term> {
     let mut next_started = None;
     for term in &mut terms {
-        if term.end.is_none() {
-            let current = row.filter(|r| r.epoch == term.epoch);
-            let ended_ms_ago = match (current, next_started) {
-                (Some(r), _) if !r.is_held() => Some(r.expires_in_ms.saturating_neg()),
-                (None, Some(next)) => Some(next),
-                _ => None,
-            };
-            if let Some(ago) = ended_ms_ago {
-                term.ended_ms_ago = Some(ago.clamp(0, term.started_ms_ago.max(0)));
-                term.end = Some(TermEnd::Expired);
-            }
+        if let (None, Some(next)) = (term.end, next_started) {
+            term.ended_ms_ago = Some(std::cmp::min(next, term.started_ms_ago));
+            term.end = Some(TermEnd::Expired);
         }
         next_started = Some(term.started_ms_ago);
     }
@@ -139,39 +134,15 @@ mod tests {
         }
     }
 
-    fn row(epoch: Epoch, expires_in_ms: i64) -> LeaseRecord {
-        LeaseRecord {
-            name: "l".into(),
-            holder: "b".into(),
-            epoch,
-            ttl_ms: 1000,
-            expires_in_ms,
-        }
-    }
-
     #[test]
-    fn a_held_lease_keeps_its_current_term_open() {
+    fn the_current_term_stays_open() {
         let terms = vec![term(2, "b", 100, None)];
-        assert_eq!(complete(terms.clone(), Some(&row(2, 500))), terms);
-    }
-
-    #[test]
-    fn an_expired_row_ends_its_term_as_expired_when_the_row_expired() {
-        let done = complete(vec![term(2, "b", 5000, None)], Some(&row(2, -1200)));
-        assert_eq!(
-            done,
-            vec![term(2, "b", 5000, Some((1200, TermEnd::Expired)))]
-        );
-        // A lease with no holder has had no handoff since.
-        assert_eq!(last_handoff(&done), None);
+        assert_eq!(complete(terms.clone()), terms);
     }
 
     #[test]
     fn a_term_left_open_below_a_newer_one_ended_when_the_next_began() {
-        let done = complete(
-            vec![term(3, "c", 100, None), term(2, "b", 900, None)],
-            Some(&row(3, 500)),
-        );
+        let done = complete(vec![term(3, "c", 100, None), term(2, "b", 900, None)]);
         assert_eq!(done[0].end, None);
         assert_eq!(done[1], term(2, "b", 900, Some((100, TermEnd::Expired))));
     }

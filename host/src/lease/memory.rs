@@ -12,7 +12,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::history::{TERMS_KEPT, Term, TermEnd, TermRecord};
+use super::history::{PRUNE_EVERY, TERMS_KEPT, Term, TermEnd, TermRecord};
 use super::store::{
     CampaignedMany, DbMillis, Epoch, GroupMember, GroupView, LeaseRecord, LeaseStore,
     ReleaseNotice, RenewRequest, Renewed, StoreError,
@@ -206,8 +206,10 @@ impl LeaseStore for MemoryStore {
                 started: now,
                 ended: None,
             });
-            let kept = TERMS_KEPT as usize;
-            terms.drain(..terms.len().saturating_sub(kept));
+            if epoch % i64::from(PRUNE_EVERY) == 0 {
+                let kept = TERMS_KEPT as usize;
+                terms.drain(..terms.len().saturating_sub(kept));
+            }
             let row = Row {
                 holder: holder.to_string(),
                 epoch,
@@ -312,8 +314,15 @@ impl LeaseStore for MemoryStore {
             .into_iter()
             .filter_map(|name| rows.get(name).map(|row| (name, row)))
             .flat_map(|(name, row)| {
-                row.terms
-                    .iter()
+                // The row's own term has ended once the row has expired, closed or not yet
+                // (a release closes it; a silence leaves it to the next campaign).
+                let mut terms = row.clone();
+                if row.expires_at <= now {
+                    close_term(&mut terms, row.epoch, row.expires_at, TermEnd::Expired);
+                }
+                terms
+                    .terms
+                    .into_iter()
                     .rev()
                     .take(per_lease as usize)
                     .map(move |t| TermRecord {

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::history::{TERMS_KEPT, TermRecord};
+use super::history::{PRUNE_EVERY, TERMS_KEPT, TermRecord};
 use super::store::{
     CampaignedMany, DbMillis, Epoch, GroupView, LeaseRecord, LeaseStore, ReleaseNotice,
     RenewRequest, Renewed, RenewedOne, StoreError, ttl_ms,
@@ -337,6 +337,7 @@ impl LeaseStore for PostgresStore {
                 .bind(names)
                 .bind(ttl_ms)
                 .bind(i64::from(TERMS_KEPT))
+                .bind(i64::from(PRUNE_EVERY))
                 .fetch_all(self.pool_for(names.len()))
                 .await
                 .map_err(StoreError::query("campaign"))?;
@@ -497,16 +498,28 @@ impl LeaseStore for PostgresStore {
 
     async fn terms(&self, names: &[String], per_lease: u32) -> Result<Vec<TermRecord>, StoreError> {
         // Ages by one reading of the clock, so that a term's end is never after the next's start.
+        // The lease row's own term, left open until a campaign closes it, has ended once the row
+        // has expired: released when that was before its ttl ran out, as the campaign will say.
         let rows: Vec<TermRow> = sqlx::query_as(
             "WITH now AS (SELECT clock_timestamp() AS t),
                   ranked AS (
                     SELECT k.*, row_number() OVER (PARTITION BY k.name ORDER BY k.epoch DESC) AS n
-                      FROM leasehold_terms AS k WHERE k.name = ANY($1))
-             SELECT r.name, r.epoch, r.holder,
-                    greatest(0, (extract(epoch FROM now.t - r.started_at) * 1000)::bigint),
-                    greatest(0, (extract(epoch FROM now.t - r.ended_at) * 1000)::bigint),
-                    r.ended_by
-               FROM ranked AS r, now WHERE r.n <= $2 ORDER BY r.name, r.epoch DESC",
+                      FROM leasehold_terms AS k WHERE k.name = ANY($1)),
+                  ended AS (
+                    SELECT r.*, l.expires_at <= now.t AS lapsed, l.expires_at AS row_expired_at,
+                           l.expires_at < l.renewed_at + l.ttl_ms * interval '1 millisecond'
+                               AS released
+                      FROM ranked AS r CROSS JOIN now
+                      LEFT JOIN leasehold_leases AS l
+                        ON l.name = r.name AND l.epoch = r.epoch AND r.ended_at IS NULL
+                     WHERE r.n <= $2)
+             SELECT e.name, e.epoch, e.holder,
+                    greatest(0, (extract(epoch FROM now.t - e.started_at) * 1000)::bigint),
+                    greatest(0, (extract(epoch FROM now.t - CASE WHEN e.lapsed
+                        THEN e.row_expired_at ELSE e.ended_at END) * 1000)::bigint),
+                    CASE WHEN e.lapsed THEN CASE WHEN e.released THEN 'released' ELSE 'expired' END
+                         ELSE e.ended_by END
+               FROM ended AS e, now ORDER BY e.name, e.epoch DESC",
         )
         .bind(names)
         .bind(i64::from(per_lease))

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::history::{TERMS_KEPT, TermEnd, TermRecord};
+use super::history::{PRUNE_EVERY, TERMS_KEPT, TermEnd, TermRecord};
 use super::store::{
     CampaignedMany, Epoch, GroupView, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest,
     Renewed, StoreError, ttl_ms,
@@ -219,14 +219,41 @@ fn wall_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// Opens a term for each lease `won` by `holder` and prunes each lease's oldest, keeping
-/// [`TERMS_KEPT`] with the new one.
+/// How the term of row `l` ended: see [`TERM_ENDED`].
+macro_rules! term_ended {
+    () => {
+        "CASE WHEN l.boot = ?3 AND l.expires_at_ms < l.renewed_at_ms + l.ttl_ms
+              THEN 'released' ELSE 'expired' END"
+    };
+}
+/// When the term of row `l` ended: see [`TERM_ENDED`].
+macro_rules! term_ended_at {
+    () => {
+        "CASE WHEN l.boot = ?3 THEN min(?4, ?4 - (?2 - l.expires_at_ms)) ELSE ?4 - ?2 END"
+    };
+}
+/// How a term ended whose lease row `l` has expired (or is of an earlier boot), as the SET of
+/// an update of the term: released when the row expired before its ttl ran out (a release sets
+/// the expiry to the moment it ran; nothing else shortens one), expired otherwise; at the row's
+/// expiry on the wall clock, that many ms before now, or for a row of an earlier boot at that
+/// boot's end, before this boot began. `?2` is the boot clock's now, `?3` the boot, `?4` the
+/// wall clock's now.
+const TERM_ENDED: &str = concat!(
+    "ended_by = ",
+    term_ended!(),
+    ", ended_at_ms = ",
+    term_ended_at!()
+);
+
+/// Opens a term for each lease `won` by `holder`, and for those whose epoch is a multiple of
+/// [`PRUNE_EVERY`] prunes the lease's oldest, keeping [`TERMS_KEPT`] with the new one.
 async fn open_terms(
     tx: &mut sqlx::SqliteConnection,
     holder: &str,
     won: &[(String, Epoch)],
     wall: i64,
 ) -> Result<(), sqlx::Error> {
+    let won_leases = won;
     let won = serde_json::to_string(won).unwrap_or_default();
     sqlx::query(
         "INSERT INTO leasehold_terms (name, epoch, holder, started_at_ms)
@@ -238,6 +265,13 @@ async fn open_terms(
     .bind(wall)
     .execute(&mut *tx)
     .await?;
+    let due: Vec<&(String, Epoch)> = won_leases
+        .iter()
+        .filter(|(_, epoch)| epoch % i64::from(PRUNE_EVERY) == 0)
+        .collect();
+    if due.is_empty() {
+        return Ok(());
+    }
     sqlx::query(
         "DELETE FROM leasehold_terms
           WHERE name IN (SELECT value ->> '$[0]' FROM json_each(?1))
@@ -245,7 +279,7 @@ async fn open_terms(
                            WHERE k.name = leasehold_terms.name
                            ORDER BY k.epoch DESC LIMIT 1 OFFSET ?2)",
     )
-    .bind(&won)
+    .bind(serde_json::to_string(&due).unwrap_or_default())
     .bind(i64::from(TERMS_KEPT))
     .execute(&mut *tx)
     .await?;
@@ -322,18 +356,14 @@ impl LeaseStore for SqliteStore {
         let now = self.clock.now_ms();
         let wall = wall_ms();
         // The terms of the leases this campaign can win (expired, or of another boot) ended when
-        // their rows expired: on the wall clock, that many ms before now, or for a row of an
-        // earlier boot at that boot's end, which was before this boot began.
-        sqlx::query(
-            "UPDATE leasehold_terms AS t
-                SET ended_by = 'expired',
-                    ended_at_ms = CASE WHEN l.boot = ?3 THEN min(?4, ?4 - (?2 - l.expires_at_ms))
-                                       ELSE ?4 - ?2 END
+        // their rows expired ([`TERM_ENDED`]).
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE leasehold_terms AS t SET {TERM_ENDED}
                FROM leasehold_leases AS l
               WHERE l.name IN (SELECT value FROM json_each(?1))
                 AND (l.expires_at_ms <= ?2 OR l.boot <> ?3)
-                AND t.name = l.name AND t.epoch <= l.epoch AND t.ended_by IS NULL",
-        )
+                AND t.name = l.name AND t.epoch <= l.epoch AND t.ended_by IS NULL"
+        )))
         .bind(&names_json)
         .bind(now)
         .bind(self.clock.boot_id())
@@ -467,9 +497,6 @@ impl LeaseStore for SqliteStore {
             .await
             .map_err(err)?;
             if done.rows_affected() == 1 {
-                close_term(&mut tx, name, *epoch, TermEnd::Released)
-                    .await
-                    .map_err(err)?;
                 released.push(name.clone());
             }
         }
@@ -530,16 +557,33 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn terms(&self, names: &[String], per_lease: u32) -> Result<Vec<TermRecord>, StoreError> {
-        let rows: Vec<TermRow> = sqlx::query_as(
-            "SELECT name, epoch, holder, max(0, ?3 - started_at_ms),
-                    CASE WHEN ended_at_ms IS NOT NULL THEN max(0, ?3 - ended_at_ms) END, ended_by
-               FROM (SELECT *, row_number() OVER (PARTITION BY name ORDER BY epoch DESC) AS n
-                       FROM leasehold_terms WHERE name IN (SELECT value FROM json_each(?1)))
-              WHERE n <= ?2 ORDER BY name, epoch DESC",
-        )
+        // The lease row's own term, left open until a campaign closes it, has ended once the row
+        // has expired, as that campaign will say ([`TERM_ENDED`], evaluated on the row here).
+        let rows: Vec<TermRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "WITH ranked AS (
+                SELECT *, row_number() OVER (PARTITION BY name ORDER BY epoch DESC) AS n
+                  FROM leasehold_terms WHERE name IN (SELECT value FROM json_each(?1))),
+             ended AS (
+                SELECT r.name, r.epoch, r.holder, r.started_at_ms,
+                       coalesce(r.ended_at_ms, x.ended_at_ms) AS ended_at_ms,
+                       coalesce(r.ended_by, x.ended_by) AS ended_by
+                  FROM ranked AS r
+                  LEFT JOIN (SELECT l.name, l.epoch, {} AS ended_by, {} AS ended_at_ms
+                               FROM leasehold_leases AS l
+                              WHERE l.expires_at_ms <= ?2 OR l.boot <> ?3) AS x
+                    ON x.name = r.name AND x.epoch = r.epoch
+                 WHERE r.n <= ?5)
+             SELECT name, epoch, holder, max(0, ?4 - started_at_ms),
+                    CASE WHEN ended_at_ms IS NOT NULL THEN max(0, ?4 - ended_at_ms) END, ended_by
+               FROM ended ORDER BY name, epoch DESC",
+            term_ended!(),
+            term_ended_at!()
+        )))
         .bind(serde_json::to_string(names).unwrap_or_default())
-        .bind(i64::from(per_lease))
+        .bind(self.clock.now_ms())
+        .bind(self.clock.boot_id())
         .bind(wall_ms())
+        .bind(i64::from(per_lease))
         .fetch_all(&self.pool)
         .await
         .map_err(StoreError::query("terms"))?;

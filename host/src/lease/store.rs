@@ -405,10 +405,11 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
     async fn list(&self, after: Option<&str>, limit: u32) -> Result<Vec<LeaseRecord>, StoreError>;
 
     /// The recorded terms of `names`, at most `per_lease` of each, newest first, leases in name
-    /// order ([`super::history`]). A term is opened by the campaign that wins it and closed by
-    /// its release (`released`), a forced release (`forced`) or the campaign that takes the
-    /// lease over after it expired (`expired`); an expired term no campaign has closed yet is
-    /// still open here. Each store keeps the newest [`super::history::TERMS_KEPT`] of a lease.
+    /// order ([`super::history`]). A term is opened by the campaign that wins it and ends by its
+    /// holder's release (`released`), a forced release (`forced`) or its holder's silence
+    /// (`expired`, the ttl ran out). A term is open while its lease row is held: once the row
+    /// has expired, its term is reported ended, whether or not a campaign has come since. Each
+    /// store keeps at least the newest [`super::history::TERMS_KEPT`] of a lease.
     async fn terms(&self, names: &[String], per_lease: u32) -> Result<Vec<TermRecord>, StoreError>;
 
     /// Keeps `member` in `group` for `ttl` more by the database's clock (joining it if absent or

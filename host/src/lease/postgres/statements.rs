@@ -15,12 +15,16 @@ macro_rules! db_now_ms {
     };
 }
 
-/// `campaign_many`: $1 holder, $2 names, $3 ttl in ms, $4 the terms kept per lease.
+/// `campaign_many`: $1 holder, $2 names, $3 ttl in ms, $4 the terms kept per lease, $5 every
+/// how many epochs they are pruned.
 ///
 /// Besides the lease rows it keeps their history (`leasehold_terms`, [`crate::lease::history`]):
-/// each lease won opens a term, closes the term before it as expired (a lease is won only once
-/// it has expired) and prunes its oldest, keeping $4 with the new one. The data-modifying parts
-/// all see the statement's snapshot, so `pruned` counts the terms there were before `opened`.
+/// each lease won opens a term and closes the one before it (a lease is won only once it has
+/// expired), as released when its row expired before its ttl ran out (a release sets the expiry
+/// to the moment it ran; nothing else shortens one) and as expired otherwise. Releases write no
+/// term themselves, so the handoff's release is the statement it was. Every $5th epoch the
+/// lease's oldest terms are pruned, keeping $4 with the new one; the data-modifying parts all see
+/// the statement's snapshot, so `pruned` counts the terms there were before `opened`.
 pub const CAMPAIGN: &str = concat!(
     "WITH cur AS (
     SELECT s.system_identifier AS system_identifier,
@@ -44,7 +48,8 @@ pub const CAMPAIGN: &str = concat!(
     RETURNING i.one_row),
  snap AS (
     SELECT r.name, k.expires_at,
-           greatest($3, k.ttl_ms) * interval '1 millisecond' AS hold
+           greatest($3, k.ttl_ms) * interval '1 millisecond' AS hold,
+           k.expires_at < k.renewed_at + k.ttl_ms * interval '1 millisecond' AS released
       FROM (SELECT DISTINCT unnest($2::text[]) AS name) AS r
       LEFT JOIN leasehold_leases AS k ON k.name = r.name),
  held_off AS (
@@ -75,12 +80,13 @@ pub const CAMPAIGN: &str = concat!(
     ON CONFLICT (name, epoch) DO NOTHING),
  closed AS (
     UPDATE leasehold_terms AS t
-       SET ended_at = least(s.expires_at, clock_timestamp()), ended_by = 'expired'
+       SET ended_at = least(s.expires_at, clock_timestamp()),
+           ended_by = CASE WHEN s.released THEN 'released' ELSE 'expired' END
       FROM won AS w JOIN snap AS s ON s.name = w.name
      WHERE t.name = w.name AND t.epoch < w.epoch AND t.ended_at IS NULL),
  pruned AS (
     DELETE FROM leasehold_terms AS t USING won AS w
-     WHERE t.name = w.name AND t.epoch <= (
+     WHERE w.epoch % $5 = 0 AND t.name = w.name AND t.epoch <= (
         SELECT k.epoch FROM leasehold_terms AS k WHERE k.name = w.name
          ORDER BY k.epoch DESC OFFSET $4 - 1 LIMIT 1))
  SELECT s.name, w.epoch,
@@ -131,31 +137,21 @@ pub const RENEW: &str = concat!(
     db_now_ms!()
 );
 
-/// `release`: $1 name, $2 holder, $3 epoch, $4 the notification channel. Closes the lease's
-/// term as released.
+/// `release`: $1 name, $2 holder, $3 epoch, $4 the notification channel.
 pub const RELEASE: &str = "WITH released AS (
                 UPDATE leasehold_leases SET expires_at = clock_timestamp()
                  WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()
-                RETURNING name, epoch),
-             ended AS (
-                UPDATE leasehold_terms AS t SET ended_at = clock_timestamp(), ended_by = 'released'
-                  FROM released AS r
-                 WHERE t.name = r.name AND t.epoch = r.epoch AND t.ended_at IS NULL)
+                RETURNING name)
              SELECT name FROM released, pg_notify($4, released.name) AS n";
 
 /// `release_many`: $1 holder, $2 names, $3 their epochs, $4 the notification channel. One
-/// notification per lease released, sent when (and only if) the expiries commit; their terms are
-/// closed as released.
+/// notification per lease released, sent when (and only if) the expiries commit.
 pub const RELEASE_MANY: &str = "WITH released AS (
                 UPDATE leasehold_leases AS l SET expires_at = clock_timestamp()
                   FROM unnest($2::text[], $3::bigint[]) AS r(name, epoch)
                  WHERE l.name = r.name AND l.holder = $1 AND l.epoch = r.epoch
                    AND l.expires_at > clock_timestamp()
-                RETURNING l.name, l.epoch),
-             ended AS (
-                UPDATE leasehold_terms AS t SET ended_at = clock_timestamp(), ended_by = 'released'
-                  FROM released AS r
-                 WHERE t.name = r.name AND t.epoch = r.epoch AND t.ended_at IS NULL)
+                RETURNING l.name)
              SELECT name FROM released, pg_notify($4, released.name) AS n";
 
 /// `renew_one`: $1 name, $2 holder, $3 epoch, $4 ttl in ms.
@@ -237,7 +233,13 @@ pub async fn prepare_and_warm_up(conn: &mut PgConnection) -> Result<(), sqlx::Er
     let statements: [(&'static str, Vec<PgTypeInfo>); 4] = [
         (
             CAMPAIGN,
-            vec![text.clone(), texts.clone(), bigint.clone(), bigint.clone()],
+            vec![
+                text.clone(),
+                texts.clone(),
+                bigint.clone(),
+                bigint.clone(),
+                bigint.clone(),
+            ],
         ),
         (RENEW, vec![text.clone(), texts, bigints.clone(), bigints]),
         (
@@ -259,6 +261,7 @@ pub async fn prepare_and_warm_up(conn: &mut PgConnection) -> Result<(), sqlx::Er
         .bind(Vec::<String>::new())
         .bind(1_i64)
         .bind(i64::from(crate::lease::history::TERMS_KEPT))
+        .bind(i64::from(crate::lease::history::PRUNE_EVERY))
         .execute(&mut *tx)
         .await?;
     tx.rollback().await?;
