@@ -5,7 +5,7 @@
 CARGO ?= cargo
 BIN := target/debug/leasehold
 
-.PHONY: deps build run test bench bench-release chaos lint fmt clean guests image
+.PHONY: deps build run test bench bench-release chaos lint fmt clean guests image screenshot
 
 deps:
 	@scripts/install-deps.sh
@@ -69,6 +69,12 @@ chaos: build guests
 # its NAME.toml manifest). Picks a wasm32-wasip2 toolchain itself (DESIGN §5).
 guests: deps
 	scripts/build-guests.sh
+
+# docs/page.png, the README's picture of the live page: the browser test of a real handoff
+# between two hosts on PostgreSQL (a plugin running on the new holder) saves its page there.
+screenshot: build guests
+	mkdir -p docs
+	LEASEHOLD_PAGE_SCREENSHOT=$(CURDIR)/docs/page.png $(CARGO) test -p leasehold-tests --test page -- --exact the_page_shows_the_new_holder_epoch_and_why_within_2_s_of_a_real_handoff --nocapture
 
 # The image operators run: examples/docker/Dockerfile, tagged leasehold:latest and
 # leasehold:VERSION, with podman (installed if missing). Where no registry is reachable it makes

@@ -59,10 +59,16 @@ pub struct PluginCounts {
     pub calls: u64,
     /// Calls and instantiations that trapped, of any kind (`plugin_traps`).
     pub traps: u64,
+    /// Calls that returned an error (`plugin_errors`).
+    pub errors: u64,
+    /// Calls cut off by force because their term ended (`plugin_forced_stops`).
+    pub forced_stops: u64,
     /// Writes refused by the fence (`plugin_refused_writes`).
     pub refused_writes: u64,
     /// Fuel burnt by calls and instantiations (`plugin_fuel`).
     pub fuel: u64,
+    /// The largest linear memory an instance grew to, in bytes (`plugin_memory_bytes`).
+    pub memory_high_water_bytes: u64,
 }
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -465,11 +471,18 @@ impl Metrics {
             })
             .map(|c| c.get())
             .sum();
+        let memory_high_water_bytes = self
+            .plugin_memory_bytes
+            .get(&label)
+            .map_or(0, |g| u64::try_from(g.get()).unwrap_or(0));
         PluginCounts {
             calls: count(&self.plugin_calls),
             traps,
+            errors: count(&self.plugin_errors),
+            forced_stops: count(&self.plugin_forced_stops),
             refused_writes: count(&self.plugin_refused_writes),
             fuel: count(&self.plugin_fuel),
+            memory_high_water_bytes,
         }
     }
 
@@ -501,17 +514,26 @@ mod tests {
         // An instantiation that trapped: no call, but its trap and fuel count.
         m.record_call("p", took, Some("timeout"), false, Some(10), 0, 0);
         m.calls_of("p").inc();
-        m.record_call("p", took, Some("fuel"), false, Some(5), 0, 2);
+        m.record_call("p", took, Some("fuel"), false, Some(5), 65_536, 2);
         m.calls_of("p").inc();
-        m.record_call("p", took, None, true, None, 0, 0);
+        m.record_call("p", took, None, true, None, 131_072, 0);
+        // A later, smaller instance leaves the high water where it was.
+        m.calls_of("p").inc();
+        m.record_call("p", took, None, true, None, 65_536, 0);
+        m.plugin_forced_stops
+            .get_or_create(&Metrics::plugin("p"))
+            .inc();
         m.calls_of("other").inc();
         assert_eq!(
             m.plugin_counts("p"),
             PluginCounts {
-                calls: 2,
+                calls: 3,
                 traps: 2,
+                errors: 2,
+                forced_stops: 1,
                 refused_writes: 2,
                 fuel: 15,
+                memory_high_water_bytes: 131_072,
             }
         );
     }

@@ -29,8 +29,9 @@ use crate::log::Log;
 /// instead of hanging it.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The window a person would see the page in, for screenshots.
-const WINDOW_SIZE: &str = "1280,900";
+/// The window a person would see the page in, for screenshots: a laptop's, and small enough
+/// that the README's picture of the page stays a modest PNG.
+const WINDOW_SIZE: &str = "1100,900";
 
 /// A headless Chromium session through a `chromedriver` of its own.
 pub struct Browser {

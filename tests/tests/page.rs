@@ -1,10 +1,16 @@
 //! The status page at `/`, in a real headless Chromium: it loads without a console error, shows
 //! who holds a lease at which epoch as `/status` says, follows a real handoff within 2 s (it
-//! polls every 500 ms), and says it is reconnecting while its host is down and live again once a
+//! polls every 500 ms) with its cause and the lease's terms, shows a takeover after a holder was
+//! killed as one, and says it is reconnecting while its host is down and live again once a
 //! host serves the same address. The page's contract: `#connection[data-state]` is `live` or
 //! `reconnecting`; each lease is a `[data-lease=NAME]` element holding `[data-field=holder]`,
-//! `[data-field=epoch]` and `[data-field=role]`; each plugin a `[data-plugin=NAME]` element.
-//! First, the harness itself against pages of this test's own.
+//! `[data-field=epoch]`, `[data-field=role]`, `[data-field=last-handoff]` (with `data-reason`,
+//! `data-from`, `data-to` and `data-to-epoch`) and one `[data-term=EPOCH]` row per recent term
+//! (with `data-holder` and `data-end`: `open`, `released`, `expired` or `forced`); each plugin
+//! a `[data-plugin=NAME]` element. First, the harness itself against pages of this test's own.
+//!
+//! With `LEASEHOLD_PAGE_SCREENSHOT=FILE` the handoff test also saves its page there, after the
+//! handoff with the plugin running: the README's picture (`make screenshot`).
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -14,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use leasehold_tests::browser::Browser;
 use leasehold_tests::eventually::{eventually, eventually_every, when};
-use leasehold_tests::host::{HostBuilder, plugin_dir, wait_for_single_leader};
+use leasehold_tests::host::{Host, HostBuilder, plugin_dir, wait_for_single_leader};
+use leasehold_tests::status::StatusExt;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -160,6 +167,110 @@ async fn wait_for_page(
     .unwrap()
 }
 
+/// One term as the page lists it.
+#[derive(Debug, Deserialize, PartialEq)]
+struct TermShown {
+    epoch: u64,
+    holder: String,
+    end: String,
+}
+
+/// What the page shows of lease `leader`'s history: its last handoff (`reason` is `none`
+/// when it shows none), its terms in the list and in the timeline.
+#[derive(Debug, Deserialize)]
+struct History {
+    reason: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    to_epoch: Option<String>,
+    text: Option<String>,
+    terms: Vec<TermShown>,
+    segments: Vec<TermShown>,
+}
+
+impl History {
+    /// Whether it shows the handoff `from` → `to` at `to_epoch` for `reason`, the term before it
+    /// ended for that reason and the new one open, in the list and in the timeline.
+    fn shows(&self, reason: &str, from: &str, to: &str, to_epoch: u64) -> bool {
+        let term = |epoch, holder: &str, end: &str| TermShown {
+            epoch,
+            holder: holder.to_string(),
+            end: end.to_string(),
+        };
+        let new = term(to_epoch, to, "open");
+        let old = term(to_epoch - 1, from, reason);
+        self.reason.as_deref() == Some(reason)
+            && self.from.as_deref() == Some(from)
+            && self.to.as_deref() == Some(to)
+            && self.to_epoch.as_deref() == Some(to_epoch.to_string().as_str())
+            && self.terms.first() == Some(&new)
+            && self.terms.get(1) == Some(&old)
+            && self.segments.contains(&new)
+            && self.segments.contains(&old)
+    }
+}
+
+/// One read of lease `leader`'s history on the page.
+async fn history(browser: &Browser) -> Option<History> {
+    let script = r#"
+        const lease = document.querySelector('[data-lease="leader"]');
+        if (!lease) return null;
+        const h = lease.querySelector('[data-field="last-handoff"]');
+        const terms = (css, key) => [...lease.querySelectorAll(css)].map(e => ({
+            epoch: Number(e.getAttribute(key)),
+            holder: e.getAttribute('data-holder'),
+            end: e.getAttribute('data-end'),
+        }));
+        return {
+            reason: h.getAttribute('data-reason'),
+            from: h.getAttribute('data-from'),
+            to: h.getAttribute('data-to'),
+            to_epoch: h.getAttribute('data-to-epoch'),
+            text: h.textContent,
+            terms: terms('[data-term]', 'data-term'),
+            segments: terms('[data-segment]', 'data-segment'),
+        };"#;
+    let value = browser.evaluate(script, vec![]).await.unwrap();
+    serde_json::from_value(value).unwrap()
+}
+
+/// Polls the page every 10 ms up to `timeout` until it shows the handoff `from` → `to` at
+/// `to_epoch` for `reason`.
+async fn wait_for_history(
+    browser: &Browser,
+    (reason, from, to, to_epoch): (&str, &str, &str, u64),
+    timeout: Duration,
+) -> History {
+    eventually_every(
+        format!("the page to show the handoff {from} -> {to} at epoch {to_epoch}, {reason}"),
+        timeout,
+        Duration::from_millis(10),
+        async || {
+            when(history(browser).await, |h| {
+                h.as_ref()
+                    .is_some_and(|h| h.shows(reason, from, to, to_epoch))
+            })
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap()
+}
+
+/// How long before `host`'s `/status` was read its lease `leader` changed hands, by the
+/// store's clock (the database's, or the machine's for SQLite): read right after the page showed
+/// the change, how late the page was.
+async fn handoff_age(host: &Host) -> Duration {
+    let status = host.status().await.unwrap();
+    let handoff = status
+        .lease("leader")
+        .unwrap()
+        .last_handoff
+        .clone()
+        .unwrap();
+    Duration::from_millis(u64::try_from(handoff.at_ms_ago).unwrap())
+}
+
 /// Asserts the page logged no console error, after two more polls of `/status` had the chance to.
 async fn assert_no_console_errors(browser: &Browser) {
     tokio::time::sleep(Duration::from_millis(1_100)).await;
@@ -219,15 +330,18 @@ async fn the_page_loads_without_console_errors_and_shows_the_holder_and_epoch() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_page_shows_the_new_holder_and_epoch_within_2_s_of_a_real_handoff() {
+async fn the_page_shows_the_new_holder_epoch_and_why_within_2_s_of_a_real_handoff() {
     let url = leasehold_tests::pg::server()
         .fresh_lease_database()
         .await
         .unwrap();
+    // A plugin on both, so the page has a card to show running on the new holder.
+    let plugins = plugin_dir(&[("hello-reconciler", HELLO)]).unwrap();
     let mut hosts = Vec::new();
     for name in ["first", "second"] {
         let host = HostBuilder::new(name)
             .database_url(&url)
+            .plugins(plugins.path())
             .spawn()
             .await
             .unwrap();
@@ -259,6 +373,17 @@ async fn the_page_shows_the_new_holder_and_epoch_within_2_s_of_a_real_handoff() 
     )
     .await;
     assert_eq!(before.role.as_deref(), Some("standby"), "{before:?}");
+    let first = history(&browser).await.unwrap();
+    assert_eq!(first.reason.as_deref(), Some("none"), "{first:?}");
+    assert_eq!(
+        first.terms,
+        [TermShown {
+            epoch: 1,
+            holder: old_holder.clone(),
+            end: "open".into()
+        }],
+        "{first:?}"
+    );
 
     // Timed while the old holder stops, so its exit does not count. The stop comes right after
     // a poll showed the old holder: the page's worst case, a whole poll period to the next.
@@ -269,22 +394,151 @@ async fn the_page_shows_the_new_holder_and_epoch_within_2_s_of_a_real_handoff() 
             p.is("live", &new_holder, 2)
         })
         .await;
-        stopped.elapsed()
+        let holder = stopped.elapsed();
+        let why = ("released", old_holder.as_str(), new_holder.as_str(), 2);
+        let shown = wait_for_history(&browser, why, Duration::from_secs(10)).await;
+        let took_why = stopped.elapsed();
+        (holder, took_why, handoff_age(&standby).await, shown)
     };
-    let (exit, took) = tokio::join!(old.stop(Duration::from_secs(10)), page_shows_it);
+    let (exit, (took, took_why, lag, shown)) =
+        tokio::join!(old.stop(Duration::from_secs(10)), page_shows_it);
     assert!(exit.unwrap().success(), "the old holder's exit");
-    println!("the page showed the new holder {took:?} after SIGTERM to the old one");
+    println!(
+        "the page showed the new holder {took:?} and the handoff with its cause {took_why:?} \
+         after SIGTERM to the old holder, {lag:?} after the handoff by the store's clock"
+    );
     assert!(
         took < HANDOFF_ON_PAGE,
         "the page showed the handoff after {took:?}, bound {HANDOFF_ON_PAGE:?}"
     );
+    assert!(
+        took_why < HANDOFF_ON_PAGE,
+        "the page showed why after {took_why:?}, bound {HANDOFF_ON_PAGE:?}"
+    );
+    let text = shown.text.unwrap_or_default();
+    assert!(text.contains("released by its holder"), "{text}");
     // This replica leads now; the page may show that one poll after the holder.
     wait_for_page(&browser, "role leader", Duration::from_secs(2), |p| {
         p.role.as_deref() == Some("leader")
     })
     .await;
+    // The plugin runs here now, with a few calls to show.
+    let field = |n: &str| format!("[data-plugin=\"hello-reconciler\"] [data-field=\"{n}\"]");
+    eventually_every(
+        "the plugin running here with calls",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        async || {
+            let state = browser
+                .attribute("[data-plugin=\"hello-reconciler\"]", "data-state")
+                .await
+                .unwrap();
+            let shown = browser.text_content(&field("calls")).await.unwrap();
+            let count: u64 = shown
+                .unwrap_or_default()
+                .replace(',', "")
+                .parse()
+                .unwrap_or(0);
+            when((state, count), |(state, count)| {
+                state.as_deref() == Some("running") && *count >= 3
+            })
+        },
+    )
+    .await
+    .unwrap();
+    // What a call costs, in human units: a reconcile of this example takes well under a second.
+    let took_ms = browser.text_content(&field("last-call")).await.unwrap();
+    assert!(
+        took_ms.as_deref().is_some_and(|t| t.ends_with(" ms")),
+        "{took_ms:?}"
+    );
+    let memory = browser
+        .text_content(&field("memory-high-water"))
+        .await
+        .unwrap();
+    assert!(
+        memory.as_deref().is_some_and(|m| m.ends_with("iB")),
+        "{memory:?}"
+    );
     browser
         .screenshot(&screenshot_path("handoff"))
+        .await
+        .unwrap();
+    if let Some(path) = std::env::var_os("LEASEHOLD_PAGE_SCREENSHOT") {
+        browser
+            .screenshot(std::path::Path::new(&path))
+            .await
+            .unwrap();
+        println!("the page saved to {}", path.to_string_lossy());
+    }
+    assert_no_console_errors(&browser).await;
+    browser.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_survivors_page_shows_a_killed_holders_lease_taken_over_after_expiry() {
+    let db = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", db.path().join("leases.db").display());
+    let ttl = Duration::from_secs(2);
+    let mut hosts = Vec::new();
+    for name in ["doomed", "survivor"] {
+        let host = HostBuilder::new(name)
+            .database_url(&url)
+            .ttl(ttl)
+            .spawn()
+            .await
+            .unwrap();
+        hosts.push(host);
+    }
+    let leader = wait_for_single_leader(&hosts, "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let mut old = hosts.remove(leader);
+    let survivor = hosts.remove(0);
+    let old_holder = old.status().await.unwrap().replica;
+    let new_holder = survivor.status().await.unwrap().replica;
+
+    let browser = Browser::start().await.unwrap();
+    browser
+        .goto(&format!("http://{}/", survivor.addr()))
+        .await
+        .unwrap();
+    wait_for_page(
+        &browser,
+        &format!("{old_holder} at epoch 1, live"),
+        Duration::from_secs(10),
+        |p| p.is("live", &old_holder, 1),
+    )
+    .await;
+
+    // No release: the lease changes hands only once its ttl has run out on the database clock
+    // and the survivor's next campaign finds it so.
+    let killed = Instant::now();
+    old.kill().await.unwrap();
+    let why = ("expired", old_holder.as_str(), new_holder.as_str(), 2);
+    let shown = wait_for_history(&browser, why, 3 * ttl + Duration::from_secs(5)).await;
+    let took = killed.elapsed();
+    let lag = handoff_age(&survivor).await;
+    println!(
+        "the page showed the takeover {took:?} after SIGKILL to the holder (ttl {ttl:?}), \
+         {lag:?} after the takeover by the store's clock"
+    );
+    assert!(
+        took >= ttl / 2,
+        "taken over {took:?} after the kill, ttl {ttl:?}"
+    );
+    let text = shown.text.unwrap_or_default();
+    assert!(text.contains("stopped renewing"), "{text}");
+    let page = wait_for_page(
+        &browser,
+        &format!("{new_holder} at epoch 2"),
+        Duration::from_secs(2),
+        |p| p.is("live", &new_holder, 2),
+    )
+    .await;
+    assert_eq!(page.role.as_deref(), Some("leader"), "{page:?}");
+    browser
+        .screenshot(&screenshot_path("takeover"))
         .await
         .unwrap();
     assert_no_console_errors(&browser).await;

@@ -137,6 +137,7 @@ impl Supervisor {
                     state,
                     last_error,
                     fuel_last_call: old.and_then(|o| o.fuel_last_call),
+                    last_call: old.and_then(|o| o.last_call),
                 },
             };
             self.board.put(card);

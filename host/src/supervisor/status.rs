@@ -1,10 +1,11 @@
 //! What `/status` shows of each plugin, shared between the supervisor and the HTTP handler. The
 //! board keeps a [`PluginCard`] per plugin (what the supervisor knows: state, lease, world, last
-//! error); the counts come from the [`Metrics`] the runtime records every call in, so that
-//! `/status` and `/metrics` cannot disagree.
+//! error, the last call's cost); the counts come from the [`Metrics`] the runtime records every
+//! call in, so that `/status` and `/metrics` cannot disagree.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -46,6 +47,13 @@ pub struct PluginStatus {
     /// Calls and instantiations that trapped (including timeouts and limit breaches), of every
     /// kind: `leasehold_plugin_traps`.
     pub traps: u64,
+    /// Calls that returned an error: `leasehold_plugin_errors`.
+    #[serde(default)]
+    pub errors: u64,
+    /// Calls the host cut off by force because their term ended while they ran:
+    /// `leasehold_plugin_forced_stops_total`.
+    #[serde(default)]
+    pub forced_stops: u64,
     /// Writes (kv, fenced sql) refused with `lease-lost`: work done after this replica lost the
     /// lease, which the fence kept out of the database. `leasehold_plugin_refused_writes`.
     pub refused_writes: u64,
@@ -54,6 +62,14 @@ pub struct PluginStatus {
     /// Fuel burnt by every call (and instantiation) so far, when the engine meters fuel:
     /// `leasehold_plugin_fuel_consumed`.
     pub fuel_total: u64,
+    /// Wall time in milliseconds of the last call (or instantiation) that entered the guest,
+    /// however it ended; `null` before the first.
+    #[serde(default)]
+    pub last_call_ms: Option<f64>,
+    /// The largest linear memory an instance of the plugin grew to on this replica, in bytes:
+    /// `leasehold_plugin_memory_high_water_bytes`.
+    #[serde(default)]
+    pub memory_high_water_bytes: u64,
 }
 
 /// What the board keeps of one plugin: what `/status` shows of it but the counts of the metrics.
@@ -71,6 +87,8 @@ pub struct PluginCard {
     pub last_error: Option<String>,
     /// Fuel burnt by the last call that finished, when the engine meters fuel.
     pub fuel_last_call: Option<u64>,
+    /// Wall time of the last call (or instantiation) that entered the guest.
+    pub last_call: Option<Duration>,
 }
 
 /// The shared table of plugin statuses.
@@ -98,13 +116,17 @@ impl StatusBoard {
         }
     }
 
-    /// Records a finished (or refused) call or instantiation of `name`: its fuel and its failure.
-    /// The metrics have counted it already.
+    /// Records a finished (or refused) call or instantiation of `name`: its fuel, its wall time
+    /// and its failure. The metrics have counted it already.
     pub fn record<T>(&self, name: &str, called: &Called<T>) {
         let report = &called.report;
         self.update(name, |card| {
             if let Some(fuel) = report.fuel {
                 card.fuel_last_call = Some(fuel);
+            }
+            // A call refused at the door ran nothing: its zero would hide the last real one.
+            if report.entered {
+                card.last_call = Some(report.took);
             }
             if let Err(failure) = &called.result
                 && !matches!(failure, CallFailure::Cancelled { .. })
@@ -143,9 +165,13 @@ impl StatusBoard {
                     last_error: card.last_error,
                     calls: counts.calls,
                     traps: counts.traps,
+                    errors: counts.errors,
+                    forced_stops: counts.forced_stops,
                     refused_writes: counts.refused_writes,
                     fuel_last_call: card.fuel_last_call,
                     fuel_total: counts.fuel,
+                    last_call_ms: card.last_call.map(|took| took.as_secs_f64() * 1000.0),
+                    memory_high_water_bytes: counts.memory_high_water_bytes,
                 }
             })
             .collect()
@@ -154,5 +180,97 @@ impl StatusBoard {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, PluginCard>> {
         // Cards are replaced whole, so a panic elsewhere cannot leave one half-written.
         self.cards.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{CallReport, Cancel};
+
+    fn card(name: &str) -> PluginCard {
+        PluginCard {
+            name: name.to_string(),
+            lease: "leader".to_string(),
+            world: Some(World::Reconciler),
+            state: PluginState::Running,
+            last_error: None,
+            fuel_last_call: None,
+            last_call: None,
+        }
+    }
+
+    fn called(result: Result<(), CallFailure>, report: CallReport) -> Called<()> {
+        Called { result, report }
+    }
+
+    #[test]
+    fn a_snapshot_shows_the_last_call_and_the_counts_the_metrics_have() {
+        let metrics = Metrics::new();
+        let board = StatusBoard::new(metrics.clone());
+        board.put(card("p"));
+        let ran = CallReport {
+            entered: true,
+            took: Duration::from_micros(2_500),
+            fuel: Some(40),
+            refused_writes: 0,
+        };
+        metrics.calls_of("p").inc();
+        metrics.record_call("p", ran.took, None, true, Some(40), 131_072, 0);
+        board.record("p", &called(Err(CallFailure::Returned("no".into())), ran));
+        metrics.calls_of("p").inc();
+        metrics.record_call("p", ran.took, None, false, None, 65_536, 0);
+        metrics
+            .plugin_forced_stops
+            .get_or_create(&Metrics::plugin("p"))
+            .inc();
+        // Refused at the door: nothing ran, so the last call that did stays the one shown.
+        let refused = Err(CallFailure::Cancelled {
+            reason: Cancel::TermEnded,
+            entered: false,
+        });
+        board.record("p", &called(refused, CallReport::default()));
+
+        let [status] = &board.snapshot()[..] else {
+            panic!("one plugin")
+        };
+        assert_eq!(status.last_call_ms, Some(2.5));
+        assert_eq!(status.fuel_last_call, Some(40));
+        assert_eq!(status.last_error.as_deref(), Some("returned an error: no"));
+        assert_eq!(
+            (status.calls, status.errors, status.forced_stops),
+            (2, 1, 1)
+        );
+        assert_eq!(status.memory_high_water_bytes, 131_072);
+        assert_eq!(status.fuel_total, 40);
+    }
+
+    #[test]
+    fn a_plugin_that_never_ran_shows_no_last_call_and_creates_no_series() {
+        let metrics = Metrics::new();
+        let board = StatusBoard::new(metrics.clone());
+        board.put(card("idle"));
+        let status = board.snapshot().remove(0);
+        assert_eq!(status.last_call_ms, None);
+        assert_eq!(
+            (
+                status.errors,
+                status.forced_stops,
+                status.memory_high_water_bytes
+            ),
+            (0, 0, 0)
+        );
+        assert!(!metrics.encode().contains("idle"), "{}", metrics.encode());
+    }
+
+    #[test]
+    fn a_status_from_before_the_resource_fields_still_reads() {
+        let old = r#"{"name":"p","lease":"leader","world":"reconciler","state":"idle",
+            "last_error":null,"calls":2,"traps":0,"refused_writes":0,"fuel_last_call":null,
+            "fuel_total":0}"#;
+        let status: PluginStatus = serde_json::from_str(old).unwrap();
+        assert_eq!((status.errors, status.forced_stops), (0, 0));
+        assert_eq!(status.last_call_ms, None);
+        assert_eq!(status.memory_high_water_bytes, 0);
     }
 }

@@ -7,8 +7,11 @@
 // - render(): the header, the leases, the lease groups and the plugins;
 // - sync(): keyed redraws, so that elements (an opened <details>, a text selection) survive polls;
 // - leaseRow(), groupCard(), pluginCard(): the DOM contract scripts and tests read:
-//   #connection[data-state=live|reconnecting], [data-lease] rows, [data-group] and [data-plugin]
-//   cards, and [data-field] cells inside them.
+//   #connection[data-state=live|reconnecting], [data-lease] row groups, [data-group] and
+//   [data-plugin] cards, and [data-field] cells inside them; in a lease, the last handoff
+//   [data-field=last-handoff][data-reason] (and [data-field=vacant][data-reason] while nobody
+//   holds it), and per recent term a [data-term=EPOCH][data-holder][data-end] row and a
+//   [data-segment=EPOCH] in the timeline.
 "use strict";
 
 (() => {
@@ -51,11 +54,11 @@
     return el("dd", { "data-field": field });
   }
 
-  // Makes `container` hold one element per item, in the items' order, reusing the elements of
-  // `map` (key → { root, … }) and dropping those whose key is gone.
-  function sync(container, map, items, keyOf, make, update) {
+  // Makes `container` hold one element per item (after `after`, when given), in the items' order,
+  // reusing the elements of `map` (key → { root, … }) and dropping those whose key is gone.
+  function sync(container, map, items, keyOf, make, update, after) {
     const seen = new Set();
-    let previous = null;
+    let previous = after || null;
     for (const item of items) {
       const key = keyOf(item);
       seen.add(key);
@@ -79,9 +82,49 @@
 
   const count = (n) => (typeof n === "number" ? n.toLocaleString("en") : NONE);
 
+  // A duration or an age in milliseconds, or null when it is not a number.
+  const millis = (x) => (typeof x === "number" && isFinite(x) ? Math.max(0, x) : null);
+
+  // "850 ms", "4.2 s", "38 s", "6 min 12 s", "3 h 5 min", "2 d 4 h".
+  function span(t) {
+    const s = t / 1000;
+    if (s < 1) return Math.round(t) + " ms";
+    if (s < 60) return (s < 10 ? s.toFixed(1) : Math.floor(s)) + " s";
+    const m = Math.floor(s / 60);
+    if (m < 60) return m + " min " + Math.floor(s % 60) + " s";
+    const h = Math.floor(m / 60);
+    return h < 48 ? h + " h " + (m % 60) + " min" : Math.floor(h / 24) + " d " + (h % 24) + " h";
+  }
+
+  const ago = (t) => (millis(t) === null ? "at an unknown time" : span(millis(t)) + " ago");
+  const str = (x) => (x == null ? NONE : String(x));
+
+  // "512 B", "1.5 MiB".
+  function bytes(n) {
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) {
+      n /= 1024;
+      i++;
+    }
+    return (i === 0 || n >= 100 ? Math.round(n) : n.toFixed(1)) + " " + units[i];
+  }
+
   // ---- leases -------------------------------------------------------------------------------
 
-  function leaseRow(name) {
+  // How a term ended, in plain words: as the cause of a handoff, as why nobody holds the lease,
+  // and in the list of terms.
+  const ENDS = {
+    released: ["released by its holder", "its holder released it", "released"],
+    expired: ["taken over after its holder stopped renewing", "its holder stopped renewing", "expired"],
+    forced: ["force-released by an operator", "an operator force-released it", "force-released"],
+  };
+  const ended = (reason, i) => (ENDS[reason] ? ENDS[reason][i] : str(reason));
+  const endOf = (t) => (t.end == null ? "open" : String(t.end));
+
+  // A lease's rows: the figures, then its last handoff and (`history`, all but a lease group's
+  // shards) its recent terms as a timeline and as a list, the list folded on a page of many.
+  function leaseRow(name, history = true, folded = false) {
     const f = {
       role: el("span", { class: "role", "data-field": "role" }),
       holder: el("span", { class: "id", "data-field": "holder" }),
@@ -89,17 +132,48 @@
       epoch: el("td", { class: "num", "data-field": "epoch" }),
       fill: el("span", { class: "fill", "data-field": "time-left" }),
       left: el("span", { class: "secs", "data-field": "expires-in" }),
+      vacant: el("p", { class: "vacant", "data-field": "vacant" }),
+      handoff: el("p", { class: "handoff", "data-field": "last-handoff" }),
     };
+    const cell = el("td", { colspan: "5" }, f.vacant, f.handoff);
+    if (history) {
+      f.track = el("div", { class: "track" });
+      f.since = el("span", {});
+      f.count = el("span", {});
+      f.terms = el("tbody", {});
+      const heads = ["epoch", "holder", "started", "ended", "held for", "how it ended"];
+      cell.append(
+        (f.timeline = el("div", { class: "timeline", "data-field": "timeline" }, f.track)),
+        (f.axis = el("div", { class: "axis" }, f.since, el("span", { text: "now" }))),
+        (f.list = el(
+          "details",
+          folded ? { class: "terms" } : { class: "terms", open: "" },
+          el("summary", {}, "recent terms ", f.count),
+          el(
+            "table",
+            { "data-field": "terms" },
+            el("thead", {}, el("tr", {}, ...heads.map((text) => el("th", { text })))),
+            f.terms,
+          ),
+        )),
+      );
+    }
+    const more = el("tr", { class: "more" }, cell);
     const root = el(
-      "tr",
+      "tbody",
       { "data-lease": name },
-      el("th", { scope: "row", class: "id", text: name }),
-      el("td", {}, f.role),
-      el("td", {}, f.holder, " ", f.here),
-      f.epoch,
-      el("td", { class: "left" }, el("span", { class: "bar" }, f.fill), f.left),
+      el(
+        "tr",
+        {},
+        el("th", { scope: "row", class: "id", text: name }),
+        el("td", {}, f.role),
+        el("td", {}, f.holder, " ", f.here),
+        f.epoch,
+        el("td", { class: "left" }, el("span", { class: "bar" }, f.fill), f.left),
+      ),
+      more,
     );
-    return { root, f, scale: 0, epoch: null };
+    return { root, f, more, scale: 0, epoch: null, segments: new Map(), terms: new Map() };
   }
 
   function updateLease(row, lease, me) {
@@ -124,9 +198,114 @@
     const width = ms === null || row.scale === 0 ? 0 : Math.min(100, (100 * ms) / row.scale);
     f.fill.style.width = width.toFixed(1) + "%";
     setText(f.left, ms === null ? NONE : (ms / 1000).toFixed(1) + " s");
-    // TODO(terms timeline): /status has no past terms, so neither when nor why the lease last
-    // changed hands (release, expiry, forced release, rebalance). Draw each lease's recent terms
-    // here once /status carries them; until then the page shows the current holder and epoch only.
+    updateHistory(row, lease, me);
+  }
+
+  // The recent terms, newest first, one per epoch; none from a host whose /status has no terms.
+  function termsOf(lease) {
+    const byEpoch = new Map();
+    for (const t of Array.isArray(lease.terms) ? lease.terms : []) {
+      if (t && typeof t.epoch === "number" && !byEpoch.has(t.epoch)) byEpoch.set(t.epoch, t);
+    }
+    return [...byEpoch.values()].sort((a, b) => b.epoch - a.epoch);
+  }
+
+  // A term's start and end as ages (ms before the read); an open term ends now, at 0.
+  const startOf = (t) => millis(t.started_ms_ago) || 0;
+  const stopOf = (t) =>
+    t.end == null ? 0 : Math.min(startOf(t), millis(t.ended_ms_ago) ?? startOf(t));
+
+  function updateHistory(row, lease, me) {
+    const { f } = row;
+    const terms = termsOf(lease);
+
+    // Its newest term ended and none came after: nobody holds it.
+    const vacant = terms.length > 0 && terms[0].end != null ? terms[0] : null;
+    f.vacant.hidden = !vacant;
+    setData(f.vacant, "reason", vacant ? String(vacant.end) : "");
+    setText(
+      f.vacant,
+      vacant
+        ? "No holder since " + ago(vacant.ended_ms_ago) + ": " + ended(vacant.end, 1) +
+            " (" + str(vacant.holder) + ", epoch " + vacant.epoch + ")."
+        : "",
+    );
+
+    const h = lease.last_handoff && typeof lease.last_handoff === "object" ? lease.last_handoff : null;
+    setData(f.handoff, "reason", h ? str(h.reason) : "none");
+    setData(f.handoff, "from", h ? str(h.from) : "");
+    setData(f.handoff, "to", h ? str(h.to) : "");
+    setData(f.handoff, "toEpoch", h ? str(h.to_epoch) : "");
+    let text = "No handoff recorded.";
+    if (h) {
+      text = "Last handoff " + ago(h.at_ms_ago) + ": " + str(h.from) + " (epoch " + str(h.from_epoch) +
+        ") → " + str(h.to) + " (epoch " + str(h.to_epoch) + "), " + ended(h.reason, 0);
+      // How long nobody held it in between, when the old term's end is on record.
+      const old = terms.find((t) => t.epoch === h.from_epoch && t.end != null);
+      const gap = old && millis(h.at_ms_ago) !== null ? stopOf(old) - millis(h.at_ms_ago) : 0;
+      text += gap >= 1 ? "; unheld for " + span(gap) + "." : ".";
+    }
+    setText(f.handoff, text);
+    if (!f.track) {
+      // A shard says nothing when there is nothing to say: a group has many.
+      row.more.hidden = !h && !vacant;
+      return;
+    }
+
+    // From the oldest term's start to now, one segment per term.
+    for (const node of [f.timeline, f.axis, f.list]) node.hidden = terms.length === 0;
+    const reach = Math.max(1, ...terms.map(startOf));
+    setText(f.since, span(reach) + " ago");
+    setText(f.count, "(" + terms.length + ")");
+    const key = (t) => String(t.epoch);
+    const at = (age) => ((100 * (reach - age)) / reach).toFixed(2) + "%";
+    const segment = () => ({ root: el("span", { class: "seg" }) });
+    sync(f.track, row.segments, terms.slice().reverse(), key, segment, ({ root }, t) => {
+      const holder = str(t.holder);
+      setData(root, "segment", String(t.epoch));
+      setData(root, "holder", holder);
+      setData(root, "held", holder === me ? "here" : "elsewhere");
+      setData(root, "end", endOf(t));
+      paint(root, holder, me);
+      root.style.left = at(startOf(t));
+      // At least a sliver, so that a term of a few milliseconds still shows.
+      root.style.width = Math.max(0.5, (100 * (startOf(t) - stopOf(t))) / reach).toFixed(2) + "%";
+      setText(root, String(t.epoch));
+      const title = "epoch " + t.epoch + ": " + holder + ", " + (t.end == null ? "holding" : ended(t.end, 2)) +
+        " after " + span(startOf(t) - stopOf(t));
+      if (root.title !== title) root.title = title;
+    });
+    sync(f.terms, row.terms, terms, key, termRow, (r, t) => {
+      const holder = str(t.holder);
+      setData(r.root, "term", String(t.epoch));
+      setData(r.root, "holder", holder);
+      setData(r.root, "end", endOf(t));
+      setData(r.swatch, "held", holder === me ? "here" : "elsewhere");
+      paint(r.swatch, holder, me);
+      setText(r.holder, holder);
+      r.here.hidden = holder !== me;
+      const cells = [
+        String(t.epoch),
+        ago(t.started_ms_ago),
+        t.end == null ? "holding" : ago(t.ended_ms_ago),
+        span(startOf(t) - stopOf(t)),
+        t.end == null ? NONE : ended(t.end, 2),
+      ];
+      cells.forEach((text, i) => setText(r.cells[i], text));
+    });
+  }
+
+  // One row of a lease's terms list.
+  function termRow() {
+    const r = {
+      swatch: el("span", { class: "swatch" }),
+      holder: el("span", { class: "id" }),
+      here: el("span", { class: "tag", text: "this replica" }),
+      cells: [0, 1, 2, 3, 4].map((i) => el("td", i === 0 ? { class: "num" } : {})),
+    };
+    const [epoch, ...rest] = r.cells;
+    r.root = el("tr", {}, epoch, el("td", {}, r.swatch, " ", r.holder, r.here), ...rest);
+    return r;
   }
 
   function leaseHead() {
@@ -196,8 +375,9 @@
       takeovers: dd("takeovers"),
       map: el("div", { class: "shard-map", "data-field": "shard-map" }),
       owners: el("ul", { class: "owners", "data-field": "owners" }),
-      rows: el("tbody", {}),
+      head: leaseHead(),
     };
+    f.table = el("table", { class: "leases" }, f.head);
     const root = el(
       "article",
       { class: "card group", "data-group": name },
@@ -215,12 +395,7 @@
       ),
       f.map,
       f.owners,
-      el(
-        "details",
-        {},
-        el("summary", { text: "every shard" }),
-        el("table", { class: "leases" }, leaseHead(), f.rows),
-      ),
+      el("details", {}, el("summary", { text: "every shard" }), f.table),
     );
     return { root, f, cells: [], rows: new Map() };
   }
@@ -279,7 +454,15 @@
     if (lines.length === 0) lines.push(el("li", { class: "empty", text: "no shard is held" }));
     f.owners.replaceChildren(...lines);
 
-    sync(f.rows, card.rows, shards, (s) => s.lease.name, leaseRow, (row, s) => updateLease(row, s.lease, me));
+    sync(
+      f.table,
+      card.rows,
+      shards,
+      (s) => s.lease.name,
+      (name) => leaseRow(name, false),
+      (row, s) => updateLease(row, s.lease, me),
+      f.head,
+    );
   }
 
   // ---- plugins ------------------------------------------------------------------------------
@@ -290,9 +473,14 @@
       lease: dd("lease"),
       world: dd("world"),
       calls: dd("calls"),
+      errors: dd("errors"),
       traps: dd("traps"),
+      forced: dd("forced-stops"),
       refused: dd("refused-writes"),
+      lastCall: dd("last-call"),
+      memory: dd("memory-high-water"),
       fuelLast: dd("fuel-last-call"),
+      fuelPerCall: dd("fuel-per-call"),
       fuelTotal: dd("fuel-total"),
       error: el("p", { class: "error", "data-field": "last-error" }),
     };
@@ -306,9 +494,14 @@
         pair("lease", f.lease),
         pair("world", f.world),
         pair("calls", f.calls),
+        pair("errors returned", f.errors),
         pair("traps", f.traps),
+        pair("stopped by force", f.forced),
         pair("refused writes", f.refused),
+        pair("last call took", f.lastCall),
+        pair("memory high water", f.memory),
         pair("fuel, last call", f.fuelLast),
+        pair("fuel per call", f.fuelPerCall),
         pair("fuel, all calls", f.fuelTotal),
       ),
       f.error,
@@ -316,8 +509,7 @@
     return { root, f };
   }
 
-  // /status has no count of calls that returned an error, no traps by kind, and no memory high
-  // water or call duration per plugin (/metrics has them): the card shows what /status has.
+  // Traps by kind and call durations beyond the last are in /metrics; the card shows /status.
   function updatePlugin(card, plugin) {
     const { f } = card;
     setData(card.root, "state", String(plugin.state));
@@ -325,9 +517,19 @@
     setText(f.lease, plugin.lease == null ? NONE : String(plugin.lease));
     setText(f.world, plugin.world == null ? NONE : String(plugin.world));
     setText(f.calls, count(plugin.calls));
+    setText(f.errors, count(plugin.errors));
     setText(f.traps, count(plugin.traps));
+    setText(f.forced, count(plugin.forced_stops));
     setText(f.refused, count(plugin.refused_writes));
+    const took = millis(plugin.last_call_ms);
+    setText(f.lastCall, took === null ? NONE : took < 10 ? took.toFixed(2) + " ms" : span(took));
+    // Zero until an instance has run on this replica: no figure rather than "0 B".
+    const memory = plugin.memory_high_water_bytes;
+    setText(f.memory, typeof memory === "number" && memory > 0 ? bytes(memory) : NONE);
     setText(f.fuelLast, count(plugin.fuel_last_call));
+    // The mean over calls; instantiations burn fuel too, so it leans a little high.
+    const metered = plugin.calls > 0 && plugin.fuel_total > 0;
+    setText(f.fuelPerCall, count(metered ? Math.round(plugin.fuel_total / plugin.calls) : null));
     setText(f.fuelTotal, count(plugin.fuel_total));
     f.error.hidden = plugin.last_error == null;
     setText(f.error, plugin.last_error == null ? "" : "last error: " + plugin.last_error);
@@ -373,8 +575,12 @@
       byId("leases-empty"),
       leases.length > 0 ? "no leases besides the shards of its lease groups" : "this replica campaigns for no leases",
     );
-    byId("leases-table").hidden = plain.length === 0;
-    sync(byId("leases"), leaseRows, plain, (l) => String(l.name), leaseRow, (row, l) => updateLease(row, l, me));
+    const table = byId("leases-table");
+    table.hidden = plain.length === 0;
+    // Many leases: their lists of terms start folded, their timelines tell enough at a glance.
+    const many = plain.length > 3;
+    const row = (name) => leaseRow(name, true, many);
+    sync(table, leaseRows, plain, (l) => String(l.name), row, (r, l) => updateLease(r, l, me), table.tHead);
 
     byId("groups-section").hidden = groups.length === 0;
     sync(byId("groups"), groupCards, groups, (g) => String(g.name), groupCard, (card, g) =>
