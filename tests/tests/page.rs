@@ -271,6 +271,56 @@ async fn handoff_age(host: &Host) -> Duration {
     Duration::from_millis(u64::try_from(handoff.at_ms_ago).unwrap())
 }
 
+/// Two hosts started by `build` under `names`, and a browser on the page of the one that did not
+/// take the lease, once it shows the other holding it at epoch 1.
+struct TwoHosts {
+    /// The host that took the lease first.
+    holder: Host,
+    /// The other, whose page the browser shows.
+    standby: Host,
+    /// Their replica ids.
+    ids: (String, String),
+    /// The browser on `standby`'s page.
+    browser: Browser,
+    /// What the page showed first.
+    first: Shown,
+}
+
+async fn two_hosts(names: [&str; 2], build: impl Fn(HostBuilder) -> HostBuilder) -> TwoHosts {
+    let mut hosts = Vec::new();
+    for name in names {
+        hosts.push(build(HostBuilder::new(name)).spawn().await.unwrap());
+    }
+    let leader = wait_for_single_leader(&hosts, "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let holder = hosts.remove(leader);
+    let standby = hosts.remove(0);
+    let ids = (
+        holder.status().await.unwrap().replica,
+        standby.status().await.unwrap().replica,
+    );
+    let browser = Browser::start().await.unwrap();
+    browser
+        .goto(&format!("http://{}/", standby.addr()))
+        .await
+        .unwrap();
+    let first = wait_for_page(
+        &browser,
+        &format!("{} at epoch 1, live", ids.0),
+        Duration::from_secs(10),
+        |p| p.is("live", &ids.0, 1),
+    )
+    .await;
+    TwoHosts {
+        holder,
+        standby,
+        ids,
+        browser,
+        first,
+    }
+}
+
 /// Asserts the page logged no console error, after two more polls of `/status` had the chance to.
 async fn assert_no_console_errors(browser: &Browser) {
     tokio::time::sleep(Duration::from_millis(1_100)).await;
@@ -335,43 +385,23 @@ async fn the_page_shows_the_new_holder_epoch_and_why_within_2_s_of_a_real_handof
         .fresh_lease_database()
         .await
         .unwrap();
-    // A plugin on both, so the page has a card to show running on the new holder.
+    // A plugin on both, so the page has a card to show running on the new holder. The page is
+    // the standby's: it stays up through the handoff.
     let plugins = plugin_dir(&[("hello-reconciler", HELLO)]).unwrap();
-    let mut hosts = Vec::new();
-    for name in ["first", "second"] {
-        let host = HostBuilder::new(name)
-            .database_url(&url)
-            .plugins(plugins.path())
-            .spawn()
-            .await
-            .unwrap();
-        hosts.push(host);
-    }
-    let leader = wait_for_single_leader(&hosts, "leader", Duration::from_secs(15))
-        .await
-        .unwrap();
+    let TwoHosts {
+        holder: mut old,
+        standby,
+        ids: (old_holder, new_holder),
+        browser,
+        first: before,
+    } = two_hosts(["first", "second"], |b| {
+        b.database_url(&url).plugins(plugins.path())
+    })
+    .await;
     // Both release listeners subscribed: the handoff is the release's, not a later poll's.
     leasehold_tests::pg::wait_for_listeners(&url, 2, Duration::from_secs(20))
         .await
         .unwrap();
-    let mut old = hosts.remove(leader);
-    let standby = hosts.remove(0);
-    let old_holder = old.status().await.unwrap().replica;
-    let new_holder = standby.status().await.unwrap().replica;
-
-    // The standby's page: it stays up through the handoff.
-    let browser = Browser::start().await.unwrap();
-    browser
-        .goto(&format!("http://{}/", standby.addr()))
-        .await
-        .unwrap();
-    let before = wait_for_page(
-        &browser,
-        &format!("{old_holder} at epoch 1, live"),
-        Duration::from_secs(10),
-        |p| p.is("live", &old_holder, 1),
-    )
-    .await;
     assert_eq!(before.role.as_deref(), Some("standby"), "{before:?}");
     let first = history(&browser).await.unwrap();
     assert_eq!(first.reason.as_deref(), Some("none"), "{first:?}");
@@ -480,36 +510,13 @@ async fn the_survivors_page_shows_a_killed_holders_lease_taken_over_after_expiry
     let db = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", db.path().join("leases.db").display());
     let ttl = Duration::from_secs(2);
-    let mut hosts = Vec::new();
-    for name in ["doomed", "survivor"] {
-        let host = HostBuilder::new(name)
-            .database_url(&url)
-            .ttl(ttl)
-            .spawn()
-            .await
-            .unwrap();
-        hosts.push(host);
-    }
-    let leader = wait_for_single_leader(&hosts, "leader", Duration::from_secs(15))
-        .await
-        .unwrap();
-    let mut old = hosts.remove(leader);
-    let survivor = hosts.remove(0);
-    let old_holder = old.status().await.unwrap().replica;
-    let new_holder = survivor.status().await.unwrap().replica;
-
-    let browser = Browser::start().await.unwrap();
-    browser
-        .goto(&format!("http://{}/", survivor.addr()))
-        .await
-        .unwrap();
-    wait_for_page(
-        &browser,
-        &format!("{old_holder} at epoch 1, live"),
-        Duration::from_secs(10),
-        |p| p.is("live", &old_holder, 1),
-    )
-    .await;
+    let TwoHosts {
+        holder: mut old,
+        standby: survivor,
+        ids: (old_holder, new_holder),
+        browser,
+        ..
+    } = two_hosts(["doomed", "survivor"], |b| b.database_url(&url).ttl(ttl)).await;
 
     // No release: the lease changes hands only once its ttl has run out on the database clock
     // and the survivor's next campaign finds it so.

@@ -70,7 +70,7 @@ pub struct LeaseStatus {
     #[serde(default)]
     pub ttl_ms: u64,
     /// The lease's recent terms as the cluster recorded them, newest first, at most
-    /// [`TERMS_SHOWN`]; empty when the store could not be read.
+    /// [`TERMS_SHOWN`] (two past [`MANY_LEASES`] leases); empty when the store could not be read.
     #[serde(default)]
     pub terms: Vec<Term>,
     /// The newest change of holder among `terms`, and why the term before it ended.
@@ -81,6 +81,20 @@ pub struct LeaseStatus {
 /// How many terms of each lease `/status` shows: a page's timeline, and the last few handoffs
 /// for someone asking why a lease keeps moving. The stores keep more (`TERMS_KEPT`).
 pub const TERMS_SHOWN: u32 = 10;
+
+/// Above this many leases `/status` shows two terms of each, enough for the last handoff: a page
+/// polls twice a second, and ten terms of a thousand leases would make every poll read and send
+/// ten thousand rows where the lease rows themselves are a thousand.
+pub const MANY_LEASES: usize = 100;
+
+/// How many terms of each lease `/status` shows for a replica of `leases` leases.
+fn terms_shown(leases: usize) -> u32 {
+    if leases <= MANY_LEASES {
+        TERMS_SHOWN
+    } else {
+        2
+    }
+}
 
 /// The router, for tests that serve it themselves.
 pub fn router(state: AppState) -> Router {
@@ -110,7 +124,12 @@ pub async fn status_of(replica: &Leases) -> Status {
     // A status page must answer even when the store hangs: bound the read well below a scrape timeout.
     let timeout = replica.timing().store_timeout.min(Duration::from_secs(1));
     let store = replica.store();
-    let read = async { tokio::try_join!(store.get(&names), store.terms(&names, TERMS_SHOWN)) };
+    let read = async {
+        tokio::try_join!(
+            store.get(&names),
+            store.terms(&names, terms_shown(names.len()))
+        )
+    };
     let (rows, terms) = match tokio::time::timeout(timeout, read).await {
         Ok(Ok((rows, terms))) => (Ok(rows), terms),
         Ok(Err(e)) => (Err(e.to_string()), Vec::new()),
