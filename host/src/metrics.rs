@@ -5,48 +5,78 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+/// A label value, escaped as the Prometheus and OpenMetrics text formats require (`\` as `\\`,
+/// `"` as `\"`, a line feed as `\n`) when `/metrics` writes it: prometheus-client 0.24 writes
+/// label values as they are, so a value holding a quote or a line break would end its series and
+/// forge others. Names are checked where they enter; this holds whatever gets through.
+#[derive(Debug, Clone, Hash, PartialEq, Eq)]
+pub struct LabelText(pub String);
+
+impl From<&str> for LabelText {
+    fn from(text: &str) -> Self {
+        LabelText(text.to_string())
+    }
+}
+
+impl EncodeLabelValue for LabelText {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        let mut rest = self.0.as_str();
+        while let Some(at) = rest.find(['\\', '"', '\n']) {
+            encoder.write_str(&rest[..at])?;
+            encoder.write_str(match rest.as_bytes()[at] {
+                b'\\' => "\\\\",
+                b'"' => "\\\"",
+                _ => "\\n",
+            })?;
+            rest = &rest[at + 1..];
+        }
+        encoder.write_str(rest)
+    }
+}
+
 /// Labels of a per-lease metric.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LeaseLabel {
     /// The lease name.
-    pub lease: String,
+    pub lease: LabelText,
 }
 
 /// Labels of a per-group metric.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GroupLabel {
     /// The lease group's name.
-    pub group: String,
+    pub group: LabelText,
 }
 
 /// Labels of a count of leases by role.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RoleLabel {
     /// `leader`, `standby` or `uncertain`.
-    pub role: String,
+    pub role: LabelText,
 }
 
 /// Labels of a per-plugin metric.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PluginLabel {
     /// The plugin name.
-    pub plugin: String,
+    pub plugin: LabelText,
 }
 
 /// Labels of a per-plugin count by kind (of trap).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PluginKindLabel {
     /// The plugin name.
-    pub plugin: String,
+    pub plugin: LabelText,
     /// What happened: one of [`TRAP_KINDS`].
-    pub kind: String,
+    pub kind: LabelText,
 }
 
 /// Every kind of trap `plugin_traps` counts; a plugin's traps are the sum over them.
@@ -340,7 +370,7 @@ impl Metrics {
     /// Records what a look at lease group `group` found.
     pub fn record_group(&self, group: &str, figures: GroupFigures) {
         let label = GroupLabel {
-            group: group.to_string(),
+            group: group.into(),
         };
         let gauges = [
             (&self.group_held, i64::from(figures.held)),
@@ -387,8 +417,8 @@ impl Metrics {
         for kind in TRAP_KINDS {
             self.plugin_traps
                 .get_or_create(&PluginKindLabel {
-                    plugin: plugin.to_string(),
-                    kind: kind.to_string(),
+                    plugin: plugin.into(),
+                    kind: kind.into(),
                 })
                 .inc_by(0);
         }
@@ -427,8 +457,8 @@ impl Metrics {
         if let Some(kind) = trap {
             self.plugin_traps
                 .get_or_create(&PluginKindLabel {
-                    plugin: plugin.to_string(),
-                    kind: kind.to_string(),
+                    plugin: plugin.into(),
+                    kind: kind.into(),
                 })
                 .inc();
         }
@@ -465,8 +495,8 @@ impl Metrics {
             .iter()
             .filter_map(|kind| {
                 self.plugin_traps.get(&PluginKindLabel {
-                    plugin: plugin.to_string(),
-                    kind: (*kind).to_string(),
+                    plugin: plugin.into(),
+                    kind: (*kind).into(),
                 })
             })
             .map(|c| c.get())
@@ -488,15 +518,13 @@ impl Metrics {
 
     /// The per-lease label.
     pub fn lease(name: &str) -> LeaseLabel {
-        LeaseLabel {
-            lease: name.to_string(),
-        }
+        LeaseLabel { lease: name.into() }
     }
 
     /// The per-plugin label.
     pub fn plugin(name: &str) -> PluginLabel {
         PluginLabel {
-            plugin: name.to_string(),
+            plugin: name.into(),
         }
     }
 }
@@ -535,6 +563,31 @@ mod tests {
                 fuel: 15,
                 memory_high_water_bytes: 131_072,
             }
+        );
+    }
+
+    #[test]
+    fn a_label_value_cannot_end_its_series_or_forge_another() {
+        let m = Metrics::new();
+        m.calls_of("evil\"} 1\nleasehold_lease_is_leader{lease=\"payments\"} 1\n#\\")
+            .inc();
+        m.is_leader.get_or_create(&Metrics::lease("a\nb")).set(1);
+        let text = m.encode();
+        assert!(
+            text.contains(
+                "leasehold_plugin_calls_total{plugin=\"evil\\\"} 1\\nleasehold_lease_is_leader{lease=\\\"payments\\\"} 1\\n#\\\\\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("leasehold_lease_is_leader{lease=\"a\\nb\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.starts_with("leasehold_lease_is_leader{lease=\"payments")),
+            "{text}"
         );
     }
 }

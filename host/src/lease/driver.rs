@@ -704,9 +704,7 @@ fn role_label(role: Role) -> crate::metrics::RoleLabel {
         Role::Standby => "standby",
         Role::Uncertain => "uncertain",
     };
-    crate::metrics::RoleLabel {
-        role: role.to_string(),
-    }
+    crate::metrics::RoleLabel { role: role.into() }
 }
 
 /// A few of `leases` for a log line: "a", "a, b, c", or "a, b, c and 997 more".
