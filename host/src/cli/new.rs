@@ -30,9 +30,6 @@ const JS_TOOLS_LOCK: &str = include_str!("../../../guests/tools/js/package-lock.
 /// The SDK of the checkout this binary was built from, a Rust project's default `--sdk`.
 const CHECKOUT_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../guests/leasehold-guest");
 
-/// The longest plugin name: it names files, log fields and metric labels.
-const MAX_NAME: usize = 64;
-
 /// Flags of `leasehold new`.
 #[derive(Debug, Args)]
 pub struct NewArgs {
@@ -166,19 +163,11 @@ pub fn run(args: NewArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Checks a plugin name: lowercase letters, digits and `-`, starting with a letter, at most
-/// [`MAX_NAME`] characters, and none a language would trip over (a Rust keyword, a Python module
-/// the plugin would hide).
+/// Checks a plugin name: the plugin directory's rule ([`crate::plugin::name`]), and none a
+/// language would trip over (a Rust keyword, a Python module the plugin would hide).
 pub fn check_name(name: &str, lang: Lang) -> anyhow::Result<()> {
-    let well_formed = name.len() <= MAX_NAME
-        && name.starts_with(|c: char| c.is_ascii_lowercase())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    if !well_formed {
-        bail!(
-            "invalid plugin name {name:?}: use lowercase letters, digits and '-', starting with a letter, at most {MAX_NAME} characters"
-        );
+    if let Err(reason) = crate::plugin::name::check(name) {
+        bail!("invalid plugin name {name:?}: {reason}");
     }
     let module = name.replace('-', "_");
     match lang {

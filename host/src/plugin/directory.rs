@@ -9,13 +9,15 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use super::error::LoadError;
+use super::name;
 use crate::capability::{Capabilities, Grants};
 use crate::manifest::Manifest;
 use crate::runtime::{Loaded, Runtime, World};
 
 /// One plugin file as loaded.
 pub struct PluginEntry {
-    /// The plugin name: the file name without `.wasm`.
+    /// The plugin name: the file name without `.wasm`; for a file whose name breaks the rule
+    /// ([`super::name`]), that name as it may be shown ([`super::name::shown`]).
     pub name: String,
     /// The component file.
     pub path: PathBuf,
@@ -25,7 +27,8 @@ pub struct PluginEntry {
     pub loaded: Result<Loaded, LoadError>,
     /// What the manifest grants, resolved (empty when the plugin is invalid).
     pub grants: Grants,
-    /// Hash of the component and manifest bytes: a change means the plugin was replaced.
+    /// Hash of the component and manifest bytes: a change means the plugin was replaced. Empty
+    /// for a file whose name breaks the rule, which is never read.
     pub digest: String,
 }
 
@@ -59,12 +62,32 @@ pub fn scan(
         .collect();
     paths.sort();
     for path in paths {
-        let Some(name) = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .map(str::to_string)
-        else {
-            continue;
+        let stem = path.file_stem().unwrap_or_default();
+        let name = match name::of_stem(stem) {
+            Ok(name) => name.to_string(),
+            Err(source) => {
+                let shown = name::shown(stem);
+                // Listed once under its shown name, and logged once: a rescan keeps the entry.
+                if let Some(old) = previous.get(&shown).filter(|old| old.digest.is_empty()) {
+                    set.insert(shown, old.clone());
+                    continue;
+                }
+                let error = LoadError::Name {
+                    file: format!("{shown}.wasm"),
+                    source,
+                };
+                tracing::error!(plugin = %shown, "invalid plugin: {}", crate::report::chain(&error));
+                let entry = PluginEntry {
+                    name: shown.clone(),
+                    path,
+                    manifest: Manifest::defaults(),
+                    loaded: Err(error),
+                    grants: Grants::default(),
+                    digest: String::new(),
+                };
+                set.insert(shown, Arc::new(entry));
+                continue;
+            }
         };
         let manifest_path = path.with_extension("toml");
         let wasm = match read_component_file(&path) {

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use super::name::NameError;
 use crate::capability::GrantError;
 use crate::manifest::ManifestError;
 use crate::runtime::ComponentError;
@@ -11,6 +12,15 @@ use crate::runtime::ComponentError;
 /// Why a plugin is invalid.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    /// The file's name is not a plugin name: nothing of it is read, its manifest neither.
+    #[error("{file}: not a plugin name, so the file is not loaded")]
+    Name {
+        /// The file as it may be shown (`\` and control characters escaped).
+        file: String,
+        /// What breaks the rule.
+        #[source]
+        source: NameError,
+    },
     /// The manifest exists but cannot be read (a plugin does not silently run with defaults).
     #[error("{}: cannot read", .path.display())]
     ReadManifest {

@@ -1,9 +1,10 @@
-//! Plugins as files (DESIGN §2.2): `NAME.wasm` with an optional `NAME.toml` manifest
+//! Plugins as files: `NAME.wasm` with an optional `NAME.toml` manifest
 //! ([`crate::manifest`]), validated on load ([`directory`], failures typed in [`error`]) and watched for changes
-//! ([`watch`]).
+//! ([`watch`]); `NAME` keeps one rule ([`name`]).
 
 pub mod directory;
 pub mod error;
+pub mod name;
 pub mod watch;
 
 pub use directory::{PluginEntry, PluginSet, scan};
