@@ -14,7 +14,8 @@ use tracing::warn;
 
 use super::{ListArgs, RunArgs};
 use crate::config::{Config, Layer};
-use crate::lease::{DatabaseUrl, LeaseStore, RawUrl, open_store};
+use crate::lease::{DatabaseUrl, LeaseName, LeaseStore, RawUrl, open_store};
+use crate::report::escape_controls;
 
 /// Flags of `leasehold leases release`.
 #[derive(Debug, Args)]
@@ -87,25 +88,27 @@ async fn open(raw: Option<RawUrl>) -> anyhow::Result<(DatabaseUrl, Arc<dyn Lease
 
 /// `leasehold leases release NAME --force`.
 pub async fn release(args: ReleaseArgs) -> anyhow::Result<ExitCode> {
+    // Only a lease name can be held: anything else is refused before the store is opened.
+    let name = LeaseName::parse(&args.name)?;
     if !args.force {
         bail!(
             "refusing to release lease {:?} without --force: it is taken from its holder as it runs (its fenced writes are refused at once, its plugins stop at its next renewal)",
-            args.name
+            name.as_str()
         );
     }
     let (url, store) = open(args.database_url).await?;
-    match store.force_release(&args.name).await? {
+    match store.force_release(&name).await? {
         Some((holder, epoch)) => {
-            warn!(lease = %args.name, holder = %holder, epoch, store = %url, "lease force-released by an operator: expired now, epoch kept");
+            let holder = escape_controls(&holder);
+            warn!(lease = %name, holder = %holder, epoch, store = %url, "lease force-released by an operator: expired now, epoch kept");
             println!(
-                "released {}: was held by {holder} at epoch {epoch}; the next holder gets epoch {}",
-                args.name,
+                "released {name}: was held by {holder} at epoch {epoch}; the next holder gets epoch {}",
                 epoch + 1
             );
             Ok(ExitCode::SUCCESS)
         }
         None => {
-            println!("{}: not held by anyone; nothing to release", args.name);
+            println!("{name}: not held by anyone; nothing to release");
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -144,10 +147,12 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
 
 /// The `/status` document as tables.
 pub fn render_status(status: &Value) -> String {
+    // A host of another version, or a proxy, may serve any text: a table shows it on one line,
+    // with nothing a terminal would act on.
     let text = |v: &Value| match v {
         Value::Null => "-".to_string(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+        Value::String(s) => escape_controls(s).into_owned(),
+        other => escape_controls(&other.to_string()).into_owned(),
     };
     let mut out = format!(
         "replica {}  store {}\n",
@@ -155,7 +160,7 @@ pub fn render_status(status: &Value) -> String {
         text(&status["store"])
     );
     if let Some(error) = status["store_error"].as_str() {
-        out.push_str(&format!("store error: {error}\n"));
+        out.push_str(&format!("store error: {}\n", escape_controls(error)));
     }
     out.push_str(&format!(
         "\n{:<24} {:<10} {:<40} {:>7} {:>12}  LAST HANDOFF\n",
@@ -263,10 +268,14 @@ pub async fn list(args: ListArgs) -> anyhow::Result<()> {
                 } else {
                     "expired".into()
                 };
+                // Rows written by another version or by hand may hold any text.
                 writeln!(
                     out,
                     "{:<32} {:<40} {:>8} {:>12}",
-                    row.name, row.holder, row.epoch, expires
+                    escape_controls(&row.name),
+                    escape_controls(&row.holder),
+                    row.epoch,
+                    expires
                 )?;
             }
             first = false;

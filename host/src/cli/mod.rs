@@ -4,9 +4,11 @@
 //! - this file: the parser, `run` and `check`;
 //! - [`admin`]: `leases list`, `leases release --force`, `status --url`, `migrate`;
 //! - [`new`]: `new`, a plugin project to start from;
+//! - [`log`]: the text log's fields, control characters escaped;
 //! - `config check`: [`admin::config_check`].
 
 pub mod admin;
+pub mod log;
 pub mod new;
 
 use std::path::PathBuf;
@@ -166,7 +168,12 @@ pub fn main() -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("leasehold: error: {}", crate::report::chain(e.as_ref()));
+            // An error may quote a value from outside (a flag, a file, a row): one line, inert.
+            let line = crate::report::chain(e.as_ref());
+            eprintln!(
+                "leasehold: error: {}",
+                crate::report::escape_controls(&line)
+            );
             ExitCode::FAILURE
         }
     }
@@ -201,7 +208,7 @@ fn init_logging(
         .with_writer(writer)
         .with_ansi(std::io::stderr().is_terminal());
     match format {
-        LogFormat::Text => builder.init(),
+        LogFormat::Text => builder.fmt_fields(log::EscapedFields).init(),
         LogFormat::Json => builder.json().init(),
     }
     (guard, dropped)
@@ -241,10 +248,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(code)
 }
 
-/// `leasehold check`: exit 0 only for a loadable plugin.
+/// `leasehold check`: exit 0 only for a loadable plugin, under a name the plugin directory takes.
 pub fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     use crate::runtime::WIT_PACKAGE;
-    let file = args.file.display().to_string();
+    let file = crate::report::escape_controls(&args.file.display().to_string()).into_owned();
+    // The host loads nothing of a file whose name is not a plugin name: neither does check.
+    let stem = args.file.file_stem().unwrap_or_default();
+    if let Err(source) = crate::plugin::name::of_stem(stem) {
+        let error = crate::plugin::LoadError::Name {
+            file: file.clone(),
+            source,
+        };
+        return Ok(check_failed(&file, &error, None, args.json));
+    }
     match crate::app::check_component(&args.file)? {
         Ok(loaded) => {
             let world = loaded.prepared.world();
@@ -262,22 +278,37 @@ pub fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(error) => {
-            let line = crate::report::chain(&error);
-            if args.json {
-                let causes = crate::report::causes(&error);
-                let report = serde_json::json!({
-                    "file": file, "ok": false, "error": line, "causes": causes,
-                });
-                println!("{report}");
-            } else {
-                eprintln!("leasehold: error: {line}");
-                if let Some(explanation) = error.explain() {
-                    eprintln!("{explanation}");
-                }
-            }
-            Ok(ExitCode::FAILURE)
+            let explanation = error.explain();
+            Ok(check_failed(&file, &error, explanation, args.json))
         }
     }
+}
+
+/// Reports why `file` does not load: one error line (and an explanation, if any) on stderr, or
+/// a JSON report on stdout.
+fn check_failed(
+    file: &str,
+    error: &(dyn std::error::Error + 'static),
+    explanation: Option<String>,
+    json: bool,
+) -> ExitCode {
+    let line = crate::report::chain(error);
+    if json {
+        let causes = crate::report::causes(error);
+        let report = serde_json::json!({
+            "file": file, "ok": false, "error": line, "causes": causes,
+        });
+        println!("{report}");
+    } else {
+        eprintln!(
+            "leasehold: error: {}",
+            crate::report::escape_controls(&line)
+        );
+        if let Some(explanation) = explanation {
+            eprintln!("{explanation}");
+        }
+    }
+    ExitCode::FAILURE
 }
 
 #[cfg(test)]

@@ -1,0 +1,182 @@
+//! The text log's fields, as tracing-subscriber's default formatter writes them, with every
+//! control character of a value escaped ([`crate::report::escape_controls`]): a value that came
+//! from outside (a file name, a replica id, a database's message) cannot start a forged log line
+//! or drive the terminal of whoever tails the log. Field names, separators and ANSI colours stay
+//! the formatter's. The JSON log needs none of this: serde escapes its strings.
+
+use std::fmt;
+
+use tracing::field::{Field, Visit};
+use tracing_subscriber::field::{RecordFields, VisitOutput};
+use tracing_subscriber::fmt::FormatFields;
+use tracing_subscriber::fmt::format::{DefaultVisitor, Writer};
+
+use crate::report::EscapeControls;
+
+/// A [`FormatFields`] for the text log: the default fields with control characters escaped.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EscapedFields;
+
+impl<'writer> FormatFields<'writer> for EscapedFields {
+    fn format_fields<R: RecordFields>(&self, writer: Writer<'writer>, fields: R) -> fmt::Result {
+        let mut visitor = Escaping(DefaultVisitor::new(writer, true));
+        fields.record(&mut visitor);
+        visitor.0.finish()
+    }
+}
+
+/// Hands each value to the default visitor wrapped in [`Escaped`].
+struct Escaping<'a>(DefaultVisitor<'a>);
+
+impl Visit for Escaping<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.0.record_debug(field, &Escaped(value));
+    }
+
+    // As the default visitor does: the message bare, other strings quoted.
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.record_debug(field, &format_args!("{value}"));
+        } else {
+            self.record_debug(field, &value);
+        }
+    }
+
+    // As the default visitor does: `error=MESSAGE error.sources=[CAUSE, …]`, without italics.
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        match value.source() {
+            Some(source) => {
+                let sources: Vec<String> = std::iter::successors(Some(source), |e| (*e).source())
+                    .map(ToString::to_string)
+                    .collect();
+                let sources = Sources(&sources);
+                self.record_debug(
+                    field,
+                    &format_args!("{value} {}.sources={sources}", field.name()),
+                );
+            }
+            None => self.record_debug(field, &format_args!("{value}")),
+        }
+    }
+}
+
+/// An error's causes as `[a, b]`.
+struct Sources<'a>(&'a [String]);
+
+impl fmt::Display for Sources<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        for (i, source) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(source)?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// A value's `Debug` text with its control characters escaped.
+struct Escaped<'a>(&'a dyn fmt::Debug);
+
+impl fmt::Debug for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::write(&mut EscapeControls(f), format_args!("{:?}", self.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::fmt::MakeWriter;
+
+    use super::*;
+
+    /// A log sink the test reads back.
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Sink {
+        type Writer = Sink;
+        fn make_writer(&'a self) -> Sink {
+            self.clone()
+        }
+    }
+
+    /// What one event logs through the text formatter, with or without colours.
+    fn logged(ansi: bool, emit: impl FnOnce()) -> String {
+        let sink = Sink::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(sink.clone())
+            .with_ansi(ansi)
+            .without_time()
+            .fmt_fields(EscapedFields)
+            .finish();
+        tracing::subscriber::with_default(subscriber, emit);
+        String::from_utf8(sink.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn values_from_outside_stay_on_their_line_and_drive_no_terminal() {
+        let name = "x\u{1b}]0;pwned\u{7}\u{1b}[2J\nINFO forged";
+        let line = logged(false, || {
+            let span = tracing::info_span!("plugin", plugin = %name);
+            let _in = span.enter();
+            tracing::error!(path = %name, quoted = name, n = 3, "invalid plugin: {name}");
+        });
+        assert_eq!(line.lines().count(), 1, "{line:?}");
+        assert!(
+            !line.chars().any(|c| c.is_control() && c != '\n'),
+            "{line:?}"
+        );
+        let escaped = "x\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\nINFO forged";
+        assert!(
+            line.contains(&format!("plugin{{plugin={escaped}}}")),
+            "{line:?}"
+        );
+        assert!(
+            line.contains(&format!("invalid plugin: {escaped} path={escaped}")),
+            "{line:?}"
+        );
+        assert!(line.contains(" n=3"), "{line:?}");
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot renew")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn plain_values_log_as_the_default_formatter_logs_them_colours_included() {
+        let emits: [fn(); 2] = [
+            || tracing::warn!(lease = "leader", epoch = 7, holder = %"a-1", "held"),
+            || {
+                let error = Outer(std::io::Error::other("timed out"));
+                tracing::warn!(error = &error as &(dyn std::error::Error + 'static), "lost");
+            },
+        ];
+        for (ansi, emit) in [(false, emits[0]), (true, emits[0]), (false, emits[1])] {
+            let ours = logged(ansi, emit);
+            let sink = Sink::default();
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(sink.clone())
+                .with_ansi(ansi)
+                .without_time()
+                .finish();
+            tracing::subscriber::with_default(subscriber, emit);
+            let theirs = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+            assert_eq!(ours, theirs);
+            assert_eq!(ours.contains('\u{1b}'), ansi, "{ours:?}");
+        }
+    }
+}
