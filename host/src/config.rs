@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::capability::variables::{PatternError, UrlVariables};
 use crate::lease::groups::{GroupSpec, MAX_SHARDS};
-use crate::lease::identity::default_replica_id;
+use crate::lease::identity::{check_replica_id, default_replica_id};
 use crate::lease::{DatabaseUrl, LeaseName, LeaseNameError, RawUrl, Timing, TimingError, UrlError};
 
 /// Why the configuration was refused; each variant names the file or value at fault.
@@ -66,9 +66,16 @@ pub enum ConfigError {
     /// A `grant_url_variables` pattern is unusable.
     #[error(transparent)]
     GrantUrlVariables(#[from] PatternError),
-    /// A replica id is unusable.
-    #[error("invalid replica id {0:?}: use 1 to 200 characters without whitespace")]
-    ReplicaId(String),
+    /// A replica id is unusable: the id (shown escaped), where it came from, and why.
+    #[error("invalid replica id {id:?} ({origin}): {reason}")]
+    ReplicaId {
+        /// The id as given.
+        id: String,
+        /// Where it was set: the flag or variable, the config file, or the default's source.
+        origin: &'static str,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
 }
 
 /// The `[timing]` table of a [`Layer`]; every key optional, missing ones derived from the ttl.
@@ -318,7 +325,7 @@ impl Layer {
         })?;
         toml::from_str(&text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
-            message: e.to_string(),
+            message: crate::report::toml_error(&text, &e),
         })
     }
 }
@@ -414,15 +421,17 @@ impl Config {
             Some(raw) => DatabaseUrl::parse(raw.expose())?,
             None => DatabaseUrl::parse(DatabaseUrl::DEFAULT_SQLITE)?,
         };
-        let replica_id = flags
-            .replica_id
-            .or(file.replica_id)
-            .unwrap_or_else(default_replica_id);
-        if replica_id.is_empty()
-            || replica_id.len() > 200
-            || replica_id.chars().any(char::is_whitespace)
-        {
-            return Err(ConfigError::ReplicaId(replica_id));
+        let (replica_id, origin) = match (flags.replica_id, file.replica_id) {
+            (Some(id), _) => (id, "from --replica-id or LEASEHOLD_REPLICA_ID"),
+            (None, Some(id)) => (id, "replica_id in the config file"),
+            (None, None) => default_replica_id(),
+        };
+        if let Err(reason) = check_replica_id(&replica_id) {
+            return Err(ConfigError::ReplicaId {
+                id: replica_id,
+                origin,
+                reason,
+            });
         }
         let groups = flags.groups.or(file.groups).unwrap_or_default();
         // A replica given only groups campaigns for their shards alone, not for `leader` too.
@@ -687,5 +696,37 @@ mod tests {
         let file: Layer = toml::from_str("leases = []").unwrap();
         let e = Config::resolve(file, Layer::default()).unwrap_err();
         assert!(matches!(e, ConfigError::NoLeases), "{e}");
+    }
+
+    #[test]
+    fn a_replica_id_that_would_break_a_line_is_refused_naming_where_it_came_from() {
+        let flags = Layer {
+            replica_id: Some("a\u{1b}[2J\nb".into()),
+            ..Default::default()
+        };
+        let e = Config::resolve(Layer::default(), flags)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--replica-id or LEASEHOLD_REPLICA_ID"), "{e}");
+        assert!(e.contains("\"a\\u{1b}[2J\\nb\""), "{e}");
+        let file: Layer = toml::from_str("replica_id = 'a b'").unwrap();
+        let e = Config::resolve(file, Layer::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("replica_id in the config file"), "{e}");
+    }
+
+    #[test]
+    fn a_config_file_that_does_not_parse_is_named_by_line_and_column_not_by_its_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("leasehold.toml");
+        std::fs::write(
+            &path,
+            "leases = ['a']\ndatabase_url = postgres://app:hunter2@db/leases\n",
+        )
+        .unwrap();
+        let e = Layer::load(&path).unwrap_err().to_string();
+        assert!(e.contains("leasehold.toml: line 2, column 16"), "{e}");
+        assert!(!e.contains("hunter2") && !e.contains('\n'), "{e}");
     }
 }
