@@ -2,7 +2,8 @@
 //! and its config values. Every key is optional; unknown keys are rejected so a typo is an error,
 //! not a silently ignored setting.
 //!
-//! A leaf of the crate: it imports only [`crate::lease::name`], so the layers that act on a
+//! A leaf of the crate: it imports only [`crate::lease::name`] and the prefix of the host's own
+//! channels ([`crate::lease::postgres::OWN_CHANNEL_PREFIX`]), so the layers that act on a
 //! manifest (capabilities, the runtime, plugin loading) can all read it.
 
 use std::collections::BTreeMap;
@@ -11,6 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::lease::name::LeaseName;
+use crate::lease::postgres::OWN_CHANNEL_PREFIX;
 
 /// Why a manifest was refused.
 #[derive(Debug, thiserror::Error)]
@@ -304,7 +306,7 @@ impl Manifest {
     pub fn parse(path: &str, text: &str) -> Result<Self, ManifestError> {
         let file: ManifestFile = toml::from_str(text).map_err(|e| ManifestError::Parse {
             path: path.to_string(),
-            message: parse_error(text, &e),
+            message: crate::report::toml_error(text, &e),
         })?;
         let invalid = |key, value: String, reason| ManifestError::Invalid {
             path: path.to_string(),
@@ -325,7 +327,7 @@ impl Manifest {
             (Some(name), None) => Binding::Lease(LeaseName::try_from(name).map_err(|e| {
                 invalid(
                     "lease",
-                    e.name,
+                    format!("{:?}", e.name),
                     "use 1-200 ASCII letters, digits and - _ . : /",
                 )
             })?),
@@ -360,7 +362,7 @@ impl Manifest {
             Some(text) => parse_size(&text).ok_or_else(|| {
                 invalid(
                     "limits.memory",
-                    text.clone(),
+                    format!("{text:?}"),
                     "expected a size such as 64MiB, 512KiB or 1GiB (at least 64KiB)",
                 )
             })?,
@@ -398,6 +400,13 @@ impl Manifest {
                     "use 1-63 lowercase letters, digits and _, starting with a letter or _",
                 ));
             }
+            if channel.starts_with(OWN_CHANNEL_PREFIX) {
+                return Err(invalid(
+                    "events.channels",
+                    format!("{channel:?}"),
+                    "channels starting with leasehold_ are the host's own (lease releases); pick another name",
+                ));
+            }
         }
         Ok(Manifest {
             binding,
@@ -416,21 +425,6 @@ impl Manifest {
             events,
             config: file.config,
         })
-    }
-}
-
-/// Where the parser stopped and why, without the text around it: a "manifest" that is a link to
-/// a file of secrets (`/proc/self/environ`) must not show its content in `/status` or the log.
-fn parse_error(text: &str, error: &toml::de::Error) -> String {
-    let message = error.message().trim_end();
-    match error.span() {
-        Some(span) => {
-            let before = &text[..span.start.min(text.len())];
-            let line = before.matches('\n').count() + 1;
-            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-            format!("line {line}, column {column}: {message}")
-        }
-        None => message.to_string(),
     }
 }
 
@@ -486,7 +480,7 @@ fn sql_grant(
         Some(text) => parse_size(&text).ok_or_else(|| {
             invalid(
                 "grants.sql.max_bytes",
-                text.clone(),
+                format!("{text:?}"),
                 "expected a size such as 16MiB or 512KiB (at least 64KiB)",
             )
         })?,
@@ -525,7 +519,7 @@ fn kv_quota(
         if let Some(bytes) = &grants.kv_max_bytes {
             return Err(invalid(
                 "grants.kv_max_bytes",
-                bytes.clone(),
+                format!("{bytes:?}"),
                 "needs kv = true",
             ));
         }
@@ -625,6 +619,11 @@ mod tests {
     }
 
     #[test]
+    fn the_hosts_own_channels_are_ones_a_plugin_may_not_name() {
+        assert!(crate::lease::postgres::RELEASE_CHANNEL.starts_with(OWN_CHANNEL_PREFIX));
+    }
+
+    #[test]
     fn grants_and_events() {
         let m = Manifest::parse(
             "x.toml",
@@ -649,6 +648,11 @@ mod tests {
             ),
             ("[events]\nchannels = ['Jobs']", "events.channels"),
             ("[events]\nchannels = ['x;drop']", "events.channels"),
+            (
+                "[events]\nchannels = ['jobs', 'leasehold_released']",
+                "events.channels = \"leasehold_released\": channels starting with leasehold_",
+            ),
+            ("[events]\nchannels = ['leasehold_x']", "the host's own"),
             ("[grants]\nkv = true\nsql = 3", "p.toml"),
             ("[grants]\nkvv = true", "kvv"),
         ] {

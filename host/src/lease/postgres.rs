@@ -28,6 +28,11 @@ use listen::{Logs, Received, Subscription};
 /// The channel releases are announced on; the payload is the lease name.
 pub const RELEASE_CHANNEL: &str = "leasehold_released";
 
+/// What every channel of leasehold's own starts with ([`RELEASE_CHANNEL`]): a plugin's
+/// `[events]` may name none of them, so it cannot listen on the host's channels with the
+/// host's connection, whatever channels are added later.
+pub const OWN_CHANNEL_PREFIX: &str = "leasehold_";
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 /// Server-side bounds on every session of the lease store, so that the database itself gives up
