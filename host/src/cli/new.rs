@@ -256,9 +256,10 @@ fn find_sdk(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// Writes `files` into a new directory beside `target`, then renames it to `target`: a project
-/// appears whole or not at all, and an existing non-empty `target` is never written to (the
-/// rename fails on it).
+/// Writes `files` into a new directory beside `target`, then moves it to `target`: a project
+/// appears whole or not at all. A directory is never replaced: a `target` that appears
+/// meanwhile is an error, and an empty `target` that was there is filled in place, keeping its
+/// mode and owner. On an error only what this call created is removed.
 fn write_project(parent: &Path, target: &Path, files: &[ProjectFile]) -> anyhow::Result<()> {
     std::fs::create_dir_all(parent)
         .with_context(|| format!("cannot create {}", parent.display()))?;
@@ -267,25 +268,78 @@ fn write_project(parent: &Path, target: &Path, files: &[ProjectFile]) -> anyhow:
         .and_then(|n| n.to_str())
         .context("the project directory has no name")?;
     let staging = parent.join(format!(".{name}.new-{}", std::process::id()));
-    let written = write_files(&staging, files).and_then(|()| {
-        std::fs::rename(&staging, target).with_context(|| {
-            format!(
-                "cannot move the new project into {} (did something else create it meanwhile?)",
-                target.display()
-            )
-        })
-    });
+    // Not ours if it is already there (a run of the same pid before a reboot, or someone else's):
+    // then it is left as it is.
+    std::fs::create_dir(&staging).with_context(|| {
+        format!(
+            "cannot create {} to write the project in (if it is left from an earlier run, remove it)",
+            staging.display()
+        )
+    })?;
+    let written = write_files(&staging, files).and_then(|()| place(&staging, target));
     if written.is_err() {
         let _ = std::fs::remove_dir_all(&staging);
     }
     written
 }
 
-/// Creates `dir` and writes every file into it.
+/// Moves the written project `staging` to `target`: a rename that never replaces anything, or,
+/// into an existing empty directory, a rename of each of its entries (undone if one fails).
+fn place(staging: &Path, target: &Path) -> anyhow::Result<()> {
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    let appeared = || {
+        format!(
+            "cannot move the new project into {} (did something else create it meanwhile?)",
+            target.display()
+        )
+    };
+    let is_dir = std::fs::symlink_metadata(target).is_ok_and(|m| m.is_dir());
+    if !is_dir {
+        return renameat_with(CWD, staging, CWD, target, RenameFlags::NOREPLACE)
+            .map_err(std::io::Error::from)
+            .with_context(appeared);
+    }
+    refuse_existing(target)?;
+    let mut moved = Vec::new();
+    let mut result = Ok(());
+    for entry in
+        std::fs::read_dir(staging).with_context(|| format!("cannot read {}", staging.display()))?
+    {
+        let from = match entry {
+            Ok(entry) => entry.path(),
+            Err(e) => {
+                result = Err(
+                    anyhow::Error::new(e).context(format!("cannot read {}", staging.display()))
+                );
+                break;
+            }
+        };
+        let to = target.join(from.file_name().unwrap_or_default());
+        if let Err(e) = renameat_with(CWD, &from, CWD, &to, RenameFlags::NOREPLACE) {
+            result = Err(anyhow::Error::new(std::io::Error::from(e)).context(appeared()));
+            break;
+        }
+        moved.push((from, to));
+    }
+    if result.is_err() {
+        // Back into the staging directory, which is removed with them.
+        for (from, to) in moved {
+            if renameat_with(CWD, &to, CWD, &from, RenameFlags::NOREPLACE).is_err() {
+                let _ = match std::fs::symlink_metadata(&to).is_ok_and(|m| m.is_dir()) {
+                    true => std::fs::remove_dir_all(&to),
+                    false => std::fs::remove_file(&to),
+                };
+            }
+        }
+        return result;
+    }
+    std::fs::remove_dir(staging).with_context(|| format!("cannot remove {}", staging.display()))
+}
+
+/// Writes every file into the directory `dir`.
 fn write_files(dir: &Path, files: &[ProjectFile]) -> anyhow::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    std::fs::create_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     for file in files {
         let path = dir.join(&file.path);
         if let Some(parent) = path.parent() {
