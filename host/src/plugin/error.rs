@@ -13,7 +13,7 @@ use crate::runtime::ComponentError;
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// The file's name is not a plugin name: nothing of it is read, its manifest neither.
-    #[error("{file}: not a plugin name, so the file is not loaded")]
+    #[error("{file}: not a plugin name")]
     Name {
         /// The file as it may be shown (`\` and control characters escaped).
         file: String,
