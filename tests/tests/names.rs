@@ -1,8 +1,9 @@
 //! Names from outside, as attacks on real processes: a plugin file named to forge `/metrics`
 //! series or to drive the terminal of whoever reads the log or `leasehold status`, a replica id
 //! with control characters from a flag, a variable or `$HOSTNAME`, `leasehold new` beside a
-//! staging directory it did not create or into an empty directory of its owner's, and a manifest
-//! listening on the host's own channel.
+//! staging directory it did not create or into an empty directory of its owner's, a manifest
+//! listening on the host's own channel, and a config key or a lease name with escapes echoed in
+//! an error.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -308,4 +309,40 @@ async fn a_manifest_listening_on_the_hosts_release_channel_is_refused() {
             && error.contains("the host's own"),
         "{error}"
     );
+}
+
+#[test]
+fn a_config_key_or_a_lease_name_with_escapes_is_echoed_escaped_on_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("leasehold.toml");
+    // TOML's own escapes: the key holds the raw characters once parsed.
+    std::fs::write(&file, "leases = ['a']\n\"k\\u001b]0;pwned\\u0007\" = 1\n").unwrap();
+    let db = format!("sqlite:{}", dir.path().join("leases.db").display());
+    for args in [
+        vec!["config", "check", file.to_str().unwrap()],
+        vec![
+            "leases",
+            "release",
+            TERMINAL_ESCAPES,
+            "--force",
+            "--database-url",
+            &db,
+        ],
+    ] {
+        let out = std::process::Command::new(binary().unwrap())
+            .args(&args)
+            .env_remove("LEASEHOLD_CONFIG")
+            .env_remove("LEASEHOLD_DATABASE_URL")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(!has_raw_controls(&stderr), "{args:?}: {stderr:?}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("\\u{1b}]0;pwned\\u{7}"),
+            "{args:?}: {stderr}"
+        );
+    }
 }
