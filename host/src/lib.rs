@@ -9,14 +9,14 @@
 //! Each module may use the modules listed before it and never one listed after it, so the
 //! dependencies run one way (`host/tests/layers.rs` fails on an upward import):
 //!
-//! 1. [`report`]: one line from an error and its causes;
+//! 1. [`report`]: one line from an error and its causes, and outside text escaped for showing;
 //! 2. [`metrics`]: the Prometheus metrics the lease driver and the runtime record;
 //! 3. [`lease`]: lease rows and names, the stores that keep them, the coordinator state machine
 //!    and its driver;
 //! 4. [`manifest`]: what a plugin's `NAME.toml` declares (lease, schedule, limits, grants);
 //! 5. [`capability`]: what plugins may be granted: fenced kv, sql, events;
 //! 6. [`runtime`]: the WebAssembly engine, compiled components, stores and guarded calls;
-//! 7. [`plugin`]: the plugin directory: loading files and watching for changes;
+//! 7. [`plugin`]: the plugin directory: plugin names, loading files and watching for changes;
 //! 8. [`supervisor`]: plugins bound to the lifecycle of their lease;
 //! 9. [`http`]: `/healthz`, `/readyz`, `/status` and `/metrics`;
 //! 10. [`config`]: the settings of `leasehold run`, from file, environment and flags;
