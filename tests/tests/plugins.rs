@@ -212,6 +212,91 @@ async fn repeated_failures_quarantine_the_plugin_not_the_host() {
     );
 }
 
+/// When each failure of `plugin` showed in `/status` (traps plus errors going up), sampled every
+/// 20 ms until it is quarantined; at most `within`.
+async fn failure_times(host: &InProcessHost, plugin: &str, within: Duration) -> Vec<Instant> {
+    let start = Instant::now();
+    let (mut seen, mut times) = (0, Vec::new());
+    while start.elapsed() < within {
+        let status = host.plugin_status(plugin).await.unwrap();
+        let failures = status.traps + status.errors;
+        for _ in seen..failures {
+            times.push(Instant::now());
+        }
+        seen = failures;
+        if status.state == PluginState::Quarantined {
+            return times;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    panic!(
+        "{plugin} not quarantined within {within:?}: {} failures, {gaps:?} apart",
+        times.len()
+    );
+}
+
+/// The gaps between failures are the backoff 0.5 → 1 → 2 → 4 s (each plus the time to start a
+/// fresh instance and fail again: well under a second here), and there are exactly five. Seen
+/// through 20 ms polls of `/status` on a busy machine, a gap may look up to a fifth shorter; a
+/// backoff stuck at 0.5 s fails from the second gap.
+fn assert_backoff(times: &[Instant]) {
+    assert_eq!(times.len(), 5, "quarantined after five failures in a row");
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    for (gap, backoff) in gaps.iter().zip([500u64, 1000, 2000, 4000]) {
+        let backoff = Duration::from_millis(backoff);
+        assert!(
+            *gap >= backoff * 4 / 5 && *gap < backoff + Duration::from_secs(1),
+            "gaps {gaps:?}: expected 0.5, 1, 2, 4 s"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plugin_trapping_on_every_call_backs_off_0_5_1_2_4_s_and_the_fifth_trap_quarantines_it() {
+    // Each trap gets a fresh instance, whose instantiate and init go fine: they must not count as
+    // the plugin working, or it would be retried every 0.5 s for ever.
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let dir = plugin_dir(&[
+        ("misbehave", &manifest("10ms", "1s", "verb = \"trap\"")),
+        ("hello-reconciler", &manifest("100ms", "1s", "")),
+    ])
+    .unwrap();
+    let host = sqlite_in_process("trap", &db, dir.path()).await;
+    let times = failure_times(&host, "misbehave", Duration::from_secs(20)).await;
+    assert_backoff(&times);
+    let status = host.plugin_status("misbehave").await.unwrap();
+    assert_eq!((status.traps, status.errors), (5, 0), "{status:?}");
+    assert_eq!(
+        host.plugin_status("hello-reconciler").await.unwrap().state,
+        PluginState::Running
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let later = host.plugin_status("misbehave").await.unwrap();
+    assert_eq!(
+        later.calls, status.calls,
+        "a quarantined plugin is not called"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plugin_whose_init_fails_every_time_backs_off_and_the_fifth_failure_quarantines_it() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let dir = plugin_dir(&[(
+        "misbehave",
+        &manifest("10ms", "1s", "verb = \"fail\"\nwhen = \"init\""),
+    )])
+    .unwrap();
+    let host = sqlite_in_process("init", &db, dir.path()).await;
+    let times = failure_times(&host, "misbehave", Duration::from_secs(20)).await;
+    assert_backoff(&times);
+    let status = host.plugin_status("misbehave").await.unwrap();
+    assert_eq!(
+        status.last_error.as_deref(),
+        Some("returned an error: deliberate failure")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_plugin_files_are_reported_and_isolated() {
     let db = Db::new(Backend::Sqlite).await.unwrap();

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::Supervisor;
-use super::policy::{Failures, Next, Policy};
+use super::policy::{Failures, Next, Policy, Step};
 use super::status::PluginState;
 use crate::lease::groups::GroupStatus;
 use crate::lease::{Leadership, Term};
@@ -171,7 +171,8 @@ pub(super) async fn health_loop(
                 sup.board.record(&name, &called);
                 outcome = called.result;
             }
-            let next = failures.after(outcome.as_ref().map(|_| ()));
+            // One outcome per round: it is a success only when `check` itself returned.
+            let next = failures.after(Step::Call, outcome.as_ref().map(|_| ()));
             match &outcome {
                 Ok(()) => {
                     sup.board.update(&name, |s| s.state = PluginState::Running);

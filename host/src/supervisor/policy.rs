@@ -4,7 +4,8 @@
 //!
 //! | outcome | next |
 //! |---|---|
-//! | returned normally | proceed; the count of failures in a row is reset |
+//! | a call returned normally | proceed; the count of failures in a row is reset |
+//! | an instance started (instantiated, or `init` returned) | proceed; the count stays: only a call that returns shows the plugin works |
 //! | returned an error | retry the same instance after the backoff |
 //! | trapped (timeout, fuel, memory, stack, trap) | retry with a fresh instance after the backoff |
 //! | either, the `quarantine_after`-th time in a row | quarantine until the next term or file |
@@ -63,6 +64,20 @@ impl Policy {
     }
 }
 
+/// What an outcome came from: starting an instance, or a call on a started one.
+///
+/// Only a call that returns resets the failures in a row. A plugin that traps on every call gets a
+/// fresh instance each time, and that instance's instantiate and `init` go fine; counted as
+/// successes, they would reset the streak before every trap, and the plugin would be retried at
+/// the first backoff for ever instead of being backed off and quarantined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Instantiating a component or calling `init`.
+    Start,
+    /// `reconcile`, `handle-event` or `check`.
+    Call,
+}
+
 /// What a plugin loop does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {
@@ -114,11 +129,13 @@ impl Failures {
             .is_some_and(|limit| self.count >= limit)
     }
 
-    /// Takes in one call's outcome and says what follows.
-    pub fn after(&mut self, outcome: Result<(), &CallFailure>) -> Next {
+    /// Takes in one outcome of `step` and says what follows.
+    pub fn after(&mut self, step: Step, outcome: Result<(), &CallFailure>) -> Next {
         let failure = match outcome {
             Ok(()) => {
-                self.count = 0;
+                if step == Step::Call {
+                    self.count = 0;
+                }
                 return Next::Proceed;
             }
             Err(failure) => failure,
@@ -165,14 +182,14 @@ mod tests {
     fn a_returned_error_keeps_the_instance_and_backs_off() {
         let mut f = Failures::new(Policy::RECONCILER);
         assert_eq!(
-            f.after(Err(&returned())),
+            f.after(Step::Call, Err(&returned())),
             Next::Retry {
                 after: Duration::from_millis(500),
                 fresh: false
             }
         );
         assert_eq!(
-            f.after(Err(&returned())),
+            f.after(Step::Call, Err(&returned())),
             Next::Retry {
                 after: Duration::from_secs(1),
                 fresh: false
@@ -191,7 +208,10 @@ mod tests {
         ] {
             let mut f = Failures::new(Policy::RECONCILER);
             assert!(
-                matches!(f.after(Err(&trap)), Next::Retry { fresh: true, .. }),
+                matches!(
+                    f.after(Step::Call, Err(&trap)),
+                    Next::Retry { fresh: true, .. }
+                ),
                 "{trap:?}"
             );
         }
@@ -201,31 +221,34 @@ mod tests {
     fn the_fifth_failure_in_a_row_quarantines_and_a_success_resets_the_count() {
         let mut f = Failures::new(Policy::RECONCILER);
         for _ in 0..4 {
-            assert!(matches!(f.after(Err(&returned())), Next::Retry { .. }));
+            assert!(matches!(
+                f.after(Step::Call, Err(&returned())),
+                Next::Retry { .. }
+            ));
         }
-        assert_eq!(f.after(Ok(())), Next::Proceed);
+        assert_eq!(f.after(Step::Call, Ok(())), Next::Proceed);
         assert_eq!(f.count(), 0);
         for _ in 0..4 {
-            f.after(Err(&CallFailure::OutOfFuel));
+            f.after(Step::Call, Err(&CallFailure::OutOfFuel));
         }
-        assert_eq!(f.after(Err(&returned())), Next::Quarantine);
+        assert_eq!(f.after(Step::Call, Err(&returned())), Next::Quarantine);
         assert!(f.quarantined());
     }
 
     #[test]
     fn cancels_are_not_failures() {
         let mut f = Failures::new(Policy::RECONCILER);
-        f.after(Err(&returned()));
+        f.after(Step::Call, Err(&returned()));
         let deadline = |entered| CallFailure::Cancelled {
             reason: Cancel::Deadline,
             entered,
         };
         assert_eq!(
-            f.after(Err(&deadline(false))),
+            f.after(Step::Call, Err(&deadline(false))),
             Next::AwaitTerm { fresh: false }
         );
         assert_eq!(
-            f.after(Err(&deadline(true))),
+            f.after(Step::Call, Err(&deadline(true))),
             Next::AwaitTerm { fresh: true }
         );
         for reason in [Cancel::TermEnded, Cancel::Retired] {
@@ -233,7 +256,7 @@ mod tests {
                 reason,
                 entered: true,
             };
-            assert_eq!(f.after(Err(&cancel)), Next::Stop);
+            assert_eq!(f.after(Step::Call, Err(&cancel)), Next::Stop);
         }
         assert_eq!(f.count(), 1, "cancels neither count nor reset");
     }
@@ -244,12 +267,66 @@ mod tests {
         let mut f = Failures::new(Policy::health_check(interval));
         for _ in 0..50 {
             assert_eq!(
-                f.after(Err(&returned())),
+                f.after(Step::Call, Err(&returned())),
                 Next::Retry {
                     after: interval,
                     fresh: false
                 }
             );
+        }
+    }
+
+    #[test]
+    fn a_fresh_instance_that_starts_is_not_a_success_so_a_plugin_trapping_on_every_call_is_quarantined()
+     {
+        let mut f = Failures::new(Policy::RECONCILER);
+        let trap = CallFailure::Trap("unreachable".into());
+        let mut waits = Vec::new();
+        loop {
+            // instantiate and init of the fresh instance go fine every time...
+            assert_eq!(f.after(Step::Start, Ok(())), Next::Proceed);
+            assert_eq!(f.after(Step::Start, Ok(())), Next::Proceed);
+            // ...and the call traps.
+            match f.after(Step::Call, Err(&trap)) {
+                Next::Retry { after, fresh: true } => waits.push(after),
+                Next::Quarantine => break,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(
+            waits,
+            [500, 1000, 2000, 4000].map(Duration::from_millis),
+            "backoff 0.5 → 1 → 2 → 4 s, then the fifth failure quarantines"
+        );
+    }
+
+    #[test]
+    fn an_init_that_fails_every_time_is_quarantined_after_five() {
+        let mut f = Failures::new(Policy::RECONCILER);
+        let failed = CallFailure::Returned("no config".into());
+        for _ in 0..4 {
+            assert_eq!(f.after(Step::Start, Ok(())), Next::Proceed);
+            assert!(matches!(
+                f.after(Step::Start, Err(&failed)),
+                Next::Retry { .. }
+            ));
+        }
+        assert_eq!(f.after(Step::Start, Ok(())), Next::Proceed);
+        assert_eq!(f.after(Step::Start, Err(&failed)), Next::Quarantine);
+    }
+
+    #[test]
+    fn a_plugin_failing_every_other_call_backs_off_each_time_and_is_never_quarantined() {
+        let mut f = Failures::new(Policy::RECONCILER);
+        for _ in 0..100 {
+            assert_eq!(
+                f.after(Step::Call, Err(&returned())),
+                Next::Retry {
+                    after: BACKOFF_BASE,
+                    fresh: false
+                }
+            );
+            assert_eq!(f.after(Step::Call, Ok(())), Next::Proceed);
         }
     }
 }

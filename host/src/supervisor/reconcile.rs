@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::policy::{Failures, Next, Policy};
+use super::policy::{Failures, Next, Policy, Step};
 use super::status::{PluginState, StatusBoard};
 use crate::capability::events::Event;
 use crate::capability::{Capabilities, PluginCapabilities};
@@ -117,7 +117,7 @@ impl ReconcileTask {
             let called = store.instantiate(&loaded.prepared, &self.retire).await;
             self.board.record(&name, &called);
             let (instance, result) = split(called.result);
-            match self.follow(&mut failures, result).await {
+            match self.follow(&mut failures, Step::Start, result).await {
                 Then::Go => {}
                 Then::Fresh => continue 'instance,
                 Then::End => return,
@@ -132,7 +132,10 @@ impl ReconcileTask {
                 info!("plugin initialised");
                 self.board.update(&name, |s| s.state = PluginState::Running);
             }
-            match self.follow(&mut failures, called.result.map(drop)).await {
+            match self
+                .follow(&mut failures, Step::Start, called.result.map(drop))
+                .await
+            {
                 // An instance whose init did not succeed (or never ran) is of no use: start again.
                 Then::Go if initialised => {}
                 Then::Go | Then::Fresh => continue 'instance,
@@ -150,7 +153,10 @@ impl ReconcileTask {
                     Err(_) => Duration::ZERO,
                 };
                 let was_failing = failures.count() > 0;
-                match self.follow(&mut failures, called.result.map(drop)).await {
+                match self
+                    .follow(&mut failures, Step::Call, called.result.map(drop))
+                    .await
+                {
                     Then::Go => {}
                     Then::Fresh => continue 'instance,
                     Then::End => return,
@@ -180,7 +186,7 @@ impl ReconcileTask {
                     debug!(channel = %event.channel, "delivering a notification");
                     let called = handle(&mut store, &instance, &event).await;
                     self.board.record(&name, &called);
-                    match self.follow(&mut failures, called.result).await {
+                    match self.follow(&mut failures, Step::Call, called.result).await {
                         Then::Go => {}
                         Then::Fresh => continue 'instance,
                         Then::End => return,
@@ -192,9 +198,14 @@ impl ReconcileTask {
 
     /// Carries out the policy's decision on one outcome: logs it, shows it, waits out the backoff
     /// or the term, and says how to go on.
-    async fn follow(&self, failures: &mut Failures, outcome: Result<(), CallFailure>) -> Then {
+    async fn follow(
+        &self,
+        failures: &mut Failures,
+        step: Step,
+        outcome: Result<(), CallFailure>,
+    ) -> Then {
         let name = self.entry.name.as_str();
-        let next = failures.after(outcome.as_ref().map(|_| ()));
+        let next = failures.after(step, outcome.as_ref().map(|_| ()));
         if let Err(failure) = &outcome {
             match failure {
                 CallFailure::Cancelled {

@@ -56,6 +56,17 @@ function reported(body) {
   try {
     return body();
   } catch (e) {
-    return err(e instanceof Error ? `${e.name}: ${e.message}` : String(e));
+    return err(describe(e));
   }
+}
+
+// What a thrown value says, on one line. A host import's error carries the host's
+// capability-error as `payload` ({ tag: 'not-granted', val: 'kv is not granted: add [grants]
+// kv = true to the plugin's manifest' }): the host's own words are the ones to show.
+function describe(e) {
+  const payload = e?.payload;
+  if (typeof payload?.tag === 'string') {
+    return payload.val === undefined ? payload.tag : `${payload.tag}: ${payload.val}`;
+  }
+  return e instanceof Error ? `${e.name}: ${e.message}` : String(e);
 }

@@ -16,6 +16,7 @@ Built with componentize-py against wit/ (./build.sh); tested natively against fa
 
 import functools
 import json
+import re
 from typing import List, Tuple
 
 import wit_world
@@ -34,22 +35,37 @@ def info(message: str) -> None:
 
 
 def reported(export):
-    """Makes any exception the call's error result, "ClassName: message".
+    """Makes any exception the call's error result, one line of text: "ClassName: message",
+    or the host's own words for an error a host import raised ("not-granted: kv is not
+    granted: add [grants] kv = true to the plugin's manifest").
 
-    componentize-py turns only `Err` into the WIT error; any other exception traps the
-    instance, and the host would restart it instead of reporting the plugin's own message.
+    componentize-py turns only an `Err` holding a string into the WIT error. Any other
+    exception, or the `Err` of a host import passed on as it is (it holds the host's error
+    object, not a string), traps the instance: the host would restart it and show a runtime
+    panic instead of the plugin's own message.
     """
 
     @functools.wraps(export)
     def call(*args, **kwargs):
         try:
             return export(*args, **kwargs)
-        except Err:
-            raise
+        except Err as error:
+            if isinstance(error.value, str):
+                raise
+            raise Err(host_error(error.value)) from error
         except Exception as error:
             raise Err(f"{type(error).__name__}: {error}") from error
 
     return call
+
+
+def host_error(error) -> str:
+    """A host import's error in the WIT's words: its case ("not-granted", "lease-lost", ...)
+    and, when it has one, the host's text."""
+    case = type(error).__name__.split("_", 1)[-1]
+    case = re.sub(r"(?<!^)(?=[A-Z])", "-", case).lower()
+    value = getattr(error, "value", None)
+    return f"{case}: {value}" if value is not None else case
 
 
 class WitWorld(wit_world.WitWorld):

@@ -11,7 +11,8 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / ".bindings"))
 
-from wit_world.imports import lease, log  # noqa: E402
+from componentize_py_types import Err  # noqa: E402
+from wit_world.imports import lease, log, types  # noqa: E402
 
 # kv is imported by the reconciler worlds only: a health check's bindings have no kv module.
 try:
@@ -21,12 +22,15 @@ except ImportError:
 
 import {{module}}  # noqa: E402
 
+# The host's words when a plugin uses kv without `[grants] kv = true` in its manifest.
+NOT_GRANTED_KV = "kv is not granted: add [grants] kv = true to the plugin's manifest"
+
 
 class FakeHost:
     """The lease, the log and (in a reconciler) the kv store as the plugin sees them, for the
     length of one test."""
 
-    def __init__(self, test, lease_name="leader", epoch=7, holder="replica-a"):
+    def __init__(self, test, lease_name="leader", epoch=7, holder="replica-a", kv_granted=True):
         self.lease_name = lease_name
         self.holder = holder
         self.epoch = epoch  # None: this replica does not hold the lease
@@ -41,11 +45,21 @@ class FakeHost:
             (lease, "shard", lambda: None),
             (log, "log", lambda level, message: self.logs.append((level.name.lower(), message))),
         ]
-        if kv is not None:
+        if kv is not None and kv_granted:
             fakes += [
                 (kv, "get", lambda key: self.kv.get(key)),
                 (kv, "put", lambda key, value: self.kv.__setitem__(key, bytes(value))),
                 (kv, "delete", lambda key: self.kv.pop(key, None) is not None),
+            ]
+        elif kv is not None:
+            # Without the grant the host answers every kv call with not-granted, naming the key.
+            def refused(*_args):
+                raise Err(types.CapabilityError_NotGranted(NOT_GRANTED_KV))
+
+            fakes += [
+                (kv, name, refused)
+                for name in ("get", "put", "delete", "list", "list_")
+                if hasattr(kv, name)
             ]
         for module, name, fake in fakes:
             patcher = mock.patch.object(module, name, fake)

@@ -2,10 +2,12 @@
 
 import unittest
 
-from fake_host import FakeHost, call  # first: it puts the bindings on the import path
+from fake_host import NOT_GRANTED_KV, FakeHost, call  # first: it puts the bindings on the import path
+
+import {{module}}  # noqa: E402
 
 from componentize_py_types import Err  # noqa: E402
-from wit_world.imports import types  # noqa: E402
+from wit_world.imports import kv, types  # noqa: E402
 
 
 class EventReconcilerTest(unittest.TestCase):
@@ -36,6 +38,14 @@ class EventReconcilerTest(unittest.TestCase):
             call("init", [("greting", "hi")])
         expected = 'unknown config key "greting" (known keys: "greeting")'
         self.assertEqual(failed.exception.value, expected)
+
+    def test_a_host_error_becomes_the_calls_error_in_the_hosts_words(self):
+        # Passed on as it is, the host's error object would trap the instance (the WIT error is
+        # a string): the plugin's error must be one line naming what to add to the manifest.
+        FakeHost(self, kv_granted=False)
+        with self.assertRaises(Err) as failed:
+            {{module}}.reported(lambda: kv.get("checkpoint"))()
+        self.assertEqual(failed.exception.value, f"not-granted: {NOT_GRANTED_KV}")
 
 
 if __name__ == "__main__":
