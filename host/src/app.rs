@@ -28,7 +28,7 @@ use crate::manifest::Binding;
 use crate::metrics::Metrics;
 use crate::plugin::PluginSet;
 use crate::runtime::engine::EngineOptions;
-use crate::runtime::{ComponentError, EngineError, Loaded, Runtime};
+use crate::runtime::{EngineError, Runtime};
 use crate::supervisor::Supervisor;
 use crate::supervisor::status::StatusBoard;
 
@@ -274,15 +274,19 @@ impl App {
     }
 }
 
-/// `leasehold check`: loads one component file as `run` would (default engine, the shared
-/// compile cache). The outer error is the engine's; the inner one says what is wrong with the file.
-pub fn check_component(path: &Path) -> Result<Result<Loaded, ComponentError>, AppError> {
+/// `leasehold check`: loads one component file and its manifest as `run` would (default engine,
+/// the shared compile cache, so the host's next load of the same file is fast). The outer error
+/// is the engine's; the inner one says what is wrong with the plugin.
+pub fn check_plugin(
+    wasm: &Path,
+    manifest: Option<&Path>,
+) -> Result<Result<crate::plugin::Checked, crate::plugin::LoadError>, AppError> {
     let runtime = Runtime::new(
         EngineOptions::default(),
         crate::runtime::cache::default_dir().as_deref(),
         Metrics::new(),
     )?;
-    Ok(runtime.load_file(path))
+    Ok(crate::plugin::check_file(&runtime, wasm, manifest))
 }
 
 /// Builds the runtime, loads the plugin directory and returns the supervisor to run.

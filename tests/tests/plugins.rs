@@ -342,6 +342,13 @@ async fn bad_plugin_files_are_reported_and_isolated() {
     // A manifest that exists but cannot be read: invalid, not silently defaulted.
     std::fs::write(dir.path().join("unreadable.wasm"), &hello).unwrap();
     std::fs::create_dir(dir.path().join("unreadable.toml")).unwrap();
+    // A manifest asking for what the component cannot do.
+    std::fs::write(dir.path().join("deaf.wasm"), &hello).unwrap();
+    std::fs::write(
+        dir.path().join("deaf.toml"),
+        "lease = \"leader\"\n[events]\nchannels = [\"jobs\"]\n",
+    )
+    .unwrap();
 
     let host = sqlite_in_process("bad", &db, dir.path()).await;
     host.wait_for_plugin(
@@ -374,6 +381,7 @@ async fn bad_plugin_files_are_reported_and_isolated() {
             first.contains(&format!("{name}.wasm")) && first.contains(reason),
             "{stderr}"
         );
+        assert_eq!(first.strip_prefix("leasehold: error: "), Some(error), "the host's words");
         if *name == "other-world" {
             assert!(
                 stderr.contains("MISSING reconcile: func(ctx: reconcile-context)"),
@@ -395,9 +403,37 @@ async fn bad_plugin_files_are_reported_and_isolated() {
     let reason = typo.last_error.as_deref().unwrap();
     assert!(reason.contains("typo.toml"), "{typo:?}");
     assert!(reason.contains("intervall"), "{typo:?}");
+    // `leasehold check` reads the manifest as the host does, given the component (the manifest
+    // beside it), the manifest (the component beside it) or both: one line, the host's words.
+    for (name, reason) in [
+        ("typo", "intervall"),
+        ("unreadable", "not a regular file"),
+        ("deaf", "does not export handle-event"),
+    ] {
+        let status = host.plugin_status(name).await.unwrap();
+        assert_eq!(status.state, PluginState::Invalid, "{status:?}");
+        let error = status.last_error.as_deref().unwrap();
+        assert!(error.contains(reason), "{name}: {error}");
+        let wasm = dir.path().join(format!("{name}.wasm"));
+        let toml = dir.path().join(format!("{name}.toml"));
+        let (wasm, toml) = (wasm.to_str().unwrap(), toml.to_str().unwrap());
+        for args in [
+            vec!["check", wasm],
+            vec!["check", toml],
+            vec!["check", wasm, "--manifest", toml],
+        ] {
+            let (exit, stderr) = run_to_exit(&args, Duration::from_secs(30)).await.unwrap();
+            assert!(!exit.success(), "{args:?}");
+            assert_eq!(
+                stderr.trim().strip_prefix("leasehold: error: "),
+                Some(error),
+                "{args:?}: the host's words on one line"
+            );
+        }
+    }
     // Every bad file was logged with its path and reason.
     let log = host.log_text();
-    assert_eq!(log.matches("invalid plugin").count(), 7, "{log}");
+    assert_eq!(log.matches("invalid plugin").count(), 8, "{log}");
 }
 
 #[test]
@@ -419,6 +455,10 @@ fn check_reports_the_world_of_good_plugins() {
         );
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(report["world"], world, "{report}");
+        // The manifest beside it was read: its binding is the one the host would use.
+        let manifest = guests_dist().join(format!("{name}.toml"));
+        assert_eq!(report["manifest"], manifest.to_str().unwrap(), "{report}");
+        assert!(report["binding"].is_string(), "{report}");
         assert_eq!(report["package"], "leasehold:plugin@0.1.0");
         assert!(
             report["imports"]

@@ -79,8 +79,12 @@ pub enum ConfigCommand {
 /// Flags of `leasehold check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// The component to check.
+    /// The component to check (`NAME.wasm`), or its manifest (`NAME.toml`, with `NAME.wasm`
+    /// beside it).
     pub file: PathBuf,
+    /// The manifest to check the component with; by default `NAME.toml` beside it, if any.
+    #[arg(long)]
+    pub manifest: Option<PathBuf>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -248,37 +252,51 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(code)
 }
 
-/// `leasehold check`: exit 0 only for a loadable plugin, under a name the plugin directory takes.
+/// `leasehold check`: exit 0 only for a plugin the host would load, under a name the plugin
+/// directory takes and with its manifest (the one beside it, or `--manifest`).
 pub fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     use crate::runtime::WIT_PACKAGE;
-    let file = crate::report::escape_controls(&args.file.display().to_string()).into_owned();
-    // The host loads nothing of a file whose name is not a plugin name: neither does check.
-    let stem = args.file.file_stem().unwrap_or_default();
-    if let Err(source) = crate::plugin::name::of_stem(stem) {
-        let error = crate::plugin::LoadError::Name {
-            file: file.clone(),
-            source,
-        };
-        return Ok(check_failed(&file, &error, None, args.json));
-    }
-    match crate::app::check_component(&args.file)? {
-        Ok(loaded) => {
-            let world = loaded.prepared.world();
+    // `check NAME.toml` checks NAME.wasm beside it with that manifest.
+    let (wasm, manifest) = match (args.file.extension(), &args.manifest) {
+        (Some(ext), None) if ext == "toml" => {
+            (args.file.with_extension("wasm"), Some(args.file.clone()))
+        }
+        (Some(ext), Some(_)) if ext == "toml" => {
+            anyhow::bail!("give the component (NAME.wasm) with --manifest, not a second manifest")
+        }
+        _ => (args.file.clone(), args.manifest.clone()),
+    };
+    let file = crate::report::escape_controls(&wasm.display().to_string()).into_owned();
+    match crate::app::check_plugin(&wasm, manifest.as_deref())? {
+        Ok(checked) => {
+            let world = checked.loaded.prepared.world();
+            let binding = checked.manifest.binding.to_string();
+            let manifest_shown = checked.manifest_path.as_ref().map(|p| {
+                crate::report::escape_controls(&p.display().to_string()).into_owned()
+            });
             if args.json {
                 let report = serde_json::json!({
                     "file": file, "ok": true, "package": WIT_PACKAGE, "world": world,
-                    "imports": loaded.imports, "exports": loaded.exports,
+                    "manifest": manifest_shown, "binding": binding,
+                    "imports": checked.loaded.imports, "exports": checked.loaded.exports,
                 });
                 println!("{report}");
             } else {
                 println!("{file}: ok: {WIT_PACKAGE} world {}", world.name());
-                println!("  imports: {}", loaded.imports.join(", "));
-                println!("  exports: {}", loaded.exports.join(", "));
+                match &manifest_shown {
+                    Some(path) => println!("  manifest: {path}, bound to {binding}"),
+                    None => println!("  manifest: none (the defaults: bound to {binding})"),
+                }
+                println!("  imports: {}", checked.loaded.imports.join(", "));
+                println!("  exports: {}", checked.loaded.exports.join(", "));
             }
             Ok(ExitCode::SUCCESS)
         }
         Err(error) => {
-            let explanation = error.explain();
+            let explanation = match &error {
+                crate::plugin::LoadError::Component(e) => e.explain(),
+                _ => None,
+            };
             Ok(check_failed(&file, &error, explanation, args.json))
         }
     }

@@ -259,6 +259,25 @@ fn load_component(
 ) -> Result<(Loaded, Grants), LoadError> {
     let at_fault = || manifest_path.to_path_buf();
     let loaded = runtime.load_bytes(&path.display().to_string(), wasm)?;
+    fits(runtime, &loaded, manifest, manifest_path)?;
+    let grants = Grants::resolve(name, manifest, capabilities, |k| {
+        capabilities.environment().get(k)
+    })
+    .map_err(|source| LoadError::Grant {
+        path: at_fault(),
+        source,
+    })?;
+    Ok((loaded, grants))
+}
+
+/// Whether `manifest` asks only for what the component and the host can give.
+fn fits(
+    runtime: &Runtime,
+    loaded: &Loaded,
+    manifest: &Manifest,
+    manifest_path: &Path,
+) -> Result<(), LoadError> {
+    let at_fault = || manifest_path.to_path_buf();
     if manifest.limits.fuel.is_some() && !runtime.meters_fuel() {
         return Err(LoadError::FuelNotMetered { path: at_fault() });
     }
@@ -270,12 +289,61 @@ fn load_component(
     if !manifest.events.is_empty() && world != World::EventReconciler {
         return Err(LoadError::EventsWithoutHandler { path: at_fault() });
     }
-    let grants = Grants::resolve(name, manifest, capabilities, |k| {
-        capabilities.environment().get(k)
-    })
-    .map_err(|source| LoadError::Grant {
-        path: at_fault(),
+    Ok(())
+}
+
+/// A plugin file as `leasehold check` sees it: what [`scan`] would load of it.
+pub struct Checked {
+    /// The plugin's name.
+    pub name: String,
+    /// The manifest read, or `None` when there is none (the defaults apply).
+    pub manifest_path: Option<PathBuf>,
+    /// The manifest, or the defaults.
+    pub manifest: Manifest,
+    /// The pre-linked component.
+    pub loaded: Loaded,
+}
+
+/// Checks `wasm` and its manifest (`manifest`, else `NAME.toml` beside it when there is one) with
+/// the same reads and rules as [`scan`]: the name, the manifest's file, text and keys, the
+/// component, and what the manifest asks of it. Only what depends on a running host is left
+/// out: its sql grants' variables and databases, and events on the lease database, are resolved
+/// when the host loads the file (`leasehold config check` checks its side).
+pub fn check_file(
+    runtime: &Runtime,
+    wasm: &Path,
+    manifest: Option<&Path>,
+) -> Result<Checked, LoadError> {
+    let stem = wasm.file_stem().unwrap_or_default();
+    let name = name::of_stem(stem)
+        .map_err(|source| LoadError::Name {
+            file: format!("{}.wasm", name::shown(stem)),
+            source,
+        })?
+        .to_string();
+    let bytes = read_component_file(wasm).map_err(|source| LoadError::ReadComponent {
+        path: wasm.to_path_buf(),
         source,
     })?;
-    Ok((loaded, grants))
+    let manifest_path = manifest.map_or_else(|| wasm.with_extension("toml"), Path::to_path_buf);
+    let text = read_manifest_file(&manifest_path);
+    // A manifest named on the command line must be there; the one beside is optional, as in
+    // the directory.
+    let text = match (text, manifest) {
+        (Ok(None), Some(path)) => Err(LoadError::ReadManifest {
+            path: path.to_path_buf(),
+            source: rustix::io::Errno::NOENT.into(),
+        }),
+        (text, _) => text,
+    };
+    let read = matches!(text, Ok(Some(_)));
+    let parsed = read_manifest(&manifest_path, text)?;
+    let loaded = runtime.load_bytes(&wasm.display().to_string(), &bytes)?;
+    fits(runtime, &loaded, &parsed, &manifest_path)?;
+    Ok(Checked {
+        name,
+        manifest_path: read.then_some(manifest_path),
+        manifest: parsed,
+        loaded,
+    })
 }

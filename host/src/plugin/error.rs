@@ -21,6 +21,15 @@ pub enum LoadError {
         #[source]
         source: NameError,
     },
+    /// The component file cannot be read (missing, unreadable, too large).
+    #[error("{}: cannot read", .path.display())]
+    ReadComponent {
+        /// The component.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The manifest exists but cannot be read (a plugin does not silently run with defaults).
     #[error("{}: cannot read", .path.display())]
     ReadManifest {

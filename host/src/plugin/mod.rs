@@ -7,5 +7,5 @@ pub mod error;
 pub mod name;
 pub mod watch;
 
-pub use directory::{PluginEntry, PluginSet, scan};
+pub use directory::{Checked, PluginEntry, PluginSet, check_file, scan};
 pub use error::LoadError;
