@@ -24,7 +24,6 @@ use crate::http::AppState;
 use crate::lease::groups::GroupSpec;
 use crate::lease::groups::runner::Runner;
 use crate::lease::{Driver, HolderId, Leases, StoreError, open_store};
-use crate::manifest::Binding;
 use crate::metrics::Metrics;
 use crate::plugin::PluginSet;
 use crate::runtime::engine::EngineOptions;
@@ -318,16 +317,8 @@ fn start_plugins(
             source,
         },
     )?;
-    for entry in set.values().filter(|e| e.loaded.is_ok()) {
-        let binding = &entry.manifest.binding;
-        let covered = match binding {
-            Binding::Lease(lease) => config.leases.contains(lease),
-            Binding::Group(group) => config.groups.iter().any(|g| g.name == *group),
-        };
-        if !covered {
-            warn!(plugin = %entry.name, lease = %binding, "plugin bound to a lease or group this replica does not campaign for: it will stay idle");
-        }
-    }
+    // A plugin bound to a lease this replica does not campaign for is the supervisor's warning
+    // (at load and at every reload), shown in /status.
     info!(dir = %dir.display(), plugins = set.len(), allocator = ?runtime.allocator(), "plugins loaded");
     let (tx, rx) = watch::channel(Arc::new(set));
     crate::plugin::watch::spawn(

@@ -298,6 +298,51 @@ async fn a_plugin_whose_init_fails_every_time_backs_off_and_the_fifth_failure_qu
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plugin_bound_to_a_lease_this_host_does_not_campaign_for_warns_naming_the_hosts_leases() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let misspelt = "lease = \"leadr\"\n[schedule]\ninterval = \"100ms\"\n";
+    let dir = plugin_dir(&[("hello-reconciler", misspelt)]).unwrap();
+    let host = sqlite_in_process("unbound", &db, dir.path()).await;
+    let expected = "bound to lease \"leadr\", which this replica does not campaign for (its leases: leader; its groups: none): it stays idle here";
+    let status = host.plugin_status("hello-reconciler").await.unwrap();
+    assert_eq!(status.state, PluginState::Idle, "{status:?}");
+    assert_eq!(status.warning.as_deref(), Some(expected));
+    // Dropped in while the host runs, a plugin bound to a group it is not in says so too.
+    let hello = guests_dist().join("hello-reconciler.wasm");
+    std::fs::write(dir.path().join("late.toml"), "group = \"ordrs\"\n").unwrap();
+    std::fs::copy(&hello, dir.path().join("late.wasm")).unwrap();
+    let late = host
+        .wait_for_plugin(
+            "late",
+            "the late plugin's warning",
+            Duration::from_secs(10),
+            |s| s.warning.is_some(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        late.warning.as_deref().unwrap().starts_with(
+            "bound to group \"ordrs\", which this replica does not campaign for (its leases: leader;"
+        ),
+        "{late:?}"
+    );
+    let log = host.log_text();
+    assert_eq!(
+        log.matches("which this replica does not campaign for")
+            .count(),
+        2,
+        "once each: {log}"
+    );
+    // Fixed, the warning goes.
+    std::fs::write(dir.path().join("late.toml"), "lease = \"leader\"\n").unwrap();
+    host.wait_for_plugin("late", "the warning to go", Duration::from_secs(10), |s| {
+        s.warning.is_none()
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_plugin_files_are_reported_and_isolated() {
     let db = Db::new(Backend::Sqlite).await.unwrap();
     let dir = plugin_dir(&[("hello-reconciler", &manifest("100ms", "1s", ""))]).unwrap();
@@ -381,7 +426,11 @@ async fn bad_plugin_files_are_reported_and_isolated() {
             first.contains(&format!("{name}.wasm")) && first.contains(reason),
             "{stderr}"
         );
-        assert_eq!(first.strip_prefix("leasehold: error: "), Some(error), "the host's words");
+        assert_eq!(
+            first.strip_prefix("leasehold: error: "),
+            Some(error),
+            "the host's words"
+        );
         if *name == "other-world" {
             assert!(
                 stderr.contains("MISSING reconcile: func(ctx: reconcile-context)"),

@@ -271,9 +271,10 @@ pub fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         Ok(checked) => {
             let world = checked.loaded.prepared.world();
             let binding = checked.manifest.binding.to_string();
-            let manifest_shown = checked.manifest_path.as_ref().map(|p| {
-                crate::report::escape_controls(&p.display().to_string()).into_owned()
-            });
+            let manifest_shown = checked
+                .manifest_path
+                .as_ref()
+                .map(|p| crate::report::escape_controls(&p.display().to_string()).into_owned());
             if args.json {
                 let report = serde_json::json!({
                     "file": file, "ok": true, "package": WIT_PACKAGE, "world": world,

@@ -120,13 +120,27 @@ impl Supervisor {
                 Err(e) => (None, PluginState::Invalid, Some(crate::report::chain(e))),
             };
             let lease = entry.manifest.binding.to_string();
-            let card = match known.get(&entry.name) {
+            let warning = entry
+                .loaded
+                .is_ok()
+                .then(|| self.unbound(&entry.manifest.binding))
+                .flatten();
+            let old = known.get(&entry.name);
+            if warning.is_some() && old.is_none_or(|o| o.warning != warning || o.lease != lease) {
+                tracing::warn!(
+                    plugin = %entry.name,
+                    "{}",
+                    warning.as_deref().unwrap_or_default()
+                );
+            }
+            let card = match old {
                 // A plugin that still loads keeps its live state; what it is bound to comes from
                 // the (possibly replaced) file.
                 Some(old) if old.state != PluginState::Invalid && state != PluginState::Invalid => {
                     PluginCard {
                         lease,
                         world,
+                        warning,
                         ..old.clone()
                     }
                 }
@@ -136,12 +150,48 @@ impl Supervisor {
                     world,
                     state,
                     last_error,
+                    warning,
                     fuel_last_call: old.and_then(|o| o.fuel_last_call),
                     last_call: old.and_then(|o| o.last_call),
                 },
             };
             self.board.put(card);
         }
+    }
+
+    /// Why a plugin bound to `binding` can never run on this replica, if it cannot: the lease
+    /// or group is not one it campaigns for. Names the ones it does, so that a misspelt `lease`
+    /// in a manifest explains itself.
+    fn unbound(&self, binding: &Binding) -> Option<String> {
+        let groups: Vec<String> = self.leases.groups().into_iter().map(|g| g.name).collect();
+        let (what, covered) = match binding {
+            Binding::Lease(lease) => (
+                format!("lease \"{lease}\""),
+                self.leases.lease_names().any(|l| l == lease.as_str()),
+            ),
+            Binding::Group(group) => (format!("group \"{group}\""), groups.contains(group)),
+        };
+        if covered {
+            return None;
+        }
+        let mut leases: Vec<&str> = self
+            .leases
+            .lease_names()
+            .filter(|l| !groups.iter().any(|g| l.starts_with(&format!("{g}/"))))
+            .collect();
+        leases.sort_unstable();
+        let list = |names: Vec<String>| {
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            }
+        };
+        Some(format!(
+            "bound to {what}, which this replica does not campaign for (its leases: {}; its groups: {}): it stays idle here",
+            list(leases.into_iter().map(str::to_string).collect()),
+            list(groups),
+        ))
     }
 
     async fn follow_lease(&self, lease: &str, shutdown: CancellationToken) {

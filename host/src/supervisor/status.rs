@@ -41,6 +41,10 @@ pub struct PluginStatus {
     pub state: PluginState,
     /// The last failure, if any.
     pub last_error: Option<String>,
+    /// What is wrong with how the plugin is set up here, though it loaded: a lease or group this
+    /// replica does not campaign for (a misspelt `lease` would otherwise just stay `idle`).
+    #[serde(default)]
+    pub warning: Option<String>,
     /// Calls entered (init, reconcile, handle-event and check; not instantiations), counted as
     /// they start so that one that never returns still shows: `leasehold_plugin_calls`.
     pub calls: u64,
@@ -85,6 +89,8 @@ pub struct PluginCard {
     pub state: PluginState,
     /// The last failure, if any.
     pub last_error: Option<String>,
+    /// What is wrong with how the plugin is set up here: see [`PluginStatus::warning`].
+    pub warning: Option<String>,
     /// Fuel burnt by the last call that finished, when the engine meters fuel.
     pub fuel_last_call: Option<u64>,
     /// Wall time of the last call (or instantiation) that entered the guest.
@@ -163,6 +169,7 @@ impl StatusBoard {
                     world: card.world,
                     state: card.state,
                     last_error: card.last_error,
+                    warning: card.warning,
                     calls: counts.calls,
                     traps: counts.traps,
                     errors: counts.errors,
@@ -195,6 +202,7 @@ mod tests {
             world: Some(World::Reconciler),
             state: PluginState::Running,
             last_error: None,
+            warning: None,
             fuel_last_call: None,
             last_call: None,
         }

@@ -483,6 +483,7 @@
       fuelPerCall: dd("fuel-per-call"),
       fuelTotal: dd("fuel-total"),
       error: el("p", { class: "error", "data-field": "last-error" }),
+      warning: el("p", { class: "warning", "data-field": "warning" }),
     };
     const root = el(
       "article",
@@ -504,6 +505,7 @@
         pair("fuel per call", f.fuelPerCall),
         pair("fuel, all calls", f.fuelTotal),
       ),
+      f.warning,
       f.error,
     );
     return { root, f };
@@ -531,6 +533,8 @@
     const metered = plugin.calls > 0 && plugin.fuel_total > 0;
     setText(f.fuelPerCall, count(metered ? Math.round(plugin.fuel_total / plugin.calls) : null));
     setText(f.fuelTotal, count(plugin.fuel_total));
+    f.warning.hidden = plugin.warning == null;
+    setText(f.warning, plugin.warning == null ? "" : "warning: " + plugin.warning);
     f.error.hidden = plugin.last_error == null;
     setText(f.error, plugin.last_error == null ? "" : "last error: " + plugin.last_error);
   }

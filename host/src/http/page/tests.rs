@@ -278,6 +278,7 @@ async fn the_script_reads_only_fields_that_status_has() {
         world: None,
         state: PluginState::Idle,
         last_error: None,
+        warning: None,
         fuel_last_call: None,
         last_call: None,
     });
