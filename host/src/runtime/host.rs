@@ -11,6 +11,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::bindings::{lease, log};
 use super::call::Cancel;
 use super::limits::{Limiter, MAX_HANDLES};
+use super::rate::{Dropped, PluginRate};
 use crate::capability::PluginCapabilities;
 use crate::lease::Term;
 use crate::manifest::CallLimits;
@@ -58,7 +59,9 @@ pub struct HostState {
     /// Log lines the guest may still write in this call; reset by the caller before each call.
     pub log_budget: u32,
     /// Log lines dropped in this call for want of budget.
-    pub logs_dropped: u64,
+    pub logs_dropped: Dropped,
+    /// What the plugin may log over time, shared with its output and its other stores.
+    pub(super) log_rate: Arc<PluginRate>,
     /// What the `kv` and `sql` imports may use; `None` grants nothing (health checks, tools).
     pub capabilities: Option<PluginCapabilities>,
     /// Writes the fence refused in this store's life.
@@ -75,6 +78,7 @@ impl HostState {
         limits: &CallLimits,
         capabilities: Option<PluginCapabilities>,
         wasi: WasiCtx,
+        log_rate: Arc<PluginRate>,
     ) -> Self {
         let mut table = ResourceTable::new();
         table.set_max_capacity(MAX_HANDLES);
@@ -85,7 +89,8 @@ impl HostState {
             interrupted: None,
             limits: Limiter::new(limits.memory_bytes),
             log_budget: LOG_LINES_PER_CALL,
-            logs_dropped: 0,
+            logs_dropped: Dropped::default(),
+            log_rate,
             capabilities,
             fenced_refusals: 0,
             wasi,
@@ -182,11 +187,29 @@ pub fn guest_text(text: String) -> String {
 impl log::Host for HostState {
     fn log(&mut self, level: log::Level, message: String) {
         if self.log_budget == 0 {
-            self.logs_dropped += 1;
+            self.logs_dropped.add(Dropped {
+                lines: 1,
+                bytes: message.len() as u64,
+            });
+            return;
+        }
+        // A level the host does not log costs the plugin nothing.
+        let enabled = match level {
+            log::Level::Trace => tracing::enabled!(tracing::Level::TRACE),
+            log::Level::Debug => tracing::enabled!(tracing::Level::DEBUG),
+            log::Level::Info => tracing::enabled!(tracing::Level::INFO),
+            log::Level::Warn => tracing::enabled!(tracing::Level::WARN),
+            log::Level::Error => tracing::enabled!(tracing::Level::ERROR),
+        };
+        if !enabled {
+            return;
+        }
+        let written = message.len();
+        let message = guest_text(message);
+        if !self.log_rate.admit(message.len(), written) {
             return;
         }
         self.log_budget -= 1;
-        let message = guest_text(message);
         let plugin = &*self.plugin;
         let lease = &self.lease.name;
         let epoch = self.lease.term.as_ref().map(|t| t.epoch);
