@@ -193,7 +193,8 @@ impl log::Host for HostState {
             });
             return;
         }
-        // A level the host does not log costs the plugin nothing.
+        self.log_budget -= 1;
+        // A level the host does not log costs the plugin nothing of its rate.
         let enabled = match level {
             log::Level::Trace => tracing::enabled!(tracing::Level::TRACE),
             log::Level::Debug => tracing::enabled!(tracing::Level::DEBUG),
@@ -209,7 +210,6 @@ impl log::Host for HostState {
         if !self.log_rate.admit(message.len(), written) {
             return;
         }
-        self.log_budget -= 1;
         let plugin = &*self.plugin;
         let lease = &self.lease.name;
         let epoch = self.lease.term.as_ref().map(|t| t.epoch);
@@ -228,6 +228,66 @@ impl super::bindings::types::Host for HostState {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::rate::{BURST_BYTES, LINE_COST, LogRates};
+
+    fn state(rate: Arc<PluginRate>) -> HostState {
+        let lease = LeaseView {
+            name: "leader".into(),
+            holder: "h".into(),
+            term: None,
+            acquired_at: None,
+            shard: None,
+        };
+        let limits = CallLimits {
+            call_timeout: std::time::Duration::from_secs(1),
+            memory_bytes: 1 << 20,
+            fuel: None,
+        };
+        let wasi = wasmtime_wasi::WasiCtxBuilder::new().build();
+        HostState::new("p".into(), lease, &limits, None, wasi, rate)
+    }
+
+    #[test]
+    fn a_plugins_log_lines_drain_one_bucket_across_its_stores_within_each_calls_budget() {
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(std::io::sink)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let rates = LogRates::new(crate::metrics::Metrics::new());
+            let mut first = state(rates.of(&"p".into()));
+            let line = "x".repeat(100);
+            // Lines the host does not log cost nothing of the rate.
+            for _ in 0..100 {
+                log::Host::log(&mut first, log::Level::Debug, line.clone());
+            }
+            assert_eq!(first.log_rate.dropped(), 0);
+            // The call's budget (which the debug lines took their part of), then a count of
+            // what is over it.
+            for _ in 0..LOG_LINES_PER_CALL + 10 {
+                log::Host::log(&mut first, log::Level::Info, line.clone());
+            }
+            assert_eq!(
+                first.logs_dropped,
+                Dropped {
+                    lines: 110,
+                    bytes: 11_000
+                }
+            );
+            // Of the budget's lines, the burst got through and the rest were over the rate.
+            let burst = BURST_BYTES / (100 + LINE_COST);
+            let over_rate = u64::from(LOG_LINES_PER_CALL) - 100 - burst;
+            let dropped = first.log_rate.dropped();
+            assert!(
+                (over_rate.saturating_sub(8)..=over_rate).contains(&dropped),
+                "{dropped} of {over_rate}"
+            );
+            // Another store of the plugin (a shard, the next term, a new file) finds it empty.
+            let mut second = state(rates.of(&"p".into()));
+            log::Host::log(&mut second, log::Level::Error, line.clone());
+            assert_eq!(second.log_rate.dropped(), dropped + 1);
+        });
+    }
 
     #[test]
     fn guest_text_is_one_bounded_line_that_keeps_its_letters() {

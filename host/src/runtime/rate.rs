@@ -235,6 +235,12 @@ impl PluginRate {
         }
     }
 
+    /// Lines dropped so far, over the rate or a call's budget.
+    #[cfg(test)]
+    pub(super) fn dropped(&self) -> u64 {
+        self.dropped.get()
+    }
+
     fn report(&self, report: &Report) {
         let mut parts = Vec::new();
         for (dropped, why) in [
