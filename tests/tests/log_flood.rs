@@ -1,7 +1,8 @@
 //! A plugin flooding the host's log is held to its rate across calls: a real `leasehold run`
 //! process on a real PostgreSQL, two copies of the `misbehave` guest writing as much as each
 //! call allows (one through the `log` import, one to stdout and stderr) on a 10 ms schedule, and a
-//! quiet `hello-reconciler` beside them. The host's stderr is what is measured.
+//! quiet `hello-reconciler` beside them; and one plugin flooding on every shard of a lease group.
+//! The host's stderr is what is measured.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -183,4 +184,75 @@ async fn a_plugin_flooding_its_log_stays_within_its_rate_and_a_quiet_one_is_stil
             .any(|l| l.contains("stderr was not read fast enough")),
         "the host's log queue overflowed"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_flooding_on_every_shard_of_a_group_shares_one_rate() {
+    const SHARDS: u32 = 4;
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        guests_dist().join("misbehave.wasm"),
+        dir.path().join("flood.wasm"),
+    )
+    .unwrap();
+    let manifest = manifest("10ms", "verb = \"log-flood\"\nlines = \"5000\"")
+        .replace("lease = \"leader\"", "group = \"orders\"");
+    std::fs::write(dir.path().join("flood.toml"), manifest).unwrap();
+    let host = HostBuilder::new("shards")
+        .database_url(&db.url().unwrap())
+        .ttl(Duration::from_secs(2))
+        .plugins(dir.path())
+        .args(&["--group", &format!("orders={SHARDS}")])
+        .spawn()
+        .await
+        .unwrap();
+    // One instance per shard, all flooding.
+    let stores = "leasehold_plugin_stores{plugin=\"flood\"}";
+    leasehold_tests::eventually::eventually(
+        "an instance of the plugin on every shard",
+        Duration::from_secs(60),
+        async || {
+            let metrics = host.metrics().await.unwrap();
+            match sample(&metrics, stores) {
+                Some(n) if n >= f64::from(SHARDS) => Ok(()),
+                n => Err(format!("{stores} = {n:?}")),
+            }
+        },
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let from = host.log_len();
+    let started = Instant::now();
+    let most = |time: Duration| allowed(time + Duration::from_secs(2)) + (8 << 10);
+    while started.elapsed() < FLOOD {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let grown = bytes(&host.log_lines_from(from));
+        let time = started.elapsed();
+        assert!(
+            grown <= most(time),
+            "{SHARDS} shards of one plugin grew the host's log by {grown} bytes in {time:?}, over one plugin's {}",
+            most(time)
+        );
+    }
+    let time = started.elapsed();
+    let lines = host.log_lines_from(from);
+    let of: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("plugin=\"flood\""))
+        .collect();
+    let shards: std::collections::BTreeSet<&str> = of
+        .iter()
+        .filter(|l| l.contains("log flood line"))
+        .filter_map(|l| l.split("lease=").nth(1)?.split_whitespace().next())
+        .collect();
+    println!(
+        "log flood: {SHARDS} shards of one plugin grew the host's log by {} bytes in {time:?}, lines from {shards:?}",
+        bytes(&lines)
+    );
+    // Every shard was heard from, within one plugin's rate.
+    assert_eq!(shards.len(), SHARDS as usize, "{shards:?}");
+    assert!(bytes(&lines) <= most(time), "{} bytes", bytes(&lines));
 }
