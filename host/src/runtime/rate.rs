@@ -10,9 +10,9 @@
 //! reported in one host line per plugin at most every [`REPORT_INTERVAL`]: the first at the end of
 //! the first call that dropped anything, then at most one per interval.
 //!
-//! - [`LogRates`]: the buckets of every plugin the runtime has run, by plugin name;
+//! - `LogRates`: the buckets of every plugin the runtime has run, by plugin name;
 //! - [`PluginRate`]: one plugin's bucket, what it dropped and when that was last reported;
-//! - [`Bucket`] and [`Pending`]: the pure logic, driven by the instants it is given.
+//! - `Bucket` and `Pending`: the pure logic, driven by the instants it is given.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
