@@ -163,6 +163,9 @@ pub struct Metrics {
     /// Guest calls the host cut off by force because their term ended (lease lost, released or
     /// shutdown) while they ran: a call's own deadline counts as a `timeout` trap instead.
     pub plugin_forced_stops: Family<PluginLabel, Counter>,
+    /// Lines of a plugin's output (log, stdout, stderr) not written to the host's log: over a
+    /// call's budget or over the plugin's rate.
+    pub plugin_log_dropped: Family<PluginLabel, Counter>,
     /// Stores (instances and their memory) a plugin holds on this replica now.
     pub plugin_stores: Family<PluginLabel, Gauge>,
     /// Shards of a lease group this replica holds.
@@ -233,6 +236,7 @@ impl Metrics {
             plugin_memory_bytes: Family::default(),
             plugin_refused_writes: Family::default(),
             plugin_forced_stops: Family::default(),
+            plugin_log_dropped: Family::default(),
             plugin_stores: Family::default(),
             group_held: Family::default(),
             group_target: Family::default(),
@@ -325,6 +329,11 @@ impl Metrics {
             m.plugin_forced_stops.clone(),
         );
         registry.register(
+            "leasehold_plugin_log_dropped",
+            "Lines of the plugin's output not written to the host's log: over a call's budget or the plugin's rate",
+            m.plugin_log_dropped.clone(),
+        );
+        registry.register(
             "leasehold_plugin_stores",
             "Stores (instances and their memory) the plugin holds on this replica now",
             m.plugin_stores.clone(),
@@ -411,6 +420,7 @@ impl Metrics {
             &self.plugin_errors,
             &self.plugin_refused_writes,
             &self.plugin_forced_stops,
+            &self.plugin_log_dropped,
         ] {
             family.get_or_create(&label).inc_by(0);
         }

@@ -106,7 +106,8 @@ const VERBS: &[(&str, &str, &str)] = &[
     // A panic's message, which the guest printed to stderr, is part of the trap's report.
     ("panic", "trap", "misbehave: deliberate panic"),
     ("fail", "error", "deliberate failure"),
-    // A million log lines outlast the deadline; all but the per-call budget are dropped.
+    // A million log lines outlast the deadline; all but the per-call budget are dropped, and
+    // reported.
     (
         "log-flood",
         "timeout",
@@ -168,7 +169,7 @@ async fn every_misbehaving_verb_ends_as_a_classified_failure() {
     }
     let flood = &running[VERBS.iter().position(|v| v.0 == "log-flood").unwrap()].2;
     flood
-        .wait_for_log("guest log lines dropped", Duration::from_secs(5))
+        .wait_for_log("plugin output dropped in the last", Duration::from_secs(5))
         .await
         .unwrap();
     // A panic's message reaches the host log beside the trap.

@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use leasehold_tests::endpoint::sample;
 use leasehold_tests::eventually::{eventually, when};
 use leasehold_tests::host::{HostBuilder, plugin_dir};
 use leasehold_tests::in_process::InProcessHost;
@@ -43,7 +44,8 @@ fn rss_kib() -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_guest_printing_megabytes_every_call_never_fails_a_write_and_logs_only_its_budget() {
+async fn a_guest_printing_megabytes_every_call_never_fails_a_write_and_logs_within_its_budget_and_rate()
+ {
     // 20,000 lines of ~100 bytes per stream and call: 2 MB, twice what a store could ever hold
     // when output was kept in a 1 MiB pipe, and every call prints as much again.
     const LINES: u64 = 20_000;
@@ -88,38 +90,36 @@ async fn a_guest_printing_megabytes_every_call_never_fails_a_write_and_logs_only
     assert_eq!(status.last_error, None, "{status:?}");
     assert_eq!(status.traps, 0, "{status:?}");
 
-    // Per stream and call: at most 200 lines logged, the rest counted in one line, so that
-    // logged + dropped is what the guest printed.
+    // Per stream and call: at most 200 lines logged, fewer once the plugin's rate holds it back,
+    // and every line printed is either logged or counted as dropped (the call under way, if
+    // any, is counted in part).
+    let dropped_series = "leasehold_plugin_log_dropped_total{plugin=\"misbehave\"}";
+    let before = host.plugin_status("misbehave").await.unwrap().calls;
     let log = host.log_text();
+    let dropped = sample(&host.metrics().await.unwrap(), dropped_series).unwrap() as u64;
+    let after = host.plugin_status("misbehave").await.unwrap().calls;
+    let mut logged = 0;
     for stream in ["stdout", "stderr"] {
         let tag = format!("stream=\"{stream}\"");
-        let logged = log
+        let of_stream = log
             .lines()
             .filter(|l| l.contains(&tag) && l.contains("misbehave"))
-            .filter(|l| !l.contains("lines dropped"))
             .count() as u64;
-        let reports: Vec<u64> = log
-            .lines()
-            .filter(|l| l.contains(&tag) && l.contains("lines dropped"))
-            .map(|l| {
-                let words: Vec<&str> = l.split_whitespace().collect();
-                let at = words.iter().position(|w| *w == "lines").unwrap();
-                words[at - 1].parse().unwrap()
-            })
-            .collect();
-        let calls = reports.len() as u64;
-        // 13 calls are init and 12 reconciles, the last of which may still be running.
-        assert!(calls >= 11, "{stream}: {calls} drop reports");
         assert!(
-            reports.iter().all(|d| *d == LINES - 200),
-            "{stream}: dropped per call {reports:?}"
+            of_stream <= after * 200,
+            "{stream}: {of_stream} lines logged for {after} calls"
         );
-        // Calls logged but not yet reported (one may be running) hold at most one budget more.
-        assert!(
-            logged <= (calls + 1) * 200 && logged >= calls * 200,
-            "{stream}: {logged} lines logged for {calls} calls"
-        );
+        logged += of_stream;
     }
+    // Calls are init (which prints nothing) and the reconciles, the last of which may still run.
+    let printed = |calls: u64| calls.saturating_sub(1) * 2 * LINES;
+    assert!(
+        (printed(before - 1)..=printed(after)).contains(&(logged + dropped)),
+        "{logged} lines logged and {dropped} dropped for {before}..{after} calls of {LINES} lines per stream"
+    );
+    // What was dropped is reported in a line of its own, not a line per call.
+    let reports = log.matches("plugin output dropped in the last").count();
+    assert!((1..13).contains(&reports), "{reports} drop reports");
     // The lease never moved.
     assert_eq!(host.role("leader").await, Some(Role::Leader));
     assert_eq!(host.status().await.unwrap().leases[0].epoch, epoch);

@@ -11,6 +11,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::bindings::{lease, log};
 use super::call::Cancel;
 use super::limits::{Limiter, MAX_HANDLES};
+use super::rate::{Dropped, PluginRate};
 use crate::capability::PluginCapabilities;
 use crate::lease::Term;
 use crate::manifest::CallLimits;
@@ -58,7 +59,9 @@ pub struct HostState {
     /// Log lines the guest may still write in this call; reset by the caller before each call.
     pub log_budget: u32,
     /// Log lines dropped in this call for want of budget.
-    pub logs_dropped: u64,
+    pub logs_dropped: Dropped,
+    /// What the plugin may log over time, shared with its output and its other stores.
+    pub(super) log_rate: Arc<PluginRate>,
     /// What the `kv` and `sql` imports may use; `None` grants nothing (health checks, tools).
     pub capabilities: Option<PluginCapabilities>,
     /// Writes the fence refused in this store's life.
@@ -75,6 +78,7 @@ impl HostState {
         limits: &CallLimits,
         capabilities: Option<PluginCapabilities>,
         wasi: WasiCtx,
+        log_rate: Arc<PluginRate>,
     ) -> Self {
         let mut table = ResourceTable::new();
         table.set_max_capacity(MAX_HANDLES);
@@ -85,7 +89,8 @@ impl HostState {
             interrupted: None,
             limits: Limiter::new(limits.memory_bytes),
             log_budget: LOG_LINES_PER_CALL,
-            logs_dropped: 0,
+            logs_dropped: Dropped::default(),
+            log_rate,
             capabilities,
             fenced_refusals: 0,
             wasi,
@@ -182,11 +187,29 @@ pub fn guest_text(text: String) -> String {
 impl log::Host for HostState {
     fn log(&mut self, level: log::Level, message: String) {
         if self.log_budget == 0 {
-            self.logs_dropped += 1;
+            self.logs_dropped.add(Dropped {
+                lines: 1,
+                bytes: message.len() as u64,
+            });
             return;
         }
         self.log_budget -= 1;
+        // A level the host does not log costs the plugin nothing of its rate.
+        let enabled = match level {
+            log::Level::Trace => tracing::enabled!(tracing::Level::TRACE),
+            log::Level::Debug => tracing::enabled!(tracing::Level::DEBUG),
+            log::Level::Info => tracing::enabled!(tracing::Level::INFO),
+            log::Level::Warn => tracing::enabled!(tracing::Level::WARN),
+            log::Level::Error => tracing::enabled!(tracing::Level::ERROR),
+        };
+        if !enabled {
+            return;
+        }
+        let written = message.len();
         let message = guest_text(message);
+        if !self.log_rate.admit(message.len(), written) {
+            return;
+        }
         let plugin = &*self.plugin;
         let lease = &self.lease.name;
         let epoch = self.lease.term.as_ref().map(|t| t.epoch);
@@ -205,6 +228,66 @@ impl super::bindings::types::Host for HostState {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::rate::{BURST_BYTES, LINE_COST, LogRates};
+
+    fn state(rate: Arc<PluginRate>) -> HostState {
+        let lease = LeaseView {
+            name: "leader".into(),
+            holder: "h".into(),
+            term: None,
+            acquired_at: None,
+            shard: None,
+        };
+        let limits = CallLimits {
+            call_timeout: std::time::Duration::from_secs(1),
+            memory_bytes: 1 << 20,
+            fuel: None,
+        };
+        let wasi = wasmtime_wasi::WasiCtxBuilder::new().build();
+        HostState::new("p".into(), lease, &limits, None, wasi, rate)
+    }
+
+    #[test]
+    fn a_plugins_log_lines_drain_one_bucket_across_its_stores_within_each_calls_budget() {
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(std::io::sink)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let rates = LogRates::new(crate::metrics::Metrics::new());
+            let mut first = state(rates.of(&"p".into()));
+            let line = "x".repeat(100);
+            // Lines the host does not log cost nothing of the rate.
+            for _ in 0..100 {
+                log::Host::log(&mut first, log::Level::Debug, line.clone());
+            }
+            assert_eq!(first.log_rate.dropped(), 0);
+            // The call's budget (which the debug lines took their part of), then a count of
+            // what is over it.
+            for _ in 0..LOG_LINES_PER_CALL + 10 {
+                log::Host::log(&mut first, log::Level::Info, line.clone());
+            }
+            assert_eq!(
+                first.logs_dropped,
+                Dropped {
+                    lines: 110,
+                    bytes: 11_000
+                }
+            );
+            // Of the budget's lines, the burst got through and the rest were over the rate.
+            let burst = BURST_BYTES / (100 + LINE_COST);
+            let over_rate = u64::from(LOG_LINES_PER_CALL) - 100 - burst;
+            let dropped = first.log_rate.dropped();
+            assert!(
+                (over_rate.saturating_sub(8)..=over_rate).contains(&dropped),
+                "{dropped} of {over_rate}"
+            );
+            // Another store of the plugin (a shard, the next term, a new file) finds it empty.
+            let mut second = state(rates.of(&"p".into()));
+            log::Host::log(&mut second, log::Level::Error, line.clone());
+            assert_eq!(second.log_rate.dropped(), dropped + 1);
+        });
+    }
 
     #[test]
     fn guest_text_is_one_bounded_line_that_keeps_its_letters() {

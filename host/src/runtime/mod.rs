@@ -14,6 +14,8 @@
 //! - `imports`: the host side of the `kv` and `sql` imports (the capability layer behind them);
 //! - `output`: the guest's stdout and stderr, streamed to the log line by line within a
 //!   per-call budget;
+//! - [`rate`]: what a plugin may write to the log over time, across its calls and stores, and
+//!   the report of what it dropped;
 //! - [`engine`]: the engine and its epoch ticker;
 //! - [`cache`]: compiled components on disk.
 
@@ -27,6 +29,7 @@ mod imports;
 pub mod limits;
 pub mod load;
 mod output;
+pub mod rate;
 pub mod store;
 
 use std::path::Path;
@@ -69,6 +72,8 @@ pub struct Runtime {
     options: EngineOptions,
     linker: Linker<HostState>,
     cache: ComponentCache,
+    /// Each plugin's log rate, kept by name across its stores, terms and files.
+    log_rates: rate::LogRates,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -107,6 +112,7 @@ impl Runtime {
         }
         let cache = ComponentCache::new(cache_dir.map(Path::to_path_buf), &engine);
         Ok(Arc::new(Runtime {
+            log_rates: rate::LogRates::new(metrics.clone()),
             metrics,
             engine,
             allocator,

@@ -3,10 +3,11 @@
 //!
 //! Nothing of it accumulates: a [`LineSink`] keeps only the line being written, cut at
 //! [`MAX_LINE_BYTES`], and logs each whole line through [`super::host::guest_text`]. Each call
-//! may log [`LINES_PER_CALL`] lines and [`BYTES_PER_CALL`] bytes per stream; the rest are counted
-//! and reported once, after the call, as one "N lines dropped" line. Writes never fail, so a
-//! guest may print forever (until its deadline or fuel ends the call) without an error, a panic
-//! in its `println!`, or host memory growing with what it printed.
+//! may log [`LINES_PER_CALL`] lines and [`BYTES_PER_CALL`] bytes per stream, and the plugin no
+//! more than its rate across calls ([`super::rate`]); the rest are counted, and reported with the
+//! plugin's other dropped output. Writes never fail, so a guest may print forever (until its
+//! deadline or fuel ends the call) without an error, a panic in its `println!`, or host memory
+//! growing with what it printed.
 //!
 //! The last few lines a call wrote to stderr are kept until the call ends ([`TAIL_LINES`], each
 //! cut at [`TAIL_LINE_BYTES`]): a guest that traps usually said why there just before (a Rust
@@ -21,6 +22,8 @@ use bytes::Bytes;
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+
+use super::rate::{Dropped, PluginRate};
 
 /// Lines per stream and call that reach the log: enough for a call's diagnostics, too few for a
 /// guest printing in a loop to drown the host's log.
@@ -58,20 +61,28 @@ pub(super) struct GuestOutput {
 }
 
 impl GuestOutput {
-    /// Fresh sinks for `plugin` under `lease`, wired into `wasi` as the guest's stdout and stderr.
-    pub(super) fn capture(wasi: &mut WasiCtxBuilder, plugin: &Arc<str>, lease: &str) -> Self {
-        let stdout = LineSink::new(plugin, lease, "stdout");
-        let stderr = LineSink::new(plugin, lease, "stderr");
+    /// Fresh sinks for `plugin` under `lease`, wired into `wasi` as the guest's stdout and stderr,
+    /// both within the plugin's `rate`.
+    pub(super) fn capture(
+        wasi: &mut WasiCtxBuilder,
+        plugin: &Arc<str>,
+        lease: &str,
+        rate: &Arc<PluginRate>,
+    ) -> Self {
+        let stdout = LineSink::new(plugin, lease, "stdout", rate);
+        let stderr = LineSink::new(plugin, lease, "stderr", rate);
         wasi.stdout(stdout.clone()).stderr(stderr.clone());
         GuestOutput { stdout, stderr }
     }
 
-    /// Ends a call: logs an unfinished last line, reports what was dropped, and renews the
-    /// budgets for the next call. Returns the call's last stderr lines, joined by ` / `, when
-    /// it wrote any.
-    pub(super) fn flush(&mut self) -> Option<String> {
-        self.stdout.end_call();
-        self.stderr.end_call()
+    /// Ends a call: logs an unfinished last line and renews the budgets for the next call.
+    /// Returns the call's last stderr lines, joined by ` / `, when it wrote any, and what the
+    /// budgets dropped (for the plugin's report).
+    pub(super) fn flush(&mut self) -> (Option<String>, Dropped) {
+        let (_, mut dropped) = self.stdout.end_call();
+        let (tail, more) = self.stderr.end_call();
+        dropped.add(more);
+        (tail, dropped)
     }
 }
 
@@ -87,31 +98,37 @@ struct Lines {
     lease: Box<str>,
     /// `stdout` or `stderr`.
     stream: &'static str,
+    /// The plugin's rate, across its calls and stores.
+    rate: Arc<PluginRate>,
     /// The line being written, at most [`MAX_LINE_BYTES`].
     partial: Vec<u8>,
     /// Whether the line being written was longer than what `partial` kept.
     overlong: bool,
+    /// The bytes of the line being written, kept or not.
+    written: usize,
     /// Lines this call may still log.
     lines_left: u32,
     /// Bytes this call may still log.
     bytes_left: usize,
-    /// Lines this call wrote but did not log.
-    dropped: u64,
+    /// What this call wrote over its budget.
+    dropped: Dropped,
     /// The call's last lines (stderr only), for a trap report.
     tail: Option<std::collections::VecDeque<String>>,
 }
 
 impl LineSink {
-    fn new(plugin: &Arc<str>, lease: &str, stream: &'static str) -> Self {
+    fn new(plugin: &Arc<str>, lease: &str, stream: &'static str, rate: &Arc<PluginRate>) -> Self {
         LineSink(Arc::new(Mutex::new(Lines {
             plugin: plugin.clone(),
             lease: lease.into(),
             stream,
+            rate: rate.clone(),
             partial: Vec::new(),
             overlong: false,
+            written: 0,
             lines_left: LINES_PER_CALL,
             bytes_left: BYTES_PER_CALL,
-            dropped: 0,
+            dropped: Dropped::default(),
             tail: (stream == "stderr").then(std::collections::VecDeque::new),
         })))
     }
@@ -125,7 +142,7 @@ impl LineSink {
         self.lines().take(bytes);
     }
 
-    fn end_call(&self) -> Option<String> {
+    fn end_call(&self) -> (Option<String>, Dropped) {
         self.lines().end_call()
     }
 }
@@ -142,15 +159,18 @@ impl Lines {
             self.partial
                 .extend_from_slice(&text[..text.len().min(room)]);
             self.overlong |= text.len() > room;
+            self.written = self.written.saturating_add(text.len());
             if ends {
                 self.end_line();
             }
         }
     }
 
-    /// Logs the line written so far, if the budget allows, else counts it.
+    /// Logs the line written so far, if the call's budget and the plugin's rate allow, else
+    /// counts it.
     fn end_line(&mut self) {
         let overlong = std::mem::take(&mut self.overlong);
+        let written = std::mem::take(&mut self.written);
         let mut text = String::from_utf8_lossy(&self.partial).into_owned();
         self.partial.clear();
         if text.trim().is_empty() {
@@ -167,35 +187,41 @@ impl Lines {
             ));
         }
         if self.lines_left == 0 || text.len() > self.bytes_left {
-            self.dropped += 1;
+            self.dropped.lines += 1;
+            self.dropped.bytes += written as u64;
             return;
         }
+        // Within the call's budget, whether the rate lets it through or not: past the budget,
+        // a flood costs a count, not an escape and a lock per line.
         self.lines_left -= 1;
         self.bytes_left -= text.len();
+        // Output is logged at info: a host that does not log it charges nothing to the rate.
+        if !tracing::enabled!(tracing::Level::INFO) {
+            return;
+        }
         if overlong {
             text.push_str("… (truncated)");
         }
         let line = super::host::guest_text(text);
+        if !self.rate.admit(line.len(), written) {
+            return;
+        }
         tracing::info!(plugin = &*self.plugin, lease = %self.lease, stream = self.stream, "{line}");
     }
 
     /// See [`GuestOutput::flush`].
-    fn end_call(&mut self) -> Option<String> {
+    fn end_call(&mut self) -> (Option<String>, Dropped) {
         if !self.partial.is_empty() {
             self.end_line();
         }
-        if self.dropped > 0 {
-            tracing::warn!(
-                plugin = &*self.plugin, lease = %self.lease, stream = self.stream,
-                "{} lines dropped: guest output over the per-call budget ({LINES_PER_CALL} lines, {BYTES_PER_CALL} bytes)",
-                self.dropped
-            );
-        }
-        self.dropped = 0;
+        let dropped = std::mem::take(&mut self.dropped);
         self.lines_left = LINES_PER_CALL;
         self.bytes_left = BYTES_PER_CALL;
         let tail = self.tail.as_mut().map(std::mem::take).unwrap_or_default();
-        (!tail.is_empty()).then(|| Vec::from(tail).join(" / "))
+        (
+            (!tail.is_empty()).then(|| Vec::from(tail).join(" / ")),
+            dropped,
+        )
     }
 }
 
@@ -268,8 +294,12 @@ impl tokio::io::AsyncWrite for LineSink {
 mod tests {
     use super::*;
 
+    fn rate() -> Arc<PluginRate> {
+        super::super::rate::LogRates::new(crate::metrics::Metrics::new()).of(&Arc::from("p"))
+    }
+
     fn sink() -> LineSink {
-        LineSink::new(&Arc::from("p"), "leader", "stdout")
+        LineSink::new(&Arc::from("p"), "leader", "stdout", &rate())
     }
 
     #[test]
@@ -284,21 +314,21 @@ mod tests {
         }
         assert_eq!(s.lines().lines_left, 0);
         // "wor" + "x" went out as one line, so 6 lines are over the budget.
-        assert_eq!(s.lines().dropped, 6);
-        s.end_call();
+        assert_eq!(s.lines().dropped, Dropped { lines: 6, bytes: 6 });
+        assert_eq!(s.end_call().1, Dropped { lines: 6, bytes: 6 });
         assert_eq!(s.lines().lines_left, LINES_PER_CALL);
-        assert_eq!(s.lines().dropped, 0);
+        assert_eq!(s.lines().dropped, Dropped::default());
     }
 
     #[test]
     fn a_calls_last_stderr_lines_are_kept_for_its_trap_report_and_then_forgotten() {
-        let s = LineSink::new(&Arc::from("p"), "leader", "stderr");
+        let s = LineSink::new(&Arc::from("p"), "leader", "stderr", &rate());
         s.take(b"Traceback (most recent call last):\n  File \"app.py\", line 3\n");
         s.take(b"RuntimeError: boom\nthread panicked at lib.rs:1:2:\n");
         s.take(b"Python function threw an unexpected exception\n");
         s.take(b"note: run with `RUST_BACKTRACE=1` environment variable\n");
         s.take(&[b'z'; 1000]);
-        let tail = s.end_call().expect("stderr lines were written");
+        let tail = s.end_call().0.expect("stderr lines were written");
         assert_eq!(
             tail,
             format!(
@@ -307,10 +337,44 @@ mod tests {
                 "z".repeat(TAIL_LINE_BYTES)
             )
         );
-        assert_eq!(s.end_call(), None, "the next call starts with no tail");
+        assert_eq!(s.end_call().0, None, "the next call starts with no tail");
         let out = sink();
         out.take(b"hello\n");
-        assert_eq!(out.end_call(), None, "stdout keeps no tail");
+        assert_eq!(out.end_call().0, None, "stdout keeps no tail");
+    }
+
+    #[test]
+    fn stdout_and_stderr_share_the_plugins_rate_across_calls() {
+        use super::super::rate::{BURST_BYTES, LINE_COST};
+        let rate = rate();
+        let out = LineSink::new(&Arc::from("p"), "leader", "stdout", &rate);
+        let err = LineSink::new(&Arc::from("p"), "leader", "stderr", &rate);
+        let line = [b'z'; 99];
+        let burst = BURST_BYTES / (100 + LINE_COST);
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(std::io::sink)
+            .finish();
+        // Calls of 100 lines each, alternating streams, at once: the burst, then nothing more.
+        tracing::subscriber::with_default(subscriber, || {
+            for call in 0..10 {
+                let sink = if call % 2 == 0 { &out } else { &err };
+                for _ in 0..100 {
+                    sink.take(&line);
+                    sink.take(b" \n");
+                }
+                assert_eq!(
+                    sink.end_call().1,
+                    Dropped::default(),
+                    "within the call's budget"
+                );
+            }
+        });
+        let logged = 1_000 - rate.dropped();
+        assert!(
+            (burst..=burst + 8).contains(&logged),
+            "{logged} lines of {burst}"
+        );
     }
 
     #[test]

@@ -63,7 +63,8 @@ impl Runtime {
     ) -> PluginStore {
         let calls = self.metrics.calls_of(&plugin);
         let mut wasi = WasiCtxBuilder::new();
-        let output = GuestOutput::capture(&mut wasi, &plugin, &lease.name);
+        let log_rate = self.log_rates.of(&plugin);
+        let output = GuestOutput::capture(&mut wasi, &plugin, &lease.name, &log_rate);
         let wasi = wasi
             .max_random_size(limits::MAX_RANDOM_BYTES)
             .allow_tcp(false)
@@ -74,7 +75,7 @@ impl Runtime {
         let term = lease.term.clone();
         let mut store = Store::new(
             &self.engine,
-            HostState::new(plugin, lease, limits, capabilities, wasi),
+            HostState::new(plugin, lease, limits, capabilities, wasi, log_rate),
         );
         store.limiter(|state| &mut state.limits);
         store.set_hostcall_fuel(limits::HOSTCALL_FUEL);
@@ -264,7 +265,8 @@ impl PluginStore {
     }
 
     /// Enters the guest through `f`, unless the term is over, under the plugin's deadline and
-    /// fuel budget; then logs what the guest printed and records the call.
+    /// fuel budget; then logs what the guest printed, hands what its budgets dropped to the
+    /// plugin's rate (which reports it) and records the call.
     async fn run<T, F>(&mut self, entry: Entry, stop: Option<&CancellationToken>, f: F) -> Called<T>
     where
         F: AsyncFnOnce(&mut Store<HostState>) -> wasmtime::Result<Result<T, String>>,
@@ -293,7 +295,7 @@ impl PluginStore {
             data.call_deadline = Some(deadline);
             data.interrupted = None;
             data.log_budget = host::LOG_LINES_PER_CALL;
-            data.logs_dropped = 0;
+            data.logs_dropped = Default::default();
         }
         let fuel_given = self.limits.fuel.unwrap_or(DEFAULT_FUEL_PER_CALL);
         if self.meters_fuel {
@@ -341,7 +343,12 @@ impl PluginStore {
             data.call_deadline = None;
             data.interrupted.take()
         };
-        let stderr_tail = self.output.flush();
+        let (stderr_tail, mut dropped) = self.output.flush();
+        {
+            let data = self.store.data_mut();
+            dropped.add(std::mem::take(&mut data.logs_dropped));
+            data.log_rate.call_ended(dropped);
+        }
         let result = match outcome {
             Ok(Ok(Ok(value))) => Ok(value),
             Ok(Ok(Err(message))) => Err(CallFailure::Returned(host::guest_text(message))),
@@ -388,10 +395,6 @@ impl PluginStore {
                 .plugin_forced_stops
                 .get_or_create(&Metrics::plugin(plugin))
                 .inc();
-        }
-        let dropped = data.logs_dropped;
-        if dropped > 0 {
-            tracing::warn!(plugin, lease = %data.lease.name, dropped, "guest log lines dropped: over the per-call budget");
         }
         CallReport {
             entered: true,
