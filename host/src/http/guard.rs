@@ -415,6 +415,74 @@ mod tests {
     }
 
     #[test]
+    fn a_new_connection_takes_the_oldest_idle_slot_and_none_that_is_answering() {
+        let mut slots = Slots::default();
+        let all: Vec<(u64, Arc<Slot>)> = (0..MAX_CONNECTIONS)
+            .map(|_| slots.admit().unwrap())
+            .collect();
+        let busy: Vec<InFlight> = all.iter().map(|(_, s)| InFlight::enter(s)).collect();
+        assert!(slots.admit().is_none(), "every slot is answering a request");
+        // The second and third go idle: the second, the older, gives way.
+        drop(busy);
+        let _answering: Vec<InFlight> = all
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| ![1, 2].contains(i))
+            .map(|(_, (_, s))| InFlight::enter(s))
+            .collect();
+        let (id, _) = slots.admit().unwrap();
+        assert_eq!(id, MAX_CONNECTIONS as u64);
+        assert!(all[1].1.evicted.is_cancelled() && !all[2].1.evicted.is_cancelled());
+        assert!(!all[0].1.evicted.is_cancelled());
+        assert_eq!(slots.open.len(), MAX_CONNECTIONS);
+    }
+
+    #[tokio::test]
+    async fn a_request_still_running_at_its_deadline_is_answered_503() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let router = Router::new().route(
+            "/slow",
+            axum::routing::get(|| async {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                "late"
+            }),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve(
+            listener,
+            router,
+            AllowedHosts::default(),
+            stop.clone(),
+        ));
+        let started = tokio::time::Instant::now();
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET /slow HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(REQUEST_TIMEOUT * 3, stream.read_to_string(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(answer.contains("nosniff"), "{answer}");
+        assert!(
+            started.elapsed() >= REQUEST_TIMEOUT,
+            "{:?}",
+            started.elapsed()
+        );
+        stop.cancel();
+        tokio::time::timeout(Duration::from_secs(2), server)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+    }
+
+    #[test]
     fn allowed_names_are_bare_host_names() {
         for bad in [
             "",
