@@ -3,7 +3,7 @@
 //! thousands of idle connections on a host limited to 1,024 descriptors do not keep a client from
 //! `/healthz`, a client trickling its request head is cut off, an oversized head or a request
 //! body is refused, and the SQLite lease file the host creates, with its `-wal` and `-shm`, is
-//! readable by its owner alone.
+//! readable by its owner alone, a plugin's kv writes to it included.
 //!
 //! Requests are written by hand on raw sockets to 127.0.0.1, so the test chooses every byte
 //! (the `Host` header above all); each read is bounded in time.
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::http::guard::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
 use leasehold_tests::eventually::{eventually, when};
-use leasehold_tests::host::HostBuilder;
+use leasehold_tests::host::{HostBuilder, guests_dist, plugin_dir};
 use leasehold_tests::log::Logged;
 use leasehold_tests::status::Role;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -355,14 +355,23 @@ fn mode(path: &Path) -> u32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lease_file_the_host_creates_and_its_wal_and_shm_are_private() {
     let dir = tempfile::tempdir().unwrap();
+    // A plugin writing kv, whose pool opens the same file on its own connections.
+    let manifest = std::fs::read_to_string(guests_dist().join("hello-rust.toml")).unwrap();
+    let plugins = plugin_dir(&[("hello-rust", &manifest)]).unwrap();
     // The usual umask, which would leave a new file readable by every user.
     let host = on_sqlite("private", dir.path())
+        .plugins(plugins.path())
         .under_shell("umask 022")
         .spawn()
         .await
         .unwrap();
     eventually("the host leading", Duration::from_secs(10), async || {
         when(host.role("leader").await, |r| *r == Some(Role::Leader))
+    })
+    .await
+    .unwrap();
+    host.wait_for_plugin("hello-rust", "a kv write", Duration::from_secs(30), |p| {
+        p.calls >= 1 && p.errors == 0
     })
     .await
     .unwrap();
