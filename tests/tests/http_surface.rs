@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::http::guard::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
 use leasehold_tests::eventually::{eventually, when};
-use leasehold_tests::host::{HostBuilder, guests_dist, plugin_dir};
+use leasehold_tests::host::{HostBuilder, binary, guests_dist, plugin_dir};
 use leasehold_tests::log::Logged;
 use leasehold_tests::status::Role;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -119,6 +119,27 @@ async fn a_page_rebinding_its_name_to_loopback_cannot_read_status_and_an_allowed
     // HTTP/1.0 without a Host header: no browser sends it, `curl -0` and old probes do.
     let answer = raw(addr, b"GET /healthz HTTP/1.0\r\n\r\n").await;
     assert_eq!(answer.status, 200, "{answer:?}");
+
+    // The request target may name the host too (absolute form, as to a proxy): it is checked
+    // the same, and `leasehold status` shows the refusal's line, which names the setting.
+    let proxy = format!("http://{addr}");
+    let out = tokio::process::Command::new(binary().unwrap())
+        .args(["status", "--url", &format!("http://evil.example:{port}")])
+        .env("HTTP_PROXY", &proxy)
+        .env("http_proxy", &proxy)
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(20), out)
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("421") && stderr.contains("http_allowed_hosts"),
+        "{stderr}"
+    );
 
     // Bound to every interface, as in a container whose port is published on the machine's
     // loopback, the check is the same; an address is answered whatever it is.
