@@ -199,7 +199,12 @@ impl App {
         // Logged only now: until the plugins are loaded a request would wait unanswered, and
         // scripts take this line to mean "ready to be asked".
         info!(addr = %addr, "http listening");
-        let http = tasks.spawn(crate::http::serve(listener, state, http_stop.clone()));
+        let http = tasks.spawn(crate::http::serve(
+            listener,
+            state,
+            config.http_allowed_hosts.clone(),
+            http_stop.clone(),
+        ));
         let driver = tasks.spawn(driver.run());
         tasks.close();
         Ok(App {

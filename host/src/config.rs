@@ -10,6 +10,7 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 
 use crate::capability::variables::{PatternError, UrlVariables};
+use crate::http::guard::{AllowedHosts, HostNameError};
 use crate::lease::groups::{GroupSpec, MAX_SHARDS};
 use crate::lease::identity::{check_replica_id, default_replica_id};
 use crate::lease::{DatabaseUrl, LeaseName, LeaseNameError, RawUrl, Timing, TimingError, UrlError};
@@ -76,6 +77,9 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// An `http_allowed_hosts` entry is not a host name.
+    #[error(transparent)]
+    HttpAllowedHost(#[from] HostNameError),
 }
 
 /// The `[timing]` table of a [`Layer`]; every key optional, missing ones derived from the ttl.
@@ -165,6 +169,15 @@ pub struct Layer {
     /// Address for /healthz and /status [default: 127.0.0.1:9464]; port 0 picks a free port.
     #[arg(long, env = "LEASEHOLD_HTTP", display_order = 3)]
     pub http: Option<SocketAddr>,
+    /// A name the HTTP port answers to besides localhost and IP addresses (the Host header a
+    /// browser sends); repeat for several. Other names are refused, against DNS rebinding.
+    #[arg(
+        long = "http-allowed-host",
+        env = "LEASEHOLD_HTTP_ALLOWED_HOSTS",
+        value_delimiter = ',',
+        display_order = 3
+    )]
+    pub http_allowed_hosts: Option<Vec<String>>,
     /// A lease to campaign for; repeat for several [default: leader].
     #[arg(
         long = "lease",
@@ -342,6 +355,9 @@ pub struct Config {
     pub replica_id: String,
     /// Where `/healthz` and `/status` listen.
     pub http: SocketAddr,
+    /// The names the HTTP port answers to besides localhost and IP addresses.
+    #[serde(serialize_with = "host_names", skip_serializing_if = "is_empty_hosts")]
+    pub http_allowed_hosts: AllowedHosts,
     /// The leases to campaign for.
     pub leases: Vec<LeaseName>,
     /// The lease groups this replica takes part in.
@@ -390,6 +406,16 @@ fn groups_as_table<S: serde::Serializer>(
 /// The patterns as written.
 fn patterns<S: serde::Serializer>(v: &UrlVariables, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.collect_seq(v.patterns())
+}
+
+/// The names as checked.
+fn host_names<S: serde::Serializer>(v: &AllowedHosts, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(v.names())
+}
+
+/// Whether no name is listed (the key is then left out).
+fn is_empty_hosts(v: &AllowedHosts) -> bool {
+    v.names().is_empty()
 }
 
 /// The URL as `Display` shows it, password redacted.
@@ -497,10 +523,17 @@ impl Config {
                 .parse()
                 .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 9464))),
         };
+        let http_allowed_hosts = AllowedHosts::new(
+            flags
+                .http_allowed_hosts
+                .or(file.http_allowed_hosts)
+                .unwrap_or_default(),
+        )?;
         Ok(Config {
             database_url,
             replica_id,
             http,
+            http_allowed_hosts,
             leases,
             groups,
             timing,
@@ -689,6 +722,30 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("groups.orders"), "{e}");
+    }
+
+    #[test]
+    fn http_allowed_hosts_come_from_the_file_or_the_flags_and_are_checked() {
+        let file: Layer = toml::from_str("http_allowed_hosts = ['Leasehold.Internal']").unwrap();
+        let c = Config::resolve(file.clone(), Layer::default()).unwrap();
+        assert_eq!(c.http_allowed_hosts.names(), ["leasehold.internal"]);
+        assert!(
+            c.to_toml()
+                .contains("http_allowed_hosts = [\"leasehold.internal\"]"),
+            "{}",
+            c.to_toml()
+        );
+        let flags = Layer {
+            http_allowed_hosts: Some(vec!["status.example:9464".into()]),
+            ..Default::default()
+        };
+        let e = Config::resolve(file, flags).unwrap_err().to_string();
+        assert!(
+            e.contains("http_allowed_hosts") && e.contains("status.example:9464"),
+            "{e}"
+        );
+        let c = Config::resolve(Layer::default(), Layer::default()).unwrap();
+        assert!(!c.to_toml().contains("http_allowed_hosts"));
     }
 
     #[test]

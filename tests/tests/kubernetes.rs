@@ -7,7 +7,7 @@
 //! outlasts the preStop pause and the ordered release; a disruption budget lets one of three
 //! replicas go at a time; every resource figure gives its reason; the volumes are where the host
 //! reads and writes. The README beside it quotes its figures and names, and its loader pod
-//! validates too.
+//! and its NetworkPolicy (which selects the replicas and opens their HTTP port) validate too.
 //!
 //! The tests read the YAML with `serde_norway`; the script installs its validator on first use.
 
@@ -542,4 +542,39 @@ fn the_readmes_loader_pod_validates_and_writes_where_the_replicas_read() {
         assert_eq!(pod_name, name);
         assert_eq!(Path::new(path).parent(), Some(&*plugins), "{target}");
     }
+}
+
+#[test]
+fn the_readmes_network_policy_validates_and_admits_to_the_replicas_http_port() {
+    let (example, readme) = (Example::load(), read(README));
+    let yaml = readme
+        .split("```yaml\n")
+        .find(|block| block.starts_with("apiVersion: networking.k8s.io/v1"))
+        .expect("the README's NetworkPolicy")
+        .split("```")
+        .next()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    validate(&file).unwrap_or_else(|e| panic!("the README's NetworkPolicy:\n{e}"));
+    let policy: Value = serde_norway::from_str(yaml).unwrap();
+    assert_eq!(policy["kind"], "NetworkPolicy");
+    // It selects the Deployment's pods, and opens the port the host listens on.
+    let labels = &example.one("Deployment")["spec"]["template"]["metadata"]["labels"];
+    let selector = policy["spec"]["podSelector"]["matchLabels"]
+        .as_mapping()
+        .unwrap();
+    assert!(!selector.is_empty());
+    for (key, value) in selector {
+        assert_eq!(labels[key], *value, "the policy selects pods by {key:?}");
+    }
+    let port = u64::from(example.config().http.port());
+    let ports: Vec<&Value> = items(&policy["spec"]["ingress"])
+        .flat_map(|rule| items(&rule["ports"]))
+        .collect();
+    assert!(
+        ports.iter().any(|p| p["port"] == port),
+        "the policy opens {ports:?}, not {port}"
+    );
 }

@@ -126,13 +126,27 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         .timeout(Duration::from_secs(5))
         .build()
         .context("building the HTTP client")?;
-    let status: Value = client
+    let response = client
         .get(&url)
         .send()
         .await
-        .with_context(|| format!("GET {url}"))?
-        .error_for_status()
-        .with_context(|| format!("GET {url}"))?
+        .with_context(|| format!("GET {url}"))?;
+    let code = response.status();
+    if !code.is_success() {
+        // The host's refusal says what to change (a 421 names `http_allowed_hosts`): show its
+        // first line, without control characters a terminal would act on.
+        let said = response.text().await.unwrap_or_default();
+        let said: String = said
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(400)
+            .collect();
+        anyhow::bail!("GET {url}: {code}: {said}");
+    }
+    let status: Value = response
         .json()
         .await
         .with_context(|| format!("GET {url}: not a leasehold status"))?;

@@ -1,8 +1,10 @@
 //! The HTTP endpoint: `/healthz` (the process runs), `/readyz` (the store answers and the plugins
 //! are loaded), `/status` (this replica's view of each lease and plugin), `/metrics`
 //! (Prometheus) and `/` (a live page drawn from `/status`, in [`page`]). The JSON field names of
-//! `/status` and the metric names are a contract for other tooling: keep them.
+//! `/status` and the metric names are a contract for other tooling: keep them. [`guard`] bounds
+//! the server and checks who it answers.
 
+pub mod guard;
 pub mod page;
 
 use std::sync::Arc;
@@ -107,15 +109,14 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serves the router on `listener` until `shutdown` is cancelled.
+/// Serves the router on `listener`, behind [`guard`], until `shutdown` is cancelled.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
+    allowed_hosts: guard::AllowedHosts,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+    guard::serve(listener, router(state), allowed_hosts, shutdown).await
 }
 
 /// Builds the status: roles from the coordinator, holders and expiry from the database.

@@ -14,7 +14,7 @@ use sqlx::sqlite::{
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::history::{PRUNE_EVERY, TERMS_KEPT, TermEnd, TermRecord};
 use super::store::{
@@ -120,6 +120,7 @@ impl SqliteStore {
                 reason: format!("{url} is not a SQLite URL"),
             });
         };
+        create_private(path);
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -182,6 +183,35 @@ fn cannot_create(path: &Path) -> Option<StoreError> {
         path: path.to_path_buf(),
         source: refused.into(),
     })
+}
+
+/// Creates the lease file 0600 when it is missing, before SQLite would with the umask (0644): it
+/// holds the plugins' kv values, and SQLite gives its `-wal` and `-shm` files the mode of the
+/// database file. An empty file is a new database to SQLite. A file that exists keeps its mode,
+/// with a warning when others may read or write it: replicas of several users may share a file
+/// through its group, and tightening it would lock them out. Failing to create it is left to
+/// SQLite's open, which [`cannot_create`] explains.
+fn create_private(path: &Path) {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path);
+    if created.is_ok() {
+        return;
+    }
+    let Ok(meta) = std::fs::metadata(path) else {
+        return;
+    };
+    let mode = meta.permissions().mode() & 0o777;
+    if meta.is_file() && mode & 0o007 != 0 {
+        warn!(
+            path = %path.display(),
+            mode = format!("{mode:04o}"),
+            "the lease file is open to every user of this machine, and it holds the plugins' kv values; chmod 600 it (and its -wal and -shm files)"
+        );
+    }
 }
 
 /// Lock contention (SQLITE_BUSY, SQLITE_LOCKED) and the migration race (another process recorded

@@ -34,7 +34,7 @@ async fn serving() -> (String, CancellationToken) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop = CancellationToken::new();
-    tokio::spawn(serve(listener, state, stop.clone()));
+    tokio::spawn(serve(listener, state, Default::default(), stop.clone()));
     (base, stop)
 }
 

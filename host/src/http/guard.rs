@@ -1,0 +1,502 @@
+//! What keeps the HTTP port, which asks for no credentials, from being read by a web page or
+//! worn down by its clients.
+//!
+//! - [`AllowedHosts`]: the names, besides `localhost` and IP addresses, whose `Host` the server
+//!   answers (`http_allowed_hosts`). A page that rebinds its own name to 127.0.0.1 sends that
+//!   name, so any other name is refused with 421: the page cannot read `/status` across origins
+//!   by DNS rebinding. The check is the same on every bind: a container's `0.0.0.0` is reached
+//!   from the machine's loopback when its port is published there (as the compose file does),
+//!   and so is a pod's through `kubectl port-forward`.
+//! - [`check`]: the layer every request goes through: the Host check, no request bodies (every
+//!   route is a GET), a deadline per request, and `X-Content-Type-Options: nosniff` on every
+//!   response.
+//! - [`serve`]: the accept loop, in place of `axum::serve`, which sets none of hyper's bounds:
+//!   at most [`MAX_CONNECTIONS`] connections (a new one takes the slot of the oldest with no
+//!   request in flight), [`HEADER_READ_TIMEOUT`] for a request's head (and between requests on
+//!   a kept-alive connection), [`MAX_HEADER_BYTES`] of head; graceful shutdown.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use hyper::service::Service;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, warn};
+
+/// Connections served at once. Probes, a scraper or two, a few open pages and `leasehold status`
+/// need a handful; every connection is a file descriptor, and the lease store, the plugin
+/// directory and the compile cache need theirs from the same limit (often 1,024).
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// How long a client may take to send a request's head, and the longest a kept-alive connection
+/// may sit idle. Probes, scrapers and the page send a request in one packet; 5 s is far above a
+/// slow link's round trip and cuts off a client trickling its head (slowloris).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The most bytes a request's head (request line and headers) may take: 431 beyond. Twice what
+/// a browser sends with a few cookies (which on `localhost` come from every local app, whatever
+/// its port); hyper's own bound is about 400 KiB.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+
+/// How long a request may take before it is answered 503. The handlers bound their own waits to
+/// a second (the store read of `/status` and `/readyz`); a request still running at five has
+/// lost its client already (a Kubernetes probe gives up after one).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a connection may take to finish its request once the server stops: the app waits
+/// a second for the whole server.
+const SHUTDOWN_DRAIN: Duration = Duration::from_millis(500);
+
+/// A name in `http_allowed_hosts` that is not a host name.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid http_allowed_hosts entry {name:?}: {reason}")]
+pub struct HostNameError {
+    /// The entry as given.
+    pub name: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+/// The names the server answers to besides `localhost` and IP addresses: DNS names, lowercase,
+/// without a port (any port is accepted with them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllowedHosts {
+    /// The names, lowercase, without a trailing dot.
+    names: Vec<String>,
+}
+
+impl AllowedHosts {
+    /// Checks each name: letters, digits, `-`, `_` and dots between non-empty labels, at most
+    /// 253 characters; no scheme, port, path or wildcard.
+    pub fn new(names: impl IntoIterator<Item = String>) -> Result<AllowedHosts, HostNameError> {
+        let names = names
+            .into_iter()
+            .map(|given| {
+                let name = given.trim().trim_end_matches('.').to_ascii_lowercase();
+                let refuse = |reason| HostNameError {
+                    name: given.clone(),
+                    reason,
+                };
+                if name.is_empty() || name.len() > 253 {
+                    return Err(refuse("a host name has 1 to 253 characters"));
+                }
+                if name.contains([':', '/', '*', '[', ']']) {
+                    return Err(refuse(
+                        "give the bare name (e.g. leasehold.internal): no scheme, port, path or wildcard",
+                    ));
+                }
+                let label_ok = |l: &str| {
+                    !l.is_empty()
+                        && l.len() <= 63
+                        && l.bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                };
+                if !name.split('.').all(label_ok) {
+                    return Err(refuse(
+                        "a host name is dot-separated labels of letters, digits, - and _",
+                    ));
+                }
+                Ok(name)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(AllowedHosts { names })
+    }
+
+    /// The names, as checked.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+}
+
+impl AllowedHosts {
+    /// Whether a request whose authority is `host` (the `Host` header, or the request target's
+    /// authority) is answered. A request without one (HTTP/1.0) is: no browser sends it.
+    fn admits(&self, host: Option<&str>) -> bool {
+        let Some(host) = host else { return true };
+        let name = host_name(host);
+        // A browser sends an IP address only to the server at that address, whatever DNS says,
+        // so no rebinding can make one (kubelet probes and Prometheus' pod discovery send one);
+        // browsers resolve `localhost` themselves.
+        name.parse::<std::net::IpAddr>().is_ok()
+            || name == "localhost"
+            || self.names.contains(&name)
+    }
+}
+
+/// The name of an authority (`name`, `name:port`, `[v6]`, `[v6]:port`), lowercase, without the
+/// port, the brackets or a trailing dot.
+fn host_name(authority: &str) -> String {
+    let name = match authority.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => match authority.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => authority,
+        },
+    };
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// The layer every request goes through: the Host check (421), no body (413), the deadline
+/// (503), and `nosniff` on every response, refusals included.
+async fn check(State(hosts): State<Arc<AllowedHosts>>, request: Request, next: Next) -> Response {
+    let authority = request
+        .uri()
+        .authority()
+        .map(|a| a.as_str().to_string())
+        .or_else(|| {
+            let host = request.headers().get(header::HOST)?;
+            Some(String::from_utf8_lossy(host.as_bytes()).into_owned())
+        });
+    let mut response = if !hosts.admits(authority.as_deref()) {
+        let shown: String = authority.unwrap_or_default().chars().take(100).collect();
+        (
+            StatusCode::MISDIRECTED_REQUEST,
+            format!(
+                "leasehold: this server answers to localhost, IP addresses and the names in http_allowed_hosts, not {shown:?}; to reach it by that name, add it there (--http-allowed-host, LEASEHOLD_HTTP_ALLOWED_HOSTS)\n"
+            ),
+        )
+            .into_response()
+    } else if has_body(&request) {
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "leasehold: every route is a GET; a request body is refused\n",
+        )
+            .into_response()
+    } else {
+        match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+            Ok(response) => response,
+            Err(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("leasehold: no answer within {REQUEST_TIMEOUT:?}\n"),
+            )
+                .into_response(),
+        }
+    };
+    response.headers_mut().insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
+/// Whether `request` announces a body: a chunked one, or a length above 0.
+fn has_body(request: &Request) -> bool {
+    let headers = request.headers();
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|length| length.as_bytes() != b"0")
+}
+
+/// One open connection.
+#[derive(Debug, Default)]
+struct Slot {
+    /// Requests being answered on it (0 or 1: HTTP/1.1 answers in order).
+    in_flight: AtomicUsize,
+    /// Cancelled to close it, to make room for a newer one.
+    evicted: CancellationToken,
+}
+
+/// The open connections, by the order they were accepted.
+#[derive(Debug, Default)]
+struct Slots {
+    /// The id the next connection gets.
+    next: u64,
+    /// Each open connection by its id.
+    open: BTreeMap<u64, Arc<Slot>>,
+}
+
+impl Slots {
+    /// A slot for a new connection. At [`MAX_CONNECTIONS`] the oldest connection without a
+    /// request in flight is closed for it (a client with one open loses only a kept-alive socket,
+    /// and clients that connect and send nothing, or trickle, cannot keep newcomers out); `None`
+    /// when every connection is answering a request.
+    fn admit(&mut self) -> Option<(u64, Arc<Slot>)> {
+        if self.open.len() >= MAX_CONNECTIONS {
+            let idle = self
+                .open
+                .iter()
+                .find(|(_, slot)| slot.in_flight.load(Ordering::Acquire) == 0)
+                .map(|(id, _)| *id)?;
+            if let Some(slot) = self.open.remove(&idle) {
+                slot.evicted.cancel();
+            }
+        }
+        let id = self.next;
+        self.next += 1;
+        let slot = Arc::new(Slot::default());
+        self.open.insert(id, slot.clone());
+        Some((id, slot))
+    }
+}
+
+/// The slots, locked. Nothing panics while holding them, and their map stays whole if anything
+/// did: a poisoned lock is taken over rather than refusing every connection from then on.
+fn lock(slots: &Mutex<Slots>) -> std::sync::MutexGuard<'_, Slots> {
+    slots
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Frees a connection's slot when its task ends.
+struct Release {
+    /// The slots.
+    slots: Arc<Mutex<Slots>>,
+    /// The connection's id.
+    id: u64,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        lock(&self.slots).open.remove(&self.id);
+    }
+}
+
+/// Counts a request in flight on a connection while it lives.
+struct InFlight(Arc<Slot>);
+
+impl InFlight {
+    fn enter(slot: &Arc<Slot>) -> InFlight {
+        slot.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(slot.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Serves `router` on `listener`, behind [`check`] and within the bounds above, until `shutdown`
+/// is cancelled; then stops accepting and lets each connection finish its request.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    allowed: AllowedHosts,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let router = router.layer(axum::middleware::from_fn_with_state(
+        Arc::new(allowed),
+        check,
+    ));
+    let slots = Arc::new(Mutex::new(Slots::default()));
+    let connections = TaskTracker::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of descriptors, or a connection reset before it was accepted: wait a
+                    // little rather than spin on the error.
+                    debug!(error = %e, "http accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let admitted = lock(&slots).admit();
+        let Some((id, slot)) = admitted else {
+            warn!(%peer, "http connection refused: all {MAX_CONNECTIONS} connections are answering requests");
+            continue;
+        };
+        let release = Release {
+            slots: slots.clone(),
+            id,
+        };
+        connections.spawn(connection(
+            stream,
+            router.clone(),
+            slot,
+            release,
+            shutdown.clone(),
+            peer,
+        ));
+    }
+    drop(listener);
+    connections.close();
+    connections.wait().await;
+    Ok(())
+}
+
+/// Serves one connection until it closes, is evicted, or the server stops.
+async fn connection(
+    stream: TcpStream,
+    router: Router,
+    slot: Arc<Slot>,
+    _release: Release,
+    shutdown: CancellationToken,
+    peer: SocketAddr,
+) {
+    let tower = TowerToHyperService::new(router);
+    let counted = slot.clone();
+    let service = hyper::service::service_fn(move |request| {
+        let in_flight = InFlight::enter(&counted);
+        let response = tower.call(request);
+        async move {
+            let response = response.await;
+            drop(in_flight);
+            response
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_header_size(MAX_HEADER_BYTES);
+    let mut conn = pin!(builder.serve_connection(TokioIo::new(stream), service));
+    tokio::select! {
+        served = conn.as_mut() => {
+            if let Err(e) = served {
+                debug!(%peer, error = %e, "http connection ended");
+            }
+        }
+        _ = slot.evicted.cancelled() => {
+            debug!(%peer, "http connection closed to make room for a newer one");
+        }
+        _ = shutdown.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(SHUTDOWN_DRAIN, conn).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allowed(names: &[&str]) -> AllowedHosts {
+        AllowedHosts::new(names.iter().map(|n| n.to_string())).unwrap()
+    }
+
+    #[test]
+    fn the_server_answers_localhost_ip_addresses_and_listed_names_only() {
+        let c = allowed(&["Leasehold.Internal."]);
+        for host in [
+            "localhost",
+            "localhost:9464",
+            "LOCALHOST.",
+            "127.0.0.1",
+            "127.0.0.1:9464",
+            "[::1]",
+            "[::1]:9464",
+            "10.244.1.7:9464",
+            "leasehold.internal",
+            "leasehold.internal:80",
+        ] {
+            assert!(c.admits(Some(host)), "{host}");
+        }
+        assert!(c.admits(None), "HTTP/1.0 without Host");
+        for host in [
+            "evil.example",
+            "evil.example:9464",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io",
+            "leasehold.internal.evil.example",
+            "leasehold.default.svc:9464",
+            "",
+        ] {
+            assert!(!c.admits(Some(host)), "{host}");
+        }
+        assert!(!allowed(&[]).admits(Some("leasehold.internal")));
+    }
+
+    #[test]
+    fn a_new_connection_takes_the_oldest_idle_slot_and_none_that_is_answering() {
+        let mut slots = Slots::default();
+        let all: Vec<(u64, Arc<Slot>)> = (0..MAX_CONNECTIONS)
+            .map(|_| slots.admit().unwrap())
+            .collect();
+        let busy: Vec<InFlight> = all.iter().map(|(_, s)| InFlight::enter(s)).collect();
+        assert!(slots.admit().is_none(), "every slot is answering a request");
+        // The second and third go idle: the second, the older, gives way.
+        drop(busy);
+        let _answering: Vec<InFlight> = all
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| ![1, 2].contains(i))
+            .map(|(_, (_, s))| InFlight::enter(s))
+            .collect();
+        let (id, _) = slots.admit().unwrap();
+        assert_eq!(id, MAX_CONNECTIONS as u64);
+        assert!(all[1].1.evicted.is_cancelled() && !all[2].1.evicted.is_cancelled());
+        assert!(!all[0].1.evicted.is_cancelled());
+        assert_eq!(slots.open.len(), MAX_CONNECTIONS);
+    }
+
+    #[tokio::test]
+    async fn a_request_still_running_at_its_deadline_is_answered_503() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let router = Router::new().route(
+            "/slow",
+            axum::routing::get(|| async {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                "late"
+            }),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve(
+            listener,
+            router,
+            AllowedHosts::default(),
+            stop.clone(),
+        ));
+        let started = tokio::time::Instant::now();
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET /slow HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(REQUEST_TIMEOUT * 3, stream.read_to_string(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(answer.contains("nosniff"), "{answer}");
+        assert!(
+            started.elapsed() >= REQUEST_TIMEOUT,
+            "{:?}",
+            started.elapsed()
+        );
+        stop.cancel();
+        tokio::time::timeout(Duration::from_secs(2), server)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+    }
+
+    #[test]
+    fn allowed_names_are_bare_host_names() {
+        for bad in [
+            "",
+            "http://x",
+            "x:9464",
+            "*.example",
+            "a..b",
+            "a b",
+            "[::1]",
+        ] {
+            let e = AllowedHosts::new([bad.to_string()]).unwrap_err();
+            assert!(e.to_string().contains("http_allowed_hosts"), "{e}");
+        }
+        let ok = AllowedHosts::new(["Status.Example.".to_string()]).unwrap();
+        assert_eq!(ok.names(), ["status.example"]);
+    }
+}
