@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 use crate::capability::variables::{PatternError, UrlVariables};
 use crate::lease::groups::{GroupSpec, MAX_SHARDS};
 use crate::lease::identity::default_replica_id;
-use crate::lease::{DatabaseUrl, LeaseName, LeaseNameError, RawUrl, Timing, TimingError, UrlError};
+use crate::lease::{
+    DatabaseUrl, LeaseName, LeaseNameError, RawUrl, Timing, TimingError, UrlFromError,
+};
 
 /// Why the configuration was refused; each variant names the file or value at fault.
 #[derive(Debug, thiserror::Error)]
@@ -34,9 +36,10 @@ pub enum ConfigError {
         /// The parser's message, with line and column.
         message: String,
     },
-    /// The database URL is not one leasehold can use.
+    /// The database URL is not one leasehold can use; the error names where it was set, never
+    /// its value.
     #[error(transparent)]
-    DatabaseUrl(#[from] UrlError),
+    DatabaseUrl(#[from] UrlFromError),
     /// The timing breaks a safety relation: the key, its value, where the value came from and
     /// the rule.
     #[error("invalid timing.{} = {:?} ({origin}): {}", .error.field, .error.value, .error.reason)]
@@ -309,6 +312,21 @@ fn check_groups(
         .collect()
 }
 
+/// The parser's message with its line and column, without the lines of the file it would quote:
+/// a line with an error may hold a database URL and its password.
+fn parse_message(text: &str, error: &toml::de::Error) -> String {
+    let message = error.message().trim_end();
+    match error.span() {
+        Some(span) => {
+            let before = text.get(..span.start).unwrap_or(text);
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message.to_string(),
+    }
+}
+
 impl Layer {
     /// Reads and parses the config file at `path`.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
@@ -318,7 +336,7 @@ impl Layer {
         })?;
         toml::from_str(&text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
-            message: e.to_string(),
+            message: parse_message(&text, &e),
         })
     }
 }
@@ -398,6 +416,9 @@ impl Config {
     }
 }
 
+/// Where the flag layer's database URL comes from, for errors that must not show it.
+pub const DATABASE_URL_FLAG: &str = "--database-url or LEASEHOLD_DATABASE_URL";
+
 /// The default HTTP address: loopback only, so a fresh install exposes nothing; 9464 is free of
 /// the common exporters' ports.
 pub const DEFAULT_HTTP: &str = "127.0.0.1:9464";
@@ -410,9 +431,13 @@ impl Config {
     /// Merges defaults, the config file and the flags (each key the flags set wins), and
     /// validates the result.
     pub fn resolve(file: Layer, flags: Layer) -> Result<Config, ConfigError> {
-        let database_url = match flags.database_url.or(file.database_url) {
-            Some(raw) => DatabaseUrl::parse(raw.expose())?,
-            None => DatabaseUrl::parse(DatabaseUrl::DEFAULT_SQLITE)?,
+        let database_url = match (flags.database_url, file.database_url) {
+            (Some(raw), _) => {
+                DatabaseUrl::parse(raw.expose()).map_err(|e| e.from_origin(DATABASE_URL_FLAG))?
+            }
+            (None, Some(raw)) => DatabaseUrl::parse(raw.expose())
+                .map_err(|e| e.from_origin("database_url of the config file"))?,
+            (None, None) => DatabaseUrl::default_sqlite(),
         };
         let replica_id = flags
             .replica_id

@@ -73,7 +73,8 @@ pub struct ConfigCheckArgs {
 /// with the defaults of `leasehold run`: its schema is created or migrated on the way.
 async fn open(raw: Option<RawUrl>) -> anyhow::Result<(DatabaseUrl, Arc<dyn LeaseStore>)> {
     let url = match raw {
-        Some(raw) => DatabaseUrl::parse(raw.expose())?,
+        Some(raw) => DatabaseUrl::parse(raw.expose())
+            .map_err(|e| e.from_origin(crate::config::DATABASE_URL_FLAG))?,
         None => DatabaseUrl::default_sqlite(),
     };
     let store = open_store(

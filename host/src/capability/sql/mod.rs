@@ -26,7 +26,6 @@ pub mod identity;
 pub mod value;
 
 use std::future::Future;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -130,21 +129,15 @@ impl SqlGrant {
     ) -> Result<Self, GrantError> {
         let env = &spec.database_url_env;
         let raw = env_lookup(env).ok_or_else(|| GrantError::MissingEnv { env: env.clone() })?;
-        let url = DatabaseUrl::parse(&raw).map_err(|source| GrantError::Url {
+        let refused = |reason| GrantError::Url {
             env: env.clone(),
-            source,
-        })?;
-        let DatabaseUrl::Postgres(raw) = &url else {
-            return Err(GrantError::NotPostgres {
-                env: env.clone(),
-                url: url.to_string(),
-            });
+            reason,
         };
-        let options = PgConnectOptions::from_str(raw).map_err(|source| GrantError::Options {
-            env: env.clone(),
-            url: url.to_string(),
-            source,
-        })?;
+        let url = DatabaseUrl::parse(&raw).map_err(refused)?;
+        let DatabaseUrl::Postgres(raw) = &url else {
+            return Err(GrantError::NotPostgres { env: env.clone() });
+        };
+        let options = crate::lease::pg_options(raw).map_err(refused)?;
         let timeout = spec.statement_timeout.as_millis().to_string();
         let idle = IDLE_IN_TRANSACTION_TIMEOUT.as_millis().to_string();
         let suffix: u32 = rand::random();
