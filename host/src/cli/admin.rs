@@ -224,6 +224,12 @@ pub fn config_check(args: ConfigCheckArgs) -> anyhow::Result<ExitCode> {
             dir.display()
         );
     }
+    if let Some(warning) = config
+        .database_url
+        .plaintext_warning(crate::app::LEASE_DATABASE, |k| std::env::var(k).ok())
+    {
+        println!("# warning: {warning}");
+    }
     let shown = path.map_or("built-in defaults".to_string(), |p| p.display().to_string());
     println!("# {shown}: ok; the effective configuration (password redacted):");
     print!("{}", config.to_toml());

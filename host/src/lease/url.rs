@@ -152,6 +152,50 @@ impl DatabaseUrl {
         Err(UrlError::UnsupportedScheme)
     }
 
+    /// The host this PostgreSQL URL reaches across a network without asking for TLS: it is not a
+    /// Unix socket or a loopback address, and neither the URL nor `PGSSLMODE` (read with `env`)
+    /// sets `sslmode`, so the driver's default, `prefer`, applies: TLS when the server offers it,
+    /// never checked against a certificate, and silently none when it does not. `None` for SQLite.
+    pub fn plaintext_host(&self, env: impl Fn(&str) -> Option<String>) -> Option<String> {
+        let DatabaseUrl::Postgres(raw) = self else {
+            return None;
+        };
+        let sets_sslmode = raw.split_once('?').is_some_and(|(_, query)| {
+            query
+                .split('&')
+                .any(|kv| matches!(kv.split_once('='), Some(("sslmode" | "ssl-mode", _))))
+        });
+        if sets_sslmode || env("PGSSLMODE").is_some() {
+            return None;
+        }
+        let options = pg_options(raw).ok()?;
+        if options.get_socket().is_some() {
+            return None;
+        }
+        let host = options.get_host();
+        let ip = host.trim_start_matches('[').trim_end_matches(']');
+        let local = host.starts_with('/')
+            || host.eq_ignore_ascii_case("localhost")
+            || ip
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        (!local).then(|| host.to_string())
+    }
+
+    /// The warning for [`Self::plaintext_host`], naming the host and `what` the URL is of (the
+    /// lease database, a plugin's grant), never the password.
+    pub fn plaintext_warning(
+        &self,
+        what: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Option<String> {
+        self.plaintext_host(env).map(|host| {
+            format!(
+                "the PostgreSQL URL of {what} reaches {host} without sslmode: the driver's default, prefer, uses TLS only if the server offers it, checks no certificate, and otherwise sends the password and every statement in the clear; add ?sslmode=verify-full (or require, or disable to say so)"
+            )
+        })
+    }
+
     /// The backend's short name, for logs and `/status`.
     pub fn backend(&self) -> &'static str {
         match self {
@@ -661,5 +705,42 @@ mod tests {
         let shown = scrub(&message, url);
         assert!(!shown.contains("s3cr3t"), "{shown}");
         assert!(shown.contains("postgres://u:***@h/db"), "{shown}");
+    }
+
+    #[test]
+    fn a_remote_postgres_url_without_sslmode_is_named_with_its_host_only() {
+        let none = |_: &str| None;
+        let remote = DatabaseUrl::parse("postgres://u:s3cr3t@db.example:5432/app").unwrap();
+        assert_eq!(remote.plaintext_host(none), Some("db.example".into()));
+        let warning = remote
+            .plaintext_warning("LEASEHOLD_DATABASE_URL", none)
+            .unwrap();
+        assert!(
+            warning.contains("db.example")
+                && warning.contains("LEASEHOLD_DATABASE_URL")
+                && warning.contains("sslmode")
+                && !warning.contains("s3cr3t"),
+            "{warning}"
+        );
+        for quiet in [
+            "postgres://u:p@db.example/app?sslmode=require",
+            "postgres://u:p@db.example/app?sslmode=disable",
+            "postgres://u:p@db.example/app?ssl-mode=verify-full",
+            "postgres://u:p@127.0.0.1/app",
+            "postgres://u:p@127.8.0.1/app",
+            "postgres://u:p@[::1]:5432/app",
+            "postgres://u:p@localhost/app",
+            "postgres:///app?host=/var/run/postgresql",
+            "postgres://u:p@%2Fvar%2Frun%2Fpostgresql/app",
+        ] {
+            let url = DatabaseUrl::parse(quiet).unwrap();
+            assert_eq!(url.plaintext_host(none), None, "{quiet}");
+        }
+        assert_eq!(
+            remote.plaintext_host(|k| (k == "PGSSLMODE").then(|| "require".into())),
+            None,
+            "PGSSLMODE chooses for the URL"
+        );
+        assert_eq!(DatabaseUrl::default_sqlite().plaintext_host(none), None);
     }
 }

@@ -146,6 +146,10 @@ impl SqlGrant {
             plugin, database_url_env = %env, application_name = %session_name,
             "sql grant opened: its sessions carry this application_name on the server"
         );
+        let what = format!("[grants.sql] database_url_env = {env} of plugin {plugin}");
+        if let Some(warning) = url.plaintext_warning(&what, &env_lookup) {
+            tracing::warn!(plugin, database_url_env = %env, "{warning}");
+        }
         let options = options.application_name(&session_name).options([
             ("statement_timeout", timeout.as_str()),
             ("idle_in_transaction_session_timeout", idle.as_str()),
