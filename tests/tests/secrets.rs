@@ -25,7 +25,8 @@ fn marker() -> String {
 }
 
 /// Database URLs whose password holds the marker, on a closed port of 127.0.0.1 (refused at once
-/// when they parse at all).
+/// when they parse at all): in the userinfo, in the query (also under a key the driver does not
+/// read, which it would log with its value), in a keyword string.
 fn leaky_urls() -> Vec<String> {
     let m = marker();
     vec![
@@ -36,6 +37,8 @@ fn leaky_urls() -> Vec<String> {
         format!("postgres://leasehold:pa ss-{m}@127.0.0.1:1/db"),
         format!("postgresql://127.0.0.1:1/db?user=leasehold&password={m}"),
         format!("postgres://leasehold:{m}@127.0.0.1:1/db?sslmode={m}"),
+        format!("postgres://leasehold@127.0.0.1:1/db?Password={m}"),
+        format!("postgres://leasehold@127.0.0.1:1/db?sslmode=disable&passwd={m}"),
         format!("postgres://leasehold:{m}@[::1/db"),
         format!("host=127.0.0.1 port=1 user=leasehold password='a b {m}'"),
         format!("host=127.0.0.1 port=1 password={m}"),

@@ -7,6 +7,7 @@
 //! against the working directory, once, when the process starts: from then on logs, errors and
 //! every later open name the same file, whatever directory the next replica is started from.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::ops::Range;
 use std::path::PathBuf;
@@ -115,6 +116,13 @@ impl DatabaseUrl {
             // Read by the driver now: a URL it cannot use is refused here, with its reason and
             // without its text, rather than at the first connection.
             pg_options(raw)?;
+            let (_, ignored) = driver_url(raw);
+            if ignored > 0 {
+                tracing::warn!(
+                    ignored,
+                    "a PostgreSQL URL has query parameters the driver does not read (it reads sslmode, host, port, dbname, user, password, application_name, options, sslrootcert, sslcert, sslkey, statement-cache-capacity): they are ignored, and not shown as one may hold a secret"
+                );
+            }
             return Ok(DatabaseUrl::Postgres(raw.to_string()));
         }
         if let Some(rest) = raw.strip_prefix("sqlite:") {
@@ -291,11 +299,12 @@ impl fmt::Debug for RawUrl {
 
 /// Replaces every password in `url` with `***`: the userinfo's from its first `:` to the last `@`
 /// of the whole string (so a `/ ? # : @` or a space in the password cannot end it early), a
-/// `password=` query value, and a `password=` value of a keyword connection string
-/// (`host=h password='a b'`). When it cannot tell, it hides more rather than less.
+/// `password=` query value and any query value the driver would not read, and a `password=`
+/// value of a keyword connection string (`host=h password='a b'`). When it cannot tell, it hides
+/// more rather than less.
 pub fn redact(url: &str) -> String {
     let mut out = url.to_string();
-    for span in secret_spans(url).into_iter().rev() {
+    for span in secret_spans(url, true).into_iter().rev() {
         out.replace_range(span, "***");
     }
     out
@@ -305,7 +314,7 @@ pub fn redact(url: &str) -> String {
 /// redacted forms wherever they appear in `text`: for a driver's message about `url`.
 pub fn scrub(text: &str, url: &str) -> String {
     let mut out = text.replace(url, &redact(url));
-    let mut secrets: Vec<String> = secret_spans(url)
+    let mut secrets: Vec<String> = secret_spans(url, false)
         .into_iter()
         .flat_map(|span| {
             let written = &url[span];
@@ -325,25 +334,68 @@ pub fn scrub(text: &str, url: &str) -> String {
     out
 }
 
-/// The byte ranges of the passwords in `url`, sorted and merged.
-fn secret_spans(url: &str) -> Vec<Range<usize>> {
+/// The query parameters the PostgreSQL driver reads (sqlx 0.9's
+/// `PgConnectOptions::parse_from_url`, besides `options[NAME]`). It logs any other one at warn
+/// *with its value*, and ignores it: [`pg_options`] drops them first.
+const DRIVER_PARAMETERS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
+
+/// The query parameters of a `sqlite:` URL, whose values are shown.
+const SQLITE_PARAMETERS: &[&str] = &["mode", "cache", "vfs"];
+
+/// Whether the value of query parameter `key` may be shown: the driver's but the password, and
+/// SQLite's. Any other value is hidden, as a misspelt `passwd=` may hold a password all the same.
+fn shown(key: &str) -> bool {
+    (DRIVER_PARAMETERS.contains(&key) && key != "password") || SQLITE_PARAMETERS.contains(&key)
+}
+
+/// The byte ranges of the passwords in `url` (with `unknown_values`, of every query value not in
+/// [`shown`] too), sorted and merged.
+fn secret_spans(url: &str, unknown_values: bool) -> Vec<Range<usize>> {
     let mut spans = Vec::new();
     if let Some(scheme_end) = url.find("://") {
         let start = scheme_end + 3;
-        if let Some(at) = url[start..].rfind('@').map(|i| start + i)
+        let last_at = url[start..].rfind('@').map(|i| start + i);
+        if let Some(at) = last_at
             && let Some(colon) = url[start..at].find(':')
         {
             spans.push(start + colon + 1..at);
         }
+        // Where the host starts: a `?` or `&` before it is the password's own, already hidden.
+        let host = last_at.map_or(start, |at| at + 1);
         // Query values, split at `?` as well as `&`: a `?` inside the password must not hide a
         // `password=` after it.
         if let Some(q) = url[start..].find('?').map(|i| start + i) {
             let mut at = q + 1;
             for pair in url[q + 1..].split(['?', '&']) {
-                if let Some((key, _)) = pair.split_once('=')
-                    && key.eq_ignore_ascii_case("password")
-                {
-                    spans.push(at + key.len() + 1..at + pair.len());
+                match pair.split_once('=') {
+                    Some((key, _)) if key.eq_ignore_ascii_case("password") => {
+                        spans.push(at + key.len() + 1..at + pair.len());
+                    }
+                    Some((key, _)) if unknown_values && at >= host && !shown(key) => {
+                        spans.push(at + key.len() + 1..at + pair.len());
+                    }
+                    // A word without `=`: a piece of a password with a raw `&` in it, perhaps.
+                    None if unknown_values && at >= host => spans.push(at..at + pair.len()),
+                    _ => {}
                 }
                 at += pair.len() + 1;
             }
@@ -464,7 +516,8 @@ fn unquoted(value: &str) -> String {
 /// The driver's connect options for a `postgres://` URL. Its error never holds the URL: the
 /// driver's reason (e.g. "invalid port number"), with anything of the URL in it redacted.
 pub fn pg_options(raw: &str) -> Result<PgConnectOptions, UrlError> {
-    PgConnectOptions::from_str(raw).map_err(|e| {
+    let (url, _) = driver_url(raw);
+    PgConnectOptions::from_str(&url).map_err(|e| {
         let reason = match &e {
             sqlx::Error::Configuration(source) => source.to_string(),
             other => other.to_string(),
@@ -473,6 +526,27 @@ pub fn pg_options(raw: &str) -> Result<PgConnectOptions, UrlError> {
             reason: scrub(&reason, raw),
         }
     })
+}
+
+/// `raw` without the query parameters the driver would ignore, which it would log with their
+/// values (a misspelt `passwd=` or `Password=`), and how many there were. `raw` itself when it
+/// has none, or does not parse (the driver then says why).
+fn driver_url(raw: &str) -> (Cow<'_, str>, usize) {
+    let Ok(mut url) = url::Url::parse(raw) else {
+        return (Cow::Borrowed(raw), 0);
+    };
+    let (kept, dropped): (Vec<_>, Vec<_>) = url.query_pairs().into_owned().partition(|(key, _)| {
+        DRIVER_PARAMETERS.contains(&key.as_str()) || key.starts_with("options[")
+    });
+    if dropped.is_empty() {
+        return (Cow::Borrowed(raw), 0);
+    }
+    if kept.is_empty() {
+        url.set_query(None);
+    } else {
+        url.query_pairs_mut().clear().extend_pairs(kept);
+    }
+    (Cow::Owned(url.to_string()), dropped.len())
 }
 
 #[cfg(test)]
@@ -612,7 +686,10 @@ mod tests {
             "postgres://u:***@h/db",
             "the host and database stay readable"
         );
-        assert_eq!(redact("postgres://u@h/db?x=1"), "postgres://u@h/db?x=1");
+        assert_eq!(
+            redact("postgres://u@h:5/db?sslmode=require&options=-c%20a%3D1"),
+            "postgres://u@h:5/db?sslmode=require&options=-c%20a%3D1"
+        );
     }
 
     #[test]
@@ -696,6 +773,28 @@ mod tests {
         }
         let gibberish = RawUrl::from("s3cr3t");
         assert!(!format!("{gibberish} {gibberish:?}").contains("s3cr3t"));
+    }
+
+    #[test]
+    fn a_parameter_the_driver_does_not_read_is_hidden_and_never_reaches_it() {
+        let url = "postgres://u@h/db?sslmode=require&Password=s3cr3t&passwd=s3cr3t&pass&options[search_path]=a";
+        let shown = redact(url);
+        assert!(
+            !shown.contains("s3cr3t") && !shown.contains("pass&"),
+            "{shown}"
+        );
+        assert!(shown.contains("sslmode=require"), "{shown}");
+        let (given, ignored) = driver_url(url);
+        assert_eq!(ignored, 3);
+        assert!(!given.contains("s3cr3t"), "{given}");
+        assert!(
+            given.contains("sslmode=require") && given.contains("search_path"),
+            "{given}"
+        );
+        let options = pg_options(url).unwrap();
+        assert_eq!(options.get_host(), "h");
+        assert_eq!(options.get_options(), Some("-c search_path=a"));
+        assert_eq!(driver_url("postgres://u@h/db?sslmode=require").1, 0);
     }
 
     #[test]
