@@ -122,6 +122,21 @@ async fn no_command_prints_a_password_whatever_it_holds_or_however_the_url_is_re
         leaky_urls().len() * 8,
         leaks.join("\n")
     );
+    // A config file that is not TOML (the URL unquoted) is not quoted back.
+    let file = config.path().join("broken.toml");
+    std::fs::write(&file, format!("database_url = postgres://u:{m}@h/db\n")).unwrap();
+    let file = file.to_str().unwrap();
+    for args in [
+        &["config", "check", file][..],
+        &["run", "--config", file, "--http", "127.0.0.1:0"],
+    ] {
+        let shown = run(args, &[]).await;
+        assert!(shown.contains("line 1, column"), "{shown}");
+        assert!(
+            !shown.contains(&m),
+            "leasehold {args:?} quoted the file:\n{shown}"
+        );
+    }
     // A refused URL is named by where it came from.
     let keyword = format!("host=db.example password={m}");
     let shown = run(
