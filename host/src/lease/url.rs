@@ -6,6 +6,15 @@
 //! and every restart would hand out epoch 1 again), and turns a relative path into an absolute one
 //! against the working directory, once, when the process starts: from then on logs, errors and
 //! every later open name the same file, whatever directory the next replica is started from.
+//!
+//! A URL's password must never be printed, whatever it holds. [`redact`] hides everything from
+//! the userinfo's `:` to the last `@` (a `/ ? # @ :` or space in the password cannot end it
+//! early), query passwords and any query value the driver does not read, and keyword-string
+//! passwords. A value that did not parse is not echoed at all: [`UrlError`] carries no part of
+//! it, and callers name the flag, variable or key it came from ([`UrlError::from_origin`]).
+//! [`pg_options`] is the one way to the driver's options: it drops query parameters the driver
+//! would log with their values, and [`scrub`]s its errors. [`DatabaseUrl::plaintext_host`] tells
+//! a remote PostgreSQL URL that would silently fall back to `sslmode=prefer`.
 
 use std::borrow::Cow;
 use std::fmt;
