@@ -112,6 +112,10 @@ pub struct App {
     _plugin_set: Option<watch::Sender<Arc<PluginSet>>>,
 }
 
+/// How warnings name the lease database's URL: where it may have been set.
+pub const LEASE_DATABASE: &str =
+    "the lease database (--database-url, LEASEHOLD_DATABASE_URL or database_url)";
+
 /// How long a host that has released its leases waits before tearing itself down (the app holds
 /// the store, through its [`Leases`], and the plugin engine until it is dropped). Teardown is not
 /// free: in a profiled handoff, unmapping the plugins' reserved memory took ~2 ms of CPU and each
@@ -130,6 +134,12 @@ impl App {
     /// [`App::start`], with plugin grants reading the variables they name from `environment`.
     pub async fn start_with(config: Config, environment: Environment) -> Result<App, AppError> {
         let holder = HolderId::generate(&config.replica_id);
+        if let Some(warning) = config
+            .database_url
+            .plaintext_warning(LEASE_DATABASE, |k| std::env::var(k).ok())
+        {
+            warn!("{warning}");
+        }
         let store = open_store(
             &config.database_url,
             config.connect_timeout,

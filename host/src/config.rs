@@ -13,7 +13,9 @@ use crate::capability::variables::{PatternError, UrlVariables};
 use crate::http::guard::{AllowedHosts, HostNameError};
 use crate::lease::groups::{GroupSpec, MAX_SHARDS};
 use crate::lease::identity::{check_replica_id, default_replica_id};
-use crate::lease::{DatabaseUrl, LeaseName, LeaseNameError, RawUrl, Timing, TimingError, UrlError};
+use crate::lease::{
+    DatabaseUrl, LeaseName, LeaseNameError, RawUrl, Timing, TimingError, UrlFromError,
+};
 
 /// Why the configuration was refused; each variant names the file or value at fault.
 #[derive(Debug, thiserror::Error)]
@@ -35,9 +37,10 @@ pub enum ConfigError {
         /// The parser's message, with line and column.
         message: String,
     },
-    /// The database URL is not one leasehold can use.
+    /// The database URL is not one leasehold can use; the error names where it was set, never
+    /// its value.
     #[error(transparent)]
-    DatabaseUrl(#[from] UrlError),
+    DatabaseUrl(#[from] UrlFromError),
     /// The timing breaks a safety relation: the key, its value, where the value came from and
     /// the rule.
     #[error("invalid timing.{} = {:?} ({origin}): {}", .error.field, .error.value, .error.reason)]
@@ -431,6 +434,9 @@ impl Config {
     }
 }
 
+/// Where the flag layer's database URL comes from, for errors that must not show it.
+pub const DATABASE_URL_FLAG: &str = "--database-url or LEASEHOLD_DATABASE_URL";
+
 /// The default HTTP address: loopback only, so a fresh install exposes nothing; 9464 is free of
 /// the common exporters' ports.
 pub const DEFAULT_HTTP: &str = "127.0.0.1:9464";
@@ -443,9 +449,13 @@ impl Config {
     /// Merges defaults, the config file and the flags (each key the flags set wins), and
     /// validates the result.
     pub fn resolve(file: Layer, flags: Layer) -> Result<Config, ConfigError> {
-        let database_url = match flags.database_url.or(file.database_url) {
-            Some(raw) => DatabaseUrl::parse(raw.expose())?,
-            None => DatabaseUrl::parse(DatabaseUrl::DEFAULT_SQLITE)?,
+        let database_url = match (flags.database_url, file.database_url) {
+            (Some(raw), _) => {
+                DatabaseUrl::parse(raw.expose()).map_err(|e| e.from_origin(DATABASE_URL_FLAG))?
+            }
+            (None, Some(raw)) => DatabaseUrl::parse(raw.expose())
+                .map_err(|e| e.from_origin("database_url of the config file"))?,
+            (None, None) => DatabaseUrl::default_sqlite(),
         };
         let (replica_id, origin) = match (flags.replica_id, file.replica_id) {
             (Some(id), _) => (id, "from --replica-id or LEASEHOLD_REPLICA_ID"),
@@ -594,6 +604,23 @@ mod tests {
         assert_eq!(c.timing.ttl, Duration::from_secs(6));
         assert_eq!(c.timing.renew_interval, Duration::from_secs(2));
         assert_eq!(c.timing.poll_interval, Duration::from_secs(6));
+    }
+
+    #[test]
+    fn a_config_file_that_does_not_parse_is_not_quoted_in_the_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("leasehold.toml");
+        std::fs::write(
+            &file,
+            "leases = ['a']\ndatabase_url = postgres://u:s3cr3t@h/db\n",
+        )
+        .unwrap();
+        let error = Layer::load(&file).unwrap_err().to_string();
+        assert!(!error.contains("s3cr3t"), "{error}");
+        assert!(
+            error.contains("leasehold.toml") && error.contains("line 2, column 16"),
+            "{error}"
+        );
     }
 
     #[test]

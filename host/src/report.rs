@@ -67,7 +67,7 @@ pub fn toml_error(text: &str, error: &toml::de::Error) -> String {
     let message = error.message().trim_end();
     match error.span() {
         Some(span) => {
-            let before = &text[..span.start.min(text.len())];
+            let before = text.get(..span.start).unwrap_or(text);
             let line = before.matches('\n').count() + 1;
             let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
             format!("line {line}, column {column}: {message}")

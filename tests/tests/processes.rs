@@ -216,11 +216,11 @@ async fn bad_database_urls_fail_at_start_with_one_clear_line() {
         ),
         (
             "postgres://leasehold:hunter2@[::1/x",
-            "cannot connect to postgres://leasehold:***@[::1/x",
+            "the database URL in --database-url or LEASEHOLD_DATABASE_URL cannot be read by the PostgreSQL driver (invalid IPv6 address)",
         ),
         (
             "mysql://root:hunter2@localhost/db",
-            "unsupported database URL",
+            "the database URL in --database-url or LEASEHOLD_DATABASE_URL is not a postgres://",
         ),
         (
             "sqlite:/nonexistent-dir/leases.db",

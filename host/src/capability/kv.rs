@@ -10,11 +10,10 @@
 //! see each other's committed usage; only a concurrent put or delete of the very same key can make a put miscount
 //! its own entry, by one key at most.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 
 use super::CapabilityError;
@@ -64,8 +63,13 @@ impl Kv {
         match url {
             DatabaseUrl::Postgres(raw) => {
                 let ms = STATEMENT_TIMEOUT.as_millis().to_string();
-                let options = PgConnectOptions::from_str(raw)
-                    .map_err(|e| CapabilityError::Unavailable(format!("kv: {e}")))?
+                let options = crate::lease::pg_options(raw)
+                    .map_err(|e| {
+                        CapabilityError::Unavailable(format!(
+                            "kv: {}",
+                            e.from_origin("the lease database's URL")
+                        ))
+                    })?
                     .application_name("leasehold-kv")
                     .options([
                         ("statement_timeout", ms.as_str()),

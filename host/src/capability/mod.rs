@@ -15,11 +15,9 @@ pub mod kv;
 pub mod sql;
 pub mod variables;
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::PgConnectOptions;
 use tokio::sync::OnceCell;
 
 use crate::lease::DatabaseUrl;
@@ -256,39 +254,29 @@ pub enum GrantError {
         /// The variable.
         env: String,
     },
-    /// The variable's value is not a database URL.
-    #[error("[grants.sql] database_url_env = {env:?}")]
+    /// The variable's value is not a database URL leasehold can use. The variable may be another
+    /// service's, chosen by whoever wrote the manifest: nothing of its value is shown.
+    #[error("[grants.sql] database_url_env = {env:?}: the database URL in {env} {reason}")]
     Url {
         /// The variable.
         env: String,
-        /// Why the URL was refused (it never holds the password).
-        #[source]
-        source: crate::lease::UrlError,
+        /// Why the URL was refused (it never holds the URL).
+        reason: crate::lease::UrlError,
     },
     /// The variable names a database other than PostgreSQL.
     #[error(
-        "[grants.sql] database_url_env = {env:?}: {url} is not a PostgreSQL URL; the sql capability needs PostgreSQL"
+        "[grants.sql] database_url_env = {env:?}: the database URL in {env} is not a PostgreSQL URL; the sql capability needs PostgreSQL"
     )]
     NotPostgres {
         /// The variable.
         env: String,
-        /// The URL, password redacted.
-        url: String,
-    },
-    /// The driver refused the URL's options.
-    #[error("[grants.sql] {env} ({url})")]
-    Options {
-        /// The variable.
-        env: String,
-        /// The URL, password redacted.
-        url: String,
-        /// The driver's error.
-        #[source]
-        source: sqlx::Error,
     },
     /// The lease database's URL could not be used to listen for events.
-    #[error("[events]")]
-    EventsOptions(#[source] sqlx::Error),
+    #[error("[events]: the lease database's URL {reason}")]
+    EventsOptions {
+        /// Why the driver refused it (it never holds the URL).
+        reason: crate::lease::UrlError,
+    },
     /// Events were asked for on a SQLite lease database with no sql grant to listen on.
     #[error(
         "[events] needs PostgreSQL: the lease database is SQLite and the plugin has no [grants.sql] to listen on"
@@ -339,7 +327,8 @@ impl Grants {
                     format!("the database of {}", grant.spec().database_url_env),
                 ),
                 (None, DatabaseUrl::Postgres(raw)) => (
-                    PgConnectOptions::from_str(raw).map_err(GrantError::EventsOptions)?,
+                    crate::lease::pg_options(raw)
+                        .map_err(|reason| GrantError::EventsOptions { reason })?,
                     "the lease database".to_string(),
                 ),
                 (None, DatabaseUrl::Sqlite { .. }) => {

@@ -74,7 +74,8 @@ pub struct ConfigCheckArgs {
 /// with the defaults of `leasehold run`: its schema is created or migrated on the way.
 async fn open(raw: Option<RawUrl>) -> anyhow::Result<(DatabaseUrl, Arc<dyn LeaseStore>)> {
     let url = match raw {
-        Some(raw) => DatabaseUrl::parse(raw.expose())?,
+        Some(raw) => DatabaseUrl::parse(raw.expose())
+            .map_err(|e| e.from_origin(crate::config::DATABASE_URL_FLAG))?,
         None => DatabaseUrl::default_sqlite(),
     };
     let store = open_store(
@@ -241,6 +242,12 @@ pub fn config_check(args: ConfigCheckArgs) -> anyhow::Result<ExitCode> {
             "plugin directory {} does not exist or is not a directory",
             dir.display()
         );
+    }
+    if let Some(warning) = config
+        .database_url
+        .plaintext_warning(crate::app::LEASE_DATABASE, |k| std::env::var(k).ok())
+    {
+        println!("# warning: {warning}");
     }
     let shown = path.map_or("built-in defaults".to_string(), |p| p.display().to_string());
     println!("# {shown}: ok; the effective configuration (password redacted):");

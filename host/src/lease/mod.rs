@@ -37,7 +37,7 @@ pub use store::{
     ReleaseNotice, RenewRequest, Renewed, RenewedOne, StoreError,
 };
 pub use timing::{Timing, TimingError};
-pub use url::{DatabaseUrl, RawUrl, UrlError};
+pub use url::{DatabaseUrl, RawUrl, UrlError, UrlFromError, pg_options};
 
 use std::sync::Arc;
 

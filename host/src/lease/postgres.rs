@@ -6,7 +6,6 @@ pub mod listen;
 mod nodelay;
 mod statements;
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -141,8 +140,11 @@ impl PostgresStore {
             url: redacted.clone(),
             source,
         };
-        let base = PgConnectOptions::from_str(raw)
-            .map_err(connect_err)?
+        let base = super::url::pg_options(raw)
+            .map_err(|e| StoreError::Invalid {
+                what: "database URL",
+                reason: e.from_origin("the lease store's settings").to_string(),
+            })?
             .application_name("leasehold");
         let with_plans = |plans| {
             let settings = session_settings(call_timeout, plans);

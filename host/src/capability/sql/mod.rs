@@ -26,7 +26,6 @@ pub mod identity;
 pub mod value;
 
 use std::future::Future;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -66,7 +65,8 @@ pub struct Rows {
 /// A plugin's sql grant: where it points, its caps, and its pool (opened on first use and kept
 /// across terms while the plugin file is unchanged).
 pub struct SqlGrant {
-    /// The plugin, for messages and the session's application name.
+    /// The plugin, for messages (the sessions' application name does not carry it: see
+    /// [`session_name`]).
     plugin: String,
     /// The environment variable the URL came from: how errors name the database.
     env: String,
@@ -130,25 +130,26 @@ impl SqlGrant {
     ) -> Result<Self, GrantError> {
         let env = &spec.database_url_env;
         let raw = env_lookup(env).ok_or_else(|| GrantError::MissingEnv { env: env.clone() })?;
-        let url = DatabaseUrl::parse(&raw).map_err(|source| GrantError::Url {
+        let refused = |reason| GrantError::Url {
             env: env.clone(),
-            source,
-        })?;
-        let DatabaseUrl::Postgres(raw) = &url else {
-            return Err(GrantError::NotPostgres {
-                env: env.clone(),
-                url: url.to_string(),
-            });
+            reason,
         };
-        let options = PgConnectOptions::from_str(raw).map_err(|source| GrantError::Options {
-            env: env.clone(),
-            url: url.to_string(),
-            source,
-        })?;
+        let url = DatabaseUrl::parse(&raw).map_err(refused)?;
+        let DatabaseUrl::Postgres(raw) = &url else {
+            return Err(GrantError::NotPostgres { env: env.clone() });
+        };
+        let options = crate::lease::pg_options(raw).map_err(refused)?;
         let timeout = spec.statement_timeout.as_millis().to_string();
         let idle = IDLE_IN_TRANSACTION_TIMEOUT.as_millis().to_string();
-        let suffix: u32 = rand::random();
-        let session_name = format!("leasehold:{plugin}:{suffix:08x}");
+        let session_name = session_name();
+        tracing::info!(
+            plugin, database_url_env = %env, application_name = %session_name,
+            "sql grant opened: its sessions carry this application_name on the server"
+        );
+        let what = format!("[grants.sql] database_url_env = {env} of plugin {plugin}");
+        if let Some(warning) = url.plaintext_warning(&what, &env_lookup) {
+            tracing::warn!(plugin, database_url_env = %env, "{warning}");
+        }
         let options = options.application_name(&session_name).options([
             ("statement_timeout", timeout.as_str()),
             ("idle_in_transaction_session_timeout", idle.as_str()),
@@ -256,6 +257,11 @@ impl SqlGrant {
     /// The grant's settings.
     pub fn spec(&self) -> &SqlGrantSpec {
         &self.spec
+    }
+
+    /// The `application_name` of this grant's sessions on the server.
+    pub fn application_name(&self) -> &str {
+        &self.session_name
     }
 
     /// The connect options (for listening on the same database).
@@ -588,6 +594,15 @@ impl SqlGrant {
     }
 }
 
+/// A fresh `application_name` for one grant's sessions: `leasehold:` and 16 random hex digits,
+/// 26 ASCII bytes whatever the plugin's name. PostgreSQL keeps 63 bytes of it and turns anything
+/// but printable ASCII into `?`, so a name built from the plugin's would not be found by
+/// [`SqlGrant::cancel_on_server`] for a long or non-ASCII plugin; the grant logs which plugin a
+/// name stands for when it opens.
+fn session_name() -> String {
+    format!("leasehold:{:016x}", rand::random::<u64>())
+}
+
 /// The parameter types sent with a prepared statement, matching what [`value::arguments`] binds.
 fn param_types(params: &[SqlValue]) -> Vec<PgTypeInfo> {
     use sqlx::Type;
@@ -602,4 +617,47 @@ fn param_types(params: &[SqlValue]) -> Vec<PgTypeInfo> {
             SqlValue::Bytes(_) => <Vec<u8> as Type<Postgres>>::type_info(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> SqlGrantSpec {
+        SqlGrantSpec {
+            database_url_env: "APP_DATABASE_URL".into(),
+            statement_timeout: crate::manifest::DEFAULT_STATEMENT_TIMEOUT,
+            max_rows: 10,
+            max_bytes: 1 << 20,
+            max_connections: 1,
+        }
+    }
+
+    #[test]
+    fn a_long_or_non_ascii_plugin_name_yields_an_application_name_postgres_keeps_whole() {
+        let url = |_: &str| Some("postgres://app:secret@127.0.0.1:5432/app".to_string());
+        let mut seen = std::collections::BTreeSet::new();
+        for plugin in [
+            "p".to_string(),
+            "a".repeat(64),
+            "x".repeat(300),
+            "planificación-de-órdenes-日本語-🦀".to_string(),
+        ] {
+            for _ in 0..2 {
+                let grant = SqlGrant::resolve(&plugin, &spec(), url).unwrap();
+                let name = grant.application_name();
+                assert!(name.len() <= 63, "{plugin}: {name} is {} bytes", name.len());
+                assert!(
+                    name.bytes().all(|b| b.is_ascii_graphic()),
+                    "{plugin}: {name} is not printable ASCII"
+                );
+                assert_eq!(
+                    grant.connect_options().get_application_name(),
+                    Some(name),
+                    "{plugin}: the sessions carry another name"
+                );
+                assert!(seen.insert(name.to_string()), "{name} given to two grants");
+            }
+        }
+    }
 }
