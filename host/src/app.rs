@@ -192,11 +192,7 @@ impl App {
             None => (None, None),
         };
         let http_stop = CancellationToken::new();
-        let state = AppState {
-            leases: leases.clone(),
-            plugins: plugins.clone(),
-            metrics: metrics.clone(),
-        };
+        let state = AppState::new(leases.clone(), plugins.clone(), metrics.clone());
         // Logged only now: until the plugins are loaded a request would wait unanswered, and
         // scripts take this line to mean "ready to be asked".
         info!(addr = %addr, "http listening");
