@@ -47,6 +47,9 @@ pub enum AppError {
         #[source]
         source: std::io::Error,
     },
+    /// The HTTP endpoint's thread could not be started.
+    #[error("cannot start the HTTP thread: {0}")]
+    HttpThread(#[source] std::io::Error),
     /// The configured plugin directory is missing.
     #[error("plugin directory {} does not exist or is not a directory", .0.display())]
     NoPluginDirectory(PathBuf),
@@ -196,7 +199,9 @@ impl App {
         // Logged only now: until the plugins are loaded a request would wait unanswered, and
         // scripts take this line to mean "ready to be asked".
         info!(addr = %addr, "http listening");
-        let http = tasks.spawn(crate::http::serve(listener, state, http_stop.clone()));
+        let served = crate::http::thread::spawn(listener, state, http_stop.clone())
+            .map_err(AppError::HttpThread)?;
+        let http = tasks.spawn(served);
         let driver = tasks.spawn(driver.run());
         tasks.close();
         Ok(App {

@@ -3,10 +3,12 @@
 //! (Prometheus) and `/` (a live page drawn from `/status`, in [`page`]). The JSON field names of
 //! `/status` and the metric names are a contract for other tooling: keep them. What `/status`
 //! and `/readyz` know of the store is one shared [`snapshot`], refreshed at most every 250 ms on
-//! connections of its own, so that no number of watchers can hold up the lease loop.
+//! connections of its own, and the endpoint runs on a [`thread`] of its own, so that no number of
+//! watchers can hold up the lease loop.
 
 pub mod page;
 pub mod snapshot;
+pub mod thread;
 
 use std::sync::Arc;
 use std::time::Duration;
