@@ -234,11 +234,11 @@ async fn status(State(state): State<AppState>) -> axum::response::Response {
     }
 }
 
-/// Ready when the last read of the store (the shared snapshot's) answered within a second. The
-/// plugin directory is loaded before the server starts, so a replica that serves at all has its
-/// plugins.
+/// Ready when the store answered the shared snapshot's read within a second: a fresh one, or else
+/// one begun after the probe asked. The plugin directory is loaded before the server starts, so a
+/// replica that serves at all has its plugins.
 async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
-    match state.snapshots.get().await {
+    match state.snapshots.current().await {
         Some(snapshot) => match snapshot.store_error() {
             None => (StatusCode::OK, "ready\n".into()),
             Some(e) => (

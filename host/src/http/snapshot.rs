@@ -44,6 +44,8 @@ const FIRST_WAIT: Duration = Duration::from_secs(5);
 /// One reading of the leases for display.
 #[derive(Debug)]
 pub struct Snapshot {
+    /// When the refresh that made it began: a reading of the store is at least this recent.
+    began: Instant,
     /// When the refresh that made it finished.
     taken: Instant,
     /// Why the store could not be read, if it could not (the leases then come from local
@@ -64,7 +66,7 @@ const TAIL: &[u8] = br#","groups":[],"plugins":[]}"#;
 impl Snapshot {
     /// A snapshot of `status`, taken now. Its groups and plugins are left out: a request adds
     /// them as they are then.
-    fn new(mut status: Status) -> Snapshot {
+    fn new(mut status: Status, began: Instant) -> Snapshot {
         status.groups = Vec::new();
         status.plugins = Vec::new();
         let leases_json = serde_json::to_vec(&status).ok().and_then(|json| {
@@ -73,6 +75,7 @@ impl Snapshot {
                 .map(<[u8]>::to_vec)
         });
         Snapshot {
+            began,
             taken: Instant::now(),
             store_error: status.store_error.clone(),
             leases_json,
@@ -186,6 +189,37 @@ impl Snapshots {
         latest.borrow().clone()
     }
 
+    /// A snapshot for a probe: the last one while it is fresh and the store answered it, else
+    /// one whose refresh began after this call, however long that takes (a refresh gives up on
+    /// the store after a second), at most [`FIRST_WAIT`]. `None` when none came by then.
+    pub async fn current(&self) -> Option<Arc<Snapshot>> {
+        let asked = Instant::now();
+        let mut latest = self.inner.latest.subscribe();
+        if let Some(last) = latest.borrow_and_update().clone()
+            && last.store_error.is_none()
+            && self.is_fresh(&last)
+        {
+            return Some(last);
+        }
+        let deadline = asked + FIRST_WAIT;
+        loop {
+            // A refresh under way may have begun before the store came back: then one more.
+            self.refresh();
+            if tokio::time::timeout_at(deadline, latest.changed())
+                .await
+                .is_err()
+            {
+                return None;
+            }
+            let snapshot = latest.borrow_and_update().clone();
+            if let Some(snapshot) = snapshot
+                && snapshot.began >= asked
+            {
+                return Some(snapshot);
+            }
+        }
+    }
+
     /// The `/status` body of a snapshot, with the groups and plugins as they are now.
     pub fn body(&self, snapshot: &Snapshot) -> Vec<u8> {
         let plugins = self
@@ -222,9 +256,12 @@ impl Snapshots {
             {
                 role.mark_unchanged();
             }
-            let snapshot = Snapshot::new(super::status_of(&inner.leases).await);
-            inner.latest.send_replace(Some(Arc::new(snapshot)));
+            let began = Instant::now();
+            let snapshot = Snapshot::new(super::status_of(&inner.leases).await, began);
+            // Cleared first: whoever wakes to this snapshot and finds it too old can start the
+            // next refresh.
             inner.refreshing.store(false, Ordering::Release);
+            inner.latest.send_replace(Some(Arc::new(snapshot)));
         });
     }
 }
@@ -311,6 +348,22 @@ mod tests {
                 .is_some_and(|e| e.contains("timed out")),
             "{failed:?}"
         );
+        // A probe waits for a read begun after it asked, rather than take that failure or the
+        // last answer: a store that is back is ready at once.
+        store.set_health(Health::Up);
+        let probed = snapshots.current().await.unwrap();
+        assert_eq!(probed.store_error(), None);
+        assert!(!Arc::ptr_eq(&probed, &failed));
+        store.set_health(Health::Hanging);
+        tokio::time::advance(MAX_AGE).await;
+        let asked = Instant::now();
+        let probed = snapshots.current().await.unwrap();
+        assert!(probed.store_error().is_some(), "{probed:?}");
+        assert!(
+            asked.elapsed() >= Duration::from_millis(500),
+            "{:?}",
+            asked.elapsed()
+        );
     }
 
     #[tokio::test]
@@ -379,10 +432,13 @@ mod tests {
             held: 1,
             ..group.clone()
         };
-        let snapshot = Snapshot::new(Status {
-            groups: vec![old],
-            ..status()
-        });
+        let snapshot = Snapshot::new(
+            Status {
+                groups: vec![old],
+                ..status()
+            },
+            Instant::now(),
+        );
         assert!(
             snapshot.leases_json.is_some(),
             "Status no longer serialises as HEAD … TAIL: snapshot_age_ms first, groups and plugins last"
