@@ -171,6 +171,24 @@ pub async fn status_of(replica: &Leases) -> Status {
             Vec::new(),
         ),
     };
+    status_from(replica, &names, rows, terms)
+}
+
+/// The status from this replica's own knowledge alone, `why` the store was not read: roles,
+/// and the holder and epoch of the leases this replica holds.
+pub fn local_status(replica: &Leases, why: String) -> Status {
+    let names: Vec<String> = replica.lease_names().map(str::to_string).collect();
+    status_from(replica, &names, Err(why), Vec::new())
+}
+
+/// The status of `names` from what the store read (`rows`, or why it could not) and `terms`;
+/// roles from the coordinator, read now.
+fn status_from(
+    replica: &Leases,
+    names: &[String],
+    rows: Result<Vec<crate::lease::LeaseRecord>, String>,
+    terms: Vec<history::TermRecord>,
+) -> Status {
     let mut terms_of: std::collections::HashMap<String, Vec<Term>> = Default::default();
     for record in terms {
         terms_of.entry(record.lease).or_default().push(record.term);

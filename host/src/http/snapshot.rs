@@ -4,7 +4,9 @@
 //! - [`Snapshots`]: the shared handle. A request takes the last snapshot while it is fresh
 //!   (younger than [`MAX_AGE`] and no lease changed role since); otherwise it starts a refresh,
 //!   unless one is under way (single flight: every request joins the one in progress), and waits
-//!   for it at most [`JOIN_WAIT`] before answering with the last snapshot and its age.
+//!   for it at most [`JOIN_WAIT`] before answering with the last snapshot and its age. Should a
+//!   lease have changed role since that one, the answer is this replica's own knowledge instead
+//!   ([`super::local_status`]), with the reason in `store_error`: roles never wait for the store.
 //! - A refresh reads the lease rows and terms once ([`super::status_of`]) through the store's
 //!   observers' connections, never the pools the lease loop renews on, bounded by a second: a
 //!   store that is slow or down costs a watcher an old snapshot, and the lease loop nothing.
@@ -24,7 +26,7 @@ use tokio::time::Instant;
 
 use super::Status;
 use crate::lease::groups::GroupStatus;
-use crate::lease::{Leadership, Leases};
+use crate::lease::{Leadership, Leases, Role};
 use crate::supervisor::status::{PluginStatus, StatusBoard};
 
 /// How old a snapshot may be before a request asks for a new one. The page polls every 500 ms
@@ -56,6 +58,8 @@ pub struct Snapshot {
     leases_json: Option<Vec<u8>>,
     /// The status it was made from (without groups and plugins).
     status: Status,
+    /// This replica's role in each lease, in name order, as the snapshot shows them.
+    roles: Vec<Role>,
 }
 
 /// What [`Status`] serialises to before and after the part a [`Snapshot`] keeps, when its age is
@@ -69,6 +73,7 @@ impl Snapshot {
     fn new(mut status: Status, began: Instant) -> Snapshot {
         status.groups = Vec::new();
         status.plugins = Vec::new();
+        let roles = status.leases.iter().map(|l| l.role).collect();
         let leases_json = serde_json::to_vec(&status).ok().and_then(|json| {
             json.strip_prefix(HEAD)
                 .and_then(|rest| rest.strip_suffix(TAIL))
@@ -80,6 +85,7 @@ impl Snapshot {
             store_error: status.store_error.clone(),
             leases_json,
             status,
+            roles,
         }
     }
 
@@ -140,9 +146,12 @@ struct Inner {
     latest: watch::Sender<Option<Arc<Snapshot>>>,
     /// Whether a refresh is under way.
     refreshing: AtomicBool,
-    /// Each lease's leadership, marked seen by every refresh: a change makes the snapshot stale
+    /// Each lease's leadership, in name order: a snapshot showing another role for any is stale
     /// at once, so that a new holder or a lost lease shows at the next request.
-    roles: Mutex<Vec<watch::Receiver<Leadership>>>,
+    roles: Vec<watch::Receiver<Leadership>>,
+    /// The last answer from this replica's own knowledge, while the store is slow: reused while
+    /// it is fresh, so that a flood during an outage renders it once per change.
+    local: Mutex<Option<Arc<Snapshot>>>,
     /// The runtime refreshes run on: the lease loop's, whichever runtime serves HTTP.
     runtime: Handle,
 }
@@ -161,15 +170,17 @@ impl Snapshots {
                 plugins,
                 latest: watch::Sender::new(None),
                 refreshing: AtomicBool::new(false),
-                roles: Mutex::new(roles),
+                roles,
+                local: Mutex::new(None),
                 runtime: Handle::current(),
             }),
         }
     }
 
     /// A snapshot for a request: the last one while it is fresh, else the one a refresh (this
-    /// request's or the one under way) makes within [`JOIN_WAIT`], else the last one. `None` only
-    /// when there has never been one and the first did not come within [`FIRST_WAIT`].
+    /// request's or the one under way) makes within [`JOIN_WAIT`], else the last one if it shows
+    /// every lease's role as it is, else one from this replica's own knowledge. `None` only when
+    /// there has never been one and the first did not come within [`FIRST_WAIT`].
     pub async fn get(&self) -> Option<Arc<Snapshot>> {
         // Subscribed first, so that a refresh finishing after the look below is not missed.
         let mut latest = self.inner.latest.subscribe();
@@ -186,7 +197,24 @@ impl Snapshots {
             FIRST_WAIT
         };
         let _ = tokio::time::timeout(wait, latest.changed()).await;
-        latest.borrow().clone()
+        let last = latest.borrow().clone()?;
+        if self.shows_current_roles(&last) {
+            return Some(last);
+        }
+        let mut local = self.inner.local.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(fresh) = local.as_ref().filter(|l| self.is_fresh(l)) {
+            return Some(fresh.clone());
+        }
+        let why = format!(
+            "the lease store has not answered for {:?}; roles, holders and epochs are this replica's own knowledge",
+            last.age()
+        );
+        let made = Arc::new(Snapshot::new(
+            super::local_status(&self.inner.leases, why),
+            Instant::now(),
+        ));
+        *local = Some(made.clone());
+        Some(made)
     }
 
     /// A snapshot for a probe: the last one while it is fresh and the store answered it, else
@@ -231,13 +259,20 @@ impl Snapshots {
         snapshot.body(&self.inner.leases.groups(), &plugins)
     }
 
-    /// Younger than [`MAX_AGE`], and no lease has changed role since it was taken.
+    /// Younger than [`MAX_AGE`], and showing every lease's role as it is.
     fn is_fresh(&self, snapshot: &Snapshot) -> bool {
-        if snapshot.age() >= MAX_AGE {
-            return false;
-        }
-        let roles = self.inner.roles.lock().unwrap_or_else(|e| e.into_inner());
-        !roles.iter().any(|r| r.has_changed().unwrap_or(false))
+        snapshot.age() < MAX_AGE && self.shows_current_roles(snapshot)
+    }
+
+    /// Whether `snapshot` shows each lease's role as it is now.
+    fn shows_current_roles(&self, snapshot: &Snapshot) -> bool {
+        self.inner.roles.len() == snapshot.roles.len()
+            && self
+                .inner
+                .roles
+                .iter()
+                .zip(&snapshot.roles)
+                .all(|(now, shown)| now.borrow().role == *shown)
     }
 
     /// Starts a refresh unless one is under way.
@@ -247,15 +282,6 @@ impl Snapshots {
         }
         let inner = self.inner.clone();
         self.inner.runtime.spawn(async move {
-            // Marked before the roles are read: a change during the read shows as stale next time.
-            for role in inner
-                .roles
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter_mut()
-            {
-                role.mark_unchanged();
-            }
             let began = Instant::now();
             let snapshot = Snapshot::new(super::status_of(&inner.leases).await, began);
             // Cleared first: whoever wakes to this snapshot and finds it too old can start the
@@ -364,6 +390,36 @@ mod tests {
             "{:?}",
             asked.elapsed()
         );
+    }
+
+    #[tokio::test]
+    async fn a_change_of_role_shows_at_once_while_the_store_hangs() {
+        let store = Arc::new(MemoryStore::new());
+        let (driver, leases, snapshots) = replica(&store);
+        let running = tokio::spawn(driver.run());
+        let mut leadership = leases.subscribe("leader").unwrap();
+        let within = Duration::from_secs(10);
+        tokio::time::timeout(within, leadership.wait_for(|l| l.role == Role::Leader))
+            .await
+            .unwrap()
+            .unwrap();
+        let leading = snapshots.get().await.unwrap();
+        assert_eq!(leading.status.leases[0].role, Role::Leader);
+        // Renewals and the snapshot's read hang alike; the holder stops leading.
+        store.set_health(Health::Hanging);
+        tokio::time::timeout(within, leadership.wait_for(|l| l.role != Role::Leader))
+            .await
+            .unwrap()
+            .unwrap();
+        let shown = snapshots.get().await.unwrap();
+        assert_ne!(shown.status.leases[0].role, Role::Leader);
+        assert!(
+            shown
+                .store_error()
+                .is_some_and(|e| e.contains("own knowledge")),
+            "{shown:?}"
+        );
+        running.abort();
     }
 
     #[tokio::test]
