@@ -58,8 +58,13 @@ pub struct Snapshot {
     leases_json: Option<Vec<u8>>,
     /// The status it was made from (without groups and plugins).
     status: Status,
-    /// This replica's role in each lease, in name order, as the snapshot shows them.
+    /// This replica's role in each lease, in name order, as the snapshot shows them (read after
+    /// the store).
     roles: Vec<Role>,
+    /// The same roles as they were before the store was read: should one have changed during
+    /// the read, the store's part may predate it (a lease won, its row not yet seen), and the
+    /// snapshot is stale at once.
+    roles_before: Vec<Role>,
 }
 
 /// What [`Status`] serialises to before and after the part a [`Snapshot`] keeps, when its age is
@@ -73,7 +78,7 @@ impl Snapshot {
     fn new(mut status: Status, began: Instant) -> Snapshot {
         status.groups = Vec::new();
         status.plugins = Vec::new();
-        let roles = status.leases.iter().map(|l| l.role).collect();
+        let roles: Vec<Role> = status.leases.iter().map(|l| l.role).collect();
         let leases_json = serde_json::to_vec(&status).ok().and_then(|json| {
             json.strip_prefix(HEAD)
                 .and_then(|rest| rest.strip_suffix(TAIL))
@@ -85,6 +90,7 @@ impl Snapshot {
             store_error: status.store_error.clone(),
             leases_json,
             status,
+            roles_before: roles.clone(),
             roles,
         }
     }
@@ -198,7 +204,7 @@ impl Snapshots {
         };
         let _ = tokio::time::timeout(wait, latest.changed()).await;
         let last = latest.borrow().clone()?;
-        if self.shows_current_roles(&last) {
+        if self.shows_current_roles(&last.roles) {
             return Some(last);
         }
         let mut local = self.inner.local.lock().unwrap_or_else(|e| e.into_inner());
@@ -259,20 +265,25 @@ impl Snapshots {
         snapshot.body(&self.inner.leases.groups(), &plugins)
     }
 
-    /// Younger than [`MAX_AGE`], and showing every lease's role as it is.
+    /// Younger than [`MAX_AGE`], and no lease has changed role since before its read.
     fn is_fresh(&self, snapshot: &Snapshot) -> bool {
-        snapshot.age() < MAX_AGE && self.shows_current_roles(snapshot)
+        snapshot.age() < MAX_AGE && self.shows_current_roles(&snapshot.roles_before)
     }
 
-    /// Whether `snapshot` shows each lease's role as it is now.
-    fn shows_current_roles(&self, snapshot: &Snapshot) -> bool {
-        self.inner.roles.len() == snapshot.roles.len()
+    /// Whether `roles` (in name order) are each lease's role now.
+    fn shows_current_roles(&self, roles: &[Role]) -> bool {
+        self.inner.roles.len() == roles.len()
             && self
                 .inner
                 .roles
                 .iter()
-                .zip(&snapshot.roles)
+                .zip(roles)
                 .all(|(now, shown)| now.borrow().role == *shown)
+    }
+
+    /// Each lease's role now, in name order.
+    fn current_roles(&self) -> Vec<Role> {
+        self.inner.roles.iter().map(|r| r.borrow().role).collect()
     }
 
     /// Starts a refresh unless one is under way.
@@ -280,10 +291,11 @@ impl Snapshots {
         if self.inner.refreshing.swap(true, Ordering::AcqRel) {
             return;
         }
-        let inner = self.inner.clone();
+        let (inner, roles_before) = (self.inner.clone(), self.current_roles());
         self.inner.runtime.spawn(async move {
             let began = Instant::now();
-            let snapshot = Snapshot::new(super::status_of(&inner.leases).await, began);
+            let mut snapshot = Snapshot::new(super::status_of(&inner.leases).await, began);
+            snapshot.roles_before = roles_before;
             // Cleared first: whoever wakes to this snapshot and finds it too old can start the
             // next refresh.
             inner.refreshing.store(false, Ordering::Release);
