@@ -38,12 +38,13 @@ test: build guests
 # under the attacks on its memory against its plugins' budget; what 1,000 and 10,000 leases on
 # three replicas cost the holder, the standbys and PostgreSQL, and an idle host's CPU and memory;
 # how lease groups rebalance (join, SIGTERM, kill: time, shards moved, longest unheld) and what
-# 10,000 shards in groups over five replicas cost; the image under podman: `podman run` to
+# 10,000 shards in groups over five replicas cost; renewals of 1,000 shards with and without
+# hundreds of clients flooding /status, / and /metrics, on SQLite and PostgreSQL; the image under podman: `podman run` to
 # leading, and the handoff between containers beside the same between processes.
 # handoff-bench also runs the same handoff and failover trials with etcd's own lock CLI
 # (`etcdctl lock --ttl`, a single-node etcd it starts itself) and prints both side by side;
 # scripts/install-deps.sh --bench installs etcd if it is missing (BENCH_ETCD=0 skips it).
-BENCHES := handoff-bench plugin-bench lang-bench fence-bench freeze-bench memory-bench scale-bench group-bench container-bench
+BENCHES := handoff-bench plugin-bench lang-bench fence-bench freeze-bench memory-bench scale-bench group-bench flood-bench container-bench
 bench: build guests
 	@scripts/install-deps.sh --bench --containers
 	$(CARGO) build -p leasehold-tests --bins

@@ -46,6 +46,9 @@ pub enum AppError {
         #[source]
         source: std::io::Error,
     },
+    /// The HTTP endpoint's thread could not be started.
+    #[error("cannot start the HTTP thread: {0}")]
+    HttpThread(#[source] std::io::Error),
     /// The configured plugin directory is missing.
     #[error("plugin directory {} does not exist or is not a directory", .0.display())]
     NoPluginDirectory(PathBuf),
@@ -201,20 +204,18 @@ impl App {
             None => (None, None),
         };
         let http_stop = CancellationToken::new();
-        let state = AppState {
-            leases: leases.clone(),
-            plugins: plugins.clone(),
-            metrics: metrics.clone(),
-        };
+        let state = AppState::new(leases.clone(), plugins.clone(), metrics.clone());
         // Logged only now: until the plugins are loaded a request would wait unanswered, and
         // scripts take this line to mean "ready to be asked".
         info!(addr = %addr, "http listening");
-        let http = tasks.spawn(crate::http::serve(
+        let served = crate::http::thread::spawn(
             listener,
             state,
             config.http_allowed_hosts.clone(),
             http_stop.clone(),
-        ));
+        )
+        .map_err(AppError::HttpThread)?;
+        let http = tasks.spawn(served);
         let driver = tasks.spawn(driver.run());
         tasks.close();
         Ok(App {

@@ -8,6 +8,11 @@
 //! was leading it at least from its first such sample to its last; two of those spans that
 //! overlap for one shard are two holders at once. Samples taken at different moments can only
 //! make a span shorter than the truth, never longer, so the check has no false alarms.
+//!
+//! `/status` is a snapshot, `snapshot_age_ms` old when it is answered, sometime between the
+//! request and its answer. So a sample's moment is placed as late as it can be (the answer's
+//! arrival less the age) where it opens a span, and as early as it can be (the request's
+//! departure less the age) where it extends one: spans still only get shorter than the truth.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -39,7 +44,8 @@ pub fn led(status: &Status, group: &str) -> Vec<String> {
         .collect()
 }
 
-/// From first to last sample of one replica leading one shard at one epoch.
+/// From first to last sample of one replica leading one shard at one epoch (a span of one sample
+/// may end before it starts: its moment is only known to lie between the two).
 #[derive(Debug, Clone, Copy)]
 pub struct Span {
     /// The first sample that saw it.
@@ -91,11 +97,14 @@ impl Checker {
                         let (history, samples, prefix) =
                             (history.clone(), samples.clone(), prefix.clone());
                         polls.spawn(async move {
+                            let sent = Instant::now();
                             // A replica that is stopping or gone does not answer: nothing to record.
                             let Ok(status) = endpoint.status().await else {
                                 return;
                             };
-                            let at = Instant::now();
+                            let age = Duration::from_millis(status.snapshot_age_ms);
+                            let before = |t: Instant| t.checked_sub(age).unwrap_or(t);
+                            let (earliest, latest) = (before(sent), before(Instant::now()));
                             *samples.lock().unwrap() += 1;
                             let mut history = history.lock().unwrap();
                             for lease in &status.leases {
@@ -116,10 +125,13 @@ impl Checker {
                                 let key = (lease.name.clone(), name.clone(), epoch);
                                 history
                                     .entry(key)
-                                    .and_modify(|s| s.last = at)
+                                    .and_modify(|s| {
+                                        s.first = s.first.min(latest);
+                                        s.last = s.last.max(earliest);
+                                    })
                                     .or_insert(Span {
-                                        first: at,
-                                        last: at,
+                                        first: latest,
+                                        last: earliest,
                                     });
                             }
                         });

@@ -4,7 +4,7 @@
 //! one [`endpoint`] that reads `/status` in the host's own types ([`status`]), their pages
 //! opened in a headless browser that reports the console's errors ([`browser`]); the store
 //! backends opened fresh for each test ([`stores`]); shared trials of fencing ([`fencing`]) and
-//! of frozen holders ([`freeze`]), lease groups seen from outside ([`groups`]) and of attacks on the host's memory ([`memory`]); a wall clock tests can step ([`faketime`]); one way to wait
+//! of frozen holders ([`freeze`]), lease groups seen from outside ([`groups`]) and of attacks on the host's memory ([`memory`]); a flood of watchers on a host holding many leases ([`flood`]); a wall clock tests can step ([`faketime`]); one way to wait
 //! for a condition ([`eventually`]); a TCP proxy that injects network faults between a host and
 //! its database ([`proxy`]), what a process costs in CPU and memory ([`procstat`]), a watchdog that ends a test's process groups with it ([`reaper`]), the witness and history checker of fault trials ([`chaos`]), and etcd's lock CLI,
 //! the reference the handoff benchmark compares against ([`etcd`]).
@@ -20,6 +20,7 @@ pub mod etcd;
 pub mod eventually;
 pub mod faketime;
 pub mod fencing;
+pub mod flood;
 pub mod freeze;
 pub mod groups;
 pub mod host;

@@ -5,6 +5,7 @@
 use leasehold_tests::log::Logged;
 use std::time::{Duration, Instant};
 
+use leasehold_tests::eventually::eventually;
 use leasehold_tests::host::{Host, run_to_exit, wait_for_single_leader};
 use leasehold_tests::status::{LeaseStatus, Role, Status, StatusExt};
 use leasehold_tests::stores::{Backend, Db};
@@ -23,19 +24,30 @@ async fn start_replicas(url: &str, ttl: &str, n: usize) -> Vec<Host> {
     hosts
 }
 
-/// Every replica's `/status` names the same holder and epoch for `leader`; returns them.
+/// Every replica's `/status` names the same holder and epoch for `leader`; returns them. Each is
+/// a snapshot up to a few hundred ms old, so a replica that saw no change of its own may show the
+/// last holder a moment longer: they must agree within two seconds.
 async fn agreed_holder(hosts: &[&Host]) -> (String, i64) {
-    let mut seen = Vec::new();
-    for h in hosts {
-        let status = h.status().await.unwrap();
-        let entry = lease_entry(&status);
-        seen.push((entry.holder.clone().unwrap(), entry.epoch.unwrap()));
-    }
-    assert!(
-        seen.windows(2).all(|w| w[0] == w[1]),
-        "replicas disagree: {seen:?}"
-    );
-    seen.remove(0)
+    eventually(
+        "the replicas to agree on the holder",
+        Duration::from_secs(2),
+        async || {
+            let mut seen = Vec::new();
+            for h in hosts {
+                let status = h.status().await.map_err(|e| e.to_string())?;
+                let entry = lease_entry(&status);
+                seen.push((entry.holder.clone(), entry.epoch));
+            }
+            match &seen[..] {
+                [(Some(holder), Some(epoch)), rest @ ..] if rest.iter().all(|s| *s == seen[0]) => {
+                    Ok((holder.clone(), *epoch))
+                }
+                _ => Err(format!("replicas disagree: {seen:?}")),
+            }
+        },
+    )
+    .await
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

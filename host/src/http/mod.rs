@@ -1,20 +1,24 @@
 //! The HTTP endpoint: `/healthz` (the process runs), `/readyz` (the store answers and the plugins
 //! are loaded), `/status` (this replica's view of each lease and plugin), `/metrics`
 //! (Prometheus) and `/` (a live page drawn from `/status`, in [`page`]). The JSON field names of
-//! `/status` and the metric names are a contract for other tooling: keep them. [`guard`] bounds
-//! the server and checks who it answers.
+//! `/status` and the metric names are a contract for other tooling: keep them. What `/status`
+//! and `/readyz` know of the store is one shared [`snapshot`], refreshed at most every 250 ms on
+//! connections of its own, and the endpoint runs on a [`thread`] of its own, so that no number of
+//! watchers can hold up the lease loop; [`guard`] bounds the server and checks who it answers.
 
 pub mod guard;
 pub mod page;
+pub mod snapshot;
+pub mod thread;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use axum::{Json, Router};
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -24,6 +28,7 @@ use crate::lease::history::{self, Handoff, Term};
 use crate::lease::{Epoch, Leases, Role};
 use crate::metrics::Metrics;
 use crate::supervisor::status::{PluginStatus, StatusBoard};
+use snapshot::Snapshots;
 
 /// What the handlers read.
 #[derive(Debug, Clone)]
@@ -34,11 +39,36 @@ pub struct AppState {
     pub plugins: Option<StatusBoard>,
     /// The metrics `/metrics` shows.
     pub metrics: Arc<Metrics>,
+    /// What `/status` and `/readyz` show of the store, shared by every request.
+    pub snapshots: Snapshots,
+}
+
+impl AppState {
+    /// The state of a replica's endpoint. Call it on the runtime the lease loop runs on: the
+    /// snapshots' refreshes run there.
+    pub fn new(
+        leases: Arc<Leases>,
+        plugins: Option<StatusBoard>,
+        metrics: Arc<Metrics>,
+    ) -> AppState {
+        AppState {
+            snapshots: Snapshots::new(leases.clone(), plugins.clone()),
+            leases,
+            plugins,
+            metrics,
+        }
+    }
 }
 
 /// `/status`: who this replica is and what it knows of each lease.
 #[derive(Debug, Serialize, serde::Deserialize)]
 pub struct Status {
+    /// How long ago, in ms, the store was read for this answer (and the roles with it): at most
+    /// [`snapshot::MAX_AGE`] while the store answers, more while a read is slow. Groups and
+    /// plugins are as they are at the answer. First, because a snapshot is served as bytes
+    /// serialised once, with this in front ([`snapshot`]).
+    #[serde(default)]
+    pub snapshot_age_ms: u64,
     /// This process's holder id.
     pub replica: String,
     /// The store backend (`postgres`, `sqlite`).
@@ -141,6 +171,24 @@ pub async fn status_of(replica: &Leases) -> Status {
             Vec::new(),
         ),
     };
+    status_from(replica, &names, rows, terms)
+}
+
+/// The status from this replica's own knowledge alone, `why` the store was not read: roles,
+/// and the holder and epoch of the leases this replica holds.
+pub fn local_status(replica: &Leases, why: String) -> Status {
+    let names: Vec<String> = replica.lease_names().map(str::to_string).collect();
+    status_from(replica, &names, Err(why), Vec::new())
+}
+
+/// The status of `names` from what the store read (`rows`, or why it could not) and `terms`;
+/// roles from the coordinator, read now.
+fn status_from(
+    replica: &Leases,
+    names: &[String],
+    rows: Result<Vec<crate::lease::LeaseRecord>, String>,
+    terms: Vec<history::TermRecord>,
+) -> Status {
     let mut terms_of: std::collections::HashMap<String, Vec<Term>> = Default::default();
     for record in terms {
         terms_of.entry(record.lease).or_default().push(record.term);
@@ -178,6 +226,7 @@ pub async fn status_of(replica: &Leases) -> Status {
         })
         .collect();
     Status {
+        snapshot_age_ms: 0,
         replica: me,
         store: replica.store().backend().to_string(),
         store_error: rows.err(),
@@ -187,27 +236,37 @@ pub async fn status_of(replica: &Leases) -> Status {
     }
 }
 
-async fn status(State(state): State<AppState>) -> Json<Status> {
-    let mut status = status_of(&state.leases).await;
-    if let Some(board) = &state.plugins {
-        status.plugins = board.snapshot();
+/// The shared snapshot, with its age and the groups and plugins as they are now.
+async fn status(State(state): State<AppState>) -> axum::response::Response {
+    match state.snapshots.get().await {
+        Some(snapshot) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            state.snapshots.body(&snapshot),
+        )
+            .into_response(),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the lease store has not been read yet\n",
+        )
+            .into_response(),
     }
-    Json(status)
 }
 
-/// Ready when the store answers within a second. The plugin directory is loaded before the server
-/// starts, so a replica that serves at all has its plugins.
+/// Ready when the store answered the shared snapshot's read within a second: a fresh one, or else
+/// one begun after the probe asked. The plugin directory is loaded before the server starts, so a
+/// replica that serves at all has its plugins.
 async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
-    let timeout = Duration::from_secs(1);
-    match tokio::time::timeout(timeout, state.leases.store().ping()).await {
-        Ok(Ok(())) => (StatusCode::OK, "ready\n".into()),
-        Ok(Err(e)) => (
+    match state.snapshots.current().await {
+        Some(snapshot) => match snapshot.store_error() {
+            None => (StatusCode::OK, "ready\n".into()),
+            Some(e) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: the lease store does not answer: {e}\n"),
+            ),
+        },
+        None => (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: the lease store does not answer: {e}\n"),
-        ),
-        Err(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: the lease store did not answer within {timeout:?}\n"),
+            "not ready: the lease store has not answered yet\n".into(),
         ),
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -90,6 +90,8 @@ pub struct MemoryStore {
     stepped: Mutex<Duration>,
     /// Lease group members by (group, member): when each joined and when it expires.
     members: Mutex<BTreeMap<(String, String), (Instant, Instant)>>,
+    /// Calls made, answered or not ([`MemoryStore::calls`]).
+    calls: AtomicU64,
 }
 
 impl Default for MemoryStore {
@@ -101,6 +103,7 @@ impl Default for MemoryStore {
             origin: Instant::now(),
             stepped: Mutex::new(Duration::ZERO),
             members: Mutex::new(BTreeMap::new()),
+            calls: AtomicU64::new(0),
         }
     }
 }
@@ -114,6 +117,12 @@ impl MemoryStore {
     /// Makes every later call succeed, fail or hang.
     pub fn set_health(&self, health: Health) {
         self.health.store(health as u8, Ordering::SeqCst);
+    }
+
+    /// How many calls the store has been made so far, answered or not: for tests that bound how
+    /// often something reads it.
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
     }
 
     /// Steps the store's clock forward by `by`, as `date -s` or an NTP step would on a database
@@ -133,6 +142,7 @@ impl MemoryStore {
     }
 
     async fn gate(&self, op: &'static str) -> Result<(), StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         match self.health.load(Ordering::SeqCst) {
             0 => Ok(()),
             1 => Err(StoreError::Unavailable(format!("{op}: injected outage"))),

@@ -1,6 +1,10 @@
 //! The PostgreSQL [`LeaseStore`]: the store for replicas on several machines. Every statement
 //! judges expiry by `now()` of the database; releases `NOTIFY` standbys, which `LISTEN` through
 //! [`listen`], the host's one `LISTEN` loop (plugin events use it too).
+//!
+//! The lease loop's statements have connections nobody else takes: reads for display and
+//! operators' statements go to a small pool of their own, and the release listener to a
+//! connection of its own, so that no number of watchers makes a renewal wait for a connection.
 
 pub mod listen;
 mod nodelay;
@@ -90,13 +94,22 @@ const FEW: usize = 16;
 /// Connections to the lease database.
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
-    /// Statements for many leases (more than [`FEW`]), and everything else: operators'
-    /// listings, the release listener. Its sessions plan each execution ([`Plans::EachTime`]).
+    /// The lease statements for many leases (more than [`FEW`]) and group heartbeats. Its
+    /// sessions plan each execution ([`Plans::EachTime`]).
     pool: PgPool,
     /// The lease statements for [`FEW`] leases or fewer, the handoff's path: planned once per
     /// session ([`Plans::Once`]), and each connection warmed up as it opens.
     few: PgPool,
+    /// Everything that is not the lease loop's: reads for display (`/status`, `leases list`),
+    /// `ping`, `show` and `force_release`. Connected on first use, at most [`OBSERVERS`].
+    observers: PgPool,
+    /// The release listener's one connection, connected when it first listens.
+    listener: PgPool,
 }
+
+/// Connections for reads and operators' statements: `/status` reads through one refresh at a
+/// time, and a second lets an operator's listing run beside it.
+const OBSERVERS: u32 = 2;
 
 impl PostgresStore {
     /// The pool for a lease statement on `leases` leases.
@@ -116,7 +129,7 @@ impl PostgresStore {
             });
         }
         sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SHOW {setting}")))
-            .fetch_one(&self.pool)
+            .fetch_one(&self.observers)
             .await
             .map_err(StoreError::query("show"))
     }
@@ -162,8 +175,7 @@ impl PostgresStore {
             })?
             .map_err(connect_err)?;
         probe.close().await.map_err(connect_err)?;
-        // Holds the listener's connection; operators' statements and batches of many leases open
-        // another when they first run.
+        // One connection for the migration, kept for the first batch of many leases.
         let pool = open_pool(&options, 1, connect_timeout)
             .await
             .map_err(connect_err)?;
@@ -173,7 +185,20 @@ impl PostgresStore {
         let few = open_pool(&with_plans(Plans::Once), 2, connect_timeout)
             .await
             .map_err(connect_err)?;
-        Ok(PostgresStore { pool, few })
+        // Neither prepares the lease statements: they run none. A replica nobody watches never
+        // connects `observers`.
+        let lazy = |max| {
+            PgPoolOptions::new()
+                .max_connections(max)
+                .acquire_timeout(connect_timeout)
+                .connect_lazy_with(options.clone())
+        };
+        Ok(PostgresStore {
+            pool,
+            few,
+            observers: lazy(OBSERVERS),
+            listener: lazy(1),
+        })
     }
 }
 
@@ -474,7 +499,7 @@ impl LeaseStore for PostgresStore {
         )
         .bind(name)
         .bind(RELEASE_CHANNEL)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.observers)
         .await
         .map_err(StoreError::query("force release"))
     }
@@ -484,7 +509,7 @@ impl LeaseStore for PostgresStore {
             "SELECT {RECORD_COLUMNS} FROM leasehold_leases WHERE name = ANY($1) ORDER BY name"
         )))
         .bind(names)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.observers)
         .await
         .map_err(StoreError::query("get"))?;
         Ok(rows.into_iter().map(to_record).collect())
@@ -497,7 +522,7 @@ impl LeaseStore for PostgresStore {
         )))
         .bind(after)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.observers)
         .await
         .map_err(StoreError::query("list"))?;
         Ok(rows.into_iter().map(to_record).collect())
@@ -530,7 +555,7 @@ impl LeaseStore for PostgresStore {
         )
         .bind(names)
         .bind(i64::from(per_lease))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.observers)
         .await
         .map_err(StoreError::query("terms"))?;
         rows.into_iter().map(to_term).collect()
@@ -567,7 +592,7 @@ impl LeaseStore for PostgresStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1")
-            .execute(&self.pool)
+            .execute(&self.observers)
             .await
             .map_err(StoreError::query("ping"))?;
         Ok(())
@@ -578,7 +603,7 @@ impl LeaseStore for PostgresStore {
         shutdown: CancellationToken,
     ) -> Option<mpsc::Receiver<ReleaseNotice>> {
         let (tx, rx) = mpsc::channel(256);
-        tokio::spawn(forward_releases(self.pool.clone(), tx, shutdown));
+        tokio::spawn(forward_releases(self.listener.clone(), tx, shutdown));
         Some(rx)
     }
 }

@@ -3,7 +3,8 @@
 //! container on the machine shares and which no `date -s` or NTP step can move. Each statement
 //! reads it after taking SQLite's write lock (`BEGIN IMMEDIATE`), so a statement that queued for
 //! the lock judges expiry by the time it runs. There are no notifications, so standbys rely on
-//! polling.
+//! polling. The lease loop's statements have connections nobody else takes: reads for display
+//! and operators' statements go to a pool of their own (WAL readers never block the writer).
 
 use std::path::Path;
 use std::time::Duration;
@@ -95,14 +96,21 @@ impl MachineClock {
     }
 }
 
-/// A pool of connections to the lease file.
+/// Pools of connections to the lease file.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    /// The connections.
+    /// The lease loop's connections: campaigns, renewals, releases, heartbeats.
     pool: SqlitePool,
+    /// Everything else: reads for display (`/status`, `leases list`), `ping` and
+    /// `force_release`. Connected on first use, at most [`OBSERVERS`].
+    observers: SqlitePool,
     /// The clock expiry is judged by.
     clock: &'static MachineClock,
 }
+
+/// Connections for reads and operators' statements: `/status` reads through one refresh at a
+/// time, and a second lets an operator's listing run beside it.
+const OBSERVERS: u32 = 2;
 
 impl SqliteStore {
     /// Opens (creating if missing) and migrates the lease file. A statement waits for the file's
@@ -144,7 +152,17 @@ impl SqliteStore {
                 .await;
             let error = match opened {
                 Ok(pool) => match MIGRATOR.run(&pool).await {
-                    Ok(()) => return Ok(SqliteStore { pool, clock }),
+                    Ok(()) => {
+                        let observers = SqlitePoolOptions::new()
+                            .max_connections(OBSERVERS)
+                            .acquire_timeout(connect_timeout)
+                            .connect_lazy_with(options.clone());
+                        return Ok(SqliteStore {
+                            pool,
+                            observers,
+                            clock,
+                        });
+                    }
                     Err(source) => StoreError::Migrate {
                         url: url.to_string(),
                         source,
@@ -536,7 +554,12 @@ impl LeaseStore for SqliteStore {
 
     async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError> {
         let err = StoreError::query("force release");
-        let mut tx = self.write().await.map_err(err)?;
+        // An operator's statement: on the observers' connections, never the lease loop's.
+        let mut tx = self
+            .observers
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(err)?;
         let released = sqlx::query_as(
             "UPDATE leasehold_leases SET expires_at_ms = ?2
               WHERE name = ?1 AND expires_at_ms > ?2 AND boot = ?3
@@ -565,7 +588,7 @@ impl LeaseStore for SqliteStore {
         .bind(serde_json::to_string(names).unwrap_or_default())
         .bind(self.clock.now_ms())
         .bind(self.clock.boot_id())
-        .fetch_all(&self.pool)
+        .fetch_all(&self.observers)
         .await
         .map_err(StoreError::query("get"))?;
         Ok(rows.into_iter().map(to_record).collect())
@@ -580,7 +603,7 @@ impl LeaseStore for SqliteStore {
         .bind(self.clock.now_ms())
         .bind(self.clock.boot_id())
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.observers)
         .await
         .map_err(StoreError::query("list"))?;
         Ok(rows.into_iter().map(to_record).collect())
@@ -614,7 +637,7 @@ impl LeaseStore for SqliteStore {
         .bind(self.clock.boot_id())
         .bind(wall_ms())
         .bind(i64::from(per_lease))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.observers)
         .await
         .map_err(StoreError::query("terms"))?;
         rows.into_iter().map(to_term).collect()
@@ -703,7 +726,7 @@ impl LeaseStore for SqliteStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1")
-            .execute(&self.pool)
+            .execute(&self.observers)
             .await
             .map_err(StoreError::query("ping"))?;
         Ok(())

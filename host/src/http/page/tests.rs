@@ -26,11 +26,7 @@ async fn serving() -> (String, CancellationToken) {
         ["leader".to_string()],
         CancellationToken::new(),
     );
-    let state = AppState {
-        leases,
-        plugins: None,
-        metrics: Metrics::new(),
-    };
+    let state = AppState::new(leases, None, Metrics::new());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop = CancellationToken::new();

@@ -1,0 +1,174 @@
+//! A flood of watchers, shared by the flood test and its benchmark: a `leasehold run` holding every
+//! shard of one big lease group at a short ttl ([`start_holder`]), hundreds of keep-alive HTTP
+//! clients asking it for `/status`, `/` and `/metrics` as fast as it answers ([`flood`]), and what
+//! it held and how its renewals went before and during the flood ([`Holding`], [`renewals`]).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::time::Instant;
+
+use crate::endpoint::Endpoint;
+use crate::eventually::eventually_every;
+use crate::groups::led;
+use crate::host::{Host, HostBuilder};
+
+/// The group every shard of which the holder holds.
+pub const GROUP: &str = "orders";
+
+/// What each flooding client asks for, by client number modulo its length: the status (what the
+/// page polls) three times out of five, the page and the metrics once each.
+pub const PATHS: [&str; 5] = ["/status", "/status", "/status", "/", "/metrics"];
+
+/// Starts `leasehold run` on `url` holding `shards` shards of [`GROUP`] at `ttl`, logging each
+/// renewal's round trip, and waits (at most a minute) until it leads them all.
+pub async fn start_holder(url: &str, shards: usize, ttl: Duration) -> anyhow::Result<Host> {
+    let host = HostBuilder::new("a")
+        .database_url(url)
+        .ttl(ttl)
+        .args(&["--group", &format!("{GROUP}={shards}")])
+        .env("RUST_LOG", "info,leasehold::lease::driver=debug")
+        .spawn()
+        .await?;
+    eventually_every(
+        format!("a to lead all {shards} shards"),
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        async || {
+            let status = host.status().await.map_err(|e| e.to_string())?;
+            match led(&status, GROUP).len() {
+                n if n == shards => Ok(()),
+                n => Err(format!("{n} led")),
+            }
+        },
+    )
+    .await?;
+    Ok(host)
+}
+
+/// What a replica holds, by its own `/status` and `/metrics`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding {
+    /// Each shard it leads, with the epoch the store shows it at.
+    pub epochs: BTreeMap<String, i64>,
+    /// Its role changes over every lease (`leasehold_lease_transitions_total`, summed).
+    pub transitions: u64,
+}
+
+impl Holding {
+    /// What `host` holds now.
+    pub async fn of(host: &Endpoint) -> anyhow::Result<Holding> {
+        let status = host.status().await?;
+        let led = led(&status, GROUP);
+        let epochs = status
+            .leases
+            .iter()
+            .filter(|l| led.contains(&l.name))
+            .map(|l| {
+                Ok((
+                    l.name.clone(),
+                    l.epoch.context("a led shard without epoch")?,
+                ))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let transitions = host
+            .metrics()
+            .await?
+            .lines()
+            .filter(|l| l.starts_with("leasehold_lease_transitions_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64;
+        Ok(Holding {
+            epochs,
+            transitions,
+        })
+    }
+}
+
+/// What a flood got from the host.
+#[derive(Debug, Clone, Default)]
+pub struct Flooded {
+    /// Answers with status 200, by path.
+    pub ok: BTreeMap<&'static str, u64>,
+    /// Requests that failed or answered otherwise, by path.
+    pub failed: BTreeMap<&'static str, u64>,
+    /// How long it ran.
+    pub took: Duration,
+}
+
+impl Flooded {
+    /// Answers with status 200 over every path.
+    pub fn answered(&self) -> u64 {
+        self.ok.values().sum()
+    }
+
+    /// Requests that failed, over every path.
+    pub fn failures(&self) -> u64 {
+        self.failed.values().sum()
+    }
+}
+
+/// `clients` clients, each on a keep-alive connection of its own, ask `addr` for their path of
+/// [`PATHS`] one request after another, reading every answer whole, for `window`. Each request is
+/// bounded by 10 s and each client by a million requests.
+pub async fn flood(addr: SocketAddr, clients: usize, window: Duration) -> anyhow::Result<Flooded> {
+    let started = Instant::now();
+    let until = started + window;
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..clients {
+        let path = PATHS[i % PATHS.len()];
+        // One connection per client, kept alive: the pool keeps one idle connection to the host.
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .pool_max_idle_per_host(1)
+            .build()?;
+        tasks.spawn(async move {
+            let (mut ok, mut failed) = (0u64, 0u64);
+            let url = format!("http://{addr}{path}");
+            for _ in 0..1_000_000 {
+                if Instant::now() >= until {
+                    break;
+                }
+                let answered = match client.get(&url).send().await {
+                    Ok(response) if response.status().is_success() => {
+                        response.bytes().await.is_ok()
+                    }
+                    _ => false,
+                };
+                if answered {
+                    ok += 1;
+                } else {
+                    failed += 1;
+                }
+            }
+            (path, ok, failed)
+        });
+    }
+    let mut flooded = Flooded::default();
+    while let Some(done) = tasks.join_next().await {
+        let (path, ok, failed) = done?;
+        *flooded.ok.entry(path).or_default() += ok;
+        *flooded.failed.entry(path).or_default() += failed;
+    }
+    flooded.took = started.elapsed();
+    Ok(flooded)
+}
+
+/// The batched renewals `host` logged from log line `from` on, and how many of them failed.
+pub fn renewals(host: &Host, from: usize) -> (Vec<Duration>, usize) {
+    use crate::log::Logged;
+    let lines = host.log_lines_from(from);
+    let failed = lines
+        .iter()
+        .filter(|l| l.contains("renewal returned") && l.contains("ok=false"))
+        .count();
+    (crate::log::renewals(host, from), failed)
+}
+
+/// The median of `samples` (sorted in place); zero for none.
+pub fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
