@@ -18,7 +18,8 @@
 //! 6. [`runtime`]: the WebAssembly engine, compiled components, stores and guarded calls;
 //! 7. [`plugin`]: the plugin directory: plugin names, loading files and watching for changes;
 //! 8. [`supervisor`]: plugins bound to the lifecycle of their lease;
-//! 9. [`http`]: `/healthz`, `/readyz`, `/status` and `/metrics`;
+//! 9. [`http`]: `/healthz`, `/readyz`, `/status`, `/metrics` and the page, from one snapshot of
+//!    the store, on a thread of its own, bounded and answering only to its own names;
 //! 10. [`config`]: the settings of `leasehold run`, from file, environment and flags;
 //! 11. [`app`]: the composition root: one running host, started from a config and shut down in
 //!     order;
