@@ -281,6 +281,38 @@ async fn a_plugin_trapping_on_every_call_backs_off_0_5_1_2_4_s_and_the_fifth_tra
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plugin_failing_every_other_call_backs_off_0_5_s_each_time_and_is_never_quarantined() {
+    // Between two failures a call returns: the streak ends each time, so the backoff stays at
+    // its first step and five failures in all are not five in a row.
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let dir = plugin_dir(&[(
+        "misbehave",
+        &manifest("10ms", "1s", "verb = \"fail\"\nevery = \"2\""),
+    )])
+    .unwrap();
+    let host = sqlite_in_process("alternate", &db, dir.path()).await;
+    let start = Instant::now();
+    let (mut seen, mut times) = (0, Vec::new());
+    while start.elapsed() < Duration::from_secs(5) {
+        let status = host.plugin_status("misbehave").await.unwrap();
+        assert_ne!(status.state, PluginState::Quarantined, "{status:?}");
+        for _ in seen..status.errors {
+            times.push(Instant::now());
+        }
+        seen = status.errors;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(times.len() >= 6, "more than five failures in all: {gaps:?}");
+    assert!(
+        gaps.iter().all(|g| *g < Duration::from_millis(900)),
+        "every failure backs off 0.5 s, never more: {gaps:?}"
+    );
+    let status = host.plugin_status("misbehave").await.unwrap();
+    assert!(status.calls >= 2 * status.errors - 1, "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_plugin_whose_init_fails_every_time_backs_off_and_the_fifth_failure_quarantines_it() {
     let db = Db::new(Backend::Sqlite).await.unwrap();
     let dir = plugin_dir(&[(

@@ -72,6 +72,9 @@ struct Misbehave {
     verb: String,
     in_init: bool,
     from_tick: u64,
+    /// Acts on every `every`-th tick only (tick 0, every, 2·every, …), and returns fine between:
+    /// a plugin that fails every other call with `every = 2`.
+    every: u64,
     ms: Option<u64>,
     lines: Option<u64>,
     small_frames: bool,
@@ -87,6 +90,7 @@ impl Reconciler for Misbehave {
             "verb",
             "when",
             "from_tick",
+            "every",
             "ms",
             "lines",
             "frame",
@@ -99,6 +103,7 @@ impl Reconciler for Misbehave {
             verb: config.choice("verb", VERBS, "ok")?.to_string(),
             in_init: config.choice("when", &["reconcile", "init"], "reconcile")? == "init",
             from_tick: config.parse_or("from_tick", 0)?,
+            every: config.parse_or("every", 1)?,
             ms: config.parse("ms")?,
             lines: config.parse("lines")?,
             small_frames: config.choice("frame", &["large", "small"], "large")? == "small",
@@ -121,7 +126,8 @@ impl Reconciler for Misbehave {
     }
 
     fn reconcile(&mut self, ctx: Context) -> Result<Outcome, Error> {
-        if self.in_init || ctx.tick() < self.from_tick {
+        let skipped = self.every > 1 && !ctx.tick().is_multiple_of(self.every);
+        if self.in_init || ctx.tick() < self.from_tick || skipped {
             return Ok(Outcome::default());
         }
         Ok(self.act()?)
