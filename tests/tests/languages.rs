@@ -236,3 +236,40 @@ async fn errors_and_exceptions_of_python_javascript_and_rust_plugins_reach_statu
         .unwrap();
     }
 }
+
+/// A plugin that uses kv without `[grants] kv = true`: in every language the call fails as an
+/// error (not a trap, not a crash of the guest's runtime) whose one line names the manifest key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_grant_reads_as_one_line_naming_the_manifest_key_in_every_language() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let ungranted: Vec<(&str, String)> = GUESTS
+        .iter()
+        .map(|(name, greeting, _)| (*name, manifest(greeting, "").replace("kv = true", "")))
+        .collect();
+    let pairs: Vec<(&str, &str)> = ungranted.iter().map(|(n, m)| (*n, m.as_str())).collect();
+    let dir = plugin_dir(&pairs).unwrap();
+    let host = HostBuilder::new("a")
+        .database_url(&db.url().unwrap())
+        .ttl(Duration::from_secs(3))
+        .plugins(dir.path())
+        .spawn()
+        .await
+        .unwrap();
+    for (name, _, _) in GUESTS {
+        let status = host
+            .wait_for_plugin(name, "the refusal", Duration::from_secs(30), |s| {
+                s.last_error.is_some()
+            })
+            .await
+            .unwrap();
+        let error = status.last_error.as_deref().unwrap();
+        assert!(
+            error.starts_with("returned an error: ")
+                && error
+                    .contains("kv is not granted: add [grants] kv = true to the plugin's manifest")
+                && !error.contains('\n'),
+            "{name}: {error}"
+        );
+        assert_eq!(status.traps, 0, "{name}: {status:?}");
+    }
+}
