@@ -21,9 +21,9 @@ if [ "$(version_of componentize-py)" = "$want" ]; then
 fi
 if [ "$(version_of "$venv/bin/componentize-py")" != "$want" ]; then
   command -v python3 >/dev/null 2>&1 ||
-    die "python3 is missing: install Python 3.10 or newer (Debian: apt-get install python3-venv)"
-  python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
-    die "$(python3 --version) is too old: componentize-py needs Python 3.10 or newer"
+    die "python3 is missing: install Python {{python_version}} or newer (Debian: apt-get install python3-venv)"
+  python3 -c 'import sys; sys.exit(sys.version_info < ({{python_version_tuple}}))' ||
+    die "$(python3 --version) is too old: this project needs Python {{python_version}} or newer"
   say "installing componentize-py==$want into $venv (once)"
   python3 -m venv "$venv" ||
     die "python3 cannot create a virtual environment (Debian: apt-get install python3-venv)"
