@@ -4,6 +4,9 @@
 # beside this script on first use. LEASEHOLD_PY_VENV=DIR keeps that virtual environment in DIR
 # instead, e.g. one shared by several projects.
 set -euo pipefail
+# componentize-py is written in Rust: with RUST_BACKTRACE set in the caller's environment, a
+# syntax error in the plugin comes with a backtrace of the tool's own frames under its message.
+export RUST_BACKTRACE=0
 
 want={{componentize_py_version}}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
