@@ -5,13 +5,26 @@
 CARGO ?= cargo
 BIN := target/debug/leasehold
 
-.PHONY: deps build run test bench bench-release chaos lint fmt clean guests image screenshot
+PREFIX ?= $(HOME)/.local
+
+.PHONY: deps build install run test bench bench-release chaos lint fmt clean guests image screenshot
 
 deps:
 	@scripts/install-deps.sh
 
 build: deps
 	$(CARGO) build -p leasehold
+
+# `leasehold` on PATH for `leasehold new`, `check` and `status` from any directory: the dev
+# binary `make run` builds, copied to $(PREFIX)/bin (~/.local/bin, which Debian's ~/.profile
+# puts on PATH once it exists; `sudo make install PREFIX=/usr/local` for every user). Copied,
+# not `cargo install`ed: that builds the release profile in a target dir of its own, ~20
+# minutes on two cores, for a binary the plugin steps only need to create, check and run one
+# plugin with. The binary keeps naming this checkout's SDK (guests/leasehold-guest) as a Rust
+# project's default.
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/leasehold
+	@echo "installed $(DESTDIR)$(PREFIX)/bin/leasehold (if 'leasehold --version' is not found, add $(PREFIX)/bin to PATH)"
 
 # The main job: hold the lease `leader` on the embedded SQLite file ./leasehold.db and run the
 # example plugins from ./plugins (drop more NAME.wasm + NAME.toml files there).

@@ -63,6 +63,9 @@ pub struct HostBuilder {
     pub(crate) env: Vec<(String, String)>,
     /// A shell command run before the host is exec'd, e.g. `ulimit -v …` (process only).
     pub(crate) shell: Option<String>,
+    /// The working directory, against which relative paths in its arguments resolve (process
+    /// only); the test's own when `None`.
+    pub(crate) dir: Option<PathBuf>,
 }
 
 impl HostBuilder {
@@ -123,6 +126,12 @@ impl HostBuilder {
         self
     }
 
+    /// Runs the process in `dir`, as a user starts it from there (process only).
+    pub fn current_dir(mut self, dir: &Path) -> Self {
+        self.dir = Some(dir.to_path_buf());
+        self
+    }
+
     /// Starts `leasehold run --http 127.0.0.1:0 --replica-id NAME …` (the test's own `--http`
     /// instead, if its arguments have one) and waits until it serves HTTP.
     pub async fn spawn(self) -> anyhow::Result<Host> {
@@ -176,6 +185,9 @@ impl HostBuilder {
         cmd.env("RUST_LOG", "info")
             .env("RUST_BACKTRACE", "0")
             .envs(self.env.iter().map(|(k, v)| (k, v)));
+        if let Some(dir) = &self.dir {
+            cmd.current_dir(dir);
+        }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

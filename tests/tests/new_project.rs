@@ -1,6 +1,7 @@
 //! `leasehold new` end to end: for each language and world, the real binary writes a project
 //! into a temporary directory, the project's own `./test.sh` and `./build.sh` pass, and
-//! `leasehold check` finds the world that was asked for.
+//! `leasehold check` finds the world that was asked for; a Python project's build reports a
+//! syntax error as Python does, without its build tool's own backtrace.
 //!
 //! What is slow to build is kept between runs under target/tmp/new-project: one
 //! CARGO_TARGET_DIR for every Rust project (the SDK and, on the Debian recipe, std are built
@@ -13,7 +14,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use leasehold_tests::host::binary;
@@ -30,6 +31,25 @@ fn shared(name: &str) -> PathBuf {
 /// Runs `cmd` (its output kept in `logs`), failing the test with that output if it fails or
 /// outlives `limit`; returns stdout and stderr together.
 fn run(what: &str, cmd: &mut Command, logs: &Path, limit: Duration) -> String {
+    let started = Instant::now();
+    match run_to_end(what, cmd, logs, limit) {
+        (Some(s), output) if s.success() => {
+            eprintln!("{what}: ok in {:.1?}", started.elapsed());
+            output
+        }
+        (Some(s), output) => panic!("{what}: {cmd:?} failed ({s}):\n{output}"),
+        (None, output) => panic!("{what}: {cmd:?} still running after {limit:?}:\n{output}"),
+    }
+}
+
+/// Runs `cmd` (its output kept in `logs`) for at most `limit`; returns how it exited (`None`:
+/// killed at the limit) and its stdout and stderr together.
+fn run_to_end(
+    what: &str,
+    cmd: &mut Command,
+    logs: &Path,
+    limit: Duration,
+) -> (Option<ExitStatus>, String) {
     let out_path = logs.join(format!("{}.log", what.replace([' ', '/'], "_")));
     let out = File::create(&out_path).unwrap();
     let started = Instant::now();
@@ -50,15 +70,10 @@ fn run(what: &str, cmd: &mut Command, logs: &Path, limit: Duration) -> String {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let output = std::fs::read_to_string(&out_path).unwrap_or_default();
-    match status {
-        Some(s) if s.success() => {
-            eprintln!("{what}: ok in {:.1?}", started.elapsed());
-            output
-        }
-        Some(s) => panic!("{what}: {cmd:?} failed ({s}):\n{output}"),
-        None => panic!("{what}: {cmd:?} still running after {limit:?}:\n{output}"),
-    }
+    (
+        status,
+        std::fs::read_to_string(&out_path).unwrap_or_default(),
+    )
 }
 
 /// `leasehold new NAME --lang LANG --world WORLD` into a fresh directory, then the project's
@@ -144,6 +159,54 @@ fn python_projects_build_pass_their_tests_and_check_as_their_world() {
     for world in WORLDS {
         new_build_test_check("python", world, &[], &env, "\nOK\n");
     }
+}
+
+#[test]
+fn a_syntax_error_in_a_python_plugin_is_reported_without_the_build_tools_rust_backtrace() {
+    // componentize-py is a Rust program: with RUST_BACKTRACE set where the author works, its
+    // error came with thirty frames of its own under the Python error.
+    let leasehold = binary().unwrap();
+    let parent = tempfile::tempdir().unwrap();
+    let logs = parent.path();
+    run(
+        "new",
+        Command::new(&leasehold)
+            .args(["new", "broken", "--lang", "python", "--dir"])
+            .arg(parent.path()),
+        logs,
+        Duration::from_secs(60),
+    );
+    let dir = parent.path().join("broken");
+    let source = dir.join("broken.py");
+    let mut text = std::fs::read_to_string(&source).unwrap();
+    text.push_str("\ndef oops(:\n");
+    std::fs::write(&source, text).unwrap();
+
+    let (status, output) = run_to_end(
+        "build",
+        Command::new(dir.join("build.sh"))
+            .current_dir(&dir)
+            .env("LEASEHOLD_PY_VENV", shared("py-venv"))
+            .env("RUST_BACKTRACE", "1"),
+        logs,
+        Duration::from_secs(600),
+    );
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "build.sh: {status:?}:\n{output}"
+    );
+    assert!(
+        output.contains("SyntaxError") && output.contains("broken.py"),
+        "the error names the file and what is wrong:\n{output}"
+    );
+    assert!(
+        !output.to_lowercase().contains("stack backtrace"),
+        "no backtrace of componentize-py's own frames:\n{output}"
+    );
+    assert!(
+        output.contains("build.sh: componentize-py failed"),
+        "{output}"
+    );
 }
 
 #[test]

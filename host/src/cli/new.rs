@@ -22,6 +22,10 @@ const WIT: &str = include_str!("../../../wit/plugin.wit");
 const CARGO_WASM: &str = include_str!("../../../scripts/cargo-wasm.sh");
 /// The componentize-py pin Python guests are built and tested with.
 const PY_REQUIREMENTS: &str = include_str!("../../../guests/tools/python/requirements.txt");
+/// The oldest Python a Python project's scripts accept, as `(major, minor)`: the bindings its
+/// tests import use `typing.Self`, new in 3.11 (componentize-py itself runs on 3.10). The README
+/// of the project and the top README say the same, which `cli::new`'s tests check.
+const PYTHON_MIN: (u32, u32) = (3, 11);
 /// The componentize-js and jco pins JavaScript guests are built and tested with.
 const JS_TOOLS_PACKAGE: &str = include_str!("../../../guests/tools/js/package.json");
 /// Their whole tree, locked.

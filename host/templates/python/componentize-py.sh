@@ -4,6 +4,9 @@
 # beside this script on first use. LEASEHOLD_PY_VENV=DIR keeps that virtual environment in DIR
 # instead, e.g. one shared by several projects.
 set -euo pipefail
+# componentize-py is written in Rust: with RUST_BACKTRACE set in the caller's environment, a
+# syntax error in the plugin comes with a backtrace of the tool's own frames under its message.
+export RUST_BACKTRACE=0
 
 want={{componentize_py_version}}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -21,9 +24,9 @@ if [ "$(version_of componentize-py)" = "$want" ]; then
 fi
 if [ "$(version_of "$venv/bin/componentize-py")" != "$want" ]; then
   command -v python3 >/dev/null 2>&1 ||
-    die "python3 is missing: install Python 3.10 or newer (Debian: apt-get install python3-venv)"
-  python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
-    die "$(python3 --version) is too old: componentize-py needs Python 3.10 or newer"
+    die "python3 is missing: install Python {{python_version}} or newer (Debian: apt-get install python3-venv)"
+  python3 -c 'import sys; sys.exit(sys.version_info < ({{python_version_tuple}}))' ||
+    die "$(python3 --version) is too old: this project needs Python {{python_version}} or newer"
   say "installing componentize-py==$want into $venv (once)"
   python3 -m venv "$venv" ||
     die "python3 cannot create a virtual environment (Debian: apt-get install python3-venv)"

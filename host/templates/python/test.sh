@@ -7,8 +7,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 rm -rf .bindings
 ./componentize-py.sh --wit-path wit --world {{world}} bindings .bindings >/dev/null
 # The bindings use typing.Self.
-if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
-  echo "test.sh: the tests need Python 3.11 or newer for the bindings, not $(python3 --version)" >&2
+if ! python3 -c 'import sys; sys.exit(sys.version_info < ({{python_version_tuple}}))'; then
+  echo "test.sh: the tests need Python {{python_version}} or newer for the bindings, not $(python3 --version)" >&2
   exit 1
 fi
 exec python3 -m unittest -v test_{{module}} "$@"

@@ -46,6 +46,8 @@ pub fn project(
     let channel: String = module.chars().take(63).collect();
     let world_name = world.wit_name();
     let py_version = componentize_py_version()?;
+    let python_version = format!("{}.{}", PYTHON_MIN.0, PYTHON_MIN.1);
+    let python_version_tuple = format!("{}, {}", PYTHON_MIN.0, PYTHON_MIN.1);
     let js_pins = js_pins()?;
     let (source_path, test_path) = match lang {
         Lang::Rust => ("src/lib.rs".to_string(), "src/lib.rs".to_string()),
@@ -90,6 +92,8 @@ pub fn project(
         ("sdk", &sdk_toml),
         ("sdk_note", &sdk_note),
         ("componentize_py_version", &py_version),
+        ("python_version", &python_version),
+        ("python_version_tuple", &python_version_tuple),
         ("componentize_js_version", componentize_js_version),
         ("jco_version", jco_version),
         ("dev_dependencies", &dev_dependencies),

@@ -204,3 +204,62 @@ fn an_existing_project_is_never_written_to() {
         .mode();
     assert_eq!(mode & 0o111, 0o111);
 }
+
+/// Every Python version `text` names: `Python 3.N` in prose, `(3, N)` in a version check.
+fn python_versions(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for prefix in ["Python 3.", "(3, "] {
+        for (at, _) in text.match_indices(prefix) {
+            let minor: String = text[at + prefix.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            if !minor.is_empty() {
+                found.push(format!("3.{minor}"));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn a_python_project_and_the_readme_name_one_python_version() {
+    let want = format!("{}.{}", PYTHON_MIN.0, PYTHON_MIN.1);
+    for world in WORLDS {
+        let files = project("my-plugin", Lang::Python, world, None).unwrap();
+        let mut named = 0;
+        for file in &files {
+            for version in python_versions(&file.text) {
+                assert_eq!(
+                    version, want,
+                    "{world:?}: {} names Python {version}",
+                    file.path
+                );
+                named += 1;
+            }
+        }
+        // The README (twice), componentize-py.sh and test.sh (a message and a check each).
+        assert!(
+            named >= 6,
+            "{world:?}: only {named} mentions of the version"
+        );
+    }
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let section = readme
+        .split("\n## Write a plugin\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .unwrap();
+    let versions = python_versions(section);
+    assert!(
+        !versions.is_empty(),
+        "README's \"Write a plugin\" names no Python version"
+    );
+    for version in versions {
+        assert_eq!(
+            version, want,
+            "README's \"Write a plugin\" names Python {version}"
+        );
+    }
+}

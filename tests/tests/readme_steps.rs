@@ -1,0 +1,171 @@
+//! The README's "Write a plugin" steps, run as written: the fenced `sh` block under that heading
+//! is read from README.md and its steps from `leasehold new` on (2–6) run verbatim in bash, in a
+//! fresh directory, with the built `leasehold` first on `PATH`. Step 1 (`make run`) is the one
+//! replaced: the test starts `leasehold run --plugins plugins --http 127.0.0.1:0` in the same
+//! directory itself. The plugin must then log its own first line in that host's log.
+//!
+//! The Python toolchain is the one `new_project.rs` keeps under target/tmp/new-project
+//! (`LEASEHOLD_PY_VENV`, which the project's scripts honour), so no run but the first installs
+//! componentize-py. Each step's time is printed, from bash's own trace.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use leasehold_tests::host::{HostBuilder, binary, now_time_of_day, time_of_day};
+use leasehold_tests::log::Logged;
+use tokio::process::Command;
+
+/// The lines of the first fenced `sh` block under `## Write a plugin` in README.md.
+fn write_a_plugin_block(readme: &str) -> Vec<String> {
+    let section = readme
+        .split("\n## Write a plugin\n")
+        .nth(1)
+        .expect("README.md has no \"## Write a plugin\" section");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("README.md's \"Write a plugin\" has no ```sh block");
+    block.lines().map(str::to_string).collect()
+}
+
+/// Steps 2 and on of the block: every line from the one marked `# 2.`. The lines before are
+/// step 1, `make run`, which the test replaces with a host of its own.
+fn steps_after_the_host(block: &[String]) -> Vec<String> {
+    assert!(
+        block.first().is_some_and(|l| l.starts_with("make run")),
+        "the README's block no longer starts with `make run`, which this test replaces: {block:#?}"
+    );
+    let from = block
+        .iter()
+        .position(|l| l.contains("# 2."))
+        .unwrap_or_else(|| panic!("no line of the README's block is marked `# 2.`: {block:#?}"));
+    block[from..].to_vec()
+}
+
+/// The shared Python virtual environment of `new_project.rs`.
+fn shared_py_venv() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("new-project")
+        .join("py-venv")
+}
+
+/// One traced command of the script: when it started (seconds since midnight UTC) and its text.
+struct Traced {
+    start: f64,
+    command: String,
+}
+
+/// The commands bash traced (`PS4='+ $EPOCHREALTIME '`), in order.
+fn traced(trace: &str) -> Vec<Traced> {
+    trace
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("+ ")?;
+            let (time, command) = rest.split_once(' ')?;
+            let since_epoch: f64 = time.parse().ok()?;
+            Some(Traced {
+                start: since_epoch.rem_euclid(86_400.0),
+                command: command.to_string(),
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_write_a_plugin_steps_run_as_written_and_the_plugin_logs_its_first_line() {
+    let readme_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let readme = std::fs::read_to_string(&readme_path).unwrap();
+    let steps = steps_after_the_host(&write_a_plugin_block(&readme));
+    assert!(
+        steps[0].contains("--lang python"),
+        "step 2 is run as written, for Python: {}",
+        steps[0]
+    );
+
+    let leasehold = binary().unwrap();
+    let bin_dir = leasehold.parent().unwrap().to_path_buf();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    // What `make run` does before it starts the host.
+    std::fs::create_dir(dir.join("plugins")).unwrap();
+    // The host and `leasehold check` share a compile cache, as they do for a user (both under
+    // $HOME/.cache), but not the user's own.
+    let cache = dir.join("cache");
+    let host = HostBuilder::new("readme")
+        .current_dir(dir)
+        .args(&["--plugins", "plugins"])
+        .env("XDG_CACHE_HOME", cache.to_str().unwrap())
+        .spawn()
+        .await
+        .unwrap();
+
+    let trace = dir.join("trace");
+    let output = dir.join("output");
+    let script = format!(
+        "exec 3>{trace:?}\nBASH_XTRACEFD=3\nPS4='+ $EPOCHREALTIME '\nset -eo pipefail -x\n{}\n",
+        steps.join("\n")
+    );
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let path =
+        std::env::join_paths(std::iter::once(bin_dir.clone()).chain(std::env::split_paths(&path)))
+            .unwrap();
+    let out = std::fs::File::create(&output).unwrap();
+    let started = now_time_of_day();
+    let run = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(dir)
+        .env("PATH", path)
+        .env("LEASEHOLD_PY_VENV", shared_py_venv())
+        .env("XDG_CACHE_HOME", &cache)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .kill_on_drop(true)
+        .status();
+    // The first run installs componentize-py into the shared environment (a minute or two).
+    let status = tokio::time::timeout(Duration::from_secs(600), run)
+        .await
+        .expect("the README's steps still running after 10 minutes")
+        .unwrap();
+    let ended = now_time_of_day();
+    let said = std::fs::read_to_string(&output).unwrap_or_default();
+    let trace = std::fs::read_to_string(&trace).unwrap_or_default();
+    assert!(
+        status.success(),
+        "the README's steps failed ({status}) in {}:\n{}\n--- their output:\n{said}\n--- bash's trace:\n{trace}",
+        dir.display(),
+        steps.join("\n")
+    );
+    assert!(
+        said.contains("my-plugin.wasm: ok: leasehold:plugin@0.1.0 world reconciler"),
+        "step 5, `leasehold check`, did not find the world:\n{said}"
+    );
+
+    let first = host
+        .log()
+        .wait_for("hello from epoch", Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(first.contains("my-plugin"), "{first}");
+    let first_at = time_of_day(&first).unwrap();
+
+    // Each command's time, from its start to the next one's (the last one's to the end).
+    let commands = traced(&trace);
+    eprintln!("the README's steps, as timed (s):");
+    for (i, command) in commands.iter().enumerate() {
+        let end = commands.get(i + 1).map_or(ended, |next| next.start);
+        eprintln!("  {:>6.1}  {}", end - command.start, command.command);
+    }
+    let copied = commands
+        .iter()
+        .rfind(|c| c.command.starts_with("cp "))
+        .map_or(started, |c| c.start);
+    eprintln!("  {:>6.1}  copy -> first line", first_at - copied);
+    eprintln!("  {:>6.1}  total: new -> first line", first_at - started);
+}
