@@ -1,0 +1,138 @@
+//! `leasehold dev` end to end: the real binary on a tiny project whose `build.sh` copies a
+//! prebuilt component. It copies the plugin into the plugin directory at start, refuses a
+//! manifest the host would refuse with the host's words (the directory left as it was), copies
+//! the fixed one, and exits 0 on SIGTERM.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use leasehold_tests::host::{binary, guests_dist};
+use rustix::process::{Pid, Signal, kill_process};
+
+const NAME: &str = "dev-hello";
+/// The manifest the project starts with.
+const GOOD: &str = "lease = \"leader\"\n[config]\ngreeting = \"hello\"\n";
+/// A manifest the host refuses: a key it does not know.
+const BAD: &str = "lease = \"leader\"\nbogus_key = 1\n";
+/// The fixed manifest.
+const FIXED: &str = "lease = \"leader\"\n[config]\ngreeting = \"fixed\"\n";
+
+/// What it says once the files are in the plugin directory.
+const COPIED: &str = "leasehold dev: copied";
+
+/// Polls `ok` every 50 ms for at most `limit`; the log so far in the panic message.
+fn wait_for(what: &str, log: &Path, limit: Duration, ok: impl Fn(&str) -> bool) {
+    let started = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if ok(&text) {
+            return;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "{what}: not seen within {limit:?}; leasehold dev said:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Ends the child whatever the test's outcome.
+struct Reap(Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn dev_copies_a_checked_plugin_refuses_a_bad_manifest_and_copies_the_fix() {
+    let root = tempfile::tempdir().unwrap();
+    let project = root.path().join(NAME);
+    let plugins = root.path().join("plugins");
+    std::fs::create_dir(&project).unwrap();
+    let component = guests_dist().join("hello-reconciler.wasm");
+    let script = project.join("build.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho build.sh: building\ncp '{}' {NAME}.wasm.tmp && mv -f {NAME}.wasm.tmp {NAME}.wasm\n",
+            component.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(project.join(format!("{NAME}.toml")), GOOD).unwrap();
+
+    let log = root.path().join("dev.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let child = Command::new(binary().unwrap())
+        .args(["dev", "--plugins"])
+        .arg(&plugins)
+        .arg(&project)
+        // The check's compile cache, kept out of the user's.
+        .env("XDG_CACHE_HOME", root.path().join("cache"))
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap();
+    let mut child = Reap(child);
+    let limit = Duration::from_secs(60);
+    let wasm_in = plugins.join(format!("{NAME}.wasm"));
+    let toml_in = plugins.join(format!("{NAME}.toml"));
+
+    // At start: built, checked, copied.
+    wait_for("the first copy", &log, limit, |t| t.contains(COPIED));
+    assert_eq!(
+        std::fs::read(&wasm_in).unwrap(),
+        std::fs::read(&component).unwrap()
+    );
+    assert_eq!(std::fs::read_to_string(&toml_in).unwrap(), GOOD);
+    wait_for("watching", &log, limit, |t| t.contains("watching"));
+
+    // A manifest the host would refuse: the check's words, nothing copied.
+    std::fs::write(project.join(format!("{NAME}.toml")), BAD).unwrap();
+    wait_for("the refusal", &log, limit, |t| t.contains("not copied"));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("leasehold: error:") && text.contains("bogus_key"),
+        "the refusal names the key, as leasehold check does:\n{text}"
+    );
+    assert_eq!(std::fs::read_to_string(&toml_in).unwrap(), GOOD);
+    let leftovers: Vec<_> = std::fs::read_dir(&plugins)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+
+    // The fix: copied.
+    std::fs::write(project.join(format!("{NAME}.toml")), FIXED).unwrap();
+    wait_for("the second copy", &log, limit, |t| {
+        t.matches(COPIED).count() >= 2
+    });
+    assert_eq!(std::fs::read_to_string(&toml_in).unwrap(), FIXED);
+
+    // SIGTERM: a clean exit.
+    let pid = Pid::from_raw(i32::try_from(child.0.id()).unwrap()).unwrap();
+    kill_process(pid, Signal::TERM).unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "leasehold dev still running 10 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "leasehold dev exited with {status}");
+}
