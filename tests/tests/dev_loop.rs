@@ -120,6 +120,15 @@ fn dev_copies_a_checked_plugin_refuses_a_bad_manifest_and_copies_the_fix() {
     });
     assert_eq!(std::fs::read_to_string(&toml_in).unwrap(), FIXED);
 
+    // Its own reads and the build's outputs are no change: it stays idle until the next edit.
+    std::thread::sleep(Duration::from_secs(1));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        text.matches("build.sh: building").count(),
+        3,
+        "one build at start and one per edit:\n{text}"
+    );
+
     // SIGTERM: a clean exit.
     let pid = Pid::from_raw(i32::try_from(child.0.id()).unwrap()).unwrap();
     kill_process(pid, Signal::TERM).unwrap();

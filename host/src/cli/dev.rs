@@ -132,7 +132,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let (tx, mut changes) = mpsc::unbounded_channel::<()>();
     let watched = project.clone();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // Only writes count: reading the sources (the build, the check) is an event too.
         if let Ok(event) = event
+            && !matches!(event.kind, notify::EventKind::Access(_))
             && event.paths.iter().any(|p| is_source(&watched, p))
         {
             let _ = tx.send(());
