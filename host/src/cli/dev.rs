@@ -293,9 +293,7 @@ fn is_source(project: &Path, path: &Path) -> bool {
             .iter()
             .any(|d| c.as_os_str() == std::ffi::OsStr::new(d))
     });
-    let output = path
-        .extension()
-        .is_some_and(|e| e == "wasm" || e == "tmp");
+    let output = path.extension().is_some_and(|e| e == "wasm" || e == "tmp");
     !relative.as_os_str().is_empty() && !in_ignored && !output
 }
 
