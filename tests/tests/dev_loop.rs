@@ -1,15 +1,18 @@
 //! `leasehold dev` end to end: the real binary on a tiny project whose `build.sh` copies a
 //! prebuilt component. It copies the plugin into the plugin directory at start, refuses a
 //! manifest the host would refuse with the host's words (the directory left as it was), copies
-//! the fixed one, and exits 0 on SIGTERM.
+//! the fixed one, and exits 0 on SIGTERM. A host running on that plugin directory loads the copy
+//! from the compile cache the check filled (`cache=Hit`), not compiling it again.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use leasehold_tests::host::{binary, guests_dist};
+use leasehold_tests::host::{HostBuilder, binary, guests_dist};
+use leasehold_tests::log::Logged;
+use leasehold_tests::stores::{Backend, Db};
 use rustix::process::{Pid, Signal, kill_process};
 
 const NAME: &str = "dev-hello";
@@ -49,11 +52,10 @@ impl Drop for Reap {
     }
 }
 
-#[test]
-fn dev_copies_a_checked_plugin_refuses_a_bad_manifest_and_copies_the_fix() {
-    let root = tempfile::tempdir().unwrap();
-    let project = root.path().join(NAME);
-    let plugins = root.path().join("plugins");
+/// Writes the project `ROOT/NAME`: a `build.sh` copying hello-reconciler from guests/dist, and
+/// the `GOOD` manifest.
+fn write_project(root: &Path) -> (PathBuf, PathBuf) {
+    let project = root.join(NAME);
     std::fs::create_dir(&project).unwrap();
     let component = guests_dist().join("hello-reconciler.wasm");
     let script = project.join("build.sh");
@@ -68,22 +70,34 @@ fn dev_copies_a_checked_plugin_refuses_a_bad_manifest_and_copies_the_fix() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(project.join(format!("{NAME}.toml")), GOOD).unwrap();
+    (project, component)
+}
 
-    let log = root.path().join("dev.log");
+/// Starts `leasehold dev --plugins PLUGINS PROJECT`, its output in `ROOT/dev.log`, its compile
+/// cache under `ROOT/cache` (kept out of the user's).
+fn start_dev(root: &Path, plugins: &Path, project: &Path) -> (Reap, PathBuf) {
+    let log = root.join("dev.log");
     let out = std::fs::File::create(&log).unwrap();
     let child = Command::new(binary().unwrap())
         .args(["dev", "--plugins"])
-        .arg(&plugins)
-        .arg(&project)
-        // The check's compile cache, kept out of the user's.
-        .env("XDG_CACHE_HOME", root.path().join("cache"))
+        .arg(plugins)
+        .arg(project)
+        .env("XDG_CACHE_HOME", root.join("cache"))
         .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::null())
         .stdout(out.try_clone().unwrap())
         .stderr(out)
         .spawn()
         .unwrap();
-    let mut child = Reap(child);
+    (Reap(child), log)
+}
+
+#[test]
+fn dev_copies_a_checked_plugin_refuses_a_bad_manifest_and_copies_the_fix() {
+    let root = tempfile::tempdir().unwrap();
+    let (project, component) = write_project(root.path());
+    let plugins = root.path().join("plugins");
+    let (mut child, log) = start_dev(root.path(), &plugins, &project);
     let limit = Duration::from_secs(60);
     let wasm_in = plugins.join(format!("{NAME}.wasm"));
     let toml_in = plugins.join(format!("{NAME}.toml"));
@@ -144,4 +158,34 @@ fn dev_copies_a_checked_plugin_refuses_a_bad_manifest_and_copies_the_fix() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "leasehold dev exited with {status}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_loads_what_dev_copied_from_the_compile_cache() {
+    let root = tempfile::tempdir().unwrap();
+    let (project, _) = write_project(root.path());
+    let plugins = root.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let mut host = HostBuilder::new("dev-host")
+        .database_url(&db.url().unwrap())
+        .plugins(&plugins)
+        .env(
+            "XDG_CACHE_HOME",
+            root.path().join("cache").to_str().unwrap(),
+        )
+        .spawn()
+        .await
+        .unwrap();
+    let (_dev, log) = start_dev(root.path(), &plugins, &project);
+    let loaded = host
+        .wait_for_log("plugin loaded", Duration::from_secs(60))
+        .await;
+    let dev_said = std::fs::read_to_string(&log).unwrap_or_default();
+    let loaded = loaded.unwrap_or_else(|e| panic!("{e}; leasehold dev said:\n{dev_said}"));
+    assert!(
+        loaded.contains(&format!("plugin={NAME}")) && loaded.contains("cache=Hit"),
+        "the host loads the copied component compiled by the check: {loaded}"
+    );
+    host.kill().await.unwrap();
 }
