@@ -1,7 +1,7 @@
 //! `leasehold dev` end to end: the real binary on a tiny project whose `build.sh` copies a
 //! prebuilt component. It copies the plugin into the plugin directory at start, refuses a
 //! manifest the host would refuse with the host's words (the directory left as it was), copies
-//! the fixed one, and exits 0 on SIGTERM. A host running on that plugin directory loads the copy
+//! the fixed one, copies nothing after a failed build, and exits 0 on SIGTERM. A host running on that plugin directory loads the copy
 //! from the compile cache the check filled (`cache=Hit`), not compiling it again.
 
 #![allow(clippy::unwrap_used, missing_docs)]
@@ -93,7 +93,7 @@ fn start_dev(root: &Path, plugins: &Path, project: &Path) -> (Reap, PathBuf) {
 }
 
 #[test]
-fn dev_copies_a_checked_plugin_refuses_a_bad_manifest_and_copies_the_fix() {
+fn dev_copies_only_what_builds_and_passes_the_hosts_check() {
     let root = tempfile::tempdir().unwrap();
     let (project, component) = write_project(root.path());
     let plugins = root.path().join("plugins");
@@ -142,6 +142,19 @@ fn dev_copies_a_checked_plugin_refuses_a_bad_manifest_and_copies_the_fix() {
         3,
         "one build at start and one per edit:\n{text}"
     );
+
+    // A failed build: said, nothing copied, still watching.
+    let mut script = std::fs::OpenOptions::new()
+        .append(true)
+        .open(project.join("build.sh"))
+        .unwrap();
+    std::io::Write::write_all(&mut script, b"exit 3\n").unwrap();
+    drop(script);
+    std::fs::write(project.join(format!("{NAME}.toml")), GOOD).unwrap();
+    wait_for("the failed build", &log, limit, |t| {
+        t.contains("build.sh failed (exit status: 3); nothing copied")
+    });
+    assert_eq!(std::fs::read_to_string(&toml_in).unwrap(), FIXED);
 
     // SIGTERM: a clean exit.
     let pid = Pid::from_raw(i32::try_from(child.0.id()).unwrap()).unwrap();

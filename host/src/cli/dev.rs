@@ -41,10 +41,10 @@ pub struct DevArgs {
     /// `NAME` being the directory's name, configured by `NAME.toml` beside it.
     #[arg(default_value = ".")]
     pub project: PathBuf,
-    /// The plugin directory a host watches. The default is the one beside the project, as a
-    /// project made by `leasehold new` in a checkout sits beside the `plugins/` of `make run`.
-    #[arg(long, value_name = "DIR", default_value = "../plugins")]
-    pub plugins: PathBuf,
+    /// The plugin directory a host watches [default: `plugins` beside the project, as a project
+    /// made by `leasehold new` in a checkout sits beside the `plugins/` of `make run`].
+    #[arg(long, value_name = "DIR")]
+    pub plugins: Option<PathBuf>,
 }
 
 /// What stops `leasehold dev`, or fails one of its steps.
@@ -117,14 +117,17 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
             source,
         })?
         .to_string();
+    let plugins = args
+        .plugins
+        .unwrap_or_else(|| project.with_file_name("plugins"));
     let script = project.join("build.sh");
     if !script.is_file() {
         return Err(DevError::NoBuildScript { path: script }.into());
     }
     // Made if missing: `leasehold run --plugins DIR` needs it, and the author meant it to be.
-    std::fs::create_dir_all(&args.plugins).map_err(|source| DevError::Copy {
+    std::fs::create_dir_all(&plugins).map_err(|source| DevError::Copy {
         from: project.join(format!("{name}.wasm")),
-        to: args.plugins.clone(),
+        to: plugins.clone(),
         source,
     })?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(DevError::Signal)?;
@@ -150,7 +153,6 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
             source,
         },
     )?;
-    let plugins = args.plugins;
     loop {
         tokio::select! {
             _ = cycle(&project, &name, &plugins) => {}
