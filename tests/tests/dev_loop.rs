@@ -202,3 +202,23 @@ async fn a_host_loads_what_dev_copied_from_the_compile_cache() {
     );
     host.kill().await.unwrap();
 }
+
+#[test]
+fn a_plugin_directory_inside_the_project_does_not_start_the_next_build() {
+    let root = tempfile::tempdir().unwrap();
+    let (project, _) = write_project(root.path());
+    let plugins = project.join("plugins");
+    let (mut child, log) = start_dev(root.path(), &plugins, &project);
+    wait_for("the copy", &log, Duration::from_secs(60), |t| {
+        t.contains(COPIED)
+    });
+    // Its own copies are no change of the sources: one build, then idle.
+    std::thread::sleep(Duration::from_secs(1));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        text.matches("build.sh: building").count(),
+        1,
+        "one build only:\n{text}"
+    );
+    let _ = child.0.kill();
+}

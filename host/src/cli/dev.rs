@@ -133,12 +133,17 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let mut sigterm = signal(SignalKind::terminate()).map_err(DevError::Signal)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(DevError::Signal)?;
     let (tx, mut changes) = mpsc::unbounded_channel::<()>();
+    // A plugin directory inside the project is an output too: its copies must not start a build.
+    let output_dir = std::fs::canonicalize(&plugins).unwrap_or_else(|_| plugins.clone());
     let watched = project.clone();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         // Only writes count: reading the sources (the build, the check) is an event too.
         if let Ok(event) = event
             && !matches!(event.kind, notify::EventKind::Access(_))
-            && event.paths.iter().any(|p| is_source(&watched, p))
+            && event
+                .paths
+                .iter()
+                .any(|p| !p.starts_with(&output_dir) && is_source(&watched, p))
         {
             let _ = tx.send(());
         }
