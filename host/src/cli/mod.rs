@@ -4,10 +4,12 @@
 //! - this file: the parser, `run` and `check`;
 //! - [`admin`]: `leases list`, `leases release --force`, `status --url`, `migrate`;
 //! - [`new`]: `new`, a plugin project to start from;
+//! - [`dev`]: `dev`, a project rebuilt, checked and copied into a plugin directory on each change;
 //! - [`log`]: the text log's fields, control characters escaped;
 //! - `config check`: [`admin::config_check`].
 
 pub mod admin;
+pub mod dev;
 pub mod log;
 pub mod new;
 
@@ -66,6 +68,9 @@ pub enum Command {
     /// Write a new plugin project (Rust, Python or JavaScript) that builds, tests and loads as it
     /// is: source, manifest, WIT, README, build and test scripts.
     New(new::NewArgs),
+    /// A plugin project's loop: on each change of its sources, run ./build.sh, check NAME.wasm
+    /// as `check` does, and copy it with NAME.toml into the plugin directory if it passes.
+    Dev(dev::DevArgs),
 }
 
 /// `leasehold config …`.
@@ -155,6 +160,7 @@ pub fn main() -> ExitCode {
             Command::Migrate(args) => admin::migrate(args).await,
             Command::Config(ConfigCommand::Check(args)) => admin::config_check(args),
             Command::New(args) => new::run(args),
+            Command::Dev(args) => dev::run(args).await,
         }
     });
     // Store calls abandoned at a timeout may still be parked on a socket: do not wait for them.
