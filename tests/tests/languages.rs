@@ -11,9 +11,9 @@
 
 use std::time::Duration;
 
-use leasehold_tests::host::{HostBuilder, plugin_dir, run_to_exit, wait_for_single_leader};
+use leasehold_tests::host::{Host, HostBuilder, plugin_dir, run_to_exit, wait_for_single_leader};
 use leasehold_tests::log::Logged;
-use leasehold_tests::status::{PluginState, Role};
+use leasehold_tests::status::{PluginState, PluginStatus, Role};
 use leasehold_tests::stores::{Backend, Db};
 
 /// Each example: its name, the greeting a test gives it (so its lines tell it apart), and how
@@ -45,6 +45,26 @@ fn examples_dir(extra: &str) -> tempfile::TempDir {
         .collect();
     let pairs: Vec<(&str, &str)> = manifests.iter().map(|(n, m)| (*n, m.as_str())).collect();
     plugin_dir(&pairs).unwrap()
+}
+
+/// A host on the SQLite `db` (ttl 3 s) running the plugins of `dir`.
+async fn sqlite_host(db: &Db, dir: &std::path::Path) -> Host {
+    HostBuilder::new("a")
+        .database_url(&db.url().unwrap())
+        .ttl(Duration::from_secs(3))
+        .plugins(dir)
+        .spawn()
+        .await
+        .unwrap()
+}
+
+/// `name`'s status once it has a last error.
+async fn first_error(host: &Host, name: &str) -> PluginStatus {
+    host.wait_for_plugin(name, "its first error", Duration::from_secs(30), |s| {
+        s.last_error.is_some()
+    })
+    .await
+    .unwrap()
 }
 
 /// The checkpoints `greeting` logged at `epoch`, in order: "GREETING from epoch E, tick T:
@@ -198,20 +218,9 @@ async fn errors_and_exceptions_of_python_javascript_and_rust_plugins_reach_statu
  {
     let db = Db::new(Backend::Sqlite).await.unwrap();
     let dir = examples_dir("fail_at_tick = \"2\"");
-    let host = HostBuilder::new("a")
-        .database_url(&db.url().unwrap())
-        .ttl(Duration::from_secs(3))
-        .plugins(dir.path())
-        .spawn()
-        .await
-        .unwrap();
+    let host = sqlite_host(&db, dir.path()).await;
     for (name, greeting, message) in GUESTS {
-        let status = host
-            .wait_for_plugin(name, "the exception", Duration::from_secs(30), |s| {
-                s.last_error.is_some()
-            })
-            .await
-            .unwrap();
+        let status = first_error(&host, name).await;
         assert_eq!(
             status.last_error.as_deref(),
             Some(format!("returned an error: {message}").as_str()),
@@ -248,20 +257,9 @@ async fn a_missing_grant_reads_as_one_line_naming_the_manifest_key_in_every_lang
         .collect();
     let pairs: Vec<(&str, &str)> = ungranted.iter().map(|(n, m)| (*n, m.as_str())).collect();
     let dir = plugin_dir(&pairs).unwrap();
-    let host = HostBuilder::new("a")
-        .database_url(&db.url().unwrap())
-        .ttl(Duration::from_secs(3))
-        .plugins(dir.path())
-        .spawn()
-        .await
-        .unwrap();
+    let host = sqlite_host(&db, dir.path()).await;
     for (name, _, _) in GUESTS {
-        let status = host
-            .wait_for_plugin(name, "the refusal", Duration::from_secs(30), |s| {
-                s.last_error.is_some()
-            })
-            .await
-            .unwrap();
+        let status = first_error(&host, name).await;
         let error = status.last_error.as_deref().unwrap();
         assert!(
             error.starts_with("returned an error: ")
