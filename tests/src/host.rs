@@ -490,12 +490,19 @@ pub fn guests_dist() -> PathBuf {
 pub fn plugin_dir(plugins: &[(&str, &str)]) -> anyhow::Result<tempfile::TempDir> {
     let dir = tempfile::tempdir()?;
     for (name, manifest) in plugins {
-        let from = guests_dist().join(format!("{name}.wasm"));
-        std::fs::copy(&from, dir.path().join(format!("{name}.wasm")))
-            .with_context(|| format!("copying {}", from.display()))?;
-        std::fs::write(dir.path().join(format!("{name}.toml")), manifest)?;
+        add_plugin(dir.path(), name, name, manifest)?;
     }
     Ok(dir)
+}
+
+/// Puts guest `guest` from `guests/dist` into the plugin directory `dir` as the plugin `name`,
+/// with the given manifest.
+pub fn add_plugin(dir: &Path, guest: &str, name: &str, manifest: &str) -> anyhow::Result<()> {
+    let from = guests_dist().join(format!("{guest}.wasm"));
+    std::fs::copy(&from, dir.join(format!("{name}.wasm")))
+        .with_context(|| format!("copying {}", from.display()))?;
+    std::fs::write(dir.join(format!("{name}.toml")), manifest)?;
+    Ok(())
 }
 
 impl Logged for Host {

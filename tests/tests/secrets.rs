@@ -15,7 +15,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use leasehold_tests::eventually::{eventually, when};
-use leasehold_tests::host::{HostBuilder, binary, guests_dist};
+use leasehold_tests::host::{HostBuilder, add_plugin, binary};
 use leasehold_tests::log::Logged;
 use tokio::process::Command;
 
@@ -170,18 +170,10 @@ async fn a_plugin_s_grant_never_shows_the_password_of_the_variable_it_names() {
         ("remote", "REMOTE_DATABASE_URL"),
     ];
     for (name, env) in grants {
-        std::fs::copy(
-            guests_dist().join("hostile-sql.wasm"),
-            plugins.path().join(format!("{name}.wasm")),
-        )
-        .unwrap();
-        std::fs::write(
-            plugins.path().join(format!("{name}.toml")),
-            format!(
-                "lease = \"leader\"\n[schedule]\ninterval = \"200ms\"\n[grants.sql]\ndatabase_url_env = \"{env}\"\n[config]\ncall = \"query\"\nstatements = \"SELECT 1\"\n"
-            ),
-        )
-        .unwrap();
+        let manifest = format!(
+            "lease = \"leader\"\n[schedule]\ninterval = \"200ms\"\n[grants.sql]\ndatabase_url_env = \"{env}\"\n[config]\ncall = \"query\"\nstatements = \"SELECT 1\"\n"
+        );
+        add_plugin(plugins.path(), "hostile-sql", name, &manifest).unwrap();
     }
     let bad = format!("postgres://app:pa/ss-{m}@127.0.0.1:1/app");
     let keyword = format!("host=127.0.0.1 port=1 password='x {m}'");
@@ -306,13 +298,10 @@ async fn a_long_named_plugin_s_statement_is_cancelled_on_the_server_when_its_ter
     let role = leasehold_tests::pg::user_of(&role_url).to_string();
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     let plugins = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        guests_dist().join("hostile-sql.wasm"),
-        plugins.path().join(format!("{name}.wasm")),
-    )
-    .unwrap();
-    std::fs::write(
-        plugins.path().join(format!("{name}.toml")),
+    add_plugin(
+        plugins.path(),
+        "hostile-sql",
+        &name,
         "lease = \"leader\"\n[schedule]\ninterval = \"100ms\"\n[limits]\ncall_timeout = \"1h\"\n[grants.sql]\ndatabase_url_env = \"APP_DATABASE_URL\"\nstatement_timeout = \"1h\"\n[config]\ncall = \"query\"\nstatements = \"SELECT pg_sleep(3600)\"\n",
     )
     .unwrap();
