@@ -126,13 +126,6 @@ impl Supervisor {
                 .then(|| self.unbound(&entry.manifest.binding))
                 .flatten();
             let old = known.get(&entry.name);
-            if warning.is_some() && old.is_none_or(|o| o.warning != warning || o.lease != lease) {
-                tracing::warn!(
-                    plugin = %entry.name,
-                    "{}",
-                    warning.as_deref().unwrap_or_default()
-                );
-            }
             let card = match old {
                 // A plugin that still loads keeps its live state; what it is bound to comes from
                 // the (possibly replaced) file.
@@ -155,7 +148,15 @@ impl Supervisor {
                     last_call: old.and_then(|o| o.last_call),
                 },
             };
-            self.board.put(card);
+            // Every lease's loop publishes each new set: the warning is logged by whichever
+            // replaces a card that did not carry it yet.
+            let shown = (card.warning.clone(), card.lease.clone());
+            let replaced = self.board.replace(card);
+            if let Some(warning) = &shown.0
+                && replaced.is_none_or(|o| (o.warning, o.lease) != shown)
+            {
+                tracing::warn!(plugin = %entry.name, "{warning}");
+            }
         }
     }
 

@@ -147,6 +147,12 @@ impl StatusBoard {
         self.lock().insert(card.name.clone(), card);
     }
 
+    /// Puts a card and returns the one it replaced, in one step: of two tasks putting the same
+    /// card at once, exactly one sees the old one.
+    pub fn replace(&self, card: PluginCard) -> Option<PluginCard> {
+        self.lock().insert(card.name.clone(), card)
+    }
+
     /// Removes a card.
     pub fn remove(&self, name: &str) {
         self.lock().remove(name);
