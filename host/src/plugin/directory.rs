@@ -62,20 +62,15 @@ pub fn scan(
         .collect();
     paths.sort();
     for path in paths {
-        let stem = path.file_stem().unwrap_or_default();
-        let name = match name::of_stem(stem) {
-            Ok(name) => name.to_string(),
-            Err(source) => {
-                let shown = name::shown(stem);
+        let name = match plugin_name(&path) {
+            Ok(name) => name,
+            Err(error) => {
+                let shown = name::shown(path.file_stem().unwrap_or_default());
                 // Listed once under its shown name, and logged once: a rescan keeps the entry.
                 if let Some(old) = previous.get(&shown).filter(|old| old.digest.is_empty()) {
                     set.insert(shown, old.clone());
                     continue;
                 }
-                let error = LoadError::Name {
-                    file: format!("{shown}.wasm"),
-                    source,
-                };
                 tracing::error!(plugin = %shown, "invalid plugin: {}", crate::report::chain(&error));
                 let entry = PluginEntry {
                     name: shown.clone(),
@@ -134,6 +129,18 @@ pub fn scan(
         set.insert(name, Arc::new(entry));
     }
     Ok(set)
+}
+
+/// The plugin name of the component file `path`, or why its name is not one (the file shown
+/// escaped).
+fn plugin_name(path: &Path) -> Result<String, LoadError> {
+    let stem = path.file_stem().unwrap_or_default();
+    name::of_stem(stem)
+        .map(str::to_string)
+        .map_err(|source| LoadError::Name {
+            file: format!("{}.wasm", name::shown(stem)),
+            source,
+        })
 }
 
 /// A few hundred bytes is a typical manifest; 64 KiB leaves room for long `[config]` tables and
@@ -314,13 +321,7 @@ pub fn check_file(
     wasm: &Path,
     manifest: Option<&Path>,
 ) -> Result<Checked, LoadError> {
-    let stem = wasm.file_stem().unwrap_or_default();
-    let name = name::of_stem(stem)
-        .map_err(|source| LoadError::Name {
-            file: format!("{}.wasm", name::shown(stem)),
-            source,
-        })?
-        .to_string();
+    let name = plugin_name(wasm)?;
     let bytes = read_component_file(wasm).map_err(|source| LoadError::ReadComponent {
         path: wasm.to_path_buf(),
         source,
