@@ -20,8 +20,8 @@ build: deps
 # puts on PATH once it exists; `sudo make install PREFIX=/usr/local` for every user). Copied,
 # not `cargo install`ed: that builds the release profile in a target dir of its own, ~20
 # minutes on two cores, for a binary the plugin steps only need to create, check and run one
-# plugin with. The binary keeps naming this checkout's SDK (guests/leasehold-guest) as a Rust
-# project's default.
+# plugin with. The binary carries the Rust SDK a Rust project gets a copy of: the checkout may
+# move.
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/leasehold
 	@echo "installed $(DESTDIR)$(PREFIX)/bin/leasehold (if 'leasehold --version' is not found, add $(PREFIX)/bin to PATH)"

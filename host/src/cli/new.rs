@@ -31,9 +31,6 @@ const JS_TOOLS_PACKAGE: &str = include_str!("../../../guests/tools/js/package.js
 /// Their whole tree, locked.
 const JS_TOOLS_LOCK: &str = include_str!("../../../guests/tools/js/package-lock.json");
 
-/// The SDK of the checkout this binary was built from, a Rust project's default `--sdk`.
-const CHECKOUT_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../guests/leasehold-guest");
-
 /// Flags of `leasehold new`.
 #[derive(Debug, Args)]
 pub struct NewArgs {
@@ -49,8 +46,8 @@ pub struct NewArgs {
     /// The directory to create the project NAME in.
     #[arg(long, value_name = "PARENT", default_value = ".")]
     pub dir: PathBuf,
-    /// Rust: the leasehold-guest SDK to depend on [default: guests/leasehold-guest of the
-    /// checkout this binary was built from].
+    /// Rust: a leasehold checkout's SDK (its guests/leasehold-guest) to depend on by path
+    /// [default: a copy of this leasehold's SDK, written into the project].
     #[arg(long, value_name = "PATH")]
     pub sdk: Option<PathBuf>,
 }
@@ -121,7 +118,7 @@ pub fn run(args: NewArgs) -> anyhow::Result<ExitCode> {
     };
     refuse_existing(&target)?;
     let sdk = match args.lang {
-        Lang::Rust => Some(find_sdk(args.sdk.as_deref())?),
+        Lang::Rust => args.sdk.as_deref().map(find_sdk).transpose()?,
         Lang::Python | Lang::Js => {
             if args.sdk.is_some() {
                 bail!(
@@ -143,8 +140,16 @@ pub fn run(args: NewArgs) -> anyhow::Result<ExitCode> {
         args.lang.title(),
         args.world.wit_name()
     );
+    let mut sdk_files = 0;
     for file in &files {
-        println!("  {}", file.path);
+        if file.path.starts_with(sdk::SDK_DIR) {
+            sdk_files += 1;
+        } else {
+            println!("  {}", file.path);
+        }
+    }
+    if sdk_files > 0 {
+        println!("  {}/ (a copy of the SDK, {sdk_files} files)", sdk::SDK_DIR);
     }
     println!("\nNext (its README.md says more):");
     let steps = [
@@ -234,30 +239,18 @@ fn refuse_existing(target: &Path) -> anyhow::Result<()> {
     }
 }
 
-/// The SDK a Rust project depends on, as an absolute path: `--sdk`, else the checkout's.
-fn find_sdk(given: Option<&Path>) -> anyhow::Result<PathBuf> {
-    let (path, from_flag) = match given {
-        Some(path) => (path.to_path_buf(), true),
-        None => (PathBuf::from(CHECKOUT_SDK), false),
-    };
+/// The SDK `--sdk` names for a Rust project, as an absolute path.
+fn find_sdk(path: &Path) -> anyhow::Result<PathBuf> {
     let manifest = path.join("Cargo.toml");
     let is_sdk = std::fs::read_to_string(&manifest)
         .is_ok_and(|text| text.contains("name = \"leasehold-guest\""));
     if !is_sdk {
-        if from_flag {
-            bail!(
-                "--sdk {}: not the leasehold-guest SDK (no Cargo.toml of package leasehold-guest there); pass a leasehold checkout's guests/leasehold-guest",
-                path.display()
-            );
-        }
         bail!(
-            "no leasehold-guest SDK at {} (the checkout this leasehold was built from): pass --sdk PATH, a leasehold checkout's guests/leasehold-guest",
+            "--sdk {}: not the leasehold-guest SDK (no Cargo.toml of package leasehold-guest there); pass a leasehold checkout's guests/leasehold-guest",
             path.display()
         );
     }
-    let path = std::fs::canonicalize(&path)
-        .with_context(|| format!("cannot resolve {}", path.display()))?;
-    Ok(path)
+    std::fs::canonicalize(path).with_context(|| format!("cannot resolve {}", path.display()))
 }
 
 /// Writes `files` into a new directory beside `target`, then moves it to `target`: a project
@@ -363,6 +356,7 @@ fn write_files(dir: &Path, files: &[ProjectFile]) -> anyhow::Result<()> {
 }
 
 mod project;
+mod sdk;
 
 pub use project::project;
 

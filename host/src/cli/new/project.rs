@@ -54,16 +54,42 @@ pub fn project(
         Lang::Python => (format!("{module}.py"), format!("test_{module}.py")),
         Lang::Js => (format!("{name}.js"), format!("test/{name}.test.js")),
     };
-    let sdk_text = match sdk {
-        Some(path) => path
-            .to_str()
-            .ok_or_else(|| format!("the SDK path {} is not UTF-8", path.display()))?,
-        None => "",
+    // A Rust project depends on its own copy of the SDK unless `--sdk` names one.
+    let (sdk_text, sdk_note) = match sdk {
+        Some(path) => {
+            let text = path
+                .to_str()
+                .ok_or_else(|| format!("the SDK path {} is not UTF-8", path.display()))?;
+            let note = format!(
+                "`{text}`, as `--sdk` asked. If that checkout moves, point the path at its `guests/leasehold-guest`."
+            );
+            (text, note)
+        }
+        None => (
+            sdk::SDK_DIR,
+            format!(
+                "`{}`, a copy of the SDK of the leasehold that created this project; it builds \
+                 against `wit/`. `Cargo.lock` holds the versions that leasehold's own plugins are \
+                 built and tested with, so the first `./test.sh` needs no registry.",
+                sdk::SDK_DIR
+            ),
+        ),
     };
     let sdk_toml = toml_string(sdk_text);
-    let sdk_note = format!(
-        "`{sdk_text}`. If that checkout moves, point the path at its `guests/leasehold-guest`."
-    );
+    let lock_row = "| `Cargo.lock` | the versions of the SDK's dependencies that leasehold's own plugins are built and tested with |";
+    let (sdk_rows, wit_role) = match sdk {
+        Some(_) => (
+            lock_row.to_string(),
+            "for reference: the SDK builds against its checkout's copy",
+        ),
+        None => (
+            format!(
+                "{lock_row}\n| `{}/` | the SDK, copied from the leasehold that created the project |",
+                sdk::SDK_DIR
+            ),
+            "the SDK's copy builds against this file",
+        ),
+    };
     let dev_dependencies = js_dev_dependencies(&js_pins);
     let description = format!("{}: a leasehold {world_name} plugin", name);
     let (componentize_js_version, jco_version) = (
@@ -91,6 +117,8 @@ pub fn project(
         ("memory_note", memory_note),
         ("sdk", &sdk_toml),
         ("sdk_note", &sdk_note),
+        ("sdk_rows", &sdk_rows),
+        ("wit_role", wit_role),
         ("componentize_py_version", &py_version),
         ("python_version", &python_version),
         ("python_version_tuple", &python_version_tuple),
@@ -273,7 +301,13 @@ pub fn project(
     files.push(verbatim("README.md", &readme, false));
     files.push(verbatim("wit/plugin.wit", WIT, false));
     match lang {
-        Lang::Rust => files.push(verbatim("cargo-wasm.sh", CARGO_WASM, true)),
+        Lang::Rust => {
+            files.push(verbatim("cargo-wasm.sh", CARGO_WASM, true));
+            files.push(verbatim("Cargo.lock", &sdk::project_lock(name)?, false));
+            if sdk.is_none() {
+                files.extend(sdk::sdk_files());
+            }
+        }
         Lang::Js => files.push(verbatim("package-lock.json", &js_lockfile(name)?, false)),
         Lang::Python => {}
     }

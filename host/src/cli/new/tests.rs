@@ -137,6 +137,76 @@ fn every_language_and_world_renders_without_leftover_placeholders() {
 }
 
 #[test]
+fn a_rust_project_carries_the_whole_sdk_and_a_lock_of_what_it_reaches() {
+    let files = project("my-plugin", Lang::Rust, World::Reconciler, None).unwrap();
+    let text = |path: &str| &files.iter().find(|f| f.path == path).expect(path).text;
+    let cargo: toml::Table = toml::from_str(text("Cargo.toml")).unwrap();
+    assert_eq!(
+        cargo["dependencies"]["leasehold-guest"]["path"].as_str(),
+        Some("sdk/leasehold-guest")
+    );
+    // Every source file of the SDK is in the copy, as it is in the checkout.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guests/leasehold-guest/src");
+    let mut on_disk: Vec<String> = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    on_disk.sort();
+    let mut copied: Vec<String> = files
+        .iter()
+        .filter_map(|f| f.path.strip_prefix("sdk/leasehold-guest/src/"))
+        .map(str::to_string)
+        .collect();
+    copied.sort();
+    assert_eq!(
+        copied, on_disk,
+        "a file of the SDK is missing from sdk.rs's list"
+    );
+    for name in &on_disk {
+        let path = format!("sdk/leasehold-guest/src/{name}");
+        assert_eq!(
+            text(&path),
+            &std::fs::read_to_string(src.join(name)).unwrap()
+        );
+    }
+    // Its manifest asks for the same wit-bindgen as the guests' workspace.
+    let sdk: toml::Table = toml::from_str(text("sdk/leasehold-guest/Cargo.toml")).unwrap();
+    let workspace: toml::Table = toml::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../guests/Cargo.toml"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        sdk["dependencies"]["wit-bindgen"],
+        workspace["workspace"]["dependencies"]["wit-bindgen"]
+    );
+    // The lock: the project, the SDK, and wit-bindgen's tree at the guests' versions.
+    let lock: toml::Table = toml::from_str(text("Cargo.lock")).unwrap();
+    let packages = lock["package"].as_array().unwrap();
+    let version_of = |name: &str| {
+        packages
+            .iter()
+            .find(|p| p["name"].as_str() == Some(name))
+            .map(|p| p["version"].as_str().unwrap().to_string())
+    };
+    assert_eq!(version_of("my-plugin").as_deref(), Some("0.1.0"));
+    assert_eq!(version_of("leasehold-guest").as_deref(), Some("0.1.0"));
+    let guests: toml::Table =
+        toml::from_str(include_str!("../../../../guests/Cargo.lock")).unwrap();
+    let guests_wit = guests["package"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"].as_str() == Some("wit-bindgen"))
+        .map(|p| p["version"].as_str().unwrap().to_string());
+    assert_eq!(version_of("wit-bindgen"), guests_wit);
+    // No other plugin of the guests' workspace comes along.
+    assert_eq!(version_of("hello-rust"), None);
+}
+
+#[test]
 fn the_js_project_pins_the_tools_leasehold_builds_with() {
     let files = project("my-plugin", Lang::Js, World::Reconciler, None).unwrap();
     let text = |path: &str| &files.iter().find(|f| f.path == path).unwrap().text;
