@@ -4,9 +4,12 @@
 //! replaced: the test starts `leasehold run --plugins plugins --http 127.0.0.1:0` in the same
 //! directory itself. The plugin must then log its own first line in that host's log.
 //!
-//! The Python toolchain is the one `new_project.rs` keeps under target/tmp/new-project
-//! (`LEASEHOLD_PY_VENV`, which the project's scripts honour), so no run but the first installs
-//! componentize-py. Each step's time is printed, from bash's own trace.
+//! It runs for each language: step 2 as written for Python, and with `--lang js` and
+//! `--lang rust`, which its comment offers. The slow toolchains are the ones `new_project.rs`
+//! keeps under target/tmp/new-project (its Python environment, `LEASEHOLD_PY_VENV`, which the
+//! project's scripts honour; its Rust target directory), so no run but the first installs
+//! componentize-py or builds std for the target. Each step's time is printed, from bash's own
+//! trace.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -47,11 +50,12 @@ fn steps_after_the_host(block: &[String]) -> Vec<String> {
     block[from..].to_vec()
 }
 
-/// The shared Python virtual environment of `new_project.rs`.
-fn shared_py_venv() -> PathBuf {
+/// A directory `new_project.rs` keeps between runs: its Python virtual environment
+/// (`py-venv`), its Rust projects' target directory (`cargo-target`).
+fn shared(name: &str) -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("new-project")
-        .join("py-venv")
+        .join(name)
 }
 
 /// One traced command of the script: when it started (seconds since midnight UTC) and its text.
@@ -77,16 +81,46 @@ fn traced(trace: &str) -> Vec<Traced> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readmes_write_a_plugin_steps_run_as_written_and_the_plugin_logs_its_first_line() {
+async fn the_readmes_write_a_plugin_steps_run_as_written_in_python_and_the_plugin_logs_its_first_line()
+ {
+    steps_as_written("python", &[("LEASEHOLD_PY_VENV", shared("py-venv"))]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_write_a_plugin_steps_run_as_written_in_javascript_and_the_plugin_logs_its_first_line()
+ {
+    // npm installs the pinned tools from its own cache.
+    steps_as_written("js", &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_write_a_plugin_steps_run_as_written_in_rust_and_the_plugin_logs_its_first_line()
+ {
+    // The target directory `new_project.rs` builds Rust projects in: the SDK and std for
+    // wasm32-wasip2 are built once. Offline: the project carries its SDK and lock.
+    steps_as_written(
+        "rust",
+        &[
+            ("CARGO_TARGET_DIR", shared("cargo-target")),
+            ("CARGO_NET_OFFLINE", PathBuf::from("true")),
+        ],
+    )
+    .await;
+}
+
+/// Steps 2–6 of the README's block, as written but for step 2's `--lang python`, which names
+/// `lang` instead (the README's comment offers the others), with `env` for the project's
+/// scripts; then the plugin's first line in the host's log.
+async fn steps_as_written(lang: &str, env: &[(&str, PathBuf)]) {
     let readme_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
     let readme = std::fs::read_to_string(&readme_path).unwrap();
-    let steps = steps_after_the_host(&write_a_plugin_block(&readme));
+    let mut steps = steps_after_the_host(&write_a_plugin_block(&readme));
     assert!(
-        steps[0].contains("--lang python"),
-        "step 2 is run as written, for Python: {}",
+        steps[0].contains("--lang python") && steps[0].contains("--lang js, --lang rust"),
+        "step 2 names Python, and the others in its comment: {}",
         steps[0]
     );
-
+    steps[0] = steps[0].replacen("--lang python", &format!("--lang {lang}"), 1);
     let leasehold = binary().unwrap();
     let bin_dir = leasehold.parent().unwrap().to_path_buf();
     let dir = tempfile::tempdir().unwrap();
@@ -121,14 +155,15 @@ async fn the_readmes_write_a_plugin_steps_run_as_written_and_the_plugin_logs_its
         .arg(&script)
         .current_dir(dir)
         .env("PATH", path)
-        .env("LEASEHOLD_PY_VENV", shared_py_venv())
+        .envs(env.iter().map(|(k, v)| (*k, v)))
         .env("XDG_CACHE_HOME", &cache)
         .stdin(Stdio::null())
         .stdout(out.try_clone().unwrap())
         .stderr(out)
         .kill_on_drop(true)
         .status();
-    // The first run installs componentize-py into the shared environment (a minute or two).
+    // The first run installs componentize-py into the shared environment, or builds std for
+    // wasm32-wasip2 (a minute or two).
     let status = tokio::time::timeout(Duration::from_secs(600), run)
         .await
         .expect("the README's steps still running after 10 minutes")
@@ -157,7 +192,7 @@ async fn the_readmes_write_a_plugin_steps_run_as_written_and_the_plugin_logs_its
 
     // Each command's time, from its start to the next one's (the last one's to the end).
     let commands = traced(&trace);
-    eprintln!("the README's steps, as timed (s):");
+    eprintln!("the README's steps in {lang}, as timed (s):");
     for (i, command) in commands.iter().enumerate() {
         let end = commands.get(i + 1).map_or(ended, |next| next.start);
         eprintln!("  {:>6.1}  {}", end - command.start, command.command);
