@@ -119,9 +119,18 @@ fn new_build_test_check(
         }
         cmd
     };
+    let lock = dir.join("Cargo.lock");
+    let locked = std::fs::read_to_string(&lock).ok();
+    assert_eq!(locked.is_some(), lang == "rust", "{name}: Cargo.lock");
     let tested = run(&what("test"), &mut script("test.sh"), logs, minutes(10));
     assert!(tested.contains(expect_tests), "{name}: tests:\n{tested}");
     run(&what("build"), &mut script("build.sh"), logs, minutes(15));
+    // The lock the project came with was whole: cargo resolved nothing and rewrote nothing.
+    assert_eq!(
+        std::fs::read_to_string(&lock).ok(),
+        locked,
+        "{name}: cargo changed the Cargo.lock `leasehold new` wrote"
+    );
 
     let wasm = format!("{name}.wasm");
     let checked = run(
@@ -139,7 +148,7 @@ fn new_build_test_check(
 
 #[test]
 fn rust_projects_build_pass_their_tests_and_check_as_their_world() {
-    // The SDK of this checkout, given explicitly once; by default otherwise.
+    // The SDK of this checkout, given explicitly once; the project's own copy otherwise.
     let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guests/leasehold-guest");
     let sdk = sdk.to_str().unwrap();
     for world in WORLDS {
@@ -148,7 +157,12 @@ fn rust_projects_build_pass_their_tests_and_check_as_their_world() {
         } else {
             &[]
         };
-        let env = [("CARGO_TARGET_DIR", shared("cargo-target"))];
+        // Offline: the project's own lock and SDK copy need no registry, only the crates the
+        // guests' build downloaded.
+        let env = [
+            ("CARGO_TARGET_DIR", shared("cargo-target")),
+            ("CARGO_NET_OFFLINE", PathBuf::from("true")),
+        ];
         new_build_test_check("rust", world, extra, &env, "test tests::");
     }
 }
@@ -259,4 +273,125 @@ fn new_refuses_a_bad_name_and_a_directory_that_is_not_empty_in_one_line() {
     );
     let entries: Vec<_> = std::fs::read_dir(parent.path()).unwrap().collect();
     assert_eq!(entries.len(), 1, "no staging directory is left");
+}
+
+/// Each language's reconciler template, changed only to read its kv store on every tick, built,
+/// and loaded by a real host without `[grants] kv = true`: the call fails as the template's own
+/// error, one line in the host's words naming the manifest key, not as a trap of the guest's
+/// runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_that_uses_kv_without_the_grant_fails_in_one_line_naming_the_grant() {
+    use leasehold_tests::host::HostBuilder;
+    use leasehold_tests::stores::{Backend, Db};
+
+    // (language, source file, what the edit replaces, what it puts there, the project's env)
+    let edits: [(&str, &str, &[(&str, &str)], Vec<(&str, PathBuf)>); 3] = [
+        (
+            "python",
+            "kv_python.py",
+            &[
+                (
+                    "from wit_world.imports import lease, log, types",
+                    "from wit_world.imports import kv, lease, log, types",
+                ),
+                (
+                    "        info(f\"{greeting} from epoch {ctx.epoch}, tick {ctx.tick}\")\n",
+                    "        info(f\"{greeting} from epoch {ctx.epoch}, tick {ctx.tick}\")\n        kv.get(\"greeting\")\n",
+                ),
+            ],
+            vec![("LEASEHOLD_PY_VENV", shared("py-venv"))],
+        ),
+        (
+            "js",
+            "kv-js.js",
+            &[
+                (
+                    "import { log } from 'leasehold:plugin/log@0.1.0';\n",
+                    "import { log } from 'leasehold:plugin/log@0.1.0';\nimport { get } from 'leasehold:plugin/kv@0.1.0';\n",
+                ),
+                (
+                    "    log('info', `${greeting} from epoch ${ctx.epoch}, tick ${ctx.tick}`);\n",
+                    "    log('info', `${greeting} from epoch ${ctx.epoch}, tick ${ctx.tick}`);\n    get('greeting');\n",
+                ),
+            ],
+            vec![],
+        ),
+        (
+            "rust",
+            "src/lib.rs",
+            &[(
+                "        info!(\"{} from epoch {epoch}, tick {tick}\", self.greeting);\n",
+                "        info!(\"{} from epoch {epoch}, tick {tick}\", self.greeting);\n        leasehold_guest::kv::get(\"greeting\")?;\n",
+            )],
+            vec![
+                ("CARGO_TARGET_DIR", shared("cargo-target")),
+                ("CARGO_NET_OFFLINE", PathBuf::from("true")),
+            ],
+        ),
+    ];
+    let leasehold = binary().unwrap();
+    let parent = tempfile::tempdir().unwrap();
+    let logs = parent.path();
+    let plugins = parent.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let mut names = Vec::new();
+    for (lang, source, replacements, env) in &edits {
+        let name = format!("kv-{lang}");
+        run(
+            &format!("{name} new"),
+            Command::new(&leasehold)
+                .args(["new", &name, "--lang", lang, "--dir"])
+                .arg(parent.path()),
+            logs,
+            Duration::from_secs(60),
+        );
+        let dir = parent.path().join(&name);
+        let mut text = std::fs::read_to_string(dir.join(source)).unwrap();
+        for (from, to) in *replacements {
+            assert!(text.contains(from), "{name}: the template has no {from:?}");
+            text = text.replacen(from, to, 1);
+        }
+        std::fs::write(dir.join(source), text).unwrap();
+        let mut build = Command::new(dir.join("build.sh"));
+        build
+            .current_dir(&dir)
+            .envs(env.iter().map(|(k, v)| (*k, v)));
+        run(
+            &format!("{name} build"),
+            &mut build,
+            logs,
+            Duration::from_secs(900),
+        );
+        // The template's manifest as it is: no [grants].
+        for file in [format!("{name}.wasm"), format!("{name}.toml")] {
+            std::fs::copy(dir.join(&file), plugins.join(&file)).unwrap();
+        }
+        names.push(name);
+    }
+
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let host = HostBuilder::new("a")
+        .database_url(&db.url().unwrap())
+        .plugins(&plugins)
+        .env("XDG_CACHE_HOME", shared("cache").to_str().unwrap())
+        .spawn()
+        .await
+        .unwrap();
+    for name in &names {
+        let status = host
+            .wait_for_plugin(name, "its first error", Duration::from_secs(120), |s| {
+                s.last_error.is_some()
+            })
+            .await
+            .unwrap();
+        let error = status.last_error.as_deref().unwrap();
+        assert!(
+            error.starts_with("returned an error: ")
+                && error
+                    .contains("kv is not granted: add [grants] kv = true to the plugin's manifest")
+                && !error.contains('\n'),
+            "{name}: {error}"
+        );
+        assert_eq!(status.traps, 0, "{name}: {status:?}");
+    }
 }

@@ -73,7 +73,8 @@ function reported(body) {
 // What a thrown value says, on one line. A host import's error carries the host's
 // capability-error as `payload` ({ tag: 'not-granted', val: 'kv is not granted: add [grants]
 // kv = true to the plugin's manifest' }): the host's own words are the ones to show.
-function describe(e) {
+// Exported for the unit tests (an export the WIT does not name is not part of the component).
+export function describe(e) {
   const payload = e?.payload;
   if (typeof payload?.tag === 'string') {
     return payload.val === undefined ? payload.tag : `${payload.tag}: ${payload.val}`;

@@ -4,10 +4,14 @@
 
 export const host = {};
 
-// Sets the fake lease (epoch undefined: this replica does not hold it) and forgets the logs and
-// the kv store.
-export function reset({ lease = 'leader', holder = 'replica-a', epoch = 7n } = {}) {
+// What the host says when kv is used without the grant.
+export const NOT_GRANTED_KV = "kv is not granted: add [grants] kv = true to the plugin's manifest";
+
+// Sets the fake lease (epoch undefined: this replica does not hold it) and whether kv is
+// granted, and forgets the logs and the kv store.
+export function reset({ lease = 'leader', holder = 'replica-a', epoch = 7n, kvGranted = true } = {}) {
   host.lease = { name: lease, holder, epoch };
+  host.kvGranted = kvGranted;
   host.logs = []; // { level, message }, level as in WIT: 'info'
   host.kv = new Map(); // key -> Uint8Array
   host.lines = (level = 'info') =>
@@ -47,17 +51,24 @@ export function log(level, message) {
 }
 
 // leasehold:plugin/kv (granted by the manifest's [grants] kv = true)
+function granted() {
+  if (!host.kvGranted) throw capabilityError('not-granted', NOT_GRANTED_KV);
+}
 export function get(key) {
+  granted();
   return host.kv.get(key);
 }
 export function put(key, value) {
+  granted();
   host.kv.set(key, Uint8Array.from(value));
 }
 function remove(key) {
+  granted();
   return host.kv.delete(key);
 }
 export { remove as delete };
 export function list(prefix, after, limit) {
+  granted();
   const keys = [...host.kv.keys()]
     .filter((k) => k.startsWith(prefix) && (after === undefined || k > after))
     .sort();

@@ -2,8 +2,8 @@
 import assert from 'node:assert/strict';
 import { beforeEach, test } from 'node:test';
 
-import { check, init } from '../{{name}}.js';
-import { host, reset } from './fake-host.js';
+import { check, describe, init } from '../{{name}}.js';
+import { NOT_GRANTED_KV, get, host, reset } from './fake-host.js';
 
 beforeEach(() => reset({ lease: 'leader', holder: 'replica-a', epoch: 7n }));
 
@@ -24,4 +24,15 @@ test('fails the role config names', () => {
 
 test('a value out of the list fails init', () => {
   assert.match(init([['fail', 'sometimes']]).val, /sometimes/);
+});
+
+test("a host error becomes the call's error in the host's words", () => {
+  // Thrown on as it is, the host's error would read as "Error: not-granted: ..." at best; the
+  // plugin's error is its case and the host's text, which names what to add to the manifest.
+  reset({ kvGranted: false });
+  assert.throws(
+    () => get('checkpoint'),
+    (e) => describe(e) === `not-granted: ${NOT_GRANTED_KV}`,
+  );
+  assert.equal(describe(new TypeError('bad')), 'TypeError: bad');
 });
