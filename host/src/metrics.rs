@@ -63,6 +63,15 @@ pub struct RoleLabel {
     pub role: LabelText,
 }
 
+/// Labels of a count of failed store calls.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StoreErrorLabel {
+    /// The lease loop's operation: `campaign`, `renew`, `release` or `heartbeat`.
+    pub op: LabelText,
+    /// Why it failed: one of [`crate::lease::health::Cause`]'s label values.
+    pub cause: LabelText,
+}
+
 /// Labels of a per-plugin metric.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PluginLabel {
@@ -182,6 +191,8 @@ pub struct Metrics {
     pub group_takeovers: Family<GroupLabel, Counter>,
     /// Whether a failing health check keeps this replica out of a lease group (1) or not (0).
     pub group_gated: Family<GroupLabel, Gauge>,
+    /// The lease loop's store calls that failed, by operation and cause.
+    pub store_errors: Family<StoreErrorLabel, Counter>,
 }
 
 /// What a look at one lease group found, for [`Metrics::record_group`]: the gauges as they stand
@@ -245,6 +256,7 @@ impl Metrics {
             group_handoffs: Family::default(),
             group_takeovers: Family::default(),
             group_gated: Family::default(),
+            store_errors: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -282,6 +294,11 @@ impl Metrics {
             "leasehold_lease_loss_to_stop_seconds",
             "From the end of a term until all of its plugin tasks have stopped, over every lease",
             m.loss_to_stop_seconds.clone(),
+        );
+        registry.register(
+            "leasehold_store_errors",
+            "The lease loop's store calls that failed, by operation (campaign, renew, release, heartbeat) and cause (timeout, permission, schema, connection, conflict, other)",
+            m.store_errors.clone(),
         );
         registry.register(
             "leasehold_plugin_calls",
@@ -374,6 +391,16 @@ impl Metrics {
             m.group_gated.clone(),
         );
         Arc::new(Metrics { registry, ..m })
+    }
+
+    /// Counts a failed store call of the lease loop.
+    pub fn count_store_error(&self, op: &str, cause: crate::lease::health::Cause) {
+        self.store_errors
+            .get_or_create(&StoreErrorLabel {
+                op: op.into(),
+                cause: cause.as_str().into(),
+            })
+            .inc();
     }
 
     /// Records what a look at lease group `group` found.

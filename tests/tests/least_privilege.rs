@@ -104,3 +104,101 @@ async fn hosts_run_as_a_dml_only_role_after_the_owner_migrates() {
         assert!(refused.is_err(), "{sql} was allowed");
     }
 }
+
+/// A host role that may read the lease table but not write it (grants.sql half applied): the
+/// host starts, but it cannot campaign. It says so where an operator and an orchestrator look:
+/// `/readyz` is 503 naming the cause, `/status` shows this replica's calls failing (not just an
+/// unheld lease), and `leasehold_store_errors_total` counts the campaigns by cause. Granted
+/// again, it is ready and leads without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_that_cannot_write_the_lease_table_is_not_ready_and_says_why() {
+    use leasehold_tests::endpoint::sample;
+    use leasehold_tests::eventually::eventually;
+    use leasehold_tests::log::Logged;
+
+    if leasehold_tests::pg::skip_on_a_given_server("creates cluster-wide roles") {
+        return;
+    }
+    let url = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    let (status, stderr) = run_to_exit(
+        &["migrate", "--database-url", &url],
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    assert!(status.success(), "{stderr}");
+    let admin = sqlx::PgPool::connect(&url).await.unwrap();
+    let role = "leasehold_readonly_leases";
+    let grants = example("grants.sql").replace(" TO leasehold;", &format!(" TO {role};"));
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA public TO {role}; {grants}
+         REVOKE INSERT, UPDATE ON leasehold_leases FROM {role};"
+    )))
+    .execute(&admin)
+    .await
+    .unwrap();
+    let app = url.replacen("postgres://postgres@", &format!("postgres://{role}@"), 1);
+
+    let host = HostBuilder::new("readonly")
+        .database_url(&app)
+        .ttl(Duration::from_secs(2))
+        .spawn()
+        .await
+        .unwrap();
+    let said = eventually(
+        "/readyz says the replica cannot campaign",
+        Duration::from_secs(20),
+        async || {
+            let (code, body) = host.get("/readyz").await?;
+            anyhow::ensure!(
+                code == 503 && body.contains("cannot campaign"),
+                "{code} {body}"
+            );
+            Ok(body)
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        said.contains("campaign failed") && said.contains("(permission)"),
+        "{said}"
+    );
+    let status = host.status().await.unwrap();
+    let failing = status
+        .lease_calls_failing
+        .as_ref()
+        .unwrap_or_else(|| panic!("/status shows no failing calls: {status:?}"));
+    assert_eq!(
+        (failing.op.as_str(), failing.cause.as_str()),
+        ("campaign", "permission")
+    );
+    assert!(failing.error.contains("permission denied"), "{failing:?}");
+    let metrics = host.metrics().await.unwrap();
+    let counted = sample(
+        &metrics,
+        r#"leasehold_store_errors_total{op="campaign",cause="permission"}"#,
+    )
+    .unwrap_or_else(|| panic!("no count of failed campaigns:\n{metrics}"));
+    assert!(counted >= 1.0, "{counted}");
+
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "GRANT INSERT, UPDATE ON leasehold_leases TO {role};"
+    )))
+    .execute(&admin)
+    .await
+    .unwrap();
+    eventually("ready once granted", Duration::from_secs(20), async || {
+        let (code, body) = host.get("/readyz").await?;
+        anyhow::ensure!(code == 200, "{code} {body}");
+        anyhow::ensure!(host.status().await?.lease_calls_failing.is_none());
+        Ok(())
+    })
+    .await
+    .unwrap();
+    host.wait_for_log("lease acquired", Duration::from_secs(10))
+        .await
+        .unwrap();
+}

@@ -24,6 +24,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::lease::groups::GroupStatus;
+use crate::lease::health::CallsFailing;
 use crate::lease::history::{self, Handoff, Term};
 use crate::lease::{Epoch, Leases, Role};
 use crate::metrics::Metrics;
@@ -83,6 +84,11 @@ pub struct Status {
     pub groups: Vec<GroupStatus>,
     /// One entry per plugin file.
     pub plugins: Vec<PluginStatus>,
+    /// Set while the lease loop's own store calls fail (the last campaign, renewal, release or
+    /// group heartbeat did): this replica cannot campaign, and `/readyz` is 503. As it is at the
+    /// answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_calls_failing: Option<CallsFailing>,
 }
 
 /// One lease in `/status`.
@@ -233,6 +239,7 @@ fn status_from(
         leases,
         groups: replica.groups(),
         plugins: Vec::new(),
+        lease_calls_failing: None,
     }
 }
 
@@ -256,6 +263,20 @@ async fn status(State(state): State<AppState>) -> axum::response::Response {
 /// one begun after the probe asked. The plugin directory is loaded before the server starts, so a
 /// replica that serves at all has its plugins.
 async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
+    // The display's reads may land while every campaign fails (a role that may connect but not
+    // write the lease table): ready means the lease loop's own calls land.
+    if let Some(failing) = state.leases.health().failing() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "not ready: this replica cannot campaign: {} failed {} time(s) in a row ({}): {}\n",
+                failing.op,
+                failing.failures,
+                failing.cause.as_str(),
+                failing.error
+            ),
+        );
+    }
     match state.snapshots.current().await {
         Some(snapshot) => match snapshot.store_error() {
             None => (StatusCode::OK, "ready\n".into()),

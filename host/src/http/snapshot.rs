@@ -26,6 +26,7 @@ use tokio::time::Instant;
 
 use super::Status;
 use crate::lease::groups::GroupStatus;
+use crate::lease::health::CallsFailing;
 use crate::lease::{Leadership, Leases, Role};
 use crate::supervisor::status::{PluginStatus, StatusBoard};
 
@@ -105,12 +106,19 @@ impl Snapshot {
         self.store_error.as_deref()
     }
 
-    /// The `/status` body: this snapshot with its age, and the groups and plugins as they are now.
-    pub fn body(&self, groups: &[GroupStatus], plugins: &[PluginStatus]) -> Vec<u8> {
+    /// The `/status` body: this snapshot with its age, and the groups, plugins and the lease
+    /// loop's failing calls as they are now.
+    pub fn body(
+        &self,
+        groups: &[GroupStatus],
+        plugins: &[PluginStatus],
+        failing: Option<&CallsFailing>,
+    ) -> Vec<u8> {
         let age_ms = u64::try_from(self.age().as_millis()).unwrap_or(u64::MAX);
         let (groups_json, plugins_json) = (serde_json::to_vec(groups), serde_json::to_vec(plugins));
-        match (&self.leases_json, groups_json, plugins_json) {
-            (Some(leases), Ok(groups), Ok(plugins)) => {
+        let failing_json = failing.map(serde_json::to_vec).transpose();
+        match (&self.leases_json, groups_json, plugins_json, failing_json) {
+            (Some(leases), Ok(groups), Ok(plugins), Ok(failing)) => {
                 let mut body = Vec::with_capacity(leases.len() + groups.len() + plugins.len() + 64);
                 body.extend_from_slice(br#"{"snapshot_age_ms":"#);
                 body.extend_from_slice(age_ms.to_string().as_bytes());
@@ -120,6 +128,10 @@ impl Snapshot {
                 body.extend_from_slice(&groups);
                 body.extend_from_slice(br#","plugins":"#);
                 body.extend_from_slice(&plugins);
+                if let Some(failing) = failing {
+                    body.extend_from_slice(br#","lease_calls_failing":"#);
+                    body.extend_from_slice(&failing);
+                }
                 body.push(b'}');
                 body
             }
@@ -129,6 +141,10 @@ impl Snapshot {
                 status["snapshot_age_ms"] = age_ms.into();
                 status["groups"] = serde_json::to_value(groups).unwrap_or_default();
                 status["plugins"] = serde_json::to_value(plugins).unwrap_or_default();
+                if let Some(failing) = failing {
+                    status["lease_calls_failing"] =
+                        serde_json::to_value(failing).unwrap_or_default();
+                }
                 serde_json::to_vec(&status).unwrap_or_default()
             }
         }
@@ -262,7 +278,8 @@ impl Snapshots {
             .as_ref()
             .map(StatusBoard::snapshot)
             .unwrap_or_default();
-        snapshot.body(&self.inner.leases.groups(), &plugins)
+        let failing = self.inner.leases.health().failing();
+        snapshot.body(&self.inner.leases.groups(), &plugins, failing.as_ref())
     }
 
     /// Younger than [`MAX_AGE`], and no lease has changed role since before its read.
@@ -478,6 +495,7 @@ mod tests {
             }],
             groups: Vec::new(),
             plugins: Vec::new(),
+            lease_calls_failing: None,
         }
     }
 
@@ -511,7 +529,7 @@ mod tests {
             snapshot.leases_json.is_some(),
             "Status no longer serialises as HEAD … TAIL: snapshot_age_ms first, groups and plugins last"
         );
-        let body = snapshot.body(std::slice::from_ref(&group), &[]);
+        let body = snapshot.body(std::slice::from_ref(&group), &[], None);
         let served: Status = serde_json::from_slice(&body).unwrap();
         let expected = Status {
             snapshot_age_ms: served.snapshot_age_ms,
@@ -524,5 +542,17 @@ mod tests {
         );
         assert!(served.snapshot_age_ms < 1000);
         assert_eq!(snapshot.store_error(), Some("get failed"));
+
+        // The lease loop's failing calls, as they are at the answer, come last.
+        let failing = crate::lease::health::CallsFailing {
+            op: "campaign".into(),
+            cause: crate::lease::health::Cause::Permission,
+            error: "campaign failed: permission denied".into(),
+            failures: 3,
+            failing_for_ms: 1500,
+        };
+        let body = snapshot.body(&[], &[], Some(&failing));
+        let served: Status = serde_json::from_slice(&body).unwrap();
+        assert_eq!(served.lease_calls_failing, Some(failing));
     }
 }

@@ -15,6 +15,7 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::coordinator::{Announcement, Coordinator, Effect, EndReason, Event};
 use super::groups::GroupStatus;
+use super::health::{LoopHealth, Recorder};
 use super::identity::HolderId;
 use super::leadership::{Leadership, Role, Term, TermControl};
 use super::store::{Epoch, LeaseStore, ReleaseNotice, within};
@@ -46,6 +47,8 @@ pub struct Leases {
     groups: watch::Sender<Vec<GroupStatus>>,
     /// The lease groups a failing health check keeps this replica out of.
     closed_groups: watch::Sender<BTreeSet<String>>,
+    /// Whether the lease loop's store calls land: readiness.
+    health: Arc<LoopHealth>,
 }
 
 impl Leases {
@@ -62,6 +65,12 @@ impl Leases {
     /// The timing in force.
     pub fn timing(&self) -> &Timing {
         &self.timing
+    }
+
+    /// Whether the lease loop's store calls land: when they do not, this replica cannot
+    /// campaign, whatever the display's own reads say.
+    pub fn health(&self) -> &Arc<LoopHealth> {
+        &self.health
     }
 
     /// The names of the leases this replica campaigns for.
@@ -193,6 +202,8 @@ pub struct Driver {
     groups_left: Option<CancellationToken>,
     /// Where transitions, renewal latency and loss-to-stop are recorded.
     metrics: Arc<Metrics>,
+    /// Whether the store calls land (shared with [`Leases`]).
+    health: Arc<LoopHealth>,
 }
 
 impl Driver {
@@ -241,6 +252,7 @@ impl Driver {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (requests_tx, requests_rx) = mpsc::unbounded_channel();
         let released = Arc::new(tokio::sync::Notify::new());
+        let health = Arc::new(LoopHealth::default());
         let leases = Arc::new(Leases {
             holder: holder.clone(),
             store: store.clone(),
@@ -250,6 +262,7 @@ impl Driver {
             released: released.clone(),
             groups: watch::Sender::new(Vec::new()),
             closed_groups: watch::Sender::new(Default::default()),
+            health: health.clone(),
         });
         let driver = Driver {
             coordinator,
@@ -266,6 +279,7 @@ impl Driver {
             released,
             groups_left: None,
             releases: Vec::new(),
+            health,
         };
         (driver, leases)
     }
@@ -391,6 +405,7 @@ impl Driver {
             [(lease, epoch, timeout)] => {
                 let (lease, epoch, timeout) = (lease.clone(), *epoch, *timeout);
                 let span = info_span!("release", lease = %lease, epoch, holder = %holder);
+                let recorder = self.recorder();
                 self.call(span, async move {
                     let result = within(
                         timeout,
@@ -400,7 +415,7 @@ impl Driver {
                     .await;
                     Event::ReleaseDone {
                         lease,
-                        result: result.map_err(|e| e.to_string()),
+                        result: recorder.outcome("release", result),
                     }
                 });
             }
@@ -410,6 +425,7 @@ impl Driver {
                     several.iter().map(|(l, e, _)| (l.clone(), *e)).collect();
                 let span = info_span!("release", leases = leases.len(), holder = %holder);
                 let events = self.events_tx.clone();
+                let recorder = self.recorder();
                 let work = async move {
                     let result = within(
                         timeout,
@@ -417,6 +433,7 @@ impl Driver {
                         store.release_many(holder.as_str(), &leases),
                     )
                     .await;
+                    let result = recorder.outcome("release", result);
                     let released: BTreeSet<String> = match &result {
                         Ok(names) => names.iter().cloned().collect(),
                         Err(_) => BTreeSet::new(),
@@ -426,7 +443,7 @@ impl Driver {
                         .map(|(lease, _)| Event::ReleaseDone {
                             result: match &result {
                                 Ok(_) => Ok(released.contains(&lease)),
-                                Err(e) => Err(e.to_string()),
+                                Err(e) => Err(e.clone()),
                             },
                             lease,
                         })
@@ -445,6 +462,7 @@ impl Driver {
             Effect::Campaign { leases, timeout } => {
                 let (store, holder) = (self.store.clone(), self.holder.clone());
                 let span = info_span!("campaign", lease = %some(&leases), leases = leases.len(), holder = %holder);
+                let recorder = self.recorder();
                 self.call(span, async move {
                     let result = within(
                         timeout,
@@ -453,7 +471,7 @@ impl Driver {
                     )
                     .await;
                     Event::CampaignDone {
-                        result: result.map_err(|e| e.to_string()),
+                        result: recorder.outcome("campaign", result),
                     }
                 });
             }
@@ -461,6 +479,7 @@ impl Driver {
                 let (store, holder) = (self.store.clone(), self.holder.clone());
                 let span = info_span!("renew", holder = %holder, leases = batch.len());
                 let metrics = self.metrics.clone();
+                let recorder = self.recorder();
                 self.call(span, async move {
                     let started = Instant::now();
                     let result =
@@ -469,7 +488,7 @@ impl Driver {
                     debug!(elapsed = ?took, ok = result.is_ok(), "renewal returned");
                     metrics.renew_seconds.observe(took.as_secs_f64());
                     Event::RenewDone {
-                        result: result.map_err(|e| e.to_string()),
+                        result: recorder.outcome("renew", result),
                     }
                 });
             }
@@ -477,6 +496,7 @@ impl Driver {
                 let (store, holder) = (self.store.clone(), self.holder.clone());
                 let span = info_span!("renew", lease = %request.name, epoch = request.epoch, holder = %holder);
                 let metrics = self.metrics.clone();
+                let recorder = self.recorder();
                 self.call(span, async move {
                     let started = Instant::now();
                     let result = within(
@@ -490,7 +510,7 @@ impl Driver {
                     metrics.renew_seconds.observe(took.as_secs_f64());
                     Event::RenewOneDone {
                         lease: request.name,
-                        result: result.map_err(|e| e.to_string()),
+                        result: recorder.outcome("renew", result),
                     }
                 });
             }
@@ -582,6 +602,11 @@ impl Driver {
             }
             .instrument(span),
         );
+    }
+
+    /// Where a store call's outcome is recorded.
+    fn recorder(&self) -> Recorder {
+        Recorder::new(self.health.clone(), self.metrics.clone())
     }
 
     fn announce(&self, announcement: Announcement) {

@@ -10,12 +10,14 @@
 //! - [`coordinator`]: the pure state machine, one `step(state, event, now)` for all leases;
 //! - [`driver`]: the thin async loop that runs the coordinator against a store;
 //! - [`leadership`]: what the rest of the host sees of a lease (role, epoch, term);
+//! - [`health`]: whether the lease loop's store calls land, and why they fail;
 //! - [`identity`], [`name`] and [`url`]: the holder id, lease names and the database URL.
 
 pub mod clock;
 pub mod coordinator;
 pub mod driver;
 pub mod groups;
+pub mod health;
 pub mod history;
 pub mod identity;
 pub mod leadership;

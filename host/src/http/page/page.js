@@ -558,6 +558,17 @@
         : "The lease store could not be read (holders and epochs below are this replica's own " +
             "knowledge): " + s.store_error,
     );
+    const failing = s.lease_calls_failing;
+    const callsFailing = byId("calls-failing");
+    callsFailing.hidden = failing == null;
+    setText(
+      callsFailing,
+      failing == null
+        ? ""
+        : "This replica cannot campaign: " + String(failing.op) + " failed " +
+            String(failing.failures) + " time(s) in a row (" + String(failing.cause) + "): " +
+            String(failing.error),
+    );
 
     const leases = Array.isArray(s.leases) ? s.leases : [];
     const groups = Array.isArray(s.groups) ? s.groups : [];

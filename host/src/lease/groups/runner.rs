@@ -22,6 +22,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::{Decision, GroupSpec, Member};
 use crate::lease::driver::Leases;
+use crate::lease::health::Recorder;
 use crate::lease::store::within;
 use crate::metrics::{GroupFigures, Metrics};
 
@@ -162,7 +163,8 @@ impl Runner {
         .instrument(span.clone())
         .await;
         let _entered = span.enter();
-        let view = match view {
+        let recorder = Recorder::new(self.leases.health().clone(), self.metrics.clone());
+        let view = match recorder.outcome("heartbeat", view) {
             Ok(view) => view,
             Err(error) => {
                 // The leases' own renewals decide what this replica holds; the plan waits.
