@@ -193,6 +193,8 @@ pub struct Metrics {
     pub group_gated: Family<GroupLabel, Gauge>,
     /// The lease loop's store calls that failed, by operation and cause.
     pub store_errors: Family<StoreErrorLabel, Counter>,
+    /// Live members of the group configured with another shard count than the one in force.
+    pub group_count_conflicts: Family<GroupLabel, Gauge>,
 }
 
 /// What a look at one lease group found, for [`Metrics::record_group`]: the gauges as they stand
@@ -213,6 +215,8 @@ pub struct GroupFigures {
     pub takeovers: u64,
     /// Kept out by a failing health check.
     pub gated: bool,
+    /// Live members configured with another shard count than the one in force.
+    pub count_conflicts: u32,
 }
 
 /// One live store of a plugin, counted in `leasehold_plugin_stores` until dropped.
@@ -257,6 +261,7 @@ impl Metrics {
             group_takeovers: Family::default(),
             group_gated: Family::default(),
             store_errors: Family::default(),
+            group_count_conflicts: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -294,6 +299,11 @@ impl Metrics {
             "leasehold_lease_loss_to_stop_seconds",
             "From the end of a term until all of its plugin tasks have stopped, over every lease",
             m.loss_to_stop_seconds.clone(),
+        );
+        registry.register(
+            "leasehold_group_count_conflicts",
+            "Live members of the group configured with another shard count than the one it runs with (its longest-standing member's): they take no part",
+            m.group_count_conflicts.clone(),
         );
         registry.register(
             "leasehold_store_errors",
@@ -413,6 +423,10 @@ impl Metrics {
             (&self.group_target, i64::from(figures.target)),
             (&self.group_members, i64::from(figures.members)),
             (&self.group_gated, i64::from(figures.gated)),
+            (
+                &self.group_count_conflicts,
+                i64::from(figures.count_conflicts),
+            ),
         ];
         for (family, value) in gauges {
             family.get_or_create(&label).set(value);

@@ -506,3 +506,98 @@ async fn postgres_a_failing_health_check_bound_to_a_group_keeps_its_replica_out_
     let verdict = checker.finish().await.unwrap();
     eprintln!("checker: {verdict:?}");
 }
+
+/// A rolling change of a group's shard count: a replica configured with `orders=6` joins one
+/// running `orders=12`. It takes no part (no churn: the first keeps every shard at its epoch),
+/// and both say so: its log names the count in force and whose it is, `/status` shows the
+/// conflict, and `leasehold_group_count_conflicts` is 1 on both. Once the last replica with the
+/// old count stops, the new count comes into force and the newcomer takes its six shards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_replica_with_another_shard_count_takes_no_part_until_the_old_count_is_gone() {
+    use leasehold_tests::endpoint::sample;
+
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let url = db.url().unwrap();
+    let a = start(&url, "a").await;
+    until_shares(&[&a], 12, Duration::from_secs(30)).await;
+    let epochs =
+        |s: &leasehold_tests::status::Status| -> BTreeMap<String, Option<leasehold::lease::Epoch>> {
+            s.leases
+                .iter()
+                .filter(|l| l.name.starts_with("orders/"))
+                .map(|l| (l.name.clone(), l.epoch))
+                .collect()
+        };
+    let first = a.status().await.unwrap();
+    let before = epochs(&first);
+
+    let six = HostBuilder::new("six")
+        .database_url(&url)
+        .ttl(TTL)
+        .args(&["--group", "orders=6"])
+        .spawn()
+        .await
+        .unwrap();
+    let line = six
+        .wait_for_log("another shard count", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert!(
+        line.contains("in_force=12") && line.contains(&format!("by={}", first.replica)),
+        "{line}"
+    );
+    let conflict = eventually(
+        "six shows the conflict",
+        Duration::from_secs(10),
+        async || {
+            let status = six.status().await?;
+            let g = group(&status, GROUP)
+                .cloned()
+                .ok_or(anyhow::anyhow!("no group"))?;
+            anyhow::ensure!(g.count_conflict.is_some(), "{g:?}");
+            Ok(g)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(conflict.count_conflict.as_ref().unwrap().shards, 12);
+    assert_eq!(
+        (conflict.held, conflict.member, conflict.other_counts),
+        (0, false, 1)
+    );
+    a.wait_for_log("another shard count take no part", Duration::from_secs(10))
+        .await
+        .unwrap();
+    for host in [&a, &six] {
+        let metrics = host.metrics().await.unwrap();
+        assert_eq!(
+            sample(
+                &metrics,
+                r#"leasehold_group_count_conflicts{group="orders"}"#
+            ),
+            Some(1.0),
+            "{}",
+            host.name
+        );
+    }
+    // Some beats later nothing has moved: a still leads all twelve at the epochs it had.
+    tokio::time::sleep(TTL * 3).await;
+    let status = a.status().await.unwrap();
+    assert_eq!(led(&status, GROUP).len(), 12);
+    assert_eq!(epochs(&status), before);
+    assert!(led(&six.status().await.unwrap(), GROUP).is_empty());
+
+    let mut a = a;
+    a.signal("TERM").unwrap();
+    a.wait_exit(Duration::from_secs(10)).await.unwrap();
+    six.wait_for_log(
+        "now runs with this replica's shard count",
+        Duration::from_secs(20),
+    )
+    .await
+    .unwrap();
+    until_shares(&[&six], 6, Duration::from_secs(30)).await;
+    let g = group(&six.status().await.unwrap(), GROUP).cloned().unwrap();
+    assert_eq!((g.shards, g.count_conflict, g.other_counts), (6, None, 0));
+    six.signal("TERM").unwrap();
+}

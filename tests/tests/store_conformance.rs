@@ -715,6 +715,19 @@ async fn group_members_see_each_other_and_the_held_shards_and_lapse_by_the_datab
     assert_eq!(ids(&fourth), ["a"], "{backend:?}");
     let billing = a.heartbeat("billing", "a", &[], LONG).await.unwrap();
     assert_eq!(ids(&billing), ["a", "c"], "{backend:?}");
+    // Each member's shard count is the length of the list it last heartbeated with.
+    let counts =
+        |v: &leasehold::lease::GroupView| v.members.iter().map(|m| m.shards).collect::<Vec<_>>();
+    assert_eq!(counts(&billing), [Some(0), Some(0)], "{backend:?}");
+    b.heartbeat("orders", "b", &shards[..2], LONG)
+        .await
+        .unwrap();
+    let fifth = a.heartbeat("orders", "a", &shards, LONG).await.unwrap();
+    assert_eq!(
+        counts(&fifth),
+        [Some(shards.len() as u32), Some(2)],
+        "{backend:?}"
+    );
 }
 
 async fn replicas_starting_at_once_migrate_safely(backend: Backend) {

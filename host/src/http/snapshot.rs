@@ -512,6 +512,8 @@ mod tests {
             handoffs: 0,
             takeovers: 0,
             gated: false,
+            count_conflict: None,
+            other_counts: 0,
         };
         // The groups of the refresh are left out: a request shows them as they are then.
         let old = GroupStatus {

@@ -88,8 +88,8 @@ pub struct MemoryStore {
     origin: Instant,
     /// How far the store's clock has been stepped ahead of `tokio::time`.
     stepped: Mutex<Duration>,
-    /// Lease group members by (group, member): when each joined and when it expires.
-    members: Mutex<BTreeMap<(String, String), (Instant, Instant)>>,
+    /// Lease group members by (group, member): when each joined, when it expires, its shard count.
+    members: Mutex<BTreeMap<(String, String), (Instant, Instant, Option<u32>)>>,
     /// Calls made, answered or not ([`MemoryStore::calls`]).
     calls: AtomicU64,
 }
@@ -354,20 +354,22 @@ impl LeaseStore for MemoryStore {
         super::store::ttl_ms(ttl)?;
         let (rows, now) = self.rows();
         let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
-        members.retain(|(g, m), (_, expires)| g != group || m == member || *expires > now);
+        members.retain(|(g, m), (_, expires, _)| g != group || m == member || *expires > now);
         let key = (group.to_string(), member.to_string());
         let joined = match members.get(&key) {
-            Some((joined, expires)) if *expires > now => *joined,
+            Some((joined, expires, _)) if *expires > now => *joined,
             _ => now,
         };
-        members.insert(key, (joined, now + ttl));
+        let count = u32::try_from(super::store::shard_count(shards)?).ok();
+        members.insert(key, (joined, now + ttl, count));
         let live = members
             .iter()
-            .filter(|((g, _), (_, expires))| g == group && *expires > now)
-            .map(|((_, m), (joined, expires))| GroupMember {
+            .filter(|((g, _), (_, expires, _))| g == group && *expires > now)
+            .map(|((_, m), (joined, expires, count))| GroupMember {
                 id: m.clone(),
                 member_for: now - *joined,
                 expires_in: *expires - now,
+                shards: *count,
             })
             .collect();
         let mut holders: Vec<(String, String)> = shards

@@ -24,7 +24,7 @@ use super::store::{
     CampaignedMany, DbMillis, Epoch, GroupView, LeaseRecord, LeaseStore, ReleaseNotice,
     RenewRequest, Renewed, RenewedOne, StoreError, ttl_ms,
 };
-use super::store::{TermRow, to_term};
+use super::store::{TermRow, shard_count, to_term};
 use super::url::DatabaseUrl;
 use listen::{Logs, Received, Subscription};
 
@@ -574,6 +574,7 @@ impl LeaseStore for PostgresStore {
             .bind(member)
             .bind(ttl_ms)
             .bind(shards)
+            .bind(shard_count(shards)?)
             .fetch_all(&self.pool)
             .await
             .map_err(StoreError::query("heartbeat"))?;

@@ -651,6 +651,7 @@ impl LeaseStore for SqliteStore {
         ttl: Duration,
     ) -> Result<GroupView, StoreError> {
         let ttl_ms = ttl_ms(ttl)?;
+        let count = super::store::shard_count(shards)?;
         let shards = serde_json::to_string(shards).map_err(|e| StoreError::Invalid {
             what: "lease names",
             reason: e.to_string(),
@@ -672,10 +673,11 @@ impl LeaseStore for SqliteStore {
         .await
         .map_err(err)?;
         sqlx::query(
-            "INSERT INTO leasehold_members (grp, member, joined_at_ms, expires_at_ms, boot)
-             VALUES (?1, ?2, ?4, ?4 + ?5, ?3)
+            "INSERT INTO leasehold_members (grp, member, joined_at_ms, expires_at_ms, boot, shards)
+             VALUES (?1, ?2, ?4, ?4 + ?5, ?3, ?6)
              ON CONFLICT (grp, member) DO UPDATE
                 SET expires_at_ms = excluded.expires_at_ms, boot = excluded.boot,
+                    shards = excluded.shards,
                     joined_at_ms = CASE WHEN leasehold_members.boot = excluded.boot
                                          AND leasehold_members.expires_at_ms > ?4
                                         THEN leasehold_members.joined_at_ms
@@ -686,14 +688,16 @@ impl LeaseStore for SqliteStore {
         .bind(boot)
         .bind(now)
         .bind(ttl_ms)
+        .bind(count)
         .execute(&mut *tx)
         .await
         .map_err(err)?;
         let rows: Vec<super::store::GroupRow> = sqlx::query_as(
-            "SELECT member, NULL, ?3 - joined_at_ms, expires_at_ms - ?3, ?3 FROM leasehold_members
+            "SELECT member, NULL, ?3 - joined_at_ms, expires_at_ms - ?3, ?3, shards
+               FROM leasehold_members
               WHERE grp = ?1 AND boot = ?2 AND expires_at_ms > ?3
              UNION ALL
-             SELECT name, holder, NULL, NULL, ?3 FROM leasehold_leases
+             SELECT name, holder, NULL, NULL, ?3, NULL FROM leasehold_leases
               WHERE name IN (SELECT value FROM json_each(?4)) AND boot = ?2 AND expires_at_ms > ?3",
         )
         .bind(group)

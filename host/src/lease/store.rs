@@ -140,6 +140,9 @@ pub struct GroupMember {
     /// How long until its row expires unless it heartbeats again: a member that has died is
     /// counted gone the moment it does.
     pub expires_in: Duration,
+    /// The group's shard count as this member is configured; `None` for a row written by a
+    /// version that did not record it.
+    pub shards: Option<u32>,
 }
 
 /// What a heartbeat found of its group.
@@ -154,13 +157,28 @@ pub struct GroupView {
 }
 
 /// One row of a heartbeat's answer: a member or lease name, the shard's holder (`None` for a
-/// member), the member's age and time left in ms, the clock.
-pub(crate) type GroupRow = (String, Option<String>, Option<i64>, Option<i64>, DbMillis);
+/// member), the member's age and time left in ms, the clock, and the member's shard count.
+pub(crate) type GroupRow = (
+    String,
+    Option<String>,
+    Option<i64>,
+    Option<i64>,
+    DbMillis,
+    Option<i64>,
+);
+
+/// The shard count a heartbeat records for a group of the lease names `shards`.
+pub(crate) fn shard_count(shards: &[String]) -> Result<i64, StoreError> {
+    i64::try_from(shards.len()).map_err(|_| StoreError::Invalid {
+        what: "shard count",
+        reason: format!("{} shards", shards.len()),
+    })
+}
 
 /// A [`GroupView`] from the rows every backend's heartbeat returns.
 pub(crate) fn group_view(rows: Vec<GroupRow>) -> GroupView {
     let mut view = GroupView::default();
-    for (name, holder, age_ms, left_ms, db_now) in rows {
+    for (name, holder, age_ms, left_ms, db_now, shards) in rows {
         view.db_now = Some(view.db_now.map_or(db_now, |t: DbMillis| t.max(db_now)));
         match holder {
             Some(holder) => view.holders.push((name, holder)),
@@ -168,6 +186,7 @@ pub(crate) fn group_view(rows: Vec<GroupRow>) -> GroupView {
                 id: name,
                 member_for: wait_ms(age_ms).unwrap_or_default(),
                 expires_in: wait_ms(left_ms).unwrap_or_default(),
+                shards: shards.and_then(|n| u32::try_from(n).ok()),
             }),
         }
     }
@@ -413,8 +432,9 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
     async fn terms(&self, names: &[String], per_lease: u32) -> Result<Vec<TermRecord>, StoreError>;
 
     /// Keeps `member` in `group` for `ttl` more by the database's clock (joining it if absent or
-    /// lapsed), in one statement that also reports the group's live members and which of
-    /// `shards` (lease names) are held, and by whom. Member rows expire like leases; lapsed ones
+    /// lapsed), recording `shards.len()` as its shard count, in one statement that also reports
+    /// the group's live members (with their counts) and which of `shards` (lease names) are held,
+    /// and by whom. Member rows expire like leases; lapsed ones
     /// of the group are swept here.
     async fn heartbeat(
         &self,

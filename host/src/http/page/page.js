@@ -366,6 +366,7 @@
     const f = {
       member: el("span", { class: "tag", "data-field": "member" }),
       gated: el("span", { class: "tag warn", "data-field": "gated", text: "gated" }),
+      conflict: el("span", { class: "tag warn", "data-field": "count-conflict" }),
       held: dd("held"),
       target: dd("target"),
       shards: dd("shards"),
@@ -381,7 +382,7 @@
     const root = el(
       "article",
       { class: "card group", "data-group": name },
-      el("header", {}, el("h3", { class: "id", text: name }), f.member, f.gated),
+      el("header", {}, el("h3", { class: "id", text: name }), f.member, f.gated, f.conflict),
       el(
         "dl",
         { class: "stats" },
@@ -405,6 +406,16 @@
     setData(card.root, "gated", String(Boolean(group.gated)));
     setText(f.member, group.member ? "member" : "not a member yet");
     f.gated.hidden = !group.gated;
+    const conflict = group.count_conflict;
+    const others = Number(group.other_counts) || 0;
+    f.conflict.hidden = conflict == null && others === 0;
+    setText(
+      f.conflict,
+      conflict != null
+        ? "configured with " + String(group.shards) + " shards; the group runs with " +
+            String(conflict.shards) + " (" + String(conflict.member) + "'s)"
+        : others + " member(s) with another shard count",
+    );
     setText(f.held, count(group.held));
     setText(f.target, count(group.target));
     setText(f.shards, count(group.shards));

@@ -14,6 +14,11 @@
 //! - A replica whose group health check fails stands aside ([`Member::stand_aside`]): it has left
 //!   the group (the runner deletes its row), campaigns for none of its shards and gives up those
 //!   it holds, so the others' fair shares no longer count it.
+//! - The group runs with the shard count of its longest-standing member. A replica configured
+//!   with another count takes no part ([`Member::observe`] refuses): it keeps its member row, so
+//!   the others see its count and leave it out of their fair shares, campaigns for none of the
+//!   shards and gives up those it holds. A rolling change of the count is then ordered: the new
+//!   count comes into force when the last member configured with the old one has left.
 //! - Each shard this replica takes is counted as a handoff, or as a takeover after expiry when
 //!   its last holder's membership lapsed (its row expired rather than being deleted): a holder
 //!   that died or was cut off.
@@ -21,8 +26,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use super::{GroupSpec, GroupStatus, assign};
-use crate::lease::store::{DbMillis, GroupView};
+use super::{CountConflict, GroupSpec, GroupStatus, assign};
+use crate::lease::store::{DbMillis, GroupMember, GroupView};
 
 /// How far before a member's row's expiry (as read from an earlier view) its disappearance still
 /// counts as a lapse: the statement reads the clock more than once and rounds each reading.
@@ -173,10 +178,17 @@ impl Member {
         }
         self.giving
             .retain(|s, _| holders.get(s).is_some_and(|h| *h == self.me));
+        let (in_force, by) = shard_count_in_force(view, shards);
+        let differ = |m: &GroupMember| m.shards.is_some_and(|n| n != in_force);
+        self.status.other_counts = view.members.iter().filter(|m| differ(m)).count() as u32;
+        if in_force != shards {
+            return self.refuse(in_force, by, &holders, now);
+        }
+        self.status.count_conflict = None;
         let counted: Vec<String> = view
             .members
             .iter()
-            .filter(|m| m.member_for >= self.settle)
+            .filter(|m| m.member_for >= self.settle && !differ(m))
             .map(|m| m.id.clone())
             .collect();
         let member = counted.contains(&self.me);
@@ -229,6 +241,52 @@ impl Member {
             .count() as u32;
         self.status.members = counted.len() as u32;
         self.status.member = member;
+        decision
+    }
+
+    /// Takes no part while the group runs with another shard count (`in_force`, the count of
+    /// member `by`): campaigns for no shard and gives up those it holds, but keeps its row, so
+    /// that the others see its count and it keeps its place for when its count comes into force.
+    fn refuse(
+        &mut self,
+        in_force: u32,
+        by: String,
+        holders: &BTreeMap<u32, String>,
+        now: Option<DbMillis>,
+    ) -> Decision {
+        let mut decision = Decision::default();
+        for (i, yours) in self.yours.iter_mut().enumerate() {
+            if std::mem::take(yours) {
+                decision.assign.push((self.leases[i].clone(), false));
+            }
+        }
+        let now = now.unwrap_or_default();
+        for (&shard, holder) in holders {
+            if *holder != self.me {
+                continue;
+            }
+            let lease = self.leases[shard as usize].clone();
+            match self.giving.get(&shard) {
+                None => {
+                    self.giving.insert(shard, now);
+                    decision.step_down.push(lease);
+                }
+                Some(asked) if now.saturating_sub(*asked) >= self.settle.as_millis() as i64 => {
+                    self.giving.insert(shard, now);
+                    decision.step_down_again.push(lease);
+                }
+                Some(_) => {}
+            }
+        }
+        self.free_since.clear();
+        self.status.held = holders.values().filter(|h| **h == self.me).count() as u32;
+        self.status.target = 0;
+        self.status.members = 0;
+        self.status.member = false;
+        self.status.count_conflict = Some(CountConflict {
+            shards: in_force,
+            member: by,
+        });
         decision
     }
 
@@ -320,6 +378,22 @@ impl Member {
             self.gone.retain(|id, _| referenced.contains(id.as_str()));
         }
     }
+}
+
+/// The shard count the group runs with, and the member whose count it is: that of the
+/// longest-standing live member that recorded one (the lowest id among equals), so that a count
+/// changes only once the last member configured with the old one has left. `mine` when no member
+/// recorded a count.
+fn shard_count_in_force(view: &GroupView, mine: u32) -> (u32, String) {
+    view.members
+        .iter()
+        .filter_map(|m| Some((m, m.shards?)))
+        .max_by(|(a, _), (b, _)| {
+            a.member_for
+                .cmp(&b.member_for)
+                .then_with(|| b.id.cmp(&a.id))
+        })
+        .map_or((mine, String::new()), |(m, n)| (n, m.id.clone()))
 }
 
 #[cfg(test)]

@@ -73,6 +73,23 @@ pub struct GroupStatus {
     /// group, holds none of its shards and campaigns for none until the check passes again.
     #[serde(default)]
     pub gated: bool,
+    /// Set while the group runs with another shard count than this replica's: it then takes
+    /// part in nothing until the counts agree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count_conflict: Option<CountConflict>,
+    /// Live members (this replica among them) configured with another shard count than the one
+    /// in force: left out of the fair shares. The same on every member.
+    #[serde(default)]
+    pub other_counts: u32,
+}
+
+/// The shard count a group runs with, when it is not this replica's.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CountConflict {
+    /// The count in force.
+    pub shards: u32,
+    /// The longest-standing member, whose count it is.
+    pub member: String,
 }
 
 #[cfg(test)]

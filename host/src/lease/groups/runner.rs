@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::{Decision, GroupSpec, Member};
 use crate::lease::driver::Leases;
@@ -187,6 +187,30 @@ impl Runner {
                 "group membership changed: new fair share"
             );
         }
+        if before.count_conflict != after.count_conflict {
+            match &after.count_conflict {
+                Some(c) => error!(
+                    shards = member.spec().shards,
+                    in_force = c.shards,
+                    by = %c.member,
+                    "this replica is configured with another shard count than the group runs with (its longest-standing member's): taking no part in the group and holding none of its shards until the counts agree; configure the same count everywhere (the new count comes into force once the last replica with the old one has stopped)"
+                ),
+                None => info!(
+                    shards = member.spec().shards,
+                    "the group now runs with this replica's shard count: taking part"
+                ),
+            }
+        }
+        if before.other_counts != after.other_counts
+            && after.other_counts > 0
+            && after.count_conflict.is_none()
+        {
+            warn!(
+                members = after.other_counts,
+                shards = member.spec().shards,
+                "members configured with another shard count take no part in the group (see their logs): configure the same count everywhere"
+            );
+        }
         let expiry = member.next_expiry(&view);
         self.carry_out(i, &decision);
         expiry
@@ -220,6 +244,7 @@ impl Runner {
             handoffs: status.handoffs,
             takeovers: status.takeovers,
             gated: status.gated,
+            count_conflicts: status.other_counts,
         };
         self.metrics.record_group(&member.spec().name, figures);
     }

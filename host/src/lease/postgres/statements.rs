@@ -166,8 +166,9 @@ pub const RENEW_ONE: &str = concat!(
     db_now_ms!()
 );
 
-/// `heartbeat`: $1 group, $2 member, $3 ttl in ms, $4 the group's shard leases. Rows: a member
-/// (`holder` NULL) with its age and time left in ms, or a held shard with its holder; each with the clock.
+/// `heartbeat`: $1 group, $2 member, $3 ttl in ms, $4 the group's shard leases, $5 their count.
+/// Rows: a member (`holder` NULL) with its age and time left in ms and its shard count, or a held
+/// shard with its holder; each with the clock.
 /// The live members are read beside the upsert (whose own row the statement's snapshot cannot
 /// see), and lapsed rows of the group are swept.
 pub const HEARTBEAT: &str = concat!(
@@ -175,29 +176,29 @@ pub const HEARTBEAT: &str = concat!(
     DELETE FROM leasehold_members
      WHERE grp = $1 AND member <> $2 AND expires_at <= clock_timestamp()),
  beat AS (
-    INSERT INTO leasehold_members AS m (grp, member, joined_at, expires_at)
-    VALUES ($1, $2, clock_timestamp(), clock_timestamp() + $3 * interval '1 millisecond')
+    INSERT INTO leasehold_members AS m (grp, member, joined_at, expires_at, shards)
+    VALUES ($1, $2, clock_timestamp(), clock_timestamp() + $3 * interval '1 millisecond', $5)
     ON CONFLICT (grp, member) DO UPDATE
-       SET expires_at = EXCLUDED.expires_at,
+       SET expires_at = EXCLUDED.expires_at, shards = EXCLUDED.shards,
            joined_at = CASE WHEN m.expires_at > clock_timestamp() THEN m.joined_at
                             ELSE EXCLUDED.joined_at END
-    RETURNING m.member, m.joined_at, m.expires_at)
+    RETURNING m.member, m.joined_at, m.expires_at, m.shards)
  SELECT member, NULL::text,
         (extract(epoch FROM clock_timestamp() - joined_at) * 1000)::bigint,
         ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint, ",
     db_now_ms!(),
-    " FROM beat
+    ", shards::bigint FROM beat
  UNION ALL
  SELECT member, NULL::text,
         (extract(epoch FROM clock_timestamp() - joined_at) * 1000)::bigint,
         ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint, ",
     db_now_ms!(),
-    " FROM leasehold_members
+    ", shards::bigint FROM leasehold_members
   WHERE grp = $1 AND member <> $2 AND expires_at > clock_timestamp()
  UNION ALL
  SELECT name, holder, NULL::bigint, NULL::bigint, ",
     db_now_ms!(),
-    " FROM leasehold_leases WHERE name = ANY($4) AND expires_at > clock_timestamp()"
+    ", NULL::bigint FROM leasehold_leases WHERE name = ANY($4) AND expires_at > clock_timestamp()"
 );
 
 /// Fires the lease table's row guard once, and writes a term, inside a block that is then rolled

@@ -31,6 +31,7 @@ fn view(now_ms: i64, members: &[(&str, u64)], holders: &BTreeMap<u32, String>) -
                 id: id.to_string(),
                 member_for: Duration::from_millis(*ms),
                 expires_in: Duration::from_secs(2),
+                shards: Some(12),
             })
             .collect(),
         holders: holders
@@ -285,4 +286,106 @@ fn a_shard_still_held_a_settling_time_after_its_step_down_is_asked_for_again_but
     assert!(again.step_down.is_empty(), "{again:?}");
     assert_eq!(again.step_down_again, first.step_down);
     assert_eq!(a.status().moves, 1);
+}
+
+/// `view`, with each member's shard count given.
+fn view_with_counts(
+    now_ms: i64,
+    members: &[(&str, u64, Option<u32>)],
+    holders: &BTreeMap<u32, String>,
+) -> GroupView {
+    let mut v = view(
+        now_ms,
+        &members
+            .iter()
+            .map(|(id, ms, _)| (*id, *ms))
+            .collect::<Vec<_>>(),
+        holders,
+    );
+    for (m, (_, _, count)) in v.members.iter_mut().zip(members) {
+        m.shards = *count;
+    }
+    v
+}
+
+#[test]
+fn a_newcomer_with_another_shard_count_takes_no_part_and_the_others_leave_it_out() {
+    let mut six = Member::new(
+        GroupSpec {
+            name: "orders".into(),
+            shards: 6,
+        },
+        "b",
+        SETTLE,
+        ORPHANED,
+    );
+    let mut twelve = member("a");
+    let members = [("a", 60_000, Some(12)), ("b", 5_000, Some(6))];
+    let v = view_with_counts(100_000, &members, &BTreeMap::new());
+
+    let refused = six.observe(&v);
+    assert!(
+        given(&refused).is_empty() && refused.campaign_now.is_empty(),
+        "{refused:?}"
+    );
+    assert_eq!(
+        six.status().count_conflict,
+        Some(CountConflict {
+            shards: 12,
+            member: "a".into()
+        })
+    );
+    assert_eq!((six.status().member, six.status().other_counts), (false, 1));
+
+    // The member with the count in force counts only itself: all twelve are its.
+    let planned = twelve.observe(&v);
+    assert_eq!(given(&planned), (0..12).collect::<Vec<_>>());
+    assert_eq!(twelve.status().count_conflict, None);
+    assert_eq!(
+        (twelve.status().members, twelve.status().other_counts),
+        (1, 1)
+    );
+}
+
+#[test]
+fn a_member_refusing_another_count_gives_up_the_shards_it_holds() {
+    let mut six = Member::new(
+        GroupSpec {
+            name: "orders".into(),
+            shards: 6,
+        },
+        "b",
+        SETTLE,
+        ORPHANED,
+    );
+    let holders: BTreeMap<u32, String> = [(0, "b".to_string()), (1, "a".to_string())].into();
+    let members = [("a", 60_000, Some(12)), ("b", 5_000, Some(6))];
+    let d = six.observe(&view_with_counts(100_000, &members, &holders));
+    assert_eq!(d.step_down, ["orders/0"]);
+    // Still held a settling time later: asked again.
+    let d = six.observe(&view_with_counts(101_500, &members, &holders));
+    assert_eq!(d.step_down_again, ["orders/0"]);
+}
+
+#[test]
+fn the_new_count_comes_into_force_when_the_last_member_with_the_old_one_leaves() {
+    let mut six = Member::new(
+        GroupSpec {
+            name: "orders".into(),
+            shards: 6,
+        },
+        "b",
+        SETTLE,
+        ORPHANED,
+    );
+    let both = [("a", 60_000, Some(12)), ("b", 5_000, Some(6))];
+    six.observe(&view_with_counts(100_000, &both, &BTreeMap::new()));
+    assert!(six.status().count_conflict.is_some());
+    // A row of a version that recorded no count agrees with any.
+    let alone = [("b", 6_000, Some(6)), ("old", 90_000, None)];
+    let d = six.observe(&view_with_counts(101_000, &alone, &BTreeMap::new()));
+    assert_eq!(six.status().count_conflict, None);
+    assert_eq!(six.status().other_counts, 0);
+    assert_eq!(six.status().members, 2);
+    assert!(!d.assign.is_empty());
 }
