@@ -14,7 +14,8 @@ use tracing::warn;
 
 use super::{ListArgs, RunArgs};
 use crate::config::{Config, Layer};
-use crate::lease::{DatabaseUrl, LeaseName, LeaseStore, RawUrl, open_store};
+use crate::lease::history::TermEnd;
+use crate::lease::{DatabaseUrl, LeaseName, LeaseRecord, LeaseStore, RawUrl, open_store};
 use crate::report::escape_controls;
 
 /// Flags of `leasehold leases release`.
@@ -267,48 +268,107 @@ pub async fn list(args: ListArgs) -> anyhow::Result<()> {
     } else {
         writeln!(
             out,
-            "{:<32} {:<40} {:>8} {:>12}",
-            "NAME", "HOLDER", "EPOCH", "EXPIRES_IN"
+            "{:<32} {:<40} {:>8} {:<9} {:>12}",
+            "NAME", "HOLDER", "EPOCH", "STATE", "EXPIRES_IN"
         )?;
     }
-    while remaining > 0 {
-        let page =
-            u32::try_from(remaining.min(u64::from(args.page_size))).unwrap_or(args.page_size);
+    // Whether rows were left unread because --limit was reached.
+    let mut more = false;
+    loop {
+        let page = args.page_size;
         let rows = store.list(after.as_deref(), page).await?;
-        for row in &rows {
+        let names: Vec<String> = rows.iter().map(|r| r.name.clone()).collect();
+        // How each free lease's last term ended; a lease whose holder went silent has a term
+        // that only the next campaign closes, so no end reads as expired.
+        let ends: std::collections::HashMap<String, Option<TermEnd>> = store
+            .terms(&names, 1)
+            .await?
+            .into_iter()
+            .map(|t| (t.lease, t.term.end))
+            .collect();
+        for (i, row) in rows.iter().enumerate() {
+            if args.held && !row.is_held() {
+                continue;
+            }
+            if remaining == 0 {
+                more = true;
+                break;
+            }
+            let state = lease_state(row, ends.get(&row.name).copied().flatten());
             if args.json {
+                let listed = Listed { row, state };
                 write!(
                     out,
                     "{}{}",
                     if first { "\n  " } else { ",\n  " },
-                    serde_json::to_string(row)?
+                    serde_json::to_string(&listed)?
                 )?;
             } else {
                 let expires = if row.is_held() {
-                    format!("{}ms", row.expires_in_ms)
+                    format_ms(row.expires_in_ms)
                 } else {
-                    "expired".into()
+                    "-".into()
                 };
                 // Rows written by another version or by hand may hold any text.
                 writeln!(
                     out,
-                    "{:<32} {:<40} {:>8} {:>12}",
+                    "{:<32} {:<40} {:>8} {:<9} {:>12}",
                     escape_controls(&row.name),
                     escape_controls(&row.holder),
                     row.epoch,
+                    state,
                     expires
                 )?;
             }
             first = false;
+            remaining -= 1;
+            after = Some(rows[i].name.clone());
         }
-        remaining -= rows.len() as u64;
-        match rows.last() {
-            Some(last) if rows.len() as u32 == page => after = Some(last.name.clone()),
-            _ => break,
+        if more || rows.len() < page as usize {
+            break;
         }
+        after = rows.last().map(|r| r.name.clone());
     }
     if args.json {
         writeln!(out, "{}]", if first { "" } else { "\n" })?;
     }
+    if more {
+        // On stderr, so that the table or the JSON stays whole for whoever parses it.
+        if let Some(last) = &after {
+            eprintln!(
+                "more leases follow: leasehold leases list --after {}",
+                escape_controls(last)
+            );
+        }
+    }
     Ok(())
+}
+
+/// A row of `leases list --json`: the lease row and its state.
+#[derive(serde::Serialize)]
+struct Listed<'a> {
+    /// The row as the store read it.
+    #[serde(flatten)]
+    row: &'a LeaseRecord,
+    /// `held`, or how its last term ended: `released`, `forced` or `expired`.
+    state: &'static str,
+}
+
+/// A lease's state for `leases list`: `held`, or how its last term ended (`released` by its
+/// holder, `forced` by an operator, or `expired`: its holder went silent).
+fn lease_state(row: &LeaseRecord, last_end: Option<TermEnd>) -> &'static str {
+    match (row.is_held(), last_end) {
+        (true, _) => "held",
+        (false, Some(end)) => end.as_str(),
+        (false, None) => TermEnd::Expired.as_str(),
+    }
+}
+
+/// Milliseconds as a person reads them: `850ms`, `12.4s`.
+fn format_ms(ms: i64) -> String {
+    if ms.abs() < 1_000 {
+        format!("{ms}ms")
+    } else {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    }
 }

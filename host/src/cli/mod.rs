@@ -129,9 +129,14 @@ pub struct ListArgs {
     /// Start after this lease name (the last name of a previous page).
     #[arg(long)]
     pub after: Option<String>,
-    /// Print at most this many rows [default: all].
+    /// Print at most this many rows [default: all]; when more follow, stderr says how to go on.
     #[arg(long)]
     pub limit: Option<u64>,
+    /// Only the leases held now. Rows are never deleted (a lease's epoch must never restart:
+    /// fenced systems remember it), so names no longer used, such as a shrunk group's shards,
+    /// stay in the table; this leaves them out.
+    #[arg(long)]
+    pub held: bool,
     /// Rows fetched per query; memory stays bounded however large the table is.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub page_size: u32,
