@@ -38,7 +38,9 @@ pub enum AppError {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The HTTP address could not be bound.
-    #[error("cannot listen on {addr} for HTTP ({set_by}): {source}; choose another address with {set_by}")]
+    #[error(
+        "cannot listen on {addr} for HTTP ({set_by}): {source}; choose another address with {set_by}"
+    )]
     Listen {
         /// The configured address.
         addr: SocketAddr,
@@ -372,7 +374,10 @@ impl App {
         let expires_by = SystemTime::now() + timing.ttl + timing.store_timeout;
         let mut report = Shutdown::default();
         for (lease, epoch) in held {
-            let release = done.iter().rev().find(|(l, e, _)| *l == lease && *e == epoch);
+            let release = done
+                .iter()
+                .rev()
+                .find(|(l, e, _)| *l == lease && *e == epoch);
             let why = match release {
                 Some((_, _, None)) => {
                     report.released.push((lease, epoch));

@@ -287,7 +287,9 @@ fn http_address<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<SocketAddr>, D::Error> {
     let text = String::deserialize(deserializer)?;
-    parse_http(&text).map(Some).map_err(serde::de::Error::custom)
+    parse_http(&text)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
 }
 
 /// The keys of the `[timing]` table, for the hint on one written at the top level.
@@ -838,8 +840,14 @@ mod tests {
 
     #[test]
     fn http_takes_an_ip_or_localhost_and_says_what_to_write_for_another_name() {
-        assert_eq!(parse_http("127.0.0.1:9464").unwrap().to_string(), "127.0.0.1:9464");
-        assert_eq!(parse_http("localhost:9465").unwrap().to_string(), "127.0.0.1:9465");
+        assert_eq!(
+            parse_http("127.0.0.1:9464").unwrap().to_string(),
+            "127.0.0.1:9464"
+        );
+        assert_eq!(
+            parse_http("localhost:9465").unwrap().to_string(),
+            "127.0.0.1:9465"
+        );
         let e = parse_http("status.internal:9464").unwrap_err();
         assert!(e.contains("write an IP, e.g. 127.0.0.1:9464"), "{e}");
         let e = parse_http("9464").unwrap_err();
@@ -860,7 +868,10 @@ mod tests {
         let e = Layer::load(&path).unwrap_err().to_string();
         assert!(e.contains("did you mean `[timing] ttl`?"), "{e}");
         std::fs::write(&path, "log_format = 'json'\n").unwrap();
-        assert_eq!(Layer::load(&path).unwrap().log_format, Some(LogFormat::Json));
+        assert_eq!(
+            Layer::load(&path).unwrap().log_format,
+            Some(LogFormat::Json)
+        );
     }
 
     #[test]

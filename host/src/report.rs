@@ -118,22 +118,30 @@ pub fn similar<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) ->
     found.into_iter().map(|(_, c)| c).collect()
 }
 
-/// Levenshtein distance by characters.
+/// Edit distance by characters, a swap of two neighbours counting as one edit (`mdoe` is one
+/// from `mode`): the optimal string alignment distance.
 fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (diagonal + usize::from(ca != *cb))
-                .min(above + 1)
-                .min(row[j] + 1);
-            diagonal = above;
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
         }
     }
-    row[b.len()]
+    d[a.len()][b.len()]
 }
 
 /// A duration as a person reads it: whole days, hours or minutes when it is one (`24days`,
@@ -166,15 +174,25 @@ mod tests {
     #[test]
     fn a_server_s_source_line_and_a_doubled_prefix_are_left_out() {
         assert_eq!(
-            super::driver_text("campaign failed: error returned from database: canceling statement due to lock timeout at line 3655: x"),
+            super::driver_text(
+                "campaign failed: error returned from database: canceling statement due to lock timeout at line 3655: x"
+            ),
             "campaign failed: error returned from database: canceling statement due to lock timeout: x"
         );
         assert_eq!(
-            super::driver_text("a: error with configuration: error with configuration: b at line 12"),
+            super::driver_text(
+                "a: error with configuration: error with configuration: b at line 12"
+            ),
             "a: error with configuration: b"
         );
-        assert_eq!(super::driver_text("at line 2, column 3"), "at line 2, column 3");
-        assert_eq!(super::driver_text("x at line 2, column 3"), "x at line 2, column 3");
+        assert_eq!(
+            super::driver_text("at line 2, column 3"),
+            "at line 2, column 3"
+        );
+        assert_eq!(
+            super::driver_text("x at line 2, column 3"),
+            "x at line 2, column 3"
+        );
     }
 
     #[test]
@@ -186,6 +204,7 @@ mod tests {
         assert!(super::similar("zzz", known).is_empty());
         assert!(super::similar("sslmode", known).is_empty(), "not itself");
         assert_eq!(super::similar("ledaer", ["leader", "jobs"]), ["leader"]);
+        assert_eq!(super::similar("mdoe", ["mode", "cache", "vfs"]), ["mode"]);
     }
 
     #[test]

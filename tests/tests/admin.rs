@@ -97,12 +97,26 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
         &[],
     )
     .await;
-    assert!(again.status.success());
+    assert_eq!(again.status.code(), Some(1));
     assert!(
-        text(&again.stdout).contains("not held"),
+        text(&again.stderr).contains("no lease named nothing-here"),
         "{}",
-        text(&again.stdout)
+        text(&again.stderr)
     );
+    // A lease that exists but is held by nobody: nothing to do, and that is no error.
+    let idle = leasehold(
+        &[
+            "leases",
+            "release",
+            "leader",
+            "--force",
+            "--database-url",
+            &url,
+        ],
+        &[],
+    )
+    .await;
+    assert!(idle.status.success(), "{}", text(&idle.stderr));
 
     // status --url renders the live host's view.
     let shown = leasehold(&["status", "--url", &b.addr().to_string()], &[]).await;

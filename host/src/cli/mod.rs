@@ -216,7 +216,9 @@ pub fn main() -> ExitCode {
 fn file_log_format(command: &Command) -> Option<LogFormat> {
     let path = match command {
         Command::Run(args) => args.config.as_ref(),
-        Command::Config(ConfigCommand::Check(args)) => args.file.as_ref().or(args.run.config.as_ref()),
+        Command::Config(ConfigCommand::Check(args)) => {
+            args.file.as_ref().or(args.run.config.as_ref())
+        }
         _ => None,
     }?;
     Layer::load(path).ok()?.log_format

@@ -888,7 +888,8 @@ mod tests {
         assert!(!e.to_string().contains("s3cr3t"), "{e}");
         let e = DatabaseUrl::parse("postgres://u@h/db?password=a&s3cr3t").unwrap_err();
         assert!(
-            matches!(e, UrlError::UnknownParameter { name: None, .. }) && !e.to_string().contains("s3cr3t"),
+            matches!(e, UrlError::UnknownParameter { name: None, .. })
+                && !e.to_string().contains("s3cr3t"),
             "{e}"
         );
         let e = DatabaseUrl::parse("sqlite:/tmp/a.db?mdoe=rwc").unwrap_err();
@@ -896,7 +897,9 @@ mod tests {
             e.to_string().contains("\"mdoe\"") && e.to_string().contains("SQLite"),
             "{e}"
         );
-        assert!(DatabaseUrl::parse("postgres://u@h/db?sslmode=require&options[search_path]=a").is_ok());
+        assert!(
+            DatabaseUrl::parse("postgres://u@h/db?sslmode=require&options[search_path]=a").is_ok()
+        );
     }
 
     #[test]
