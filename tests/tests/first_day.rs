@@ -502,3 +502,26 @@ async fn config_check_takes_localhost_and_points_a_timing_key_to_its_table() {
         text(&out.stderr)
     );
 }
+
+#[tokio::test]
+async fn a_bad_value_in_a_variable_is_reported_as_the_variable_not_as_a_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = leasehold(
+        dir.path(),
+        &["config", "check"],
+        &[("LEASEHOLD_TTL", "soon")],
+    )
+    .await;
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("'soon'") && err.contains("environment variable LEASEHOLD_TTL"),
+        "{err}"
+    );
+    let out = leasehold(dir.path(), &["config", "check", "--ttl", "soon"], &[]).await;
+    assert!(
+        !text(&out.stderr).contains("environment variable"),
+        "{}",
+        text(&out.stderr)
+    );
+}

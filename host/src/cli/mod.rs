@@ -149,7 +149,16 @@ pub struct ListArgs {
 
 /// Parses the command line, runs it and turns the outcome into an exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => match from_variable(&e, std::env::args_os()) {
+            Some(line) => {
+                eprintln!("{}", crate::report::escape_controls(&line));
+                return ExitCode::from(2);
+            }
+            None => e.exit(),
+        },
+    };
     let format = cli
         .log_format
         .or_else(|| file_log_format(&cli.command))
@@ -209,6 +218,53 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// For a value clap refused that came from a `LEASEHOLD_*` variable rather than the flag it
+/// stands for, clap's first line naming the variable: clap names only the flag, which the
+/// operator did not write and will not find on the command line.
+fn from_variable(
+    error: &clap::Error,
+    argv: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Option<String> {
+    use clap::CommandFactory;
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        error.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return None;
+    }
+    let ContextValue::String(arg) = error.get(ContextKind::InvalidArg)? else {
+        return None;
+    };
+    let long = arg
+        .strip_prefix("--")?
+        .split([' ', '='])
+        .next()?
+        .to_string();
+    let flag = format!("--{long}");
+    let given = argv.into_iter().any(|a| {
+        let a = a.to_string_lossy();
+        a == flag || a.starts_with(&format!("{flag}="))
+    });
+    if given {
+        return None;
+    }
+    fn find(command: &clap::Command, long: &str) -> Option<String> {
+        command
+            .get_arguments()
+            .find(|a| a.get_long() == Some(long))
+            .and_then(|a| a.get_env())
+            .map(|v| v.to_string_lossy().into_owned())
+            .or_else(|| command.get_subcommands().find_map(|c| find(c, long)))
+    }
+    let variable = find(&Cli::command(), &long)?;
+    let first = error.to_string();
+    let first = first.lines().next().unwrap_or_default();
+    Some(format!(
+        "{first} (the value is that of the environment variable {variable}, which stands for {flag})"
+    ))
 }
 
 /// The `log_format` of the config file a command reads, if it names one. A file that cannot be
@@ -407,6 +463,19 @@ mod tests {
     #[test]
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_bad_value_from_a_variable_names_the_variable() {
+        let e = Cli::try_parse_from(["leasehold", "run", "--ttl", "soon"]).unwrap_err();
+        let args = ["leasehold", "run"].map(std::ffi::OsString::from);
+        let line = from_variable(&e, args).unwrap();
+        assert!(
+            line.contains("'soon'") && line.contains("environment variable LEASEHOLD_TTL"),
+            "{line}"
+        );
+        let args = ["leasehold", "run", "--ttl", "soon"].map(std::ffi::OsString::from);
+        assert_eq!(from_variable(&e, args), None, "given as the flag");
     }
 
     #[test]
