@@ -51,10 +51,10 @@ pub const EXIT_LEFT_TO_EXPIRE: u8 = 3;
 pub const EXIT_SECOND_SIGNAL: u8 = 130;
 
 /// A repeated signal within this time of the first counts as the same request to stop. `timeout`
-/// sends its signal to the host and, with `--foreground` off, to its process group too; a
-/// supervisor or a terminal's Ctrl-C signals the whole process group (a `make run` and the host
-/// under it): one request arrives twice within microseconds. A second request meant to force the
-/// exit comes from a person or a supervisor's kill timer, well after a second.
+/// signals the host and then its own process group, the host included; a supervisor may signal
+/// the whole process group and the host's own pid: one request arrives twice within
+/// microseconds. A second request meant to force the exit comes from a person or a supervisor's
+/// kill timer, a second or more later.
 pub const REPEATED_SIGNAL_WINDOW: Duration = Duration::from_secs(1);
 
 /// The subcommands.
