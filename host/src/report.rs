@@ -126,8 +126,8 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        d[0][j] = j;
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {
@@ -152,9 +152,11 @@ pub fn duration(d: std::time::Duration) -> String {
     let secs = d.as_secs();
     let whole = d.subsec_nanos() == 0;
     match () {
-        _ if whole && secs >= 86_400 && secs % 86_400 == 0 => format!("{}days", secs / 86_400),
-        _ if whole && secs >= 3_600 && secs % 3_600 == 0 => format!("{}h", secs / 3_600),
-        _ if whole && secs >= 60 && secs % 60 == 0 => format!("{}m", secs / 60),
+        _ if whole && secs >= 86_400 && secs.is_multiple_of(86_400) => {
+            format!("{}days", secs / 86_400)
+        }
+        _ if whole && secs >= 3_600 && secs.is_multiple_of(3_600) => format!("{}h", secs / 3_600),
+        _ if whole && secs >= 60 && secs.is_multiple_of(60) => format!("{}m", secs / 60),
         _ if secs >= 1 => trimmed(format!("{:.3}", d.as_secs_f64()), "s"),
         _ => trimmed(format!("{:.3}", d.as_secs_f64() * 1000.0), "ms"),
     }
