@@ -425,7 +425,15 @@ async fn a_release_of_a_misspelt_or_invalid_lease_fails_and_names_the_close_one(
         "{}",
         text(&out.stdout)
     );
+    // A lease that exists but that nobody holds: nothing to do, and that is no error.
     host.stop(Duration::from_secs(30)).await.unwrap();
+    let out = release("leader").await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("leader: not held by anyone; nothing to release"),
+        "{}",
+        text(&out.stdout)
+    );
 }
 
 #[tokio::test]
