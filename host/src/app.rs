@@ -9,21 +9,21 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::{JoinError, JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use crate::capability::{Capabilities, Environment};
 use crate::config::Config;
 use crate::http::AppState;
 use crate::lease::groups::GroupSpec;
 use crate::lease::groups::runner::Runner;
-use crate::lease::{Driver, HolderId, Leases, StoreError, open_store};
+use crate::lease::{Driver, Epoch, HolderId, Leases, Role, StoreError, open_store};
 use crate::metrics::Metrics;
 use crate::plugin::PluginSet;
 use crate::runtime::engine::EngineOptions;
@@ -38,10 +38,14 @@ pub enum AppError {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The HTTP address could not be bound.
-    #[error("cannot listen on {addr} for HTTP: {source}")]
+    #[error(
+        "cannot listen on {addr} for HTTP ({set_by}): {source}; choose another address with {set_by}"
+    )]
     Listen {
         /// The configured address.
         addr: SocketAddr,
+        /// Where the address was set: the flag or variable, the file's key, or the default.
+        set_by: &'static str,
         /// The socket error.
         #[source]
         source: std::io::Error,
@@ -81,13 +85,75 @@ pub enum AppError {
     DriverPanicked(#[source] JoinError),
 }
 
-/// How [`App::shutdown`] ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shutdown {
-    /// Every lease was released after its plugins stopped.
-    Released,
-    /// The grace period ran out first; the leases left will expire on their own.
-    GraceElapsed,
+/// What [`App::shutdown`] did with each lease this replica held when it began.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Shutdown {
+    /// The leases released after their plugins stopped, with their epochs: the standbys were
+    /// told, and one takes each over at once.
+    pub released: Vec<(String, Epoch)>,
+    /// The leases left to expire by their ttl: nobody takes them over before then.
+    pub left: Vec<LeftToExpire>,
+}
+
+/// A lease [`App::shutdown`] could not release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftToExpire {
+    /// The lease.
+    pub lease: String,
+    /// The epoch this replica held it at.
+    pub epoch: Epoch,
+    /// The latest wall-clock time the database counts it as held: the ttl after the last
+    /// renewal that may still land (one store timeout from now).
+    pub expires_by: SystemTime,
+    /// Why it was not released: the store's error, or the grace running out first.
+    pub why: String,
+}
+
+impl Shutdown {
+    /// Whether every lease held was released.
+    pub fn all_released(&self) -> bool {
+        self.left.is_empty()
+    }
+
+    /// One line for the log's last: what became of each lease, and why.
+    pub fn summary(&self) -> String {
+        let list = |items: Vec<String>| items.join(", ");
+        let released = list(
+            self.released
+                .iter()
+                .map(|(lease, epoch)| format!("{lease} at epoch {epoch}"))
+                .collect(),
+        );
+        if self.left.is_empty() {
+            return match self.released.len() {
+                0 => "stopped: this replica held no lease".to_string(),
+                n => format!("stopped: released {n} of {n} leases held ({released})"),
+            };
+        }
+        let left = list(
+            self.left
+                .iter()
+                .map(|l| {
+                    format!(
+                        "{} at epoch {} expires by {} at the latest ({})",
+                        l.lease,
+                        l.epoch,
+                        humantime::format_rfc3339_seconds(l.expires_by),
+                        l.why
+                    )
+                })
+                .collect(),
+        );
+        let held = self.left.len() + self.released.len();
+        let mut line = format!(
+            "stopped, but {} of {held} leases held were left to expire, not handed over: {left}",
+            self.left.len()
+        );
+        if !self.released.is_empty() {
+            line.push_str(&format!("; released: {released}"));
+        }
+        line
+    }
 }
 
 /// One running host.
@@ -149,14 +215,10 @@ impl App {
             config.timing.store_timeout,
         )
         .await?;
-        let listener = TcpListener::bind(config.http)
-            .await
-            .map_err(|source| AppError::Listen {
-                addr: config.http,
-                source,
-            })?;
+        let listener = bind_http(&config).await?;
         let addr = listener.local_addr().map_err(|source| AppError::Listen {
             addr: config.http,
+            set_by: config.http_set_by.unwrap_or(DEFAULT_HTTP_SET_BY),
             source,
         })?;
         info!(
@@ -261,23 +323,37 @@ impl App {
     }
 
     /// Ends every term (plugins stopped first) and releases every lease, waiting at most `grace`;
-    /// then, after [`SETTLE`], stops the HTTP server and tears down the rest.
+    /// then, after [`SETTLE`], stops the HTTP server and tears down the rest. Says what became
+    /// of each lease held when it began: released, or left to expire (its release failed, or
+    /// `grace` ran out first), the same account whichever came first.
     pub async fn shutdown(mut self, grace: Duration) -> Result<Shutdown, AppError> {
+        let held: Vec<(String, Epoch)> = self
+            .leases
+            .lease_names()
+            .filter_map(|name| {
+                let l = self.leases.leadership(name)?;
+                let epoch = l.epoch.filter(|_| l.role != Role::Standby)?;
+                Some((name.to_string(), epoch))
+            })
+            .collect();
         self.root.cancel();
-        let outcome = tokio::select! {
+        let finished = tokio::select! {
             r = &mut self.driver => match r {
-                Ok(()) => {
-                    info!("all leases released");
-                    tokio::time::sleep(SETTLE).await;
-                    Ok(Shutdown::Released)
-                }
+                Ok(()) => Ok(true),
                 Err(e) => Err(AppError::DriverPanicked(e)),
             },
-            _ = tokio::time::sleep(grace) => {
-                error!(?grace, "shutdown grace elapsed before every lease was released");
-                Ok(Shutdown::GraceElapsed)
-            }
+            _ = tokio::time::sleep(grace) => Ok(false),
         };
+        let outcome = finished.map(|finished| {
+            let report = self.account(held, finished, grace);
+            if report.all_released() {
+                info!("every lease released");
+            }
+            report
+        });
+        if matches!(outcome, Ok(ref r) if r.all_released()) {
+            tokio::time::sleep(SETTLE).await;
+        }
         self.http_stop.cancel();
         if tokio::time::timeout(Duration::from_secs(1), &mut self.http)
             .await
@@ -286,6 +362,73 @@ impl App {
             warn!("the HTTP server did not stop within 1s");
         }
         outcome
+    }
+}
+
+impl App {
+    /// What became of each of the `held` leases: the driver's releases, and for a lease it did
+    /// not get to (`finished` false: the grace ran out), the grace as the reason.
+    fn account(&self, held: Vec<(String, Epoch)>, finished: bool, grace: Duration) -> Shutdown {
+        let done = self.leases.releases();
+        let timing = self.leases.timing();
+        let expires_by = SystemTime::now() + timing.ttl + timing.store_timeout;
+        let mut report = Shutdown::default();
+        for (lease, epoch) in held {
+            let release = done
+                .iter()
+                .rev()
+                .find(|(l, e, _)| *l == lease && *e == epoch);
+            let why = match release {
+                Some((_, _, None)) => {
+                    report.released.push((lease, epoch));
+                    continue;
+                }
+                Some((_, _, Some(error))) => format!("release failed: {error}"),
+                None if finished => "no release was sent: the lease was lost first".to_string(),
+                None => format!(
+                    "shutdown_grace ({}) ran out before its release was done",
+                    crate::report::duration(grace)
+                ),
+            };
+            report.left.push(LeftToExpire {
+                lease,
+                epoch,
+                expires_by,
+                why,
+            });
+        }
+        report
+    }
+}
+
+/// How the default HTTP address is named in an error: nobody set it.
+const DEFAULT_HTTP_SET_BY: &str = "the default; set --http, LEASEHOLD_HTTP or http";
+
+/// Binds the HTTP address. The default one (nobody set it) taken by another process, a second
+/// replica on the same machine, gives way to a free port of the same IP, with a warning naming
+/// both; an address someone chose stays theirs, and its being taken is an error naming where it
+/// was set.
+async fn bind_http(config: &Config) -> Result<TcpListener, AppError> {
+    let refused = |source| AppError::Listen {
+        addr: config.http,
+        set_by: config.http_set_by.unwrap_or(DEFAULT_HTTP_SET_BY),
+        source,
+    };
+    match TcpListener::bind(config.http).await {
+        Ok(listener) => Ok(listener),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && config.http_set_by.is_none() => {
+            let instead = SocketAddr::new(config.http.ip(), 0);
+            let listener = TcpListener::bind(instead).await.map_err(refused)?;
+            let chosen = listener.local_addr().map_err(refused)?;
+            warn!(
+                taken = %config.http,
+                chosen = %chosen,
+                "the default HTTP address {} is taken (another replica on this machine?): serving on {chosen} instead; set --http, LEASEHOLD_HTTP or http to choose",
+                config.http
+            );
+            Ok(listener)
+        }
+        Err(e) => Err(refused(e)),
     }
 }
 

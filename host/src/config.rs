@@ -169,8 +169,10 @@ pub struct Layer {
     /// Replica id [default: $HOSTNAME]; a random suffix is added per process start.
     #[arg(long, env = "LEASEHOLD_REPLICA_ID", display_order = 2)]
     pub replica_id: Option<String>,
-    /// Address for /healthz and /status [default: 127.0.0.1:9464]; port 0 picks a free port.
-    #[arg(long, env = "LEASEHOLD_HTTP", display_order = 3)]
+    /// Address for /healthz and /status, IP:PORT or localhost:PORT [default: 127.0.0.1:9464, or
+    /// a free port of 127.0.0.1 when another process has it]; port 0 picks a free port.
+    #[serde(default, deserialize_with = "http_address")]
+    #[arg(long, env = "LEASEHOLD_HTTP", value_parser = parse_http, display_order = 3)]
     pub http: Option<SocketAddr>,
     /// A name the HTTP port answers to besides localhost and IP addresses (the Host header a
     /// browser sends); repeat for several. Other names are refused, against DNS rebinding.
@@ -242,7 +244,63 @@ pub struct Layer {
     #[serde(default)]
     #[arg(skip)]
     pub runtime: RuntimeLayer,
+    /// The log format on stderr, `text` or `json` (the file's key; `--log-format` and
+    /// `LEASEHOLD_LOG_FORMAT` are global flags of every command, and win over it).
+    #[arg(skip)]
+    pub log_format: Option<LogFormat>,
 }
+
+/// Log output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// An HTTP address as `--http` and `http` take it: `IP:PORT`, or `localhost:PORT` for
+/// 127.0.0.1 (the listener binds one address; `localhost` is the loopback one). Any other name
+/// is refused with what to write instead: the port is bound before any name could be resolved.
+pub fn parse_http(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    if let Some((host, port)) = text.rsplit_once(':')
+        && let Ok(port) = port.parse::<u16>()
+    {
+        if host.eq_ignore_ascii_case("localhost") {
+            return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+        }
+        return Err(format!(
+            "{text:?} is not an IP address and port: write an IP, e.g. 127.0.0.1:{port} (this machine only) or 0.0.0.0:{port} (every interface)"
+        ));
+    }
+    Err(format!(
+        "{text:?} is not an address and port: write IP:PORT, e.g. 127.0.0.1:9464"
+    ))
+}
+
+/// The file's `http`, read as [`parse_http`] reads the flag.
+fn http_address<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<SocketAddr>, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    parse_http(&text)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+/// The keys of the `[timing]` table, for the hint on one written at the top level.
+const TIMING_KEYS: &[&str] = &[
+    "ttl",
+    "renew_interval",
+    "retry_interval",
+    "poll_interval",
+    "margin",
+    "store_timeout",
+];
 
 /// One group as given, before it is checked: `NAME=SHARDS`, or `NAME = SHARDS` in `[groups]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -339,9 +397,19 @@ impl Layer {
             path: path.to_path_buf(),
             source,
         })?;
-        toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: crate::report::toml_error(&text, &e),
+        toml::from_str(&text).map_err(|e| {
+            let mut message = crate::report::toml_error(&text, &e);
+            // A timing key at the top level: the table it belongs in, not the whole key list.
+            if let Some(key) = TIMING_KEYS
+                .iter()
+                .find(|k| e.message().starts_with(&format!("unknown field `{k}`")))
+            {
+                message.push_str(&format!(" (did you mean `[timing] {key}`?)"));
+            }
+            ConfigError::Parse {
+                path: path.to_path_buf(),
+                message,
+            }
         })
     }
 }
@@ -358,6 +426,10 @@ pub struct Config {
     pub replica_id: String,
     /// Where `/healthz` and `/status` listen.
     pub http: SocketAddr,
+    /// Where [`Config::http`] was set (the flag or variable, or the file's key), to name in an
+    /// error; `None` for the default, which gives way to a free port when it is taken.
+    #[serde(skip)]
+    pub http_set_by: Option<&'static str>,
     /// The names the HTTP port answers to besides localhost and IP addresses.
     #[serde(serialize_with = "host_names", skip_serializing_if = "is_empty_hosts")]
     pub http_allowed_hosts: AllowedHosts,
@@ -436,6 +508,9 @@ impl Config {
 
 /// Where the flag layer's database URL comes from, for errors that must not show it.
 pub const DATABASE_URL_FLAG: &str = "--database-url or LEASEHOLD_DATABASE_URL";
+
+/// Where the flag layer's HTTP address comes from, for errors.
+pub const HTTP_FLAG: &str = "--http or LEASEHOLD_HTTP";
 
 /// The default HTTP address: loopback only, so a fresh install exposes nothing; 9464 is free of
 /// the common exporters' ports.
@@ -527,11 +602,15 @@ impl Config {
             };
             ConfigError::Timing { error, origin }
         })?;
-        let http = match flags.http.or(file.http) {
-            Some(addr) => addr,
-            None => DEFAULT_HTTP
-                .parse()
-                .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 9464))),
+        let (http, http_set_by) = match (flags.http, file.http) {
+            (Some(addr), _) => (addr, Some(HTTP_FLAG)),
+            (None, Some(addr)) => (addr, Some("http in the config file")),
+            (None, None) => (
+                DEFAULT_HTTP
+                    .parse()
+                    .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 9464))),
+                None,
+            ),
         };
         let http_allowed_hosts = AllowedHosts::new(
             flags
@@ -543,6 +622,7 @@ impl Config {
             database_url,
             replica_id,
             http,
+            http_set_by,
             http_allowed_hosts,
             leases,
             groups,
@@ -756,6 +836,42 @@ mod tests {
         );
         let c = Config::resolve(Layer::default(), Layer::default()).unwrap();
         assert!(!c.to_toml().contains("http_allowed_hosts"));
+    }
+
+    #[test]
+    fn http_takes_an_ip_or_localhost_and_says_what_to_write_for_another_name() {
+        assert_eq!(
+            parse_http("127.0.0.1:9464").unwrap().to_string(),
+            "127.0.0.1:9464"
+        );
+        assert_eq!(
+            parse_http("localhost:9465").unwrap().to_string(),
+            "127.0.0.1:9465"
+        );
+        let e = parse_http("status.internal:9464").unwrap_err();
+        assert!(e.contains("write an IP, e.g. 127.0.0.1:9464"), "{e}");
+        let e = parse_http("9464").unwrap_err();
+        assert!(e.contains("IP:PORT"), "{e}");
+        let file: Layer = toml::from_str("http = 'localhost:9470'").unwrap();
+        let c = Config::resolve(file, Layer::default()).unwrap();
+        assert_eq!(c.http.to_string(), "127.0.0.1:9470");
+        assert_eq!(c.http_set_by, Some("http in the config file"));
+        let c = Config::resolve(Layer::default(), Layer::default()).unwrap();
+        assert_eq!(c.http_set_by, None, "the default may give way");
+    }
+
+    #[test]
+    fn a_timing_key_at_the_top_level_is_pointed_to_its_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("leasehold.toml");
+        std::fs::write(&path, "ttl = '30s'\n").unwrap();
+        let e = Layer::load(&path).unwrap_err().to_string();
+        assert!(e.contains("did you mean `[timing] ttl`?"), "{e}");
+        std::fs::write(&path, "log_format = 'json'\n").unwrap();
+        assert_eq!(
+            Layer::load(&path).unwrap().log_format,
+            Some(LogFormat::Json)
+        );
     }
 
     #[test]

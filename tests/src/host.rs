@@ -66,6 +66,8 @@ pub struct HostBuilder {
     /// The working directory, against which relative paths in its arguments resolve (process
     /// only); the test's own when `None`.
     pub(crate) dir: Option<PathBuf>,
+    /// Leave the HTTP address to the host's default (process only): no `--http 127.0.0.1:0`.
+    pub(crate) default_http: bool,
 }
 
 impl HostBuilder {
@@ -132,6 +134,13 @@ impl HostBuilder {
         self
     }
 
+    /// Leaves the HTTP address to the host's default, as an operator's `leasehold run` does
+    /// (process only).
+    pub fn default_http(mut self) -> Self {
+        self.default_http = true;
+        self
+    }
+
     /// Starts `leasehold run --http 127.0.0.1:0 --replica-id NAME …` (the test's own `--http`
     /// instead, if its arguments have one) and waits until it serves HTTP.
     pub async fn spawn(self) -> anyhow::Result<Host> {
@@ -177,7 +186,7 @@ impl HostBuilder {
             .args
             .iter()
             .any(|a| a == "--http" || a.starts_with("--http="));
-        if !own_http {
+        if !own_http && !self.default_http {
             cmd.args(["--http", "127.0.0.1:0"]);
         }
         cmd.args(["--replica-id", &self.name]);

@@ -97,11 +97,11 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
         &[],
     )
     .await;
-    assert!(again.status.success());
+    assert_eq!(again.status.code(), Some(1));
     assert!(
-        text(&again.stdout).contains("not held"),
+        text(&again.stderr).contains("no lease named nothing-here"),
         "{}",
-        text(&again.stdout)
+        text(&again.stderr)
     );
 
     // status --url renders the live host's view.

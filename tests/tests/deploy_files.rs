@@ -65,6 +65,7 @@ fn the_example_config_loads_and_documents_the_defaults() {
         "connect_timeout",
         "plugins",
         "cache_dir",
+        "log_format",
         "[groups]",
         "[timing]",
         "ttl",

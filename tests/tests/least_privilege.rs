@@ -50,6 +50,18 @@ async fn hosts_run_as_a_dml_only_role_after_the_owner_migrates() {
     .await
     .unwrap();
     assert!(status.success(), "{stderr}");
+    // The schema is current, but the grants are missing: migrating again would change nothing,
+    // and the host says which script gives them.
+    let (status, stderr) = run_to_exit(&["run", "--database-url", &app], Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(!status.success());
+    assert!(
+        stderr.contains("examples/postgres/grants.sql")
+            && !stderr.contains("needs the schema owner to run `leasehold migrate` first")
+            && !stderr.contains(" at line "),
+        "{stderr}"
+    );
     sqlx::raw_sql(sqlx::AssertSqlSafe(example("grants.sql")))
         .execute(&admin)
         .await

@@ -54,10 +54,28 @@ pub struct MigrateArgs {
     pub database_url: Option<RawUrl>,
 }
 
-/// `leasehold migrate`: opening the store applies every pending migration.
+/// `leasehold migrate`: opening the store applies every pending migration; it says how many.
 pub async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
-    let (url, _store) = open(args.database_url).await?;
-    println!("{url}: the lease schema is up to date");
+    let url = parse_url(args.database_url)?;
+    let before = crate::lease::applied_migrations(&url).await;
+    let _store = open_store(
+        &url,
+        crate::config::DEFAULT_CONNECT_TIMEOUT,
+        crate::lease::Timing::default().store_timeout,
+    )
+    .await?;
+    let after = crate::lease::applied_migrations(&url).await;
+    match (before, after) {
+        (Some(before), Some(after)) if after > before => println!(
+            "{url}: applied {} migration{}; the lease schema is up to date ({after} in all)",
+            after - before,
+            if after - before == 1 { "" } else { "s" }
+        ),
+        (Some(_), Some(after)) => {
+            println!("{url}: the lease schema was already up to date ({after} migrations)")
+        }
+        _ => println!("{url}: the lease schema is up to date"),
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -71,14 +89,34 @@ pub struct ConfigCheckArgs {
     pub run: RunArgs,
 }
 
-/// The store an admin command works on (the default SQLite file when no URL is given), opened
-/// with the defaults of `leasehold run`: its schema is created or migrated on the way.
-async fn open(raw: Option<RawUrl>) -> anyhow::Result<(DatabaseUrl, Arc<dyn LeaseStore>)> {
-    let url = match raw {
+/// The database URL of an admin command: the flag or variable, else the default SQLite file.
+fn parse_url(raw: Option<RawUrl>) -> anyhow::Result<DatabaseUrl> {
+    Ok(match raw {
         Some(raw) => DatabaseUrl::parse(raw.expose())
             .map_err(|e| e.from_origin(crate::config::DATABASE_URL_FLAG))?,
         None => DatabaseUrl::default_sqlite(),
-    };
+    })
+}
+
+/// The store an admin command works on (the default SQLite file when no URL is given), opened
+/// with the defaults of `leasehold run`. It creates no database: a SQLite file that does not
+/// exist is not the one the hosts use, and an empty new one would answer as if no lease were
+/// held.
+async fn open(raw: Option<RawUrl>) -> anyhow::Result<(DatabaseUrl, Arc<dyn LeaseStore>)> {
+    let given = raw.is_some();
+    let url = parse_url(raw)?;
+    if let DatabaseUrl::Sqlite { path } = &url
+        && !path.exists()
+    {
+        let how = match given {
+            true => "the database URL given",
+            false => "the default, sqlite:./leasehold.db, as no database URL was given",
+        };
+        bail!(
+            "no SQLite lease file at {} ({how}); this command creates none: point it at the database the hosts use with --database-url or LEASEHOLD_DATABASE_URL",
+            escape_controls(&path.display().to_string())
+        );
+    }
     let store = open_store(
         &url,
         crate::config::DEFAULT_CONNECT_TIMEOUT,
@@ -109,9 +147,23 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        None => {
+        None if !store.get(&[name.to_string()]).await?.is_empty() => {
             println!("{name}: not held by anyone; nothing to release");
             Ok(ExitCode::SUCCESS)
+        }
+        None => {
+            // A misspelt name must not read as done: the hint looks through the first names.
+            let names: Vec<String> = store
+                .list(None, 10_000)
+                .await
+                .map(|rows| rows.into_iter().map(|r| r.name).collect())
+                .unwrap_or_default();
+            let close = crate::report::similar(name.as_str(), names.iter().map(String::as_str));
+            let hint = match close.as_slice() {
+                [] => format!("`leasehold leases list` shows the leases of {url}"),
+                close => format!("did you mean {}?", close.join(" or ")),
+            };
+            bail!("no lease named {name} in {url}: {hint}")
         }
     }
 }

@@ -18,11 +18,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
-use crate::app::{App, Shutdown};
+use crate::app::App;
 use crate::config::{Config, Layer};
 use crate::lease::RawUrl;
 
@@ -30,22 +30,32 @@ use crate::lease::RawUrl;
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version, about)]
 pub struct Cli {
-    /// Log format on stderr.
-    #[arg(long, global = true, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    /// Log format on stderr, text or json [default: log_format of the config file, else text];
+    /// under json a fatal error is a JSON line too.
+    #[arg(long, global = true, env = "LEASEHOLD_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }
 
-/// Log output formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
+pub use crate::config::LogFormat;
+
+/// The exit code of a `run` that stopped but left some leases to expire by their ttl (a release
+/// failed, or the shutdown grace ran out first): not 0, which says every lease was handed over,
+/// nor 1, which says the host could not start (or run) at all.
+pub const EXIT_LEFT_TO_EXPIRE: u8 = 3;
+
+/// The exit code of a `run` ended at once by a second signal, or a signal while it started:
+/// 128 + SIGINT, as a shell reports an interrupted command.
+pub const EXIT_SECOND_SIGNAL: u8 = 130;
+
+/// A repeated signal within this time of the first counts as the same request to stop. `timeout`
+/// signals the host and then its own process group, the host included; a supervisor may signal
+/// the whole process group and the host's own pid: one request arrives twice within
+/// microseconds. A second request meant to force the exit comes from a person or a supervisor's
+/// kill timer, a second or more later.
+pub const REPEATED_SIGNAL_WINDOW: Duration = Duration::from_secs(1);
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
@@ -144,8 +154,21 @@ pub struct ListArgs {
 
 /// Parses the command line, runs it and turns the outcome into an exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let (log_writer, log_dropped) = init_logging(cli.log_format);
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => match from_variable(&e, std::env::args_os()) {
+            Some(line) => {
+                eprintln!("{}", crate::report::escape_controls(&line));
+                return ExitCode::from(2);
+            }
+            None => e.exit(),
+        },
+    };
+    let format = cli
+        .log_format
+        .or_else(|| file_log_format(&cli.command))
+        .unwrap_or(LogFormat::Text);
+    let (log_writer, log_dropped) = init_logging(format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -178,6 +201,14 @@ pub fn main() -> ExitCode {
             "log lines were dropped: stderr was not read fast enough"
         );
     }
+    if let (Err(e), LogFormat::Json) = (&outcome, format) {
+        // One line in the shape of every other: a log collector reading JSON takes it whole.
+        let line = crate::report::chain(e.as_ref());
+        let causes = crate::report::causes(e.as_ref());
+        error!(error_chain = ?causes, "{line}");
+        drop(log_writer);
+        return ExitCode::FAILURE;
+    }
     // Writes out every queued line (waiting 1.1 s at most), before an error below is printed.
     drop(log_writer);
     match outcome {
@@ -192,6 +223,66 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// For a value clap refused that came from a `LEASEHOLD_*` variable rather than the flag it
+/// stands for, clap's first line naming the variable: clap names only the flag, which the
+/// operator did not write and will not find on the command line.
+fn from_variable(
+    error: &clap::Error,
+    argv: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Option<String> {
+    use clap::CommandFactory;
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        error.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return None;
+    }
+    let ContextValue::String(arg) = error.get(ContextKind::InvalidArg)? else {
+        return None;
+    };
+    let long = arg
+        .strip_prefix("--")?
+        .split([' ', '='])
+        .next()?
+        .to_string();
+    let flag = format!("--{long}");
+    let given = argv.into_iter().any(|a| {
+        let a = a.to_string_lossy();
+        a == flag || a.starts_with(&format!("{flag}="))
+    });
+    if given {
+        return None;
+    }
+    fn find(command: &clap::Command, long: &str) -> Option<String> {
+        command
+            .get_arguments()
+            .find(|a| a.get_long() == Some(long))
+            .and_then(|a| a.get_env())
+            .map(|v| v.to_string_lossy().into_owned())
+            .or_else(|| command.get_subcommands().find_map(|c| find(c, long)))
+    }
+    let variable = find(&Cli::command(), &long)?;
+    let first = error.to_string();
+    let first = first.lines().next().unwrap_or_default();
+    Some(format!(
+        "{first} (the value is that of the environment variable {variable}, which stands for {flag})"
+    ))
+}
+
+/// The `log_format` of the config file a command reads, if it names one. A file that cannot be
+/// read says so later, in the format of the flags.
+fn file_log_format(command: &Command) -> Option<LogFormat> {
+    let path = match command {
+        Command::Run(args) => args.config.as_ref(),
+        Command::Config(ConfigCommand::Check(args)) => {
+            args.file.as_ref().or(args.run.config.as_ref())
+        }
+        _ => None,
+    }?;
+    Layer::load(path).ok()?.log_format
 }
 
 /// Logs to stderr from a thread of its own; the returned guard writes out what is queued when
@@ -229,8 +320,11 @@ fn init_logging(
     (guard, dropped)
 }
 
-/// `leasehold run`: the app until SIGTERM or SIGINT, then its ordered shutdown; a second signal
-/// exits at once.
+/// `leasehold run`: the app until SIGTERM or SIGINT, then its ordered shutdown. A second signal
+/// exits at once, unless it repeats the first within [`REPEATED_SIGNAL_WINDOW`]. Exits 0 when
+/// every lease held was released, [`EXIT_LEFT_TO_EXPIRE`] when some were left to expire, and
+/// [`EXIT_SECOND_SIGNAL`] when a second signal cut the shutdown short; the last line logged
+/// says what became of each lease.
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let file = match &args.config {
         Some(path) => Layer::load(path)?,
@@ -244,23 +338,47 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut app = tokio::select! {
         app = App::start(config) => app?,
-        _ = sigterm.recv() => { warn!("signal during start-up: exiting at once"); return Ok(ExitCode::from(130)) }
-        _ = sigint.recv() => { warn!("signal during start-up: exiting at once"); return Ok(ExitCode::from(130)) }
+        _ = sigterm.recv() => { warn!("signal during start-up: exiting at once"); return Ok(ExitCode::from(EXIT_SECOND_SIGNAL)) }
+        _ = sigint.recv() => { warn!("signal during start-up: exiting at once"); return Ok(ExitCode::from(EXIT_SECOND_SIGNAL)) }
     };
     tokio::select! {
         _ = sigterm.recv() => info!("SIGTERM received"),
         _ = sigint.recv() => info!("SIGINT received"),
         e = app.failed() => return Err(e.into()),
     }
-    let code = tokio::select! {
-        r = app.shutdown(grace) => match r? {
-            Shutdown::Released => { info!("exiting"); ExitCode::SUCCESS }
-            Shutdown::GraceElapsed => { error!("exiting anyway"); ExitCode::FAILURE }
-        },
-        _ = sigterm.recv() => { warn!("second signal: exiting at once"); ExitCode::from(130) }
-        _ = sigint.recv() => { warn!("second signal: exiting at once"); ExitCode::from(130) }
-    };
-    Ok(code)
+    let first = tokio::time::Instant::now();
+    let shutdown = app.shutdown(grace);
+    tokio::pin!(shutdown);
+    loop {
+        let name = tokio::select! {
+            r = &mut shutdown => {
+                let report = r?;
+                let summary = report.summary();
+                return Ok(if report.all_released() {
+                    info!("{summary}; exit 0");
+                    ExitCode::SUCCESS
+                } else {
+                    error!("{summary}; exit {EXIT_LEFT_TO_EXPIRE}");
+                    ExitCode::from(EXIT_LEFT_TO_EXPIRE)
+                });
+            }
+            _ = sigterm.recv() => "SIGTERM",
+            _ = sigint.recv() => "SIGINT",
+        };
+        if first.elapsed() < REPEATED_SIGNAL_WINDOW {
+            info!(
+                signal = name,
+                window = %crate::report::duration(REPEATED_SIGNAL_WINDOW),
+                "signal repeated within the window: the same request to stop, counted once"
+            );
+            continue;
+        }
+        warn!(
+            signal = name,
+            "second signal: exiting at once; the leases not yet released expire by their ttl; exit {EXIT_SECOND_SIGNAL}"
+        );
+        return Ok(ExitCode::from(EXIT_SECOND_SIGNAL));
+    }
 }
 
 /// `leasehold check`: exit 0 only for a plugin the host would load, under a name the plugin
@@ -350,6 +468,19 @@ mod tests {
     #[test]
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_bad_value_from_a_variable_names_the_variable() {
+        let e = Cli::try_parse_from(["leasehold", "run", "--ttl", "soon"]).unwrap_err();
+        let args = ["leasehold", "run"].map(std::ffi::OsString::from);
+        let line = from_variable(&e, args).unwrap();
+        assert!(
+            line.contains("'soon'") && line.contains("environment variable LEASEHOLD_TTL"),
+            "{line}"
+        );
+        let args = ["leasehold", "run", "--ttl", "soon"].map(std::ffi::OsString::from);
+        assert_eq!(from_variable(&e, args), None, "given as the flag");
     }
 
     #[test]

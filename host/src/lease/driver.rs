@@ -49,7 +49,14 @@ pub struct Leases {
     closed_groups: watch::Sender<BTreeSet<String>>,
     /// Whether the lease loop's store calls land: readiness.
     health: Arc<LoopHealth>,
+    /// Every release this replica has done (shared with the driver), for the shutdown's account
+    /// of what became of each lease.
+    releases: Releases,
 }
+
+/// Each release done: the lease, its epoch, and the store's error when it failed (the lease is
+/// then left to expire by its ttl).
+type Releases = Arc<std::sync::Mutex<Vec<(String, Epoch, Option<String>)>>>;
 
 impl Leases {
     /// This process's holder id.
@@ -157,6 +164,12 @@ impl Leases {
         });
     }
 
+    /// Every release done so far, in order: the lease, its epoch, and the store's error when the
+    /// release failed and the lease was left to expire by its ttl.
+    pub fn releases(&self) -> Vec<(String, Epoch, Option<String>)> {
+        self.releases.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
     /// Follows which groups this replica is kept out of (the groups' runner does).
     pub fn closed_groups(&self) -> watch::Receiver<BTreeSet<String>> {
         self.closed_groups.subscribe()
@@ -197,6 +210,8 @@ pub struct Driver {
     released: Arc<tokio::sync::Notify>,
     /// Releases asked for by the step being carried out, sent together after it.
     releases: Vec<(String, Epoch, std::time::Duration)>,
+    /// Every release done, as [`Leases::releases`] reports them.
+    done: Releases,
     /// With lease groups: cancelled once this replica has left them, which must come before its
     /// shards are released (so that the members taking them over no longer count it).
     groups_left: Option<CancellationToken>,
@@ -253,7 +268,9 @@ impl Driver {
         let (requests_tx, requests_rx) = mpsc::unbounded_channel();
         let released = Arc::new(tokio::sync::Notify::new());
         let health = Arc::new(LoopHealth::default());
+        let done = Releases::default();
         let leases = Arc::new(Leases {
+            releases: done.clone(),
             holder: holder.clone(),
             store: store.clone(),
             timing,
@@ -280,6 +297,7 @@ impl Driver {
             groups_left: None,
             releases: Vec::new(),
             health,
+            done,
         };
         (driver, leases)
     }
@@ -611,6 +629,15 @@ impl Driver {
 
     fn announce(&self, announcement: Announcement) {
         let holder = &self.holder;
+        if let Announcement::Released {
+            lease,
+            epoch,
+            error,
+        } = &announcement
+            && let Ok(mut done) = self.done.lock()
+        {
+            done.push((lease.clone(), *epoch, error.clone()));
+        }
         match announcement {
             Announcement::Acquired { lease, epoch } => {
                 info!(lease = %lease, epoch, holder = %holder, "lease acquired")

@@ -59,7 +59,7 @@ impl Cause {
         match error {
             StoreError::Timeout { .. } | StoreError::ConnectTimeout { .. } => Cause::Timeout,
             StoreError::Connect { .. } | StoreError::Unavailable(_) => Cause::Connection,
-            StoreError::CreateFile { .. } => Cause::Permission,
+            StoreError::CreateFile { .. } | StoreError::Grants { .. } => Cause::Permission,
             StoreError::Migrate { .. } => Cause::Schema,
             StoreError::Query { source, .. } => Cause::of_driver(source),
             StoreError::Invalid { .. } => Cause::Other,

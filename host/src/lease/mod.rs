@@ -70,3 +70,49 @@ pub async fn open_store(
 pub fn server_budget(call_timeout: std::time::Duration) -> std::time::Duration {
     (call_timeout * 9 / 10).max(std::time::Duration::from_millis(1))
 }
+
+/// How many schema migrations the database at `url` records as applied; `None` when it cannot
+/// tell (no database yet, no bookkeeping table, no connection). For `leasehold migrate` to say
+/// what it did; it creates nothing.
+pub async fn applied_migrations(url: &DatabaseUrl) -> Option<i64> {
+    use sqlx::Connection;
+    let query = "SELECT count(*) FROM _sqlx_migrations WHERE success";
+    match url {
+        DatabaseUrl::Postgres(raw) => {
+            let options = pg_options(raw).ok()?;
+            let mut conn = sqlx::PgConnection::connect_with(&options).await.ok()?;
+            let exists: bool =
+                sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+                    .fetch_one(&mut conn)
+                    .await
+                    .ok()?;
+            let count = match exists {
+                true => sqlx::query_scalar(query).fetch_one(&mut conn).await.ok()?,
+                false => 0,
+            };
+            let _ = conn.close().await;
+            Some(count)
+        }
+        DatabaseUrl::Sqlite { path } => {
+            if !path.exists() {
+                return Some(0);
+            }
+            let options = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(path)
+                .read_only(true);
+            let mut conn = sqlx::SqliteConnection::connect_with(&options).await.ok()?;
+            let exists: bool = sqlx::query_scalar(
+                "SELECT count(*) > 0 FROM sqlite_master WHERE name = '_sqlx_migrations'",
+            )
+            .fetch_one(&mut conn)
+            .await
+            .ok()?;
+            let count = match exists {
+                true => sqlx::query_scalar(query).fetch_one(&mut conn).await.ok()?,
+                false => 0,
+            };
+            let _ = conn.close().await;
+            Some(count)
+        }
+    }
+}

@@ -259,8 +259,17 @@ async fn schema_is_current(pool: &PgPool) -> Result<bool, sqlx::Error> {
 async fn migrate(pool: &PgPool, url: &str) -> Result<(), StoreError> {
     // A current schema needs nothing, and the check needs only SELECT: the least-privileged role
     // the host may run as (the schema owner migrates, with `leasehold migrate`).
-    if let Ok(true) = schema_is_current(pool).await {
-        return Ok(());
+    match schema_is_current(pool).await {
+        Ok(true) => return Ok(()),
+        // The bookkeeping table is there (the check found it by name) but may not be read: the
+        // owner migrated and the grants are missing. Migrating again would fix nothing.
+        Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42501") => {
+            return Err(StoreError::Grants {
+                url: url.to_string(),
+                source: sqlx::Error::Database(db),
+            });
+        }
+        _ => {}
     }
     // The advisory lock serialises concurrent migrators; a retry covers the rare race on creating
     // the bookkeeping table itself.

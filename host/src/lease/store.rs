@@ -237,6 +237,15 @@ pub enum StoreError {
         /// The connect timeout.
         after: Duration,
     },
+    /// The schema is current but this role may not read it: the grants were not given.
+    #[error("cannot read the lease schema in {url}: {}: {GRANTS_HINT}", crate::report::driver_text(&source.to_string()))]
+    Grants {
+        /// The redacted URL.
+        url: String,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
     /// The schema migrations failed.
     #[error(
         "cannot prepare the lease schema in {url}: {source} (a role without DDL rights needs the schema owner to run `leasehold migrate` first)"
@@ -249,7 +258,7 @@ pub enum StoreError {
         source: sqlx::migrate::MigrateError,
     },
     /// A statement failed.
-    #[error("{op} failed: {source}")]
+    #[error("{op} failed: {}{}", crate::report::driver_text(&source.to_string()), denied_hint(source))]
     Query {
         /// The operation, e.g. `campaign`.
         op: &'static str,
@@ -276,6 +285,21 @@ pub enum StoreError {
         /// Why.
         reason: String,
     },
+}
+
+/// What to do about a statement the database refused for want of a privilege (SQLSTATE 42501):
+/// the schema is there (the host checked it at start-up), so the grants are missing, and
+/// `leasehold migrate` would change nothing.
+pub const GRANTS_HINT: &str = "the hosts' role lacks privileges on the leasehold tables: run examples/postgres/grants.sql as the schema owner (README, Operations, PostgreSQL), after each `leasehold migrate` that adds a table";
+
+/// [`GRANTS_HINT`] after a driver error that is a refused privilege, else nothing.
+fn denied_hint(error: &sqlx::Error) -> String {
+    match error {
+        sqlx::Error::Database(db) if db.code().as_deref() == Some("42501") => {
+            format!(" ({GRANTS_HINT})")
+        }
+        _ => String::new(),
+    }
 }
 
 impl StoreError {

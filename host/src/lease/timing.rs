@@ -52,6 +52,12 @@ impl Timing {
     /// The shortest ttl: the database and the scheduler need room to renew.
     pub const MIN_TTL: Duration = Duration::from_millis(100);
 
+    /// The longest ttl: 24 days. The database's own timeouts derive from it (PostgreSQL's
+    /// `statement_timeout` and `lock_timeout`, SQLite's busy timeout: 9/10 of `store_timeout`,
+    /// which is below the ttl), and both take at most 2^31 − 1 ms, about 24.8 days: PostgreSQL
+    /// refuses a longer one and the SQLite driver panics on it.
+    pub const MAX_TTL: Duration = Duration::from_secs(24 * 86_400);
+
     /// The fixed floor of the margin. The margin absorbs what makes the holder's deadline later
     /// than the database's expiry by a fixed amount: a timer firing a scheduler tick late (1–4 ms
     /// on a loaded Linux machine), and the whole milliseconds of the stores (the ttl is sent in
@@ -101,6 +107,16 @@ impl Timing {
                 format!(
                     "must be at least {:?}: the database and the scheduler need room to renew",
                     Self::MIN_TTL
+                ),
+            );
+        }
+        if self.ttl > Self::MAX_TTL {
+            return err(
+                "ttl",
+                self.ttl,
+                format!(
+                    "must be at most {}: the database's statement, lock and busy timeouts derive from it and take at most 2^31-1 ms (about 24.8 days)",
+                    crate::report::duration(Self::MAX_TTL)
                 ),
             );
         }
@@ -198,7 +214,7 @@ mod tests {
     #[test]
     fn defaults_are_valid_across_ttls() {
         // Every whole millisecond from the shortest ttl to a minute, then some long ones.
-        for ms in (100..=60_000).chain([3_600_000, 86_400_000, 7 * 86_400_000]) {
+        for ms in (100..=60_000).chain([3_600_000, 86_400_000, 7 * 86_400_000, 24 * 86_400_000]) {
             let t = Timing::from_ttl(Duration::from_millis(ms));
             assert_eq!(t.validate(), Ok(()), "ttl {ms}ms: {t:?}");
         }
@@ -263,6 +279,19 @@ mod tests {
         assert!(e.to_string().contains("1% of the ttl (600ms)"), "{e}");
         t.margin = Duration::from_millis(600);
         assert_eq!(t.validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_ttl_the_database_s_timeouts_cannot_take_is_refused_with_the_reason() {
+        assert_eq!(Timing::from_ttl(Timing::MAX_TTL).validate(), Ok(()));
+        for ttl in [
+            Timing::MAX_TTL + Duration::from_millis(1),
+            Duration::from_secs(200 * 86_400),
+        ] {
+            let e = Timing::from_ttl(ttl).validate().unwrap_err();
+            assert_eq!((e.field, e.value), ("ttl", ttl), "{e}");
+            assert!(e.to_string().contains("at most 24days"), "{e}");
+        }
     }
 
     #[test]

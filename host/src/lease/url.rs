@@ -74,6 +74,33 @@ pub enum UrlError {
         "is a SQLite URI filename (file:…), which leasehold does not take: give the file's path, e.g. sqlite:/var/lib/leasehold/leases.db"
     )]
     UriFilename,
+    /// A query parameter neither the driver nor leasehold reads: a misspelt one (`sslmde`) would
+    /// be ignored, and the connection made without what it asked for (TLS, a certificate check).
+    #[error(
+        "has a query parameter {} that {backend} does not read{}: remove it or correct its name",
+        name.as_deref().map_or("(its name not shown: it may be part of a password with an unescaped &)".to_string(), |n| format!("{n:?}")),
+        did_you_mean.as_deref().map_or(String::new(), |d| format!(" (did you mean {d:?}?)"))
+    )]
+    UnknownParameter {
+        /// The parameter's name, when it can be shown: a word without `=`, or one that is not a
+        /// plain name, may be a piece of a password.
+        name: Option<String>,
+        /// Which backend refused it: "the PostgreSQL driver" or "SQLite".
+        backend: &'static str,
+        /// The known parameter it is closest to.
+        did_you_mean: Option<String>,
+    },
+    /// A file a parameter names (`sslrootcert`, `sslcert`, `sslkey`) does not exist: the driver
+    /// would fail at the first TLS handshake without naming it.
+    #[error("names {parameter} = {path:?}, which is not a file that can be read ({reason})")]
+    MissingFile {
+        /// The parameter.
+        parameter: String,
+        /// The path as given.
+        path: String,
+        /// Why it cannot be read.
+        reason: String,
+    },
     /// A relative SQLite path that cannot be made absolute (no working directory).
     #[error(
         "has a relative path that cannot be resolved ({reason}): give an absolute path, e.g. sqlite:/var/lib/leasehold/leases.db"
@@ -124,14 +151,9 @@ impl DatabaseUrl {
         if raw.starts_with("postgres://") || raw.starts_with("postgresql://") {
             // Read by the driver now: a URL it cannot use is refused here, with its reason and
             // without its text, rather than at the first connection.
+            check_parameters(raw, DRIVER_PARAMETERS, "the PostgreSQL driver")?;
             pg_options(raw)?;
-            let (_, ignored) = driver_url(raw);
-            if ignored > 0 {
-                tracing::warn!(
-                    ignored,
-                    "a PostgreSQL URL has query parameters the driver does not read (it reads sslmode, host, port, dbname, user, password, application_name, options, sslrootcert, sslcert, sslkey, statement-cache-capacity): they are ignored, and not shown as one may hold a secret"
-                );
-            }
+            check_files(raw)?;
             return Ok(DatabaseUrl::Postgres(raw.to_string()));
         }
         if let Some(rest) = raw.strip_prefix("sqlite:") {
@@ -141,6 +163,7 @@ impl DatabaseUrl {
             if is_in_memory(path, query) {
                 return Err(UrlError::InMemory);
             }
+            check_parameters(&format!("sqlite:?{query}"), SQLITE_PARAMETERS, "SQLite")?;
             if path.is_empty() {
                 return Err(UrlError::MissingPath);
             }
@@ -220,6 +243,74 @@ impl DatabaseUrl {
             DatabaseUrl::Sqlite { .. } => "sqlite",
         }
     }
+}
+
+/// Refuses a query parameter of `raw` that is not one of `known` (nor `options[NAME]`), naming
+/// it when it is a plain name, with the known one it is closest to.
+fn check_parameters(raw: &str, known: &[&str], backend: &'static str) -> Result<(), UrlError> {
+    // After the last `@`, when there is one: a `?` before it is the password's own.
+    let after_at = raw.rfind('@').map_or(raw, |at| &raw[at + 1..]);
+    let Some((_, query)) = after_at.split_once('?') else {
+        return Ok(());
+    };
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let key = pair.split_once('=').map(|(k, _)| k);
+        let decoded = key.map(percent_decoded);
+        let Some(key) = decoded.as_deref() else {
+            return Err(UrlError::UnknownParameter {
+                name: None,
+                backend,
+                did_you_mean: None,
+            });
+        };
+        if known.contains(&key) || key.starts_with("options[") {
+            continue;
+        }
+        let plain = key.len() <= 40
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        let did_you_mean = crate::report::similar(key, known.iter().copied())
+            .first()
+            .map(|k| k.to_string());
+        return Err(UrlError::UnknownParameter {
+            name: plain.then(|| key.to_string()),
+            backend,
+            did_you_mean: did_you_mean.filter(|_| plain),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a certificate or key parameter naming a file that cannot be read.
+fn check_files(raw: &str) -> Result<(), UrlError> {
+    let Ok(url) = url::Url::parse(raw) else {
+        return Ok(());
+    };
+    for (key, value) in url.query_pairs() {
+        let names_file = [
+            "sslrootcert",
+            "ssl-root-cert",
+            "ssl-ca",
+            "sslcert",
+            "ssl-cert",
+            "sslkey",
+            "ssl-key",
+        ]
+        .contains(&key.as_ref());
+        // `system` is libpq's word for the system's roots, not a file.
+        if !names_file || value == "system" {
+            continue;
+        }
+        if let Err(e) = std::fs::File::open(value.as_ref()) {
+            return Err(UrlError::MissingFile {
+                parameter: key.into_owned(),
+                path: value.into_owned(),
+                reason: e.to_string(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Whether the SQLite part of a URL (after `sqlite:` and `//`, split at `?`) asks for an
@@ -782,6 +873,46 @@ mod tests {
         }
         let gibberish = RawUrl::from("s3cr3t");
         assert!(!format!("{gibberish} {gibberish:?}").contains("s3cr3t"));
+    }
+
+    #[test]
+    fn an_unknown_query_parameter_is_refused_by_name_with_the_one_it_is_close_to() {
+        let e = DatabaseUrl::parse("postgres://u:s3cr3t@h/db?sslmde=verify-full").unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("\"sslmde\"") && text.contains("did you mean \"sslmode\"?"),
+            "{text}"
+        );
+        let e = DatabaseUrl::parse("postgres://u@h/db?Password=s3cr3t").unwrap_err();
+        assert!(e.to_string().contains("did you mean \"password\"?"), "{e}");
+        assert!(!e.to_string().contains("s3cr3t"), "{e}");
+        let e = DatabaseUrl::parse("postgres://u@h/db?password=a&s3cr3t").unwrap_err();
+        assert!(
+            matches!(e, UrlError::UnknownParameter { name: None, .. })
+                && !e.to_string().contains("s3cr3t"),
+            "{e}"
+        );
+        let e = DatabaseUrl::parse("sqlite:/tmp/a.db?mdoe=rwc").unwrap_err();
+        assert!(
+            e.to_string().contains("\"mdoe\"") && e.to_string().contains("SQLite"),
+            "{e}"
+        );
+        assert!(
+            DatabaseUrl::parse("postgres://u@h/db?sslmode=require&options[search_path]=a").is_ok()
+        );
+    }
+
+    #[test]
+    fn a_certificate_file_that_is_missing_is_named() {
+        let e = DatabaseUrl::parse(
+            "postgres://u@h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.crt",
+        )
+        .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("sslrootcert = \"/nonexistent/ca.crt\"") && text.contains("No such file"),
+            "{text}"
+        );
     }
 
     #[test]
