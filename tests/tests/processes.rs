@@ -486,6 +486,86 @@ async fn leases_list_pages_through_the_table() {
     assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), "[]");
 }
 
+/// `leases list` tells a free lease's story: `held`, or how its last term ended (released by its
+/// holder, forced by an operator, or expired: its holder went silent); `--held` leaves free
+/// names out, and a `--limit` that leaves rows unread says on stderr how to go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_list_says_how_each_free_lease_was_freed_and_how_to_go_on() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let url = db.url().unwrap();
+    let store = db.open().await.unwrap();
+    let long = Duration::from_secs(60);
+    for name in ["job-held", "job-released", "job-forced"] {
+        store.campaign(name, "someone-1", long).await.unwrap();
+    }
+    let epoch = store
+        .campaign("job-expired", "someone-1", Duration::from_millis(200))
+        .await
+        .unwrap()
+        .epoch
+        .unwrap();
+    assert_eq!(epoch, 1);
+    store.release("job-released", "someone-1", 1).await.unwrap();
+    store.force_release("job-forced").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    let bin = leasehold_tests::host::binary().unwrap();
+    let list = async |extra: &[&str]| {
+        let out = tokio::process::Command::new(&bin)
+            .args(["leases", "list", "--database-url", url.as_str()])
+            .args(extra)
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{stderr}");
+        (String::from_utf8(out.stdout).unwrap(), stderr)
+    };
+    let (json, _) = list(&["--json"]).await;
+    let json: Value = serde_json::from_str(&json).unwrap();
+    let states: Vec<(&str, &str)> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["name"].as_str().unwrap(), r["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("job-expired", "expired"),
+            ("job-forced", "forced"),
+            ("job-held", "held"),
+            ("job-released", "released"),
+        ]
+    );
+    let (table, _) = list(&[]).await;
+    assert!(table.lines().next().unwrap().contains("STATE"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("job-forced") && l.contains(" forced ")),
+        "{table}"
+    );
+
+    let (held, _) = list(&["--held"]).await;
+    let names: Vec<&str> = held
+        .lines()
+        .skip(1)
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(names, ["job-held"], "{held}");
+
+    let (two, more) = list(&["--limit", "2"]).await;
+    assert_eq!(two.lines().count(), 3, "{two}");
+    assert_eq!(
+        more.trim(),
+        "more leases follow: leasehold leases list --after job-forced"
+    );
+    let (all, none) = list(&["--limit", "4"]).await;
+    assert_eq!(all.lines().count(), 5, "{all}");
+    assert_eq!(none.trim(), "", "no hint when nothing is left");
+}
+
 /// TLS through `sslmode` in the URL: with `verify-full` against the server's own certificate the
 /// host leads and admin commands work, over an encrypted session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
