@@ -332,6 +332,7 @@ impl Driver {
                         self.released.notify_one();
                         Event::Resubscribed
                     }
+                    Some(ReleaseNotice::HandoffRequested { .. }) => Event::Tick,
                     None => { notices = None; Event::Tick }
                 },
                 Some(request) = self.requests_rx.recv() => request,

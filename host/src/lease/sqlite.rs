@@ -2,9 +2,13 @@
 //! "database clock" is the machine's boot clock ([`MachineClock`]), which every process and
 //! container on the machine shares and which no `date -s` or NTP step can move. Each statement
 //! reads it after taking SQLite's write lock (`BEGIN IMMEDIATE`), so a statement that queued for
-//! the lock judges expiry by the time it runs. There are no notifications, so standbys rely on
-//! polling. The lease loop's statements have connections nobody else takes: reads for display
-//! and operators' statements go to a pool of their own (WAL readers never block the writer).
+//! the lock judges expiry by the time it runs. SQLite has no notifications: a release wakes the
+//! standbys through the event file beside the lease file ([`events`]), which every replica
+//! watches, so a handoff takes milliseconds here too; polling covers a wake-up missed. The lease
+//! loop's statements have connections nobody else takes: reads for display and operators'
+//! statements go to a pool of their own (WAL readers never block the writer).
+
+pub mod events;
 
 use std::path::Path;
 use std::time::Duration;
@@ -24,6 +28,7 @@ use super::store::{
 };
 use super::store::{TermRow, to_term};
 use super::url::DatabaseUrl;
+use events::{EventFile, Wakeup};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
@@ -106,6 +111,8 @@ pub struct SqliteStore {
     observers: SqlitePool,
     /// The clock expiry is judged by.
     clock: &'static MachineClock,
+    /// Where releases and handoff requests are announced to the other replicas of the file.
+    events: EventFile,
 }
 
 /// Connections for reads and operators' statements: `/status` reads through one refresh at a
@@ -129,6 +136,7 @@ impl SqliteStore {
             });
         };
         create_private(path);
+        let events = EventFile::beside(path);
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -157,10 +165,16 @@ impl SqliteStore {
                             .max_connections(OBSERVERS)
                             .acquire_timeout(connect_timeout)
                             .connect_lazy_with(options.clone());
+                        // After the lease file: it takes that file's permissions. Without it
+                        // standbys poll, so a failure is reported and not fatal.
+                        if let Err(error) = events.create() {
+                            warn!(%error, "release wake-ups are off: standbys of this SQLite file will take a released lease at its old expiry");
+                        }
                         return Ok(SqliteStore {
                             pool,
                             observers,
                             clock,
+                            events,
                         });
                     }
                     Err(source) => StoreError::Migrate {
@@ -377,6 +391,14 @@ impl SqliteStore {
     async fn write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
         self.pool.begin_with("BEGIN IMMEDIATE").await
     }
+
+    /// Tells the other replicas of the file, once the statement that made `wakeups` committed. A
+    /// failure costs them only the wait for the holder's old expiry (or a poll): it is logged.
+    fn announce(&self, wakeups: &[Wakeup]) {
+        if let Err(error) = self.events.announce(wakeups) {
+            debug!(%error, "announcing to the other replicas failed; they will poll");
+        }
+    }
 }
 
 #[async_trait]
@@ -549,6 +571,8 @@ impl LeaseStore for SqliteStore {
             }
         }
         tx.commit().await.map_err(err)?;
+        let wakeups: Vec<Wakeup> = released.iter().cloned().map(Wakeup::Released).collect();
+        self.announce(&wakeups);
         Ok(released)
     }
 
@@ -577,6 +601,9 @@ impl LeaseStore for SqliteStore {
                 .map_err(err)?;
         }
         tx.commit().await.map_err(err)?;
+        if released.is_some() {
+            self.announce(&[Wakeup::Released(name.to_string())]);
+        }
         Ok(released)
     }
 
@@ -734,8 +761,14 @@ impl LeaseStore for SqliteStore {
 
     fn listen_releases(
         &self,
-        _shutdown: CancellationToken,
+        shutdown: CancellationToken,
     ) -> Option<mpsc::Receiver<ReleaseNotice>> {
-        None
+        match self.events.listen(shutdown) {
+            Ok(rx) => Some(rx),
+            Err(error) => {
+                warn!(%error, "release wake-ups are off: a released lease is taken at its old expiry, or at the next poll");
+                None
+            }
+        }
     }
 }

@@ -183,6 +183,14 @@ pub enum ReleaseNotice {
     Released(String),
     /// The listener (re)connected; notifications may have been missed, so campaign for everything.
     Resubscribed,
+    /// An operator asked the holder of `lease` at `epoch` to hand it over
+    /// (`leasehold leases handoff`): if that is this replica, release it in order now.
+    HandoffRequested {
+        /// The lease.
+        lease: String,
+        /// The epoch whose holder is asked; a later term of the lease is not concerned.
+        epoch: Epoch,
+    },
 }
 
 /// Why a store call failed.
@@ -431,9 +439,10 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
     /// A cheap round trip, for readiness.
     async fn ping(&self) -> Result<(), StoreError>;
 
-    /// Starts a listener for releases by other replicas, if the backend can notify. It runs until
-    /// `shutdown` and reconnects by itself; backends without notifications return `None` and
-    /// standbys rely on polling.
+    /// Starts a listener for releases by other replicas (and handoff requests), if the backend
+    /// can notify: PostgreSQL's `LISTEN`, the event file beside a SQLite lease file. It runs
+    /// until `shutdown` and reconnects by itself; `None` when it cannot listen, and standbys then
+    /// rely on polling, as they do for any wake-up missed.
     fn listen_releases(&self, shutdown: CancellationToken)
     -> Option<mpsc::Receiver<ReleaseNotice>>;
 }
