@@ -44,7 +44,8 @@ test: build guests
 	$(CARGO) test --workspace
 	cd guests && $(CARGO) test --workspace --locked
 
-# Figures: handoff, failover and plugin activation between real processes on PostgreSQL, the
+# Figures: handoff, failover and plugin activation between real processes on PostgreSQL (and
+# the handoff between processes on one SQLite file, beside it), the
 # plugin runtime's compile, load, instantiate, call and loss-to-stop costs, the same figures per
 # guest language (one plugin written in Rust, Python and JavaScript) as one table, fenced writes, and
 # frozen holders (guest calls after the deadline, resume -> term ended), and the host's peak RSS
@@ -106,4 +107,4 @@ fmt:
 
 clean:
 	$(CARGO) clean
-	rm -f leasehold.db leasehold.db-shm leasehold.db-wal
+	rm -f leasehold.db leasehold.db-shm leasehold.db-wal leasehold.db-events

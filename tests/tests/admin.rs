@@ -1,6 +1,6 @@
 //! The admin commands, as processes, against a real PostgreSQL and hosts running in the test's
-//! process: `leases release --force` (break-glass, epoch kept), `status --url`, and `config
-//! check`.
+//! process: `leases release --force` (break-glass, epoch kept, its risk said), `status --url`,
+//! and `config check`.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -50,7 +50,8 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
     .await;
     assert_eq!(refused.status.code(), Some(1));
     assert!(
-        text(&refused.stderr).contains("--force"),
+        text(&refused.stderr).contains("--force")
+            && text(&refused.stderr).contains("leasehold leases handoff leader"),
         "{}",
         text(&refused.stderr)
     );
@@ -64,6 +65,11 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
     assert!(released.status.success(), "{out}{}", text(&released.stderr));
     assert!(
         out.contains("released leader") && out.contains("epoch 1") && out.contains("epoch 2"),
+        "{out}"
+    );
+    // What it risks with a live holder, and what to use instead.
+    assert!(
+        out.contains("beside the next holder's") && out.contains("leases handoff leader"),
         "{out}"
     );
     assert!(

@@ -374,7 +374,7 @@ fn mode(path: &Path) -> u32 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_lease_file_the_host_creates_and_its_wal_and_shm_are_private() {
+async fn the_lease_file_the_host_creates_and_its_wal_shm_and_event_files_are_private() {
     let dir = tempfile::tempdir().unwrap();
     // A plugin writing kv, whose pool opens the same file on its own connections.
     let manifest = std::fs::read_to_string(guests_dist().join("hello-rust.toml")).unwrap();
@@ -396,7 +396,7 @@ async fn the_lease_file_the_host_creates_and_its_wal_and_shm_are_private() {
     })
     .await
     .unwrap();
-    for suffix in ["", "-wal", "-shm"] {
+    for suffix in ["", "-wal", "-shm", "-events"] {
         let path = dir.path().join(format!("leases.db{suffix}"));
         assert!(path.exists(), "{} missing", path.display());
         assert_eq!(mode(&path), 0o600, "{}: {:o}", path.display(), mode(&path));

@@ -90,6 +90,15 @@ async fn hosts_run_as_a_dml_only_role_after_the_owner_migrates() {
         .start_in_process_leading()
         .await
         .unwrap();
+    // A handoff request, and the holder's release and its next campaign, with DML alone (the
+    // lone replica takes the lease back after its hold-off, at the next epoch).
+    let (status, stderr) = run_to_exit(
+        &["leases", "handoff", "leader", "--database-url", &app],
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    assert!(status.success(), "{stderr}");
     let (status, stderr) = run_to_exit(
         &[
             "leases",

@@ -1004,6 +1004,117 @@ async fn the_terms_of_a_lease_say_who_held_it_from_when_to_when_and_how_each_end
     );
 }
 
+/// The next notice of a release listener, if the backend has one.
+async fn next_notice(
+    notices: &mut Option<tokio::sync::mpsc::Receiver<ReleaseNotice>>,
+) -> Option<ReleaseNotice> {
+    let rx = notices.as_mut()?;
+    let notice = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("a notice")
+        .unwrap();
+    Some(notice)
+}
+
+async fn a_handoff_request_reaches_the_holder_and_its_release_reserves_the_lease_for_the_named_replica(
+    backend: Backend,
+) {
+    // Holder ids as replicas write them: the replica id and a suffix per process start.
+    let (a, b, c) = ("a-0000000a", "b-0000000b", "c-0000000c");
+    let short = |name: &str, epoch| RenewRequest {
+        name: name.to_string(),
+        epoch,
+        ttl: SHORT,
+    };
+    let db = Db::new(backend).await.unwrap();
+    let s = db.open().await.unwrap();
+    let admin = db.open().await.unwrap();
+    let stop = tokio_util_token();
+    let mut notices = s.listen_releases(stop.clone());
+    until_listening(&db).await;
+    assert_eq!(
+        admin.request_handoff("h", None).await.unwrap(),
+        None,
+        "{backend:?}: no such lease"
+    );
+
+    // Asked with --to b: the holder hears of it (a notice, and its next renewal), and its
+    // release reserves the lease for b.
+    let e = s.campaign("h", a, SHORT).await.unwrap().epoch.unwrap();
+    let asked = admin
+        .request_handoff("h", Some("b"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((asked.holder.as_str(), asked.epoch), (a, e), "{backend:?}");
+    if let Some(notice) = next_notice(&mut notices).await {
+        let want = ReleaseNotice::HandoffRequested {
+            lease: "h".into(),
+            epoch: e,
+        };
+        assert_eq!(notice, want, "{backend:?}");
+    }
+    let renewed = s.renew(a, &[short("h", e)]).await.unwrap();
+    assert_eq!(
+        (renewed.landed, renewed.handoffs),
+        (names(&["h"]), names(&["h"]))
+    );
+    assert!(s.release("h", a, e).await.unwrap());
+    if let Some(notice) = next_notice(&mut notices).await {
+        assert_eq!(notice, ReleaseNotice::Released("h".into()), "{backend:?}");
+    }
+    let lost = s.campaign("h", c, LONG).await.unwrap();
+    assert_eq!(
+        lost.epoch, None,
+        "{backend:?}: reserved for b, c must not win"
+    );
+    let wait = lost.wait.expect("how long the reservation lasts");
+    assert!(wait > SHORT / 2 && wait <= SHORT, "{backend:?}: {wait:?}");
+    assert_eq!(
+        s.campaign("h", b, SHORT).await.unwrap().epoch,
+        Some(e + 1),
+        "{backend:?}: the named replica wins at once"
+    );
+    // The request was for a's term: b's renewal carries none.
+    let renewed = s.renew(b, &[short("h", e + 1)]).await.unwrap();
+    assert!(renewed.handoffs.is_empty(), "{backend:?}: {renewed:?}");
+
+    // Without --to, anyone may take it at once after the release.
+    admin.request_handoff("h", None).await.unwrap().unwrap();
+    let renewed = s.renew(b, &[short("h", e + 1)]).await.unwrap();
+    assert_eq!(renewed.handoffs, names(&["h"]), "{backend:?}");
+    assert!(s.release("h", b, e + 1).await.unwrap());
+    assert_eq!(s.campaign("h", c, SHORT).await.unwrap().epoch, Some(e + 2));
+
+    // A reservation lapses after one ttl of the lease: then anyone's campaign wins.
+    admin
+        .request_handoff("h", Some("b-0000000b"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(s.release("h", c, e + 2).await.unwrap());
+    assert_eq!(s.campaign("h", a, SHORT).await.unwrap().epoch, None);
+    expire(SHORT).await;
+    assert_eq!(s.campaign("h", a, SHORT).await.unwrap().epoch, Some(e + 3));
+
+    // A forced release ends a handoff under way: nobody is reserved the lease.
+    admin
+        .request_handoff("h", Some("b"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        admin.force_release("h").await.unwrap(),
+        Some((a.into(), e + 3))
+    );
+    assert_eq!(s.campaign("h", c, SHORT).await.unwrap().epoch, Some(e + 4));
+    stop.cancel();
+}
+
+fn names(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         mod memory { $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn $test() { super::$test(super::Backend::Memory).await } )* }
@@ -1027,6 +1138,7 @@ conformance!(
     replicas_starting_at_once_migrate_safely,
     group_members_see_each_other_and_the_held_shards_and_lapse_by_the_database_clock,
     the_terms_of_a_lease_say_who_held_it_from_when_to_when_and_how_each_ended,
+    a_handoff_request_reaches_the_holder_and_its_release_reserves_the_lease_for_the_named_replica,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

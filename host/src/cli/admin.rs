@@ -1,5 +1,5 @@
-//! Admin commands: the lease table (`leases list`, `leases release --force`), a running host's
-//! status (`status --url`) and configuration checks (`config check`).
+//! Admin commands: the lease table (`leases list`, `leases handoff`, `leases release --force`),
+//! a running host's status (`status --url`) and configuration checks (`config check`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -23,13 +23,43 @@ use crate::report::escape_controls;
 pub struct ReleaseArgs {
     /// The lease to expire.
     pub name: String,
-    /// Required: this takes the lease from a live holder.
+    /// Required: the lease is taken from its holder as it runs, and a holder that is still alive
+    /// may run the lease's plugins beside the next holder's until its next renewal is refused
+    /// (within ttl/3). For a live holder use `leasehold leases handoff NAME`.
     #[arg(long)]
     pub force: bool,
     /// postgres://USER@HOST/DB or sqlite:PATH [default: sqlite:./leasehold.db].
     #[arg(long, env = "LEASEHOLD_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<RawUrl>,
 }
+
+/// Flags of `leasehold leases handoff`.
+#[derive(Debug, Args)]
+pub struct HandoffArgs {
+    /// The lease to hand over.
+    pub name: String,
+    /// The replica to hand it to: its replica id (`--replica-id`, or its host name), or a holder
+    /// id as `/status` shows it. Other replicas may not take the lease for one ttl of it after
+    /// the release; then anyone may.
+    #[arg(long, value_name = "REPLICA")]
+    pub to: Option<String>,
+    /// How long to wait for the lease to change hands [default: twice the lease's ttl, at
+    /// least 10s: the holder hears of the request at its next renewal (within ttl/3) even when
+    /// the wake-up is lost, and a --to reservation lasts one ttl].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub timeout: Option<Duration>,
+    /// postgres://USER@HOST/DB or sqlite:PATH [default: sqlite:./leasehold.db].
+    #[arg(long, env = "LEASEHOLD_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<RawUrl>,
+}
+
+/// The least `leases handoff` waits by default: a replica that learns of a release by polling
+/// needs a moment even at a short ttl, and an operator would rather wait than see a false timeout.
+const MIN_HANDOFF_WAIT: Duration = Duration::from_secs(10);
+
+/// How often `leases handoff` reads the lease's row while it waits: quick enough to report the
+/// milliseconds a handoff takes, and a cheap read by primary key on the observers' connections.
+const HANDOFF_POLL: Duration = Duration::from_millis(10);
 
 /// Flags of `leasehold status`.
 #[derive(Debug, Args)]
@@ -132,7 +162,8 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<ExitCode> {
     let name = LeaseName::parse(&args.name)?;
     if !args.force {
         bail!(
-            "refusing to release lease {:?} without --force: it is taken from its holder as it runs (its fenced writes are refused at once, its plugins stop at its next renewal)",
+            "refusing to release lease {:?} without --force: it is taken from its holder as it runs (its fenced writes are refused at once, but its plugins may run beside the next holder's until its next renewal); for a live holder, `leasehold leases handoff {}` hands it over in order",
+            name.as_str(),
             name.as_str()
         );
     }
@@ -144,6 +175,9 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<ExitCode> {
             println!(
                 "released {name}: was held by {holder} at epoch {epoch}; the next holder gets epoch {}",
                 epoch + 1
+            );
+            println!(
+                "if {holder} is still running, it may run {name}'s plugins beside the next holder's until its next renewal is refused (within a third of its ttl); its fenced writes are refused already. For a live holder, `leasehold leases handoff {name}` stops them first."
             );
             Ok(ExitCode::SUCCESS)
         }
@@ -165,6 +199,123 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<ExitCode> {
             };
             bail!("no lease named {name} in {url}: {hint}")
         }
+    }
+}
+
+/// `leasehold leases handoff NAME [--to REPLICA]`: asks the holder to release the lease in order
+/// now (its plugins stopped first), and waits until another term has begun. Exit 0 once it has
+/// (and, with `--to`, the named replica holds it); 1 when nobody holds the lease, on a timeout,
+/// or when the lease went to another replica than the one named.
+pub async fn handoff(args: HandoffArgs) -> anyhow::Result<ExitCode> {
+    let name = LeaseName::parse(&args.name)?;
+    if let Some(to) = &args.to {
+        crate::lease::identity::check_replica_id(to)
+            .map_err(|why| anyhow::anyhow!("invalid --to {:?}: {why}", escape_controls(to)))?;
+    }
+    let (url, store) = open(args.database_url).await?;
+    let not_held = || {
+        anyhow::anyhow!(
+            "lease {name} is not held by anyone in {url}: there is nothing to hand over (a replica that campaigns for it takes it by itself)"
+        )
+    };
+    let row = store.get(std::slice::from_ref(&name.to_string())).await?;
+    let Some(row) = row.into_iter().next() else {
+        bail!("no lease named {name} in {url}: no replica has ever held it");
+    };
+    if !row.is_held() {
+        return Err(not_held());
+    }
+    if let Some(to) = &args.to
+        && crate::lease::store::is_reserved_for(to, &row.holder)
+    {
+        bail!(
+            "lease {name} is held by {} already, which --to {} names",
+            escape_controls(&row.holder),
+            escape_controls(to)
+        );
+    }
+    let Some(asked) = store.request_handoff(&name, args.to.as_deref()).await? else {
+        return Err(not_held());
+    };
+    let old = escape_controls(&asked.holder).into_owned();
+    let ttl = Duration::from_millis(u64::try_from(asked.ttl_ms).unwrap_or(0));
+    let timeout = args
+        .timeout
+        .unwrap_or_else(|| (ttl * 2).max(MIN_HANDOFF_WAIT));
+    let target = match &args.to {
+        Some(to) => format!(" to {}", escape_controls(to)),
+        None => String::new(),
+    };
+    warn!(lease = %name, holder = %old, epoch = asked.epoch, to = args.to.as_deref(), store = %url, "handoff requested by an operator");
+    println!(
+        "asked {old} to hand {name} over{target} (epoch {}); waiting up to {}",
+        asked.epoch,
+        humantime::format_duration(timeout)
+    );
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut released = false;
+    let new = loop {
+        let row = store.get(std::slice::from_ref(&name.to_string())).await?;
+        match row.into_iter().next() {
+            Some(row) if row.epoch > asked.epoch && row.is_held() => break Some(row),
+            Some(row) if row.epoch > asked.epoch || !row.is_held() => released = true,
+            _ => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            break None;
+        }
+        tokio::time::sleep(HANDOFF_POLL).await;
+    };
+    // How the old term ended, as the cluster recorded it: `released` is the ordered release.
+    let ended = store
+        .terms(std::slice::from_ref(&name.to_string()), 4)
+        .await
+        .ok()
+        .and_then(|terms| {
+            terms
+                .into_iter()
+                .find(|t| t.term.epoch == asked.epoch)
+                .and_then(|t| t.term.end)
+        });
+    let how = match ended {
+        Some(crate::lease::history::TermEnd::Released) => {
+            "released in order: its plugins stopped before the release"
+        }
+        Some(crate::lease::history::TermEnd::Expired) => {
+            "expired: the holder did not release it (gone, or cut off) and it ran out"
+        }
+        Some(crate::lease::history::TermEnd::Forced) => "force-released by an operator meanwhile",
+        None => "still open",
+    };
+    let Some(new) = new else {
+        if released {
+            eprintln!(
+                "{name}: {old} gave it up at epoch {} ({how}), but no replica took it within {}; a replica that campaigns for it will",
+                asked.epoch,
+                humantime::format_duration(timeout)
+            );
+        } else {
+            eprintln!(
+                "{name}: {old} did not hand it over within {}; is it running? For a holder that is gone, `leasehold leases release {name} --force`",
+                humantime::format_duration(timeout)
+            );
+        }
+        return Ok(ExitCode::FAILURE);
+    };
+    let holder = escape_controls(&new.holder);
+    println!(
+        "{name}: {old} (epoch {}) -> {holder} (epoch {}); the old term {how}",
+        asked.epoch, new.epoch
+    );
+    match &args.to {
+        Some(to) if !crate::lease::store::is_reserved_for(to, &new.holder) => {
+            eprintln!(
+                "{name} went to {holder}, not to {}: the reservation lapsed before that replica campaigned (is it running, and does it campaign for {name}?)",
+                escape_controls(to)
+            );
+            Ok(ExitCode::FAILURE)
+        }
+        _ => Ok(ExitCode::SUCCESS),
     }
 }
 

@@ -2,7 +2,8 @@
 //! exit code here.
 //!
 //! - this file: the parser, `run` and `check`;
-//! - [`admin`]: `leases list`, `leases release --force`, `status --url`, `migrate`;
+//! - [`admin`]: `leases list`, `leases handoff`, `leases release --force`, `status --url`,
+//!   `migrate`;
 //! - [`new`]: `new`, a plugin project to start from;
 //! - [`dev`]: `dev`, a project rebuilt, checked and copied into a plugin directory on each change;
 //! - [`log`]: the text log's fields, control characters escaped;
@@ -121,9 +122,14 @@ pub struct RunArgs {
 pub enum LeasesCommand {
     /// List lease rows in name order, page by page.
     List(ListArgs),
-    /// Break-glass: expire a lease now whoever holds it, keeping its epoch. Its holder's fenced
-    /// writes are refused at once and its plugins stop at its next renewal (within ttl/3); a
-    /// standby takes the lease with the next epoch.
+    /// Ask the holder of a lease to hand it over now: it stops the lease's plugins, releases it
+    /// and wakes the standbys (with --to, one replica takes it); waits and prints old holder and
+    /// epoch -> new.
+    Handoff(admin::HandoffArgs),
+    /// Break-glass, for a holder that is gone: expire a lease now whoever holds it, keeping its
+    /// epoch. A holder still running keeps running the lease's plugins beside the next holder's
+    /// until its next renewal is refused (within ttl/3); its fenced writes are refused at once.
+    /// For a live holder use `leases handoff`.
     Release(admin::ReleaseArgs),
 }
 
@@ -184,6 +190,7 @@ pub fn main() -> ExitCode {
                 admin::list(args).await.map(|()| ExitCode::SUCCESS)
             }
             Command::Leases(LeasesCommand::Release(args)) => admin::release(args).await,
+            Command::Leases(LeasesCommand::Handoff(args)) => admin::handoff(args).await,
             Command::Status(args) => admin::status(args).await,
             Command::Migrate(args) => admin::migrate(args).await,
             Command::Config(ConfigCommand::Check(args)) => admin::config_check(args),

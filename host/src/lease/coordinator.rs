@@ -101,6 +101,15 @@ pub enum Event {
         /// The lease.
         lease: String,
     },
+    /// An operator asked the holder of `lease` at `epoch` to hand it over (`leases handoff`):
+    /// if this replica holds it at that epoch, give it up in order now, as [`Event::StepDown`]
+    /// does. A request for another epoch (an earlier holder's, heard late) changes nothing.
+    HandoffRequested {
+        /// The lease.
+        lease: String,
+        /// The epoch whose holder is asked.
+        epoch: Epoch,
+    },
     /// Give up `lease` in order (stop plugins, release) and campaign again later.
     StepDown {
         /// The lease.
@@ -252,6 +261,13 @@ pub enum Announcement {
     HeldOff {
         /// How much longer, as the database said (the longest over the leases).
         remaining: Duration,
+    },
+    /// An operator asked this holder to hand `lease` over: its ordered release has begun.
+    HandoffRequested {
+        /// The lease.
+        lease: String,
+        /// The epoch held.
+        epoch: Epoch,
     },
     /// A campaign failed with a store error (not merely lost to another holder).
     CampaignFailed {
@@ -578,6 +594,7 @@ impl Coordinator {
                     state.campaign_now(now);
                 }
             }
+            Event::HandoffRequested { lease, epoch } => self.hand_over(&lease, epoch, fx),
             Event::StepDown { lease } => self.give_up(&lease, After::Standby, fx),
             Event::Shutdown => {
                 self.shutting_down = true;
@@ -774,6 +791,23 @@ impl Coordinator {
                 timeout,
             });
         }
+    }
+
+    /// An operator's handoff request for `lease` at `epoch`: the ordered release, if this replica
+    /// holds it at that epoch and is not giving it up already; then a standby that holds off a
+    /// poll, so that another replica takes it.
+    pub(super) fn hand_over(&mut self, lease: &str, epoch: Epoch, fx: &mut Vec<Effect>) {
+        let held = self.leases.get(lease).is_some_and(
+            |state| matches!(state.phase, Phase::Held { epoch: held, .. } if held == epoch),
+        );
+        if !held || self.shutting_down {
+            return;
+        }
+        fx.push(Effect::Announce(Announcement::HandoffRequested {
+            lease: lease.to_string(),
+            epoch,
+        }));
+        self.give_up(lease, After::Standby, fx);
     }
 
     /// Begins the ordered release of `lease` (DESIGN §1.4): end the term and wait for it, then

@@ -364,6 +364,10 @@ impl Driver {
                         self.released.notify_one();
                         Event::Resubscribed
                     }
+                    Some(ReleaseNotice::HandoffRequested { lease, epoch }) => {
+                        debug!(lease = %lease, epoch, "handoff request notified");
+                        Event::HandoffRequested { lease, epoch }
+                    }
                     None => { notices = None; Event::Tick }
                 },
                 Some(request) = self.requests_rx.recv() => request,
@@ -394,6 +398,9 @@ impl Driver {
                     Some(Ok(ReleaseNotice::Resubscribed)) => {
                         self.released.notify_one();
                         batch.push(Event::Resubscribed);
+                    }
+                    Some(Ok(ReleaseNotice::HandoffRequested { lease, epoch })) => {
+                        batch.push(Event::HandoffRequested { lease, epoch });
                     }
                     _ => break,
                 }
@@ -684,6 +691,9 @@ impl Driver {
             }
             Announcement::HeldOff { remaining } => {
                 warn!(holder = %holder, remaining = ?remaining, "the lease database changed incarnation (a promoted standby, or a restored backup): no lease is taken over until every holder that trusted a renewal it lost has stopped")
+            }
+            Announcement::HandoffRequested { lease, epoch } => {
+                info!(lease = %lease, epoch, holder = %holder, "handoff requested by an operator: stopping the lease's plugins and releasing it")
             }
             Announcement::CampaignFailed { leases, error } => {
                 warn!(lease = %some(&leases), leases = leases.len(), holder = %holder, error = %error, "campaign failed")

@@ -26,6 +26,12 @@ struct Row {
     expires_at: Instant,
     /// The lease's recorded terms, oldest first, at most [`TERMS_KEPT`].
     terms: Vec<MemoryTerm>,
+    /// An operator's handoff request: the epoch whose holder is asked, and the replica to hand
+    /// over to, if any.
+    handoff: Option<(Epoch, Option<String>)>,
+    /// After a release that a handoff request named a replica for: that replica, and until when
+    /// only it may win the lease.
+    reserved: Option<(String, Instant)>,
 }
 
 /// A term as the in-memory store records it, by its clock.
@@ -82,8 +88,8 @@ pub struct MemoryStore {
     rows: Mutex<BTreeMap<String, Row>>,
     /// How calls answer ([`Health`]).
     health: AtomicU8,
-    /// Release notifications to listeners.
-    releases: broadcast::Sender<String>,
+    /// Release notifications (and handoff requests) to listeners.
+    releases: broadcast::Sender<ReleaseNotice>,
     /// Where the store's clock counts from, for [`crate::lease::DbMillis`] readings.
     origin: Instant,
     /// How far the store's clock has been stepped ahead of `tokio::time`.
@@ -203,6 +209,14 @@ impl LeaseStore for MemoryStore {
                     out.lost.push((name.clone(), Some(row.expires_at - now)));
                     continue;
                 }
+                // Reserved for another replica by a handoff: free for it alone until then.
+                Some(Row {
+                    reserved: Some((replica, until)),
+                    ..
+                }) if *until > now && !super::store::is_reserved_for(replica, holder) => {
+                    out.lost.push((name.clone(), Some(*until - now)));
+                    continue;
+                }
                 Some(row) => {
                     let (epoch, expired) = (row.epoch, row.expires_at);
                     close_term(row, epoch, expired, TermEnd::Expired);
@@ -226,6 +240,8 @@ impl LeaseStore for MemoryStore {
                 ttl,
                 expires_at: now + ttl,
                 terms,
+                handoff: None,
+                reserved: None,
             };
             rows.insert(name.clone(), row);
             out.won.push((name.clone(), epoch));
@@ -237,6 +253,7 @@ impl LeaseStore for MemoryStore {
         self.gate("renew").await?;
         let (mut rows, now) = self.rows();
         let mut landed = Vec::new();
+        let mut handoffs = Vec::new();
         for req in leases {
             if let Some(row) = rows.get_mut(&req.name)
                 && row.holder == holder
@@ -246,12 +263,16 @@ impl LeaseStore for MemoryStore {
                 row.expires_at = now + req.ttl;
                 row.ttl = req.ttl;
                 landed.push(req.name.clone());
+                if row.handoff.as_ref().is_some_and(|(e, _)| *e == row.epoch) {
+                    handoffs.push(req.name.clone());
+                }
             }
         }
         Ok(Renewed {
             landed,
             busy: Vec::new(),
             db_now: self.db_now(now),
+            handoffs,
         })
     }
 
@@ -262,12 +283,19 @@ impl LeaseStore for MemoryStore {
             Some(row) if row.holder == holder && row.epoch == epoch && row.expires_at > now => {
                 row.expires_at = now;
                 close_term(row, epoch, now, TermEnd::Released);
+                // A handoff to a named replica reserves the lease for it for one ttl.
+                row.reserved = match row.handoff.take() {
+                    Some((asked, Some(to))) if asked == epoch => Some((to, now + row.ttl)),
+                    _ => None,
+                };
                 true
             }
             _ => false,
         };
         if released {
-            let _ = self.releases.send(name.to_string());
+            let _ = self
+                .releases
+                .send(ReleaseNotice::Released(name.to_string()));
         }
         Ok(released)
     }
@@ -280,14 +308,41 @@ impl LeaseStore for MemoryStore {
                 row.expires_at = now;
                 let epoch = row.epoch;
                 close_term(row, epoch, now, TermEnd::Forced);
+                row.handoff = None;
+                row.reserved = None;
                 Some((row.holder.clone(), epoch))
             }
             _ => None,
         };
         if released.is_some() {
-            let _ = self.releases.send(name.to_string());
+            let _ = self
+                .releases
+                .send(ReleaseNotice::Released(name.to_string()));
         }
         Ok(released)
+    }
+
+    async fn request_handoff(
+        &self,
+        name: &str,
+        to: Option<&str>,
+    ) -> Result<Option<LeaseRecord>, StoreError> {
+        self.gate("request handoff").await?;
+        let (mut rows, now) = self.rows();
+        let asked = match rows.get_mut(name) {
+            Some(row) if row.expires_at > now => {
+                row.handoff = Some((row.epoch, to.map(str::to_string)));
+                Some(Self::record(name, row, now))
+            }
+            _ => None,
+        };
+        if let Some(record) = &asked {
+            let _ = self.releases.send(ReleaseNotice::HandoffRequested {
+                lease: name.to_string(),
+                epoch: record.epoch,
+            });
+        }
+        Ok(asked)
     }
 
     async fn get(&self, names: &[String]) -> Result<Vec<LeaseRecord>, StoreError> {
@@ -410,7 +465,7 @@ impl LeaseStore for MemoryStore {
                 let notice = tokio::select! {
                     _ = shutdown.cancelled() => return,
                     r = sub.recv() => match r {
-                        Ok(name) => ReleaseNotice::Released(name),
+                        Ok(notice) => notice,
                         Err(broadcast::error::RecvError::Lagged(_)) => ReleaseNotice::Resubscribed,
                         Err(broadcast::error::RecvError::Closed) => return,
                     },

@@ -31,6 +31,10 @@ use listen::{Logs, Received, Subscription};
 /// The channel releases are announced on; the payload is the lease name.
 pub const RELEASE_CHANNEL: &str = "leasehold_released";
 
+/// The channel handoff requests are announced on ([`LeaseStore::request_handoff`]); the payload
+/// is the epoch whose holder is asked and the lease name, separated by a space.
+pub const HANDOFF_CHANNEL: &str = "leasehold_handoff";
+
 /// What every channel of leasehold's own starts with ([`RELEASE_CHANNEL`]): a plugin's
 /// `[events]` may name none of them, so it cannot listen on the host's channels with the
 /// host's connection, whatever channels are added later.
@@ -411,7 +415,7 @@ impl LeaseStore for PostgresStore {
         // (DESIGN §1.7). Those still ours by the statement's snapshot come back as busy, for a
         // renewal of their own. Expiry is judged by clock_timestamp() once the row is locked. The
         // last row (no name) carries the clock's reading when nothing landed.
-        let rows: Vec<(Option<String>, bool, DbMillis)> = sqlx::query_as(statements::RENEW)
+        let rows: Vec<(Option<String>, bool, bool, DbMillis)> = sqlx::query_as(statements::RENEW)
             .bind(holder)
             .bind(&names)
             .bind(&epochs)
@@ -420,10 +424,15 @@ impl LeaseStore for PostgresStore {
             .await
             .map_err(StoreError::query("renew"))?;
         let mut renewed = Renewed::default();
-        for (name, landed, db_now) in rows {
+        for (name, landed, handoff, db_now) in rows {
             renewed.db_now = Some(renewed.db_now.map_or(db_now, |t| t.max(db_now)));
             match (name, landed) {
-                (Some(name), true) => renewed.landed.push(name),
+                (Some(name), true) => {
+                    if handoff {
+                        renewed.handoffs.push(name.clone());
+                    }
+                    renewed.landed.push(name)
+                }
                 (Some(name), false) => renewed.busy.push(name),
                 (None, _) => {}
             }
@@ -449,18 +458,20 @@ impl LeaseStore for PostgresStore {
         .execute(&mut *tx)
         .await
         .map_err(err)?;
-        let (landed, db_now): (bool, DbMillis) = sqlx::query_as(statements::RENEW_ONE)
-            .bind(&lease.name)
-            .bind(holder)
-            .bind(lease.epoch)
-            .bind(ttl_ms)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(err)?;
+        let (landed, handoff, db_now): (bool, bool, DbMillis) =
+            sqlx::query_as(statements::RENEW_ONE)
+                .bind(&lease.name)
+                .bind(holder)
+                .bind(lease.epoch)
+                .bind(ttl_ms)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(err)?;
         tx.commit().await.map_err(err)?;
         Ok(RenewedOne {
             landed,
             db_now: Some(db_now),
+            handoff,
         })
     }
 
@@ -495,9 +506,12 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError> {
+        // A forced release ends any handoff under way: nobody is reserved the lease.
         sqlx::query_as(
             "WITH released AS (
-                UPDATE leasehold_leases SET expires_at = clock_timestamp()
+                UPDATE leasehold_leases SET expires_at = clock_timestamp(),
+                       handoff_epoch = NULL, handoff_to = NULL,
+                       reserved_for = NULL, reserved_until = NULL
                  WHERE name = $1 AND expires_at > clock_timestamp()
                 RETURNING name, holder, epoch),
              ended AS (
@@ -511,6 +525,29 @@ impl LeaseStore for PostgresStore {
         .fetch_optional(&self.observers)
         .await
         .map_err(StoreError::query("force release"))
+    }
+
+    async fn request_handoff(
+        &self,
+        name: &str,
+        to: Option<&str>,
+    ) -> Result<Option<LeaseRecord>, StoreError> {
+        // An operator's statement: on the observers' connections. The notification goes out when
+        // (and only if) the request commits.
+        let row: Option<RecordRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "WITH asked AS (
+                UPDATE leasehold_leases SET handoff_epoch = epoch, handoff_to = $2
+                 WHERE name = $1 AND expires_at > clock_timestamp()
+                RETURNING {RECORD_COLUMNS})
+             SELECT asked.* FROM asked, pg_notify($3, asked.epoch || ' ' || asked.name) AS n"
+        )))
+        .bind(name)
+        .bind(to)
+        .bind(HANDOFF_CHANNEL)
+        .fetch_optional(&self.observers)
+        .await
+        .map_err(StoreError::query("request handoff"))?;
+        Ok(row.map(to_record))
     }
 
     async fn get(&self, names: &[String]) -> Result<Vec<LeaseRecord>, StoreError> {
@@ -618,7 +655,16 @@ impl LeaseStore for PostgresStore {
     }
 }
 
-/// Forwards release notifications until `shutdown`, reconnecting with backoff after a lost
+/// A handoff notification's payload (`EPOCH NAME`) as a notice; `None` for another text.
+fn handoff_notice(payload: &str) -> Option<ReleaseNotice> {
+    let (epoch, lease) = payload.split_once(' ')?;
+    Some(ReleaseNotice::HandoffRequested {
+        lease: lease.to_string(),
+        epoch: epoch.parse().ok()?,
+    })
+}
+
+/// Forwards release notifications (and handoff requests) until `shutdown`, reconnecting with backoff after a lost
 /// connection and reporting [`ReleaseNotice::Resubscribed`] each time it is listening again.
 async fn forward_releases(
     pool: PgPool,
@@ -631,10 +677,18 @@ async fn forward_releases(
         lost_connection: "release listener lost its connection; resubscribing",
         listening: None,
     };
-    let channels = vec![RELEASE_CHANNEL.to_string()];
+    let channels = vec![RELEASE_CHANNEL.to_string(), HANDOFF_CHANNEL.to_string()];
     let mut subscription = Subscription::new(pool, channels, shutdown, logs);
     while let Some(received) = subscription.next().await {
         let notice = match received {
+            Received::Notification(n) if n.channel() == HANDOFF_CHANNEL => {
+                match handoff_notice(n.payload()) {
+                    Some(notice) => notice,
+                    // Not ours to read (sent by hand): the holder still learns of a real
+                    // request from its next renewal.
+                    None => continue,
+                }
+            }
             Received::Notification(n) => ReleaseNotice::Released(n.payload().to_string()),
             Received::Resubscribed => ReleaseNotice::Resubscribed,
         };

@@ -2,9 +2,13 @@
 //! "database clock" is the machine's boot clock ([`MachineClock`]), which every process and
 //! container on the machine shares and which no `date -s` or NTP step can move. Each statement
 //! reads it after taking SQLite's write lock (`BEGIN IMMEDIATE`), so a statement that queued for
-//! the lock judges expiry by the time it runs. There are no notifications, so standbys rely on
-//! polling. The lease loop's statements have connections nobody else takes: reads for display
-//! and operators' statements go to a pool of their own (WAL readers never block the writer).
+//! the lock judges expiry by the time it runs. SQLite has no notifications: a release wakes the
+//! standbys through the event file beside the lease file ([`events`]), which every replica
+//! watches, so a handoff takes milliseconds here too; polling covers a wake-up missed. The lease
+//! loop's statements have connections nobody else takes: reads for display and operators'
+//! statements go to a pool of their own (WAL readers never block the writer).
+
+pub mod events;
 
 use std::path::Path;
 use std::time::Duration;
@@ -24,6 +28,7 @@ use super::store::{
 };
 use super::store::{TermRow, to_term};
 use super::url::DatabaseUrl;
+use events::{EventFile, Wakeup};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
@@ -106,6 +111,8 @@ pub struct SqliteStore {
     observers: SqlitePool,
     /// The clock expiry is judged by.
     clock: &'static MachineClock,
+    /// Where releases and handoff requests are announced to the other replicas of the file.
+    events: EventFile,
 }
 
 /// Connections for reads and operators' statements: `/status` reads through one refresh at a
@@ -129,6 +136,7 @@ impl SqliteStore {
             });
         };
         create_private(path);
+        let events = EventFile::beside(path);
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -157,10 +165,16 @@ impl SqliteStore {
                             .max_connections(OBSERVERS)
                             .acquire_timeout(connect_timeout)
                             .connect_lazy_with(options.clone());
+                        // After the lease file: it takes that file's permissions. Without it
+                        // standbys poll, so a failure is reported and not fatal.
+                        if let Err(error) = events.create() {
+                            warn!(%error, "release wake-ups are off: standbys of this SQLite file will take a released lease at its old expiry");
+                        }
                         return Ok(SqliteStore {
                             pool,
                             observers,
                             clock,
+                            events,
                         });
                     }
                     Err(source) => StoreError::Migrate {
@@ -377,6 +391,14 @@ impl SqliteStore {
     async fn write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
         self.pool.begin_with("BEGIN IMMEDIATE").await
     }
+
+    /// Tells the other replicas of the file, once the statement that made `wakeups` committed. A
+    /// failure costs them only the wait for the holder's old expiry (or a poll): it is logged.
+    fn announce(&self, wakeups: &[Wakeup]) {
+        if let Err(error) = self.events.announce(wakeups) {
+            debug!(%error, "announcing to the other replicas failed; they will poll");
+        }
+    }
 }
 
 #[async_trait]
@@ -432,9 +454,17 @@ impl LeaseStore for SqliteStore {
                 SET holder = excluded.holder, epoch = leasehold_leases.epoch + 1,
                     acquired_at_ms = excluded.acquired_at_ms, renewed_at_ms = excluded.renewed_at_ms,
                     expires_at_ms = excluded.expires_at_ms, ttl_ms = excluded.ttl_ms,
-                    boot = excluded.boot
-                WHERE leasehold_leases.expires_at_ms <= excluded.acquired_at_ms
-                   OR leasehold_leases.boot <> excluded.boot
+                    boot = excluded.boot,
+                    handoff_epoch = NULL, handoff_to = NULL,
+                    reserved_for = NULL, reserved_until_ms = NULL
+                WHERE (leasehold_leases.expires_at_ms <= excluded.acquired_at_ms
+                       OR leasehold_leases.boot <> excluded.boot)
+                  AND (leasehold_leases.boot <> excluded.boot
+                       OR leasehold_leases.reserved_for IS NULL
+                       OR leasehold_leases.reserved_until_ms <= excluded.acquired_at_ms
+                       OR leasehold_leases.reserved_for = ?2
+                       OR (length(?2) > 9
+                           AND substr(?2, 1, length(?2) - 9) = leasehold_leases.reserved_for))
              RETURNING name, epoch",
         )
         .bind(&names_json)
@@ -448,14 +478,21 @@ impl LeaseStore for SqliteStore {
         if !won.is_empty() {
             open_terms(&mut tx, holder, &won, wall).await.map_err(err)?;
         }
-        // Every lease not won is held (by this boot's clock) until its expiry.
+        // Every lease not won is held (by this boot's clock) until its expiry, or reserved for
+        // another replica by a handoff until the reservation ends (`?4` is the holder: a
+        // reservation of ours is no wait, see `is_reserved_for`).
         let held: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT name, expires_at_ms - ?2 FROM leasehold_leases
-              WHERE name IN (SELECT value FROM json_each(?1)) AND boot = ?3 AND expires_at_ms > ?2",
+            "SELECT name, max(expires_at_ms, CASE WHEN reserved_for IS NOT NULL
+                          AND reserved_for <> ?4
+                          AND NOT (length(?4) > 9 AND substr(?4, 1, length(?4) - 9) = reserved_for)
+                         THEN coalesce(reserved_until_ms, 0) ELSE 0 END) - ?2 AS wait
+               FROM leasehold_leases
+              WHERE name IN (SELECT value FROM json_each(?1)) AND boot = ?3 AND wait > 0",
         )
         .bind(&names_json)
         .bind(now)
         .bind(self.clock.boot_id())
+        .bind(holder)
         .fetch_all(&mut *tx)
         .await
         .map_err(err)?;
@@ -489,7 +526,7 @@ impl LeaseStore for SqliteStore {
         let mut tx = self.write().await.map_err(err)?;
         let now = self.clock.now_ms();
         // SQLite locks the whole file, never a row: nothing is ever busy.
-        let landed = sqlx::query_scalar(
+        let landed: Vec<(String, bool)> = sqlx::query_as(
             "UPDATE leasehold_leases
                 SET renewed_at_ms = ?3, expires_at_ms = ?3 + r.ttl_ms, ttl_ms = r.ttl_ms
                FROM (SELECT value ->> '$.name' AS name, value ->> '$.epoch' AS epoch,
@@ -497,7 +534,7 @@ impl LeaseStore for SqliteStore {
               WHERE leasehold_leases.name = r.name AND leasehold_leases.holder = ?1
                 AND leasehold_leases.epoch = r.epoch AND leasehold_leases.expires_at_ms > ?3
                 AND leasehold_leases.boot = ?4
-             RETURNING name",
+             RETURNING name, coalesce(handoff_epoch = epoch, 0)",
         )
         .bind(holder)
         .bind(serde_json::Value::Array(batch).to_string())
@@ -507,10 +544,16 @@ impl LeaseStore for SqliteStore {
         .await
         .map_err(err)?;
         tx.commit().await.map_err(err)?;
+        let handoffs = landed
+            .iter()
+            .filter(|(_, handoff)| *handoff)
+            .map(|(name, _)| name.clone())
+            .collect();
         Ok(Renewed {
-            landed,
+            landed: landed.into_iter().map(|(name, _)| name).collect(),
             busy: Vec::new(),
             db_now: Some(now),
+            handoffs,
         })
     }
 
@@ -532,8 +575,14 @@ impl LeaseStore for SqliteStore {
         let now = self.clock.now_ms();
         let mut released = Vec::new();
         for (name, epoch) in leases {
+            // A handoff request of this term that named a replica reserves the lease for it for
+            // one ttl; any request is done with.
             let done = sqlx::query(
-                "UPDATE leasehold_leases SET expires_at_ms = ?4
+                "UPDATE leasehold_leases SET expires_at_ms = ?4,
+                        reserved_for = CASE WHEN handoff_epoch = epoch THEN handoff_to END,
+                        reserved_until_ms = CASE WHEN handoff_epoch = epoch
+                            AND handoff_to IS NOT NULL THEN ?4 + ttl_ms END,
+                        handoff_epoch = NULL, handoff_to = NULL
                   WHERE name = ?1 AND holder = ?2 AND epoch = ?3 AND expires_at_ms > ?4 AND boot = ?5",
             )
             .bind(name)
@@ -549,6 +598,8 @@ impl LeaseStore for SqliteStore {
             }
         }
         tx.commit().await.map_err(err)?;
+        let wakeups: Vec<Wakeup> = released.iter().cloned().map(Wakeup::Released).collect();
+        self.announce(&wakeups);
         Ok(released)
     }
 
@@ -560,8 +611,10 @@ impl LeaseStore for SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(err)?;
+        // A forced release ends any handoff under way: nobody is reserved the lease.
         let released = sqlx::query_as(
-            "UPDATE leasehold_leases SET expires_at_ms = ?2
+            "UPDATE leasehold_leases SET expires_at_ms = ?2, handoff_epoch = NULL,
+                    handoff_to = NULL, reserved_for = NULL, reserved_until_ms = NULL
               WHERE name = ?1 AND expires_at_ms > ?2 AND boot = ?3
              RETURNING holder, epoch",
         )
@@ -577,7 +630,45 @@ impl LeaseStore for SqliteStore {
                 .map_err(err)?;
         }
         tx.commit().await.map_err(err)?;
+        if released.is_some() {
+            self.announce(&[Wakeup::Released(name.to_string())]);
+        }
         Ok(released)
+    }
+
+    async fn request_handoff(
+        &self,
+        name: &str,
+        to: Option<&str>,
+    ) -> Result<Option<LeaseRecord>, StoreError> {
+        let err = StoreError::query("request handoff");
+        // An operator's statement: on the observers' connections, never the lease loop's.
+        let mut tx = self
+            .observers
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(err)?;
+        let asked: Option<RecordRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "UPDATE leasehold_leases SET handoff_epoch = epoch, handoff_to = ?4
+              WHERE name = ?1 AND expires_at_ms > ?2 AND boot = ?3
+             RETURNING {RECORD_COLUMNS}"
+        )))
+        .bind(name)
+        .bind(self.clock.now_ms())
+        .bind(self.clock.boot_id())
+        .bind(to)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        let asked = asked.map(to_record);
+        if let Some(record) = &asked {
+            self.announce(&[Wakeup::Handoff {
+                lease: name.to_string(),
+                epoch: record.epoch,
+            }]);
+        }
+        Ok(asked)
     }
 
     async fn get(&self, names: &[String]) -> Result<Vec<LeaseRecord>, StoreError> {
@@ -738,8 +829,14 @@ impl LeaseStore for SqliteStore {
 
     fn listen_releases(
         &self,
-        _shutdown: CancellationToken,
+        shutdown: CancellationToken,
     ) -> Option<mpsc::Receiver<ReleaseNotice>> {
-        None
+        match self.events.listen(shutdown) {
+            Ok(rx) => Some(rx),
+            Err(error) => {
+                warn!(%error, "release wake-ups are off: a released lease is taken at its old expiry, or at the next poll");
+                None
+            }
+        }
     }
 }

@@ -117,6 +117,9 @@ pub struct Renewed {
     pub busy: Vec<String>,
     /// The database's clock while the statement ran; `None` when the backend cannot tell.
     pub db_now: Option<DbMillis>,
+    /// The leases of `landed` whose holder an operator asked to hand them over
+    /// ([`LeaseStore::request_handoff`]): release them in order now.
+    pub handoffs: Vec<String>,
 }
 
 /// What the renewal of one lease found.
@@ -126,6 +129,8 @@ pub struct RenewedOne {
     pub landed: bool,
     /// The database's clock while the statement ran; `None` when the backend cannot tell.
     pub db_now: Option<DbMillis>,
+    /// Whether an operator asked this holder to hand the lease over (with `landed` only).
+    pub handoff: bool,
 }
 
 /// A live member of a lease group, as [`LeaseStore::heartbeat`] found it.
@@ -202,6 +207,14 @@ pub enum ReleaseNotice {
     Released(String),
     /// The listener (re)connected; notifications may have been missed, so campaign for everything.
     Resubscribed,
+    /// An operator asked the holder of `lease` at `epoch` to hand it over
+    /// ([`LeaseStore::request_handoff`]): if that is this replica, release it in order now.
+    HandoffRequested {
+        /// The lease.
+        lease: String,
+        /// The epoch whose holder is asked; a later term of the lease is not concerned.
+        epoch: Epoch,
+    },
 }
 
 /// Why a store call failed.
@@ -350,6 +363,18 @@ pub(crate) fn to_term(
     })
 }
 
+/// Whether the campaigning `holder` is the replica a lease is `reserved` for: its holder id, or
+/// its replica id (the holder id without the `-xxxxxxxx` suffix of [`super::HolderId`]). The
+/// SQL stores say the same in their campaign statements.
+pub fn is_reserved_for(reserved: &str, holder: &str) -> bool {
+    holder == reserved
+        || holder
+            .len()
+            .checked_sub(9)
+            .and_then(|cut| holder.get(..cut).zip(holder.get(cut..)))
+            .is_some_and(|(replica, suffix)| replica == reserved && suffix.starts_with('-'))
+}
+
 /// Milliseconds of a TTL as stored; refuses values a BIGINT interval cannot express.
 pub(crate) fn ttl_ms(ttl: Duration) -> Result<i64, StoreError> {
     match i64::try_from(ttl.as_millis()) {
@@ -411,6 +436,7 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
         Ok(RenewedOne {
             landed: renewed.landed.contains(&lease.name),
             db_now: renewed.db_now,
+            handoff: renewed.handoffs.contains(&lease.name),
         })
     }
 
@@ -440,6 +466,18 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
     /// acquisition still gets epoch + 1), and tells listening standbys. Returns the holder and
     /// epoch it had, or `None` when nobody held it.
     async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError>;
+
+    /// An operator's graceful step-down: asks the holder of `name` (at its current epoch) to
+    /// release it in order now, and tells it through the release listener; it also learns of it
+    /// from its next renewal ([`Renewed::handoffs`]). With `to`, the holder's release reserves
+    /// the lease for that replica (its replica id, or a holder id) for one ttl of the lease:
+    /// campaigns of other replicas win it only after that. Returns the row as it was asked, or
+    /// `None` when nobody holds the lease.
+    async fn request_handoff(
+        &self,
+        name: &str,
+        to: Option<&str>,
+    ) -> Result<Option<LeaseRecord>, StoreError>;
 
     /// The rows for `names` that exist.
     async fn get(&self, names: &[String]) -> Result<Vec<LeaseRecord>, StoreError>;
@@ -475,9 +513,10 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
     /// A cheap round trip, for readiness.
     async fn ping(&self) -> Result<(), StoreError>;
 
-    /// Starts a listener for releases by other replicas, if the backend can notify. It runs until
-    /// `shutdown` and reconnects by itself; backends without notifications return `None` and
-    /// standbys rely on polling.
+    /// Starts a listener for releases by other replicas (and handoff requests), if the backend
+    /// can notify: PostgreSQL's `LISTEN`, the event file beside a SQLite lease file. It runs
+    /// until `shutdown` and reconnects by itself; `None` when it cannot listen, and standbys then
+    /// rely on polling, as they do for any wake-up missed.
     fn listen_releases(&self, shutdown: CancellationToken)
     -> Option<mpsc::Receiver<ReleaseNotice>>;
 }

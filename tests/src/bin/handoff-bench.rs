@@ -1,6 +1,9 @@
 //! Measures leadership handoff between real `leasehold` processes on a real PostgreSQL:
 //! - graceful: SIGTERM to the leader → the next holder's plugin runs its first call;
-//! - crash: SIGKILL to the leader → the same (the ttl must run out first).
+//! - crash: SIGKILL to the leader → the same (the ttl must run out first);
+//!
+//! then the graceful trials again on one SQLite file (`BENCH_SQLITE_TRIALS`, default 30), and
+//! a table of the release → acquired part on both stores.
 //!
 //! Each is read from the processes' own log timestamps (the signal's time from this process's
 //! clock, the same wall clock), so no polling of `/status` loads the machine during a handoff.
@@ -126,10 +129,115 @@ async fn first_call(
     }
 }
 
+/// The figures of one store's trials, from the processes' own log timestamps.
+#[derive(Default)]
+struct Trials {
+    /// SIGTERM -> the next holder's plugin running.
+    graceful: Vec<Duration>,
+    /// Of which: the signal -> the old holder's `lease released`.
+    release_part: Vec<Duration>,
+    /// Of which: `lease released` -> the new holder's `lease acquired`.
+    takeover_part: Vec<Duration>,
+    /// `lease acquired` -> the plugin's first call, every trial.
+    activation: Vec<Duration>,
+    /// SIGKILL -> the next holder's plugin running.
+    crash: Vec<Duration>,
+}
+
+/// Runs `graceful_trials` SIGTERM and `crash_trials` SIGKILL trials between three replicas
+/// started with `args` (named `{prefix}0`, …), starting a fresh replica after each.
+async fn run_trials(
+    prefix: &str,
+    args: &[&str],
+    ttl: Duration,
+    graceful_trials: usize,
+    crash_trials: usize,
+) -> anyhow::Result<Trials> {
+    let mut hosts: Vec<Host> = Vec::new();
+    for i in 0..3 {
+        hosts.push(Host::start(&format!("{prefix}{i}"), args).await?);
+    }
+    let mut next_name = 3;
+    let client = reqwest::Client::new();
+    let mut out = Trials::default();
+    for (kind, trials) in [("TERM", graceful_trials), ("KILL", crash_trials)] {
+        for trial in 0..trials {
+            let leader = wait_leader(&client, &hosts, ttl * 5).await?;
+            // Let the replacement replica finish its first campaign so every standby is idle;
+            // then a delay anywhere within a renewal interval, so that signals do not keep the
+            // same phase to the holder's renewals (a crash just after a renewal costs a full ttl).
+            let phase = ttl / 3 * (trial as u32 % 10) / 10;
+            tokio::time::sleep(Duration::from_millis(300) + phase).await;
+            let mut old = hosts.remove(leader);
+            let epoch = last_epoch(&old.log_text()).context("the holder's epoch")?;
+            let from: Vec<usize> = hosts.iter().map(|h| h.log_len()).collect();
+            let sent = now_time_of_day();
+            old.signal(kind)?;
+            let (running, new) = first_call(&hosts, &from, epoch + 1, ttl * 5)
+                .await
+                .with_context(|| format!("{prefix}: {kind} trial {trial}"))?;
+            let took = Duration::from_secs_f64((running - sent).max(0.0));
+            old.wait_exit(Duration::from_secs(30)).await?;
+            let new_log = hosts[new].log_text();
+            let acquired = last_log_time(&new_log, "lease acquired");
+            if let Some(acq) = acquired {
+                out.activation
+                    .push(Duration::from_secs_f64((running - acq).max(0.0)));
+            }
+            if kind == "TERM" {
+                out.graceful.push(took);
+                if let (Some(rel), Some(acq)) =
+                    (log_time(&old.log_text(), "lease released"), acquired)
+                {
+                    out.release_part
+                        .push(Duration::from_secs_f64((rel - sent).max(0.0)));
+                    out.takeover_part
+                        .push(Duration::from_secs_f64((acq - rel).max(0.0)));
+                }
+            } else {
+                out.crash.push(took);
+            }
+            hosts.push(Host::start(&format!("{prefix}{next_name}"), args).await?);
+            next_name += 1;
+        }
+    }
+    Ok(out)
+}
+
+/// Prints one store's figures.
+fn print_trials(trials: &mut Trials) {
+    let lines = [
+        summary(
+            "graceful handoff (SIGTERM -> the next holder's plugin running)",
+            &mut trials.graceful,
+        ),
+        summary(
+            "  of which signal -> released  (old holder's log)",
+            &mut trials.release_part,
+        ),
+        summary(
+            "  of which released -> acquired (new holder's log)",
+            &mut trials.takeover_part,
+        ),
+        summary(
+            "  and acquired -> plugin running, every trial (new holder's log)",
+            &mut trials.activation,
+        ),
+        summary(
+            "crash failover   (SIGKILL -> the next holder's plugin running)",
+            &mut trials.crash,
+        ),
+    ];
+    for line in lines {
+        println!("{line}");
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let graceful_trials = env_count("BENCH_TRIALS", 30);
     let crash_trials = env_count("BENCH_CRASH_TRIALS", 20);
+    let sqlite_trials = env_count("BENCH_SQLITE_TRIALS", 30);
     let ttl = env_duration("BENCH_TTL", Duration::from_secs(2))?;
     let db = Db::new(Backend::Postgres).await?;
     let url = db.url().context("postgres url")?;
@@ -152,90 +260,35 @@ async fn main() -> anyhow::Result<()> {
         "--plugins",
         plugin_path.as_str(),
     ];
-    let mut hosts: Vec<Host> = Vec::new();
-    for i in 0..3 {
-        hosts.push(Host::start(&format!("r{i}"), &args).await?);
-    }
-    let mut next_name = 3;
-    let client = reqwest::Client::new();
     println!(
         "handoff benchmark: 3 replicas on PostgreSQL, ttl {ttl:?}, {graceful_trials} graceful and {crash_trials} crash trials; leasehold {}",
         leasehold_tests::host::binary()?.display()
     );
+    let mut postgres = run_trials("r", &args, ttl, graceful_trials, crash_trials).await?;
+    print_trials(&mut postgres);
 
-    let mut graceful = Vec::new();
-    let mut crash = Vec::new();
-    // From the processes' own log timestamps: the old holder's release, the new holder's campaign
-    // and its plugin's first call.
-    let mut release_part = Vec::new();
-    let mut takeover_part = Vec::new();
-    let mut activation = Vec::new();
-    for (kind, trials) in [("TERM", graceful_trials), ("KILL", crash_trials)] {
-        for trial in 0..trials {
-            let leader = wait_leader(&client, &hosts, ttl * 5).await?;
-            // Let the replacement replica finish its first campaign so every standby is idle;
-            // then a delay anywhere within a renewal interval, so that signals do not keep the
-            // same phase to the holder's renewals (a crash just after a renewal costs a full ttl).
-            let phase = ttl / 3 * (trial as u32 % 10) / 10;
-            tokio::time::sleep(Duration::from_millis(300) + phase).await;
-            let mut old = hosts.remove(leader);
-            let epoch = last_epoch(&old.log_text()).context("the holder's epoch")?;
-            let from: Vec<usize> = hosts.iter().map(|h| h.log_len()).collect();
-            let sent = now_time_of_day();
-            old.signal(kind)?;
-            let (running, new) = first_call(&hosts, &from, epoch + 1, ttl * 5)
-                .await
-                .with_context(|| format!("{kind} trial {trial}"))?;
-            let took = Duration::from_secs_f64((running - sent).max(0.0));
-            old.wait_exit(Duration::from_secs(30)).await?;
-            let new_log = hosts[new].log_text();
-            let acquired = last_log_time(&new_log, "lease acquired");
-            if let Some(acq) = acquired {
-                activation.push(Duration::from_secs_f64((running - acq).max(0.0)));
-            }
-            if kind == "TERM" {
-                graceful.push(took);
-                if let (Some(rel), Some(acq)) =
-                    (log_time(&old.log_text(), "lease released"), acquired)
-                {
-                    release_part.push(Duration::from_secs_f64((rel - sent).max(0.0)));
-                    takeover_part.push(Duration::from_secs_f64((acq - rel).max(0.0)));
-                }
-            } else {
-                crash.push(took);
-            }
-            hosts.push(Host::start(&format!("r{next_name}"), &args).await?);
-            next_name += 1;
-        }
-    }
-    let lines = [
-        summary(
-            "graceful handoff (SIGTERM -> the next holder's plugin running)",
-            &mut graceful,
-        ),
-        summary(
-            "  of which signal -> released  (old holder's log)",
-            &mut release_part,
-        ),
-        summary(
-            "  of which released -> acquired (new holder's log)",
-            &mut takeover_part,
-        ),
-        summary(
-            "  and acquired -> plugin running, every trial (new holder's log)",
-            &mut activation,
-        ),
-        summary(
-            "crash failover   (SIGKILL -> the next holder's plugin running)",
-            &mut crash,
-        ),
+    // The same graceful trials on one SQLite file (the default store, `make run`): the release
+    // wakes the standbys through the event file beside it.
+    let sqlite_dir = tempfile::tempdir()?;
+    let sqlite_url = format!("sqlite:{}", sqlite_dir.path().join("leases.db").display());
+    let sqlite_args = [
+        "--database-url",
+        sqlite_url.as_str(),
+        "--ttl",
+        ttl_text.as_str(),
+        "--plugins",
+        plugin_path.as_str(),
     ];
-    for line in lines {
-        println!("{line}");
-    }
-    // etcd's trials run on their own: no leasehold replica renewing or ticking beside them.
-    drop(hosts);
-    let leasehold = Figures { graceful, crash };
+    println!(
+        "handoff benchmark: 3 replicas on one SQLite file, ttl {ttl:?}, {sqlite_trials} graceful trials"
+    );
+    let mut sqlite = run_trials("s", &sqlite_args, ttl, sqlite_trials, 0).await?;
+    print_trials(&mut sqlite);
+
+    let leasehold = Figures {
+        graceful: postgres.graceful,
+        crash: postgres.crash,
+    };
     let etcd = if std::env::var("BENCH_ETCD").as_deref() == Ok("0") {
         println!("etcd lock: not measured (BENCH_ETCD=0)");
         None
@@ -246,7 +299,22 @@ async fn main() -> anyhow::Result<()> {
         Some(etcd_trials(graceful_trials, crash_trials, ttl).await?)
     };
     print_table(&leasehold, etcd.as_ref());
+    print_stores(&postgres.takeover_part, &sqlite.takeover_part);
     Ok(())
+}
+
+/// The handoff's own part on each store, side by side: the old holder's release to the new
+/// holder's acquisition, both from their logs.
+fn print_stores(postgres: &[Duration], sqlite: &[Duration]) {
+    let figure = "released -> acquired, old holder's log -> new holder's";
+    let (pg, lite) = (median_p99_max(postgres), median_p99_max(sqlite));
+    let (w0, w1) = (figure.len(), pg.len().max("PostgreSQL".len()));
+    println!();
+    println!(
+        "{:<w0$} | {:<w1$} | SQLite",
+        "figure (median / p99 / max)", "PostgreSQL"
+    );
+    println!("{figure:<w0$} | {pg:<w1$} | {lite}");
 }
 
 /// One system's handoff times: graceful handoffs and crash failovers.

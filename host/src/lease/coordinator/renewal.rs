@@ -29,9 +29,14 @@ impl Coordinator {
                     renewed.landed.iter().map(String::as_str).collect();
                 let busy: std::collections::HashSet<&str> =
                     renewed.busy.iter().map(String::as_str).collect();
+                let handoffs: std::collections::HashSet<&str> =
+                    renewed.handoffs.iter().map(String::as_str).collect();
                 for (name, epoch) in batch {
                     if landed.contains(name.as_str()) {
                         self.renewal_landed(&name, epoch, sent, now, fx);
+                        if handoffs.contains(name.as_str()) {
+                            self.hand_over(&name, epoch, fx);
+                        }
                     } else if busy.contains(name.as_str()) {
                         self.renew_alone(&name, epoch, now, fx);
                     } else {
@@ -70,6 +75,9 @@ impl Coordinator {
                 self.observe_clock(sent, now, one.db_now, fx);
                 if one.landed {
                     self.renewal_landed(lease, epoch, sent, now, fx);
+                    if one.handoff {
+                        self.hand_over(lease, epoch, fx);
+                    }
                 } else {
                     self.renewal_rejected(lease, epoch, now, fx);
                 }

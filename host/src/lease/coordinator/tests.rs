@@ -154,6 +154,7 @@ fn renew_done(landed: &[&str]) -> Event {
             landed: names(landed),
             busy: Vec::new(),
             db_now: None,
+            handoffs: Vec::new(),
         }),
     }
 }
@@ -619,6 +620,7 @@ fn renewed(landed: &[&str], busy: &[&str], db_now: Option<DbMillis>) -> Event {
             landed: names(landed),
             busy: names(busy),
             db_now,
+            handoffs: Vec::new(),
         }),
     }
 }
@@ -629,6 +631,7 @@ fn renewed_alone(lease: &str, result: Result<bool, String>) -> Event {
         result: result.map(|landed| RenewedOne {
             landed,
             db_now: None,
+            handoff: false,
         }),
     }
 }
@@ -1344,4 +1347,141 @@ fn a_shard_stepped_down_from_and_given_back_by_its_group_is_campaigned_for_at_on
     // Its new owner left again at once, and the plan gives the shard back: no poll's wait.
     let fx = c.step(assign("orders/3", true), t0 + ms(30));
     assert_eq!(campaigns(&fx), ["orders/3"]);
+}
+
+/// The ordered release a handoff request starts: the term ends and is awaited, then the release,
+/// then a standby that holds off a poll.
+fn assert_hands_over(c: &mut Coordinator, fx: &[Effect], lease: &str, epoch: Epoch, at: Instant) {
+    assert!(
+        announced(
+            fx,
+            &Announcement::HandoffRequested {
+                lease: lease.into(),
+                epoch
+            }
+        ),
+        "{fx:?}"
+    );
+    assert_eq!(end_terms(fx), [(lease, epoch, EndReason::Releasing, true)]);
+    assert!(
+        releases(fx).is_empty(),
+        "no release before the plugins stopped"
+    );
+    let fx = c.step(
+        Event::TermStopped {
+            lease: lease.into(),
+            epoch,
+        },
+        at + ms(5),
+    );
+    assert_eq!(releases(&fx), [(lease, epoch)]);
+    let released = at + ms(10);
+    let fx = c.step(
+        Event::ReleaseDone {
+            lease: lease.into(),
+            result: Ok(true),
+        },
+        released,
+    );
+    assert!(campaigns(&fx).is_empty(), "{fx:?}");
+    assert_eq!(c.view(lease), Some((Role::Standby, None)));
+    // Its own release notice does not bring the lease straight back.
+    let echo = Event::ReleasedElsewhere {
+        lease: lease.into(),
+    };
+    assert!(campaigns(&c.step(echo, released + ms(1))).is_empty());
+    assert!(campaigns(&c.step(Event::Tick, released + ms(2999))).is_empty());
+}
+
+#[test]
+fn a_handoff_request_for_the_held_epoch_stops_the_plugins_then_releases_and_holds_off() {
+    let t0 = Instant::now();
+    let mut c = leader("a", 4, t0, ms(10));
+    let at = t0 + ms(300);
+    let fx = c.step(
+        Event::HandoffRequested {
+            lease: "a".into(),
+            epoch: 4,
+        },
+        at,
+    );
+    assert_hands_over(&mut c, &fx, "a", 4, at);
+}
+
+#[test]
+fn a_handoff_request_for_another_epoch_or_lease_changes_nothing() {
+    let t0 = Instant::now();
+    let mut c = leader("a", 4, t0, ms(10));
+    let before = c.next_deadline();
+    for (lease, epoch) in [("a", 3), ("a", 5), ("b", 4)] {
+        let fx = c.step(
+            Event::HandoffRequested {
+                lease: lease.into(),
+                epoch,
+            },
+            t0 + ms(300),
+        );
+        assert!(fx.is_empty(), "{lease} at {epoch}: {fx:?}");
+    }
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(4))));
+    assert_eq!(c.next_deadline(), before);
+    // A standby asked (the request raced its campaign) has nothing to give up.
+    let mut s = coordinator(&["a"], t0);
+    s.step(Event::Tick, t0);
+    s.step(campaign_done("a", Ok(None)), t0);
+    let fx = s.step(
+        Event::HandoffRequested {
+            lease: "a".into(),
+            epoch: 4,
+        },
+        t0 + ms(1),
+    );
+    assert!(fx.is_empty(), "{fx:?}");
+}
+
+#[test]
+fn a_renewal_that_reports_a_handoff_request_renews_then_hands_the_lease_over() {
+    let t0 = Instant::now();
+    let mut c = leader_of_two(t0);
+    let sent = t0 + ms(1000);
+    let (batch, _) = renewal(&c.step(Event::Tick, sent));
+    assert_eq!(batch.len(), 2);
+    let at = sent + ms(5);
+    let fx = c.step(
+        Event::RenewDone {
+            result: Ok(Renewed {
+                landed: names(&["a", "b"]),
+                busy: Vec::new(),
+                db_now: None,
+                handoffs: names(&["b"]),
+            }),
+        },
+        at,
+    );
+    assert_eq!(extensions(&fx).len(), 2, "{fx:?}");
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))), "a is kept");
+    assert_hands_over(&mut c, &fx, "b", 2, at);
+}
+
+#[test]
+fn a_lone_renewal_that_reports_a_handoff_request_hands_the_lease_over() {
+    let t0 = Instant::now();
+    let mut c = leader_of_two(t0);
+    let sent = t0 + ms(1000);
+    c.step(Event::Tick, sent);
+    let fx = c.step(renewed(&["a"], &["b"], None), sent + ms(5));
+    assert_eq!(lone_renewals(&fx).len(), 1);
+    let at = sent + ms(20);
+    let fx = c.step(
+        Event::RenewOneDone {
+            lease: "b".into(),
+            result: Ok(RenewedOne {
+                landed: true,
+                db_now: None,
+                handoff: true,
+            }),
+        },
+        at,
+    );
+    assert_hands_over(&mut c, &fx, "b", 2, at);
 }

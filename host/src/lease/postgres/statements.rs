@@ -15,6 +15,21 @@ macro_rules! db_now_ms {
     };
 }
 
+/// Whether the campaigning holder ($1) is the replica that the reservation in column `$col` is
+/// for: its holder id, or its replica id (the holder id without its `-xxxxxxxx` suffix), as
+/// [`crate::lease::store::is_reserved_for`] says.
+macro_rules! reserved_for_holder {
+    ($col:literal) => {
+        concat!(
+            "(",
+            $col,
+            " = $1 OR (length($1) > 9 AND substr($1, 1, length($1) - 9) = ",
+            $col,
+            "))"
+        )
+    };
+}
+
 /// `campaign_many`: $1 holder, $2 names, $3 ttl in ms, $4 the terms kept per lease, $5 every
 /// how many epochs they are pruned.
 ///
@@ -25,6 +40,10 @@ macro_rules! db_now_ms {
 /// term themselves, so the handoff's release is the statement it was. Every $5th epoch the
 /// lease's oldest terms are pruned, keeping $4 with the new one; the data-modifying parts all see
 /// the statement's snapshot, so `pruned` counts the terms there were before `opened`.
+///
+/// A lease a handoff reserved for another replica (`reserved_for`, until `reserved_until`) is
+/// free only once the reservation ends (`free_at`), which is the wait reported; the upsert checks
+/// the reservation again on the latest row version, and a win clears it and any handoff request.
 pub const CAMPAIGN: &str = concat!(
     "WITH cur AS (
     SELECT s.system_identifier AS system_identifier,
@@ -48,6 +67,9 @@ pub const CAMPAIGN: &str = concat!(
     RETURNING i.one_row),
  snap AS (
     SELECT r.name, k.expires_at,
+           greatest(k.expires_at, CASE WHEN k.reserved_for IS NOT NULL AND NOT ",
+    reserved_for_holder!("k.reserved_for"),
+    " THEN k.reserved_until END) AS free_at,
            greatest($3, k.ttl_ms) * interval '1 millisecond' AS hold,
            k.expires_at < k.renewed_at + k.ttl_ms * interval '1 millisecond' AS released
       FROM (SELECT DISTINCT unnest($2::text[]) AS name) AS r
@@ -64,15 +86,19 @@ pub const CAMPAIGN: &str = concat!(
     SELECT s.name, $1, greatest(1, inc.epoch_floor), clock_timestamp(), clock_timestamp(),
            clock_timestamp() + $3 * interval '1 millisecond', $3
       FROM snap AS s JOIN held_off AS h ON h.name = s.name, inc
-     WHERE (s.expires_at IS NULL OR s.expires_at <= clock_timestamp()) AND h.wait IS NULL
+     WHERE (s.free_at IS NULL OR s.free_at <= clock_timestamp()) AND h.wait IS NULL
      ORDER BY s.name
     ON CONFLICT (name) DO UPDATE
        SET holder = EXCLUDED.holder,
            epoch = greatest(l.epoch + 1, EXCLUDED.epoch), acquired_at = clock_timestamp(),
            renewed_at = clock_timestamp(),
            expires_at = clock_timestamp() + EXCLUDED.ttl_ms * interval '1 millisecond',
-           ttl_ms = EXCLUDED.ttl_ms
+           ttl_ms = EXCLUDED.ttl_ms,
+           handoff_epoch = NULL, handoff_to = NULL, reserved_for = NULL, reserved_until = NULL
        WHERE l.expires_at <= clock_timestamp()
+         AND (l.reserved_for IS NULL OR l.reserved_until <= clock_timestamp() OR ",
+    reserved_for_holder!("l.reserved_for"),
+    ")
     RETURNING l.name, l.epoch),
  opened AS (
     INSERT INTO leasehold_terms (name, epoch, holder, started_at)
@@ -91,7 +117,7 @@ pub const CAMPAIGN: &str = concat!(
          ORDER BY k.epoch DESC OFFSET $4 - 1 LIMIT 1))
  SELECT s.name, w.epoch,
         CASE WHEN w.epoch IS NULL THEN ceil(extract(epoch FROM greatest(
-            s.expires_at - clock_timestamp(), h.wait)) * 1000)::bigint END,
+            s.free_at - clock_timestamp(), h.wait)) * 1000)::bigint END,
         ceil(extract(epoch FROM h.wait) * 1000)::bigint, ",
     db_now_ms!(),
     "
@@ -99,7 +125,8 @@ pub const CAMPAIGN: &str = concat!(
    LEFT JOIN won AS w ON w.name = s.name"
 );
 
-/// `renew`: $1 holder, $2 names, $3 epochs, $4 ttls in ms.
+/// `renew`: $1 holder, $2 names, $3 epochs, $4 ttls in ms. Each renewed lease says whether an
+/// operator asked its holder to hand it over (`handoff`).
 ///
 /// `locked` takes the row locks (SKIP LOCKED) and hands the update each row's `ctid`, so the
 /// update reaches its row without a second index lookup; it still checks holder, epoch and expiry
@@ -121,38 +148,59 @@ pub const RENEW: &str = concat!(
           FROM locked AS k
          WHERE l.ctid = k.tid AND l.name = k.name AND l.holder = $1 AND l.epoch = k.epoch
            AND l.expires_at > clock_timestamp()
-        RETURNING l.name),
+        RETURNING l.name, coalesce(l.handoff_epoch = l.epoch, false) AS handoff),
      busy AS (
         SELECT l.name FROM leasehold_leases AS l JOIN r ON l.name = r.name
          WHERE (SELECT count(*) FROM renewed) < (SELECT count(*) FROM r)
            AND l.holder = $1 AND l.epoch = r.epoch AND l.expires_at > clock_timestamp()
            AND l.name NOT IN (SELECT name FROM renewed))
-     SELECT name, true, ",
+     SELECT name, true, handoff, ",
     db_now_ms!(),
     " FROM renewed
-     UNION ALL SELECT name, false, ",
+     UNION ALL SELECT name, false, false, ",
     db_now_ms!(),
     " FROM busy
-     UNION ALL SELECT NULL, false, ",
+     UNION ALL SELECT NULL, false, false, ",
     db_now_ms!()
 );
 
+/// What a release sets on row `l` besides the expiry: a handoff request of this term that named a replica
+/// reserves the lease for it for one ttl; any request is done with.
+macro_rules! release_set {
+    () => {
+        "expires_at = clock_timestamp(),
+         reserved_for = CASE WHEN l.handoff_epoch = l.epoch THEN l.handoff_to END,
+         reserved_until = CASE WHEN l.handoff_epoch = l.epoch AND l.handoff_to IS NOT NULL
+             THEN clock_timestamp() + l.ttl_ms * interval '1 millisecond' END,
+         handoff_epoch = NULL, handoff_to = NULL"
+    };
+}
+
 /// `release`: $1 name, $2 holder, $3 epoch, $4 the notification channel.
-pub const RELEASE: &str = "WITH released AS (
-                UPDATE leasehold_leases SET expires_at = clock_timestamp()
-                 WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()
-                RETURNING name)
-             SELECT name FROM released, pg_notify($4, released.name) AS n";
+pub const RELEASE: &str = concat!(
+    "WITH released AS (
+                UPDATE leasehold_leases AS l SET ",
+    release_set!(),
+    "
+                 WHERE l.name = $1 AND l.holder = $2 AND l.epoch = $3
+                   AND l.expires_at > clock_timestamp()
+                RETURNING l.name)
+             SELECT name FROM released, pg_notify($4, released.name) AS n"
+);
 
 /// `release_many`: $1 holder, $2 names, $3 their epochs, $4 the notification channel. One
 /// notification per lease released, sent when (and only if) the expiries commit.
-pub const RELEASE_MANY: &str = "WITH released AS (
-                UPDATE leasehold_leases AS l SET expires_at = clock_timestamp()
+pub const RELEASE_MANY: &str = concat!(
+    "WITH released AS (
+                UPDATE leasehold_leases AS l SET ",
+    release_set!(),
+    "
                   FROM unnest($2::text[], $3::bigint[]) AS r(name, epoch)
                  WHERE l.name = r.name AND l.holder = $1 AND l.epoch = r.epoch
                    AND l.expires_at > clock_timestamp()
                 RETURNING l.name)
-             SELECT name FROM released, pg_notify($4, released.name) AS n";
+             SELECT name FROM released, pg_notify($4, released.name) AS n"
+);
 
 /// `renew_one`: $1 name, $2 holder, $3 epoch, $4 ttl in ms.
 pub const RENEW_ONE: &str = concat!(
@@ -161,8 +209,8 @@ pub const RENEW_ONE: &str = concat!(
        SET renewed_at = clock_timestamp(),
            expires_at = clock_timestamp() + $4 * interval '1 millisecond', ttl_ms = $4
      WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()
-    RETURNING name)
- SELECT EXISTS (SELECT 1 FROM renewed), ",
+    RETURNING name, coalesce(handoff_epoch = epoch, false) AS handoff)
+ SELECT EXISTS (SELECT 1 FROM renewed), coalesce((SELECT handoff FROM renewed), false), ",
     db_now_ms!()
 );
 
