@@ -568,6 +568,18 @@ async fn sqlite_a_replica_with_another_shard_count_takes_no_part_until_the_old_c
     a.wait_for_log("another shard count take no part", Duration::from_secs(10))
         .await
         .unwrap();
+    // `leasehold status` shows the group and why this replica takes no part.
+    let shown = tokio::process::Command::new(leasehold_tests::host::binary().unwrap())
+        .args(["status", "--url", &six.addr().to_string()])
+        .output()
+        .await
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout).to_string();
+    assert!(
+        shown.lines().any(|l| l.starts_with("orders ")
+            && l.contains("takes no part: the group runs with 12 shards")),
+        "{shown}"
+    );
     for host in [&a, &six] {
         let metrics = host.metrics().await.unwrap();
         assert_eq!(

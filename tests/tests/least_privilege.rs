@@ -204,6 +204,16 @@ async fn a_role_that_cannot_write_the_lease_table_is_not_ready_and_says_why() {
     )
     .unwrap_or_else(|| panic!("no count of failed campaigns:\n{metrics}"));
     assert!(counted >= 1.0, "{counted}");
+    let shown = tokio::process::Command::new(leasehold_tests::host::binary().unwrap())
+        .args(["status", "--url", &host.addr().to_string()])
+        .output()
+        .await
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout).to_string();
+    assert!(
+        shown.contains("cannot campaign: campaign failed") && shown.contains("(permission)"),
+        "{shown}"
+    );
 
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "GRANT INSERT, UPDATE ON leasehold_leases TO {role};"

@@ -381,6 +381,16 @@ pub fn render_status(status: &Value) -> String {
     if let Some(error) = status["store_error"].as_str() {
         out.push_str(&format!("store error: {}\n", escape_controls(error)));
     }
+    let failing = &status["lease_calls_failing"];
+    if !failing.is_null() {
+        out.push_str(&format!(
+            "cannot campaign: {} failed {} time(s) in a row ({}): {}\n",
+            text(&failing["op"]),
+            text(&failing["failures"]),
+            text(&failing["cause"]),
+            text(&failing["error"])
+        ));
+    }
     out.push_str(&format!(
         "\n{:<24} {:<10} {:<40} {:>7} {:>12}  LAST HANDOFF\n",
         "LEASE", "ROLE", "HOLDER", "EPOCH", "EXPIRES_IN"
@@ -409,6 +419,50 @@ pub fn render_status(status: &Value) -> String {
             expires,
             handoff
         ));
+    }
+    let groups = status["groups"].as_array().cloned().unwrap_or_default();
+    if !groups.is_empty() {
+        out.push_str(&format!(
+            "\n{:<24} {:>7} {:>5} {:>7} {:>8} {:<8}  NOTE\n",
+            "GROUP", "SHARDS", "HELD", "TARGET", "MEMBERS", "MEMBER"
+        ));
+        for g in &groups {
+            let conflict = &g["count_conflict"];
+            let note = if !conflict.is_null() {
+                format!(
+                    "takes no part: the group runs with {} shards ({}'s)",
+                    text(&conflict["shards"]),
+                    text(&conflict["member"])
+                )
+            } else if g["gated"].as_bool() == Some(true) {
+                "gated: a health check bound to the group fails".to_string()
+            } else if g["other_counts"].as_u64().is_some_and(|n| n > 0) {
+                format!(
+                    "{} member(s) configured with another shard count take no part",
+                    text(&g["other_counts"])
+                )
+            } else {
+                String::new()
+            };
+            out.push_str(
+                format!(
+                    "{:<24} {:>7} {:>5} {:>7} {:>8} {:<8}  {}",
+                    text(&g["name"]),
+                    text(&g["shards"]),
+                    text(&g["held"]),
+                    text(&g["target"]),
+                    text(&g["members"]),
+                    if g["member"].as_bool() == Some(true) {
+                        "yes"
+                    } else {
+                        "not yet"
+                    },
+                    note
+                )
+                .trim_end(),
+            );
+            out.push('\n');
+        }
     }
     let plugins = status["plugins"].as_array().cloned().unwrap_or_default();
     if !plugins.is_empty() {
