@@ -68,7 +68,7 @@ pub struct RoleLabel {
 pub struct StoreErrorLabel {
     /// The lease loop's operation: `campaign`, `renew`, `release` or `heartbeat`.
     pub op: LabelText,
-    /// Why it failed: one of [`crate::lease::health::Cause`]'s label values.
+    /// Why it failed: `timeout`, `permission`, `schema`, `connection`, `conflict` or `other`.
     pub cause: LabelText,
 }
 
@@ -403,12 +403,13 @@ impl Metrics {
         Arc::new(Metrics { registry, ..m })
     }
 
-    /// Counts a failed store call of the lease loop.
-    pub fn count_store_error(&self, op: &str, cause: crate::lease::health::Cause) {
+    /// Counts a failed store call of the lease loop, by operation and cause (a label value of
+    /// the lease layer's `Cause`).
+    pub fn count_store_error(&self, op: &str, cause: &str) {
         self.store_errors
             .get_or_create(&StoreErrorLabel {
                 op: op.into(),
-                cause: cause.as_str().into(),
+                cause: cause.into(),
             })
             .inc();
     }

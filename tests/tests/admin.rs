@@ -183,6 +183,13 @@ async fn config_check_prints_the_effective_config_redacted_or_names_the_fault() 
     std::fs::write(&effective, &out).unwrap();
     let again = leasehold(&["config", "check", effective.to_str().unwrap()], &[]).await;
     assert!(again.status.success(), "{}", text(&again.stderr));
+    // Derived intervals are whole milliseconds, printed as a person reads them.
+    let ten = leasehold(&["config", "check", "--ttl", "10s"], &[]).await;
+    let out = text(&ten.stdout);
+    assert!(
+        out.contains("renew_interval = \"3s 333ms\"") && !out.contains("us "),
+        "{out}"
+    );
 
     std::fs::write(&file, "leases = [\"jobs\"]\n[timing]\nttll = \"9s\"\n").unwrap();
     let bad = leasehold(&["config", "check", file.to_str().unwrap()], &[]).await;

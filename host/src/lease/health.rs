@@ -196,7 +196,7 @@ impl Recorder {
             }
             Err(e) => {
                 let cause = self.health.failed(op, &e);
-                self.metrics.count_store_error(op, cause);
+                self.metrics.count_store_error(op, cause.as_str());
                 Err(e.to_string())
             }
         }

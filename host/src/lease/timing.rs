@@ -80,14 +80,19 @@ impl Timing {
     ///   ttl of at least [`Self::MIN_TTL`] this meets both floors of [`Self::validate`]: ttl/4 is
     ///   then at least 25 ms, and both ttl/4 and 2% are above the 1% floor;
     /// - store calls time out after ttl/5, so a hung call leaves time for retries before `safe_until`.
+    ///
+    /// Each is rounded down to whole milliseconds: nothing here is finer, and `config check`
+    /// then prints `3s 333ms` for a 10 s ttl's renewal, not `3s 333ms 333us 333ns`.
     pub fn from_ttl(ttl: Duration) -> Self {
+        let ms =
+            |d: Duration| Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         Timing {
             ttl,
-            renew_interval: ttl / 3,
-            retry_interval: ttl / 15,
+            renew_interval: ms(ttl / 3),
+            retry_interval: ms(ttl / 15),
             poll_interval: ttl,
-            margin: (ttl / 50).max(Duration::from_millis(250)).min(ttl / 4),
-            store_timeout: ttl / 5,
+            margin: ms((ttl / 50).max(Duration::from_millis(250)).min(ttl / 4)),
+            store_timeout: ms(ttl / 5),
         }
     }
 
