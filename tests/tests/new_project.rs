@@ -362,6 +362,18 @@ async fn a_template_that_uses_kv_without_the_grant_fails_in_one_line_naming_the_
             logs,
             Duration::from_secs(900),
         );
+        // Compiled into the cache the host loads from, as the author's `leasehold check` does:
+        // the host compiles every plugin before it serves, and three 12–18 MB components take
+        // longer than the harness waits for a host to come up on a loaded machine.
+        run(
+            &format!("{name} check"),
+            Command::new(&leasehold)
+                .args(["check", &format!("{name}.wasm")])
+                .current_dir(&dir)
+                .env("XDG_CACHE_HOME", shared("cache")),
+            logs,
+            Duration::from_secs(300),
+        );
         // The template's manifest as it is: no [grants].
         for file in [format!("{name}.wasm"), format!("{name}.toml")] {
             std::fs::copy(dir.join(&file), plugins.join(&file)).unwrap();
