@@ -645,7 +645,8 @@ impl Config {
                 None => UrlVariables::default(),
             },
             runtime: RuntimeConfig {
-                // On by default: plugins are not trusted to stop by themselves (DESIGN §2.4).
+                // On by default: plugins are not trusted to stop by themselves
+                // (docs/ARCHITECTURE.md §7.5).
                 fuel: flags.runtime.fuel.or(file.runtime.fuel).unwrap_or(true),
             },
         })
