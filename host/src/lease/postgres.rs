@@ -141,7 +141,7 @@ impl PostgresStore {
 
     /// Connects (the first connection within `connect_timeout`) and migrates the schema. Safe
     /// when many replicas start at once: the migrator holds an advisory lock. Every statement of
-    /// the store is bounded on the server by `call_timeout` (see [`session_settings`]).
+    /// the store is bounded on the server by `call_timeout` (see `session_settings`).
     pub async fn connect(
         url: &DatabaseUrl,
         connect_timeout: Duration,
