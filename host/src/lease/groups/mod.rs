@@ -1,6 +1,6 @@
-//! Lease groups (issue 14): a group `orders` of 12 shards is the leases `orders/0` … `orders/11`,
-//! each an ordinary lease, spread over the replicas that take part in the group so that each
-//! holds its fair share, and moved by handoff as replicas come and go.
+//! Lease groups (docs/ARCHITECTURE.md §6): a group `orders` of 12 shards is the leases `orders/0` …
+//! `orders/11`, each an ordinary lease, spread over the replicas that take part in the group so
+//! that each holds its fair share, and moved by handoff as replicas come and go.
 //!
 //! - [`assign`](mod@assign): fair shares and who should hold which shard, pure and the same on
 //!   every replica;
