@@ -81,7 +81,7 @@ chaos: build guests
 	RUST_BACKTRACE=0 target/debug/chaos
 
 # The guest SDK, example plugins and test plugins, as components in guests/dist/ (NAME.wasm with
-# its NAME.toml manifest). Picks a wasm32-wasip2 toolchain itself (DESIGN §5).
+# its NAME.toml manifest). Picks a wasm32-wasip2 toolchain itself (scripts/cargo-wasm.sh).
 guests: deps
 	scripts/build-guests.sh
 

@@ -8,7 +8,7 @@
 # LEASEHOLD_GUEST_LANGS=rust skips the Python and JavaScript guests (their toolchains are
 # installed on first use from PyPI and npm).
 #
-# Toolchain (DESIGN §5): scripts/cargo-wasm.sh picks it and runs cargo:
+# Toolchain: scripts/cargo-wasm.sh picks it and runs cargo:
 # - where rustup has the wasm32-wasip2 standard library installed, plain
 #   `cargo build --release --target wasm32-wasip2`;
 # - otherwise Debian's rustc-web/cargo-web with the matching std source (rust-web-src) and

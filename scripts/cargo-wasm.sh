@@ -5,7 +5,7 @@
 #
 # runs `cargo build --target wasm32-wasip2 --release [more cargo args]` in the current directory.
 # Used by scripts/build-guests.sh, and copied by `leasehold new` into Rust plugin projects (their
-# build.sh calls it), so both pick the toolchain the same way (DESIGN §5):
+# build.sh calls it), so both pick the toolchain the same way:
 # - where rustup has the wasm32-wasip2 standard library installed, plain cargo;
 # - otherwise Debian's rustc-web/cargo-web with the matching std source (rust-web-src) and
 #   wasi-libc, building std for the target with -Zbuild-std, linked by the wasm-component-ld that

@@ -193,6 +193,8 @@ pub struct Layer {
     pub leases: Option<Vec<String>>,
     /// A lease group NAME=SHARDS, spread over the replicas that take part in it (the leases
     /// NAME/0 … NAME/SHARDS-1); repeat for several. In the file, a [groups] table: orders = 12.
+    // The line above is `--help` text, where `[groups]` is the file's table, not a doc link.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[serde(default, deserialize_with = "groups_table")]
     #[arg(
         long = "group",
@@ -645,7 +647,8 @@ impl Config {
                 None => UrlVariables::default(),
             },
             runtime: RuntimeConfig {
-                // On by default: plugins are not trusted to stop by themselves (DESIGN §2.4).
+                // On by default: plugins are not trusted to stop by themselves
+                // (docs/ARCHITECTURE.md §7.5).
                 fuel: flags.runtime.fuel.or(file.runtime.fuel).unwrap_or(true),
             },
         })

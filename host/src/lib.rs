@@ -2,7 +2,9 @@
 //! SQLite file); the holder of a lease runs the work bound to it, and stops it before any other
 //! replica can take the lease over.
 //!
-//! The crate is a map of the design (DESIGN.md).
+//! `docs/ARCHITECTURE.md` explains the design: why the holder's plugins stop before any other
+//! replica can take its lease, what fences their writes, what failures are tolerated, and where
+//! each part lives.
 //!
 //! # Layers
 //!

@@ -1,5 +1,5 @@
-//! Prometheus metrics (DESIGN §3): one registry per process, written by the lease driver and the
-//! plugin runtime, read by `/metrics`. Names and labels are a contract for dashboards: keep them.
+//! Prometheus metrics: one registry per process, written by the lease driver and the plugin
+//! runtime, read by `/metrics`. Names and labels are a contract for dashboards: keep them.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;

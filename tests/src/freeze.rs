@@ -1,8 +1,8 @@
 //! Freeze trials with real processes: replicas of `leasehold run` on a fresh PostgreSQL database
 //! run `hello-reconciler` on a short schedule, and each trial freezes the holder (SIGSTOP) for
-//! longer than the ttl, waits until another replica has acquired the lease at the next epoch,
-//! and resumes it (SIGCONT). A process resumed from a freeze finds every timer due at once; what
-//! must hold is DESIGN §1.6a: no guest code *starts* at or after the term's `safe_until`.
+//! longer than the ttl, waits until another replica has acquired the lease at the next epoch, and
+//! resumes it (SIGCONT). A process resumed from a freeze finds every timer due at once; what must
+//! hold is docs/ARCHITECTURE.md §3.4: no guest code *starts* at or after the term's `safe_until`.
 //!
 //! The mark every guest call leaves outside the host is its log line, `hello from epoch N, tick
 //! T: …`, stamped by the host's realtime clock, the clock this process reads with

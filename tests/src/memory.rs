@@ -1,7 +1,7 @@
-//! The attacks on the host's memory (issue 11, attack 4), each a plugin of the `misbehave` guest,
-//! and a run of all of them at once in a real `leasehold` process whose peak RSS (`VmHWM`) is
-//! compared with the budget its plugins' limits add up to (README "Memory budget"). Used by the
-//! `memory_attacks` tests and `memory-bench`.
+//! The attacks on the host's memory, each a plugin of the `misbehave` guest, and a run of all of
+//! them at once in a real `leasehold` process whose peak RSS (`VmHWM`) is compared with the budget
+//! its plugins' limits add up to (README "Memory budget"). Used by the `memory_attacks` tests and
+//! `memory-bench`.
 
 use std::fmt;
 use std::time::Duration;

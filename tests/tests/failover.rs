@@ -1,8 +1,8 @@
-//! The lease database changes incarnation (DESIGN §1.6b): a promoted standby may have missed the
-//! old primary's last renewals and campaigns, so once a campaign sees the new system identifier
-//! or timeline, no lease is taken for a full ttl and every epoch issued is above any issued
-//! before. First on the store, with the recorded incarnation rewritten to look like another; then
-//! with a real streaming standby promoted while its primary is killed.
+//! The lease database changes incarnation (docs/ARCHITECTURE.md §9.2): a promoted standby may have
+//! missed the old primary's last renewals and campaigns, so once a campaign sees the new system
+//! identifier or timeline, no lease is taken for a full ttl and every epoch issued is above any
+//! issued before. First on the store, with the recorded incarnation rewritten to look like another;
+//! then with a real streaming standby promoted while its primary is killed.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 

@@ -1,8 +1,8 @@
 //! A frozen and resumed holder (SIGSTOP, as a VM pause or a stop-the-world pause would do) between
 //! real processes on a real PostgreSQL: frozen past its ttl, it starts no guest call after its
-//! `safe_until` once resumed, however its timers fire (DESIGN §1.6a); frozen for less than the
-//! renew interval, it keeps its term. The figures are printed; `make bench` runs the same trials
-//! (`freeze-bench`).
+//! `safe_until` once resumed, however its timers fire (docs/ARCHITECTURE.md §3.4); frozen for less
+//! than the renew interval, it keeps its term. The figures are printed; `make bench` runs the same
+//! trials (`freeze-bench`).
 
 #![allow(clippy::unwrap_used, missing_docs)]
 

@@ -1,7 +1,7 @@
-//! Lease groups between real `leasehold` processes (issue 14): a group's shards spread over the
-//! replicas in fair shares, moved by handoff when one joins or leaves, taken over after expiry
-//! when one dies, and never led by two at once, as a checker sampling every replica's `/status`
-//! finds in the recorded history.
+//! Lease groups between real `leasehold` processes (docs/ARCHITECTURE.md §6): a group's shards
+//! spread over the replicas in fair shares, moved by handoff when one joins or leaves, taken over
+//! after expiry when one dies, and never led by two at once, as a checker sampling every replica's
+//! `/status` finds in the recorded history.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 

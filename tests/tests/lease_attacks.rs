@@ -1,6 +1,6 @@
-//! Attacks on the lease core from outside (DESIGN §1.2, §1.7): a row lock taken with `psql`, a
-//! release committed under a waiting renewal, a campaign the host stopped waiting for, and the
-//! database's wall clock stepped with libfaketime under running `leasehold` processes whose
+//! Attacks on the lease core from outside (docs/ARCHITECTURE.md §3.5, §5.3): a row lock taken with
+//! `psql`, a release committed under a waiting renewal, a campaign the host stopped waiting for,
+//! and the database's wall clock stepped with libfaketime under running `leasehold` processes whose
 //! `/status` is sampled all along.
 
 #![allow(clippy::unwrap_used, missing_docs)]

@@ -1,7 +1,7 @@
-//! A hostile plugin cannot blow up the host's memory (issue 11, attack 4). Each attack is a verb
-//! of the real `misbehave` guest ([`leasehold_tests::memory::ATTACKS`]): its call must end with
-//! an error or a trap that names what stopped it, and the host must keep its lease at its first
-//! epoch. The last test runs them all at once in a real process and holds its peak RSS to the
+//! A hostile plugin cannot blow up the host's memory (README "Memory budget"). Each attack is a
+//! verb of the real `misbehave` guest ([`leasehold_tests::memory::ATTACKS`]): its call must end
+//! with an error or a trap that names what stopped it, and the host must keep its lease at its
+//! first epoch. The last test runs them all at once in a real process and holds its peak RSS to the
 //! budget its plugins' limits add up to.
 
 #![allow(clippy::unwrap_used, missing_docs)]

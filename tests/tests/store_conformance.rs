@@ -1,4 +1,4 @@
-//! One conformance suite for every `LeaseStore` backend (DESIGN §1.1–1.4, §1.7): the same
+//! One conformance suite for every `LeaseStore` backend (docs/ARCHITECTURE.md §2, §5): the same
 //! assertions against the in-memory store, a real SQLite file and a real PostgreSQL database.
 
 #![allow(clippy::unwrap_used, missing_docs)]

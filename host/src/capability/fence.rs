@@ -1,15 +1,15 @@
-//! The fence (DESIGN §1.3): a write to the lease database commits only inside a transaction that
-//! locks this lease's row `FOR SHARE` and finds `holder = me AND epoch = mine AND expires_at >
-//! now`. The share lock makes a campaign (which must update the row) wait until the write commits
-//! or rolls back, so a newer epoch cannot come into existence between a passed check and the
-//! commit; a write whose check fails (a newer epoch exists, or the lease expired) is rolled back
-//! and changes nothing.
+//! The fence (docs/ARCHITECTURE.md §4): a write to the lease database commits only inside a
+//! transaction that locks this lease's row `FOR SHARE` and finds `holder = me AND epoch = mine AND
+//! expires_at > now`. The share lock makes a campaign (which must update the row) wait until the
+//! write commits or rolls back, so a newer epoch cannot come into existence between a passed check
+//! and the commit; a write whose check fails (a newer epoch exists, or the lease expired) is rolled
+//! back and changes nothing.
 //!
-//! The check is the transaction's last statement before `COMMIT` (DESIGN §1.7, §2.3a): checking
-//! first would keep the lease row locked for as long as the plugin's statements run, and the
-//! holder's renewal of every lease, batched in one statement, would wait for them. Checking last
-//! is as safe, since whatever ran before it is kept only if the check passes. A kv write is one
-//! statement with the check in a CTE, so its lock too lasts only to its commit.
+//! The check is the transaction's last statement before `COMMIT` (docs/ARCHITECTURE.md §4):
+//! checking first would keep the lease row locked for as long as the plugin's statements run, and
+//! the holder's renewal of every lease, batched in one statement, would wait for them. Checking
+//! last is as safe, since whatever ran before it is kept only if the check passes. A kv write is
+//! one statement with the check in a CTE, so its lock too lasts only to its commit.
 
 use super::CapabilityError;
 use crate::lease::Term;

@@ -1,4 +1,4 @@
-//! Host capabilities granted to plugins by their manifest (DESIGN §1.3, §2.1):
+//! Host capabilities granted to plugins by their manifest (docs/ARCHITECTURE.md §4, §8):
 //!
 //! - [`kv`]: a key-value store scoped to the plugin, kept in the lease database;
 //! - [`sql`]: statements on a PostgreSQL database named in the grant;

@@ -7,7 +7,7 @@
 //!   by DNS rebinding. The check is the same on every bind: a container's `0.0.0.0` is reached
 //!   from the machine's loopback when its port is published there (as the compose file does),
 //!   and so is a pod's through `kubectl port-forward`.
-//! - [`check`]: the layer every request goes through: the Host check, no request bodies (every
+//! - `check`: the layer every request goes through: the Host check, no request bodies (every
 //!   route is a GET), a deadline per request, and `X-Content-Type-Options: nosniff` on every
 //!   response.
 //! - [`serve`]: the accept loop, in place of `axum::serve`, which sets none of hyper's bounds:
@@ -280,7 +280,7 @@ impl Drop for InFlight {
     }
 }
 
-/// Serves `router` on `listener`, behind [`check`] and within the bounds above, until `shutdown`
+/// Serves `router` on `listener`, behind `check` and within the bounds above, until `shutdown`
 /// is cancelled; then stops accepting and lets each connection finish its request.
 pub async fn serve(
     listener: TcpListener,

@@ -202,7 +202,7 @@ impl Snapshots {
     /// A snapshot for a request: the last one while it is fresh, else the one a refresh (this
     /// request's or the one under way) makes within [`JOIN_WAIT`], else the last one if it shows
     /// every lease's role as it is, else one from this replica's own knowledge. `None` only when
-    /// there has never been one and the first did not come within [`FIRST_WAIT`].
+    /// there has never been one and the first did not come within `FIRST_WAIT`.
     pub async fn get(&self) -> Option<Arc<Snapshot>> {
         // Subscribed first, so that a refresh finishing after the look below is not missed.
         let mut latest = self.inner.latest.subscribe();
@@ -241,7 +241,7 @@ impl Snapshots {
 
     /// A snapshot for a probe: the last one while it is fresh and the store answered it, else
     /// one whose refresh began after this call, however long that takes (a refresh gives up on
-    /// the store after a second), at most [`FIRST_WAIT`]. `None` when none came by then.
+    /// the store after a second), at most `FIRST_WAIT`. `None` when none came by then.
     pub async fn current(&self) -> Option<Arc<Snapshot>> {
         let asked = Instant::now();
         let mut latest = self.inner.latest.subscribe();

@@ -1,7 +1,7 @@
-//! Watching the database's clock (DESIGN §1.2): expiry follows the database's clock while each
-//! holder stops on its own monotonic clock, which is only safe while the two run at about the
-//! same rate. A step of the database clock (`date -s`, an NTP step, a resync after a VM resume)
-//! shortens every lease by the step, so the coordinator compares every pair of readings the
+//! Watching the database's clock (docs/ARCHITECTURE.md §3.5): expiry follows the database's clock
+//! while each holder stops on its own monotonic clock, which is only safe while the two run at
+//! about the same rate. A step of the database clock (`date -s`, an NTP step, a resync after a VM
+//! resume) shortens every lease by the step, so the coordinator compares every pair of readings the
 //! store hands back with the monotonic time that can have passed between them.
 //!
 //! Pure: readings and instants in, a verdict out.
@@ -44,7 +44,8 @@ pub struct ClockWatch {
 
 impl ClockWatch {
     /// Takes a new reading; returns the step it shows, if any: more than `margin` (what the lease
-    /// already allows for, DESIGN §1.2) plus [`MAX_DRIFT`] of the time between the readings.
+    /// already allows for, docs/ARCHITECTURE.md §3.5) plus [`MAX_DRIFT`] of the time between the
+    /// readings.
     ///
     /// Only forward steps are reported: a backward step lengthens leases in the database, which
     /// delays a takeover but cannot make two holders.

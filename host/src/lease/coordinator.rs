@@ -1,5 +1,5 @@
 //! The coordinator: one pure state machine for every lease this replica campaigns for
-//! (DESIGN §1.2, §1.4, §1.6).
+//! (docs/ARCHITECTURE.md §3, §5).
 //!
 //! [`Coordinator::step`] takes an [`Event`] and the monotonic `now` and returns the [`Effect`]s to
 //! carry out; [`Coordinator::next_deadline`] says when to step again with [`Event::Tick`]. Nothing
@@ -11,11 +11,11 @@
 //! the moment the last landed renewal (or the campaign) was *sent*; reaching it ends the term
 //! whatever the store is doing.
 //!
-//! Held leases renew in one batch that never waits for a row lock; a lease whose row was locked
-//! is renewed alone, with its own time left as timeout (DESIGN §1.7). Every answer that carries a
-//! reading of the database's clock goes through [`ClockWatch`]: a forward step beyond the margin
-//! ends every term and keeps this replica quiet (no campaign, no new term) for a ttl, by which
-//! time every holder that trusted the old clock has stopped. Those answers are handled in
+//! Held leases renew in one batch that never waits for a row lock; a lease whose row was locked is
+//! renewed alone, with its own time left as timeout (docs/ARCHITECTURE.md §5.3). Every answer that
+//! carries a reading of the database's clock goes through [`ClockWatch`]: a forward step beyond the
+//! margin ends every term and keeps this replica quiet (no campaign, no new term) for a ttl, by
+//! which time every holder that trusted the old clock has stopped. Those answers are handled in
 //! `coordinator/renewal.rs`.
 
 use std::collections::BTreeMap;
@@ -257,7 +257,7 @@ pub enum Announcement {
         quiet: Duration,
     },
     /// The database holds campaigns off after a change of its incarnation (a promoted standby,
-    /// DESIGN §1.6b): announced once per hold-off, not per campaign or lease.
+    /// docs/ARCHITECTURE.md §9.2): announced once per hold-off, not per campaign or lease.
     HeldOff {
         /// How much longer, as the database said (the longest over the leases).
         remaining: Duration,
@@ -360,7 +360,7 @@ impl LeaseState {
 }
 
 /// The campaign cadence, shared by all standby leases so that one statement campaigns for every
-/// lease that is due (DESIGN §1.3).
+/// lease that is due (docs/ARCHITECTURE.md §5.1).
 #[derive(Debug, Clone, Default)]
 struct Campaigning {
     /// The batch in flight: when it was sent and which leases it carries.
@@ -810,8 +810,8 @@ impl Coordinator {
         self.give_up(lease, After::Standby, fx);
     }
 
-    /// Begins the ordered release of `lease` (DESIGN §1.4): end the term and wait for it, then
-    /// release. A lease not held goes straight to `then`.
+    /// Begins the ordered release of `lease` (docs/ARCHITECTURE.md §5.5): end the term and wait for
+    /// it, then release. A lease not held goes straight to `then`.
     fn give_up(&mut self, lease: &str, then: After, fx: &mut Vec<Effect>) {
         let timeout = self.timing.store_timeout;
         let campaigning = self.campaigning.carries(lease);

@@ -1,5 +1,6 @@
-//! The holder identity (DESIGN §1.5): the configured replica id plus a random suffix per process
-//! start, so two processes never share an identity and a restarted process never inherits a lease.
+//! The holder identity (docs/ARCHITECTURE.md §2.4): the configured replica id plus a random suffix
+//! per process start, so two processes never share an identity and a restarted process never
+//! inherits a lease.
 
 use std::fmt;
 

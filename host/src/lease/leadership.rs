@@ -162,9 +162,9 @@ impl Term {
     /// Whether work of this term may run at `now`: the term has not ended and its local deadline
     /// is still ahead on the monotonic clock.
     ///
-    /// This, not the token, is the rule (DESIGN §1.6a): after a freeze every timer is due at once
-    /// and tasks run in any order, so a task may run before the driver has ended the term. The
-    /// clock decides; the token only hurries things along.
+    /// This, not the token, is the rule (docs/ARCHITECTURE.md §3.4): after a freeze every timer is
+    /// due at once and tasks run in any order, so a task may run before the driver has ended the
+    /// term. The clock decides; the token only hurries things along.
     pub fn is_live_at(&self, now: Instant) -> bool {
         !self.token.is_cancelled() && now < self.safe_until()
     }

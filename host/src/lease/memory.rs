@@ -34,6 +34,9 @@ struct Row {
     reserved: Option<(String, Instant)>,
 }
 
+/// A lease group member's row: when it joined, when it expires, its shard count.
+type MemberRow = (Instant, Instant, Option<u32>);
+
 /// A term as the in-memory store records it, by its clock.
 #[derive(Debug, Clone)]
 struct MemoryTerm {
@@ -95,7 +98,7 @@ pub struct MemoryStore {
     /// How far the store's clock has been stepped ahead of `tokio::time`.
     stepped: Mutex<Duration>,
     /// Lease group members by (group, member): when each joined, when it expires, its shard count.
-    members: Mutex<BTreeMap<(String, String), (Instant, Instant, Option<u32>)>>,
+    members: Mutex<BTreeMap<(String, String), MemberRow>>,
     /// Calls made, answered or not ([`MemoryStore::calls`]).
     calls: AtomicU64,
 }

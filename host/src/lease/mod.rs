@@ -1,5 +1,5 @@
 //! Leases: the rows replicas compete for, the stores that keep them, and the coordinator that
-//! campaigns, renews and releases them (DESIGN §1).
+//! campaigns, renews and releases them (docs/ARCHITECTURE.md §2–§5).
 //!
 //! - [`store`]: the [`LeaseStore`] trait every backend implements and its error type;
 //! - [`postgres`], [`sqlite`], [`memory`]: the backends; [`postgres::listen`] is the host's one

@@ -42,9 +42,9 @@ pub const OWN_CHANNEL_PREFIX: &str = "leasehold_";
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
-/// Server-side bounds on every session of the lease store, so that the database itself gives up
-/// on work the host has given up on: each is the [`super::server_budget`] of the store's call
-/// timeout (DESIGN §1.7). They override the URL's `options`: a longer value there would let a
+/// Server-side bounds on every session of the lease store, so that the database itself gives up on
+/// work the host has given up on: each is the [`super::server_budget`] of the store's call timeout
+/// (docs/ARCHITECTURE.md §5.3). They override the URL's `options`: a longer value there would let a
 /// campaign that timed out on the host commit later and hand this replica a lease it believes it
 /// lost.
 fn session_settings(call_timeout: Duration, plans: Plans) -> [(&'static str, String); 6] {
@@ -58,8 +58,9 @@ fn session_settings(call_timeout: Duration, plans: Plans) -> [(&'static str, Str
         // The host never idles inside a transaction; a session that does is frozen or broken,
         // and must not keep lease rows locked.
         ("idle_in_transaction_session_timeout", ms),
-        // A campaign or renewal the host acts on must survive a crash of the server: with
-        // `off`, an immediate restart could forget an epoch it already handed out (DESIGN §1.6b).
+        // A campaign or renewal the host acts on must survive a crash of the server: with `off`, an
+        // immediate restart could forget an epoch it already handed out
+        // (docs/ARCHITECTURE.md §9.2).
         ("synchronous_commit", "on".to_string()),
         ("plan_cache_mode", plans.setting().to_string()),
         // A campaign for 1,000 leases is estimated costly enough for the server's default JIT,
@@ -140,7 +141,7 @@ impl PostgresStore {
 
     /// Connects (the first connection within `connect_timeout`) and migrates the schema. Safe
     /// when many replicas start at once: the migrator holds an advisory lock. Every statement of
-    /// the store is bounded on the server by `call_timeout` (see [`session_settings`]).
+    /// the store is bounded on the server by `call_timeout` (see `session_settings`).
     pub async fn connect(
         url: &DatabaseUrl,
         connect_timeout: Duration,
@@ -367,11 +368,11 @@ impl LeaseStore for PostgresStore {
         // batches never deadlock. clock_timestamp(), not now(): a campaign that waited for a row
         // lock judges expiry by the time it got the row, not by when it was sent.
         //
-        // The incarnation (DESIGN §1.6b, migration 20261128000001): `inc` is the one recorded,
-        // `cur` the server's. A campaign that finds them different records the new one (`seen`)
-        // and wins nothing: its snapshot still shows the old row. Later campaigns win a lease only
-        // a full ttl after it was first seen (the longer of the holder's ttl in the row and ours),
-        // and issue epochs of at least its floor.
+        // The incarnation (docs/ARCHITECTURE.md §9.2, migration 20261128000001): `inc` is the one
+        // recorded, `cur` the server's. A campaign that finds them different records the new one
+        // (`seen`) and wins nothing: its snapshot still shows the old row. Later campaigns win a
+        // lease only a full ttl after it was first seen (the longer of the holder's ttl in the row
+        // and ours), and issue epochs of at least its floor.
         //
         // Per lease not won, `wait_ms` says how long until a campaign can win it: the holder's
         // expiry or the hold-off, whichever ends later; NULL when a concurrent campaign took a
@@ -410,11 +411,11 @@ impl LeaseStore for PostgresStore {
             .iter()
             .map(|r| ttl_ms(r.ttl))
             .collect::<Result<Vec<_>, _>>()?;
-        // Rows are locked SKIP LOCKED: a row another session holds (a fenced write's FOR SHARE,
-        // an operator's lock) is left out instead of making every other lease of the batch wait
-        // (DESIGN §1.7). Those still ours by the statement's snapshot come back as busy, for a
-        // renewal of their own. Expiry is judged by clock_timestamp() once the row is locked. The
-        // last row (no name) carries the clock's reading when nothing landed.
+        // Rows are locked SKIP LOCKED: a row another session holds (a fenced write's FOR SHARE, an
+        // operator's lock) is left out instead of making every other lease of the batch wait
+        // (docs/ARCHITECTURE.md §5.3). Those still ours by the statement's snapshot come back as
+        // busy, for a renewal of their own. Expiry is judged by clock_timestamp() once the row is
+        // locked. The last row (no name) carries the clock's reading when nothing landed.
         let rows: Vec<(Option<String>, bool, bool, DbMillis)> = sqlx::query_as(statements::RENEW)
             .bind(holder)
             .bind(&names)

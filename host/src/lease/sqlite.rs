@@ -33,9 +33,9 @@ use events::{EventFile, Wakeup};
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
 /// The clock SQLite leases expire by: `CLOCK_BOOTTIME` in milliseconds, and the boot it counts
-/// from. The boot clock runs through suspend and cannot be set; the wall clock can be stepped,
-/// and a forward step would shorten every lease while holders keep running on their monotonic
-/// deadlines (DESIGN §1.2). It restarts at zero with the machine, so rows carry the boot id and
+/// from. The boot clock runs through suspend and cannot be set; the wall clock can be stepped, and
+/// a forward step would shorten every lease while holders keep running on their monotonic deadlines
+/// (docs/ARCHITECTURE.md §3.5). It restarts at zero with the machine, so rows carry the boot id and
 /// a time from another boot counts as expired.
 #[derive(Debug, Clone)]
 pub struct MachineClock {

@@ -1,5 +1,5 @@
 //! The [`LeaseStore`] trait: the few statements the lease protocol needs, each judged by the
-//! database's own clock (DESIGN §1.1–1.4).
+//! database's own clock (docs/ARCHITECTURE.md §2, §3).
 
 use std::time::Duration;
 
@@ -48,7 +48,8 @@ pub struct RenewRequest {
 /// A reading of the clock a store judges expiry by, in milliseconds: PostgreSQL's
 /// `clock_timestamp()` since the Unix epoch, the machine's boot clock for SQLite, the in-memory
 /// store's own clock. Only differences between two readings of one store mean anything: the
-/// coordinator compares them with its monotonic clock to see the database clock step (DESIGN §1.2).
+/// coordinator compares them with its monotonic clock to see the database clock step
+/// (docs/ARCHITECTURE.md §3.5).
 pub type DbMillis = i64;
 
 /// What a campaign for one lease found ([`LeaseStore::campaign`]).
@@ -59,7 +60,7 @@ pub struct Campaigned {
     /// The database's clock while the statement ran; `None` when the backend cannot tell.
     pub db_now: Option<DbMillis>,
     /// How much longer the database holds every campaign off, after it changed incarnation (a
-    /// promoted standby, DESIGN §1.6b); `None` when it does not.
+    /// promoted standby, docs/ARCHITECTURE.md §9.2); `None` when it does not.
     pub held_off_for: Option<Duration>,
     /// When the lease was not won: how long until a campaign can win it, by the database's clock
     /// (its holder's expiry, or the end of the hold-off); `None` when the statement cannot tell.
@@ -77,8 +78,8 @@ pub struct CampaignedMany {
     pub lost: Vec<(String, Option<Duration>)>,
     /// The database's clock while the statement ran; `None` when the backend cannot tell.
     pub db_now: Option<DbMillis>,
-    /// How much longer the database holds campaigns off, after it changed incarnation (a
-    /// promoted standby, DESIGN §1.6b); the longest over the batch, `None` when it does not.
+    /// How much longer the database holds campaigns off, after it changed incarnation (a promoted
+    /// standby, docs/ARCHITECTURE.md §9.2); the longest over the batch, `None` when it does not.
     pub held_off_for: Option<Duration>,
 }
 
@@ -398,7 +399,8 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
     /// someone holds: their renewals and fenced writes never wait for a standby. Each lease won
     /// gets the previous epoch + 1 (1 for a new row); of concurrent campaigns for a lease exactly
     /// one wins it. For every lease not won it reports how long until a campaign could win it, so
-    /// that a standby sleeps until its holder's expiry instead of polling (DESIGN §1.3).
+    /// that a standby sleeps until its holder's expiry instead of polling
+    /// (docs/ARCHITECTURE.md §5.1).
     async fn campaign_many(
         &self,
         holder: &str,
@@ -419,7 +421,8 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Extends every lease in `leases` that `holder` still holds at the given epoch and that has
     /// not expired, in one statement that never waits for a row lock: a locked row is reported
-    /// [`Renewed::busy`], so that one lease cannot hold back the others (DESIGN §1.7).
+    /// [`Renewed::busy`], so that one lease cannot hold back the others
+    /// (docs/ARCHITECTURE.md §5.3).
     async fn renew(&self, holder: &str, leases: &[RenewRequest]) -> Result<Renewed, StoreError>;
 
     /// Renews one lease, waiting for its row lock for at most `timeout` (on the server too: the

@@ -1,6 +1,6 @@
 //! The timing of the lease protocol: ttl, renewal cadence, retries, polling and the safety margin,
-//! with the defaults of DESIGN §1, and the floors and relations that keep them safe checked up
-//! front.
+//! with their defaults (docs/ARCHITECTURE.md §5.6), and the floors and relations that keep them
+//! safe checked up front.
 
 use std::time::Duration;
 
@@ -69,7 +69,7 @@ impl Timing {
     /// 0.05%, a VM's clock can do worse), and the gap grows with the ttl.
     pub const MIN_MARGIN_TTL_DIVISOR: u32 = 100;
 
-    /// Derives every interval from `ttl` (DESIGN §1 defaults):
+    /// Derives every interval from `ttl`:
     /// - renew every ttl/3, so two renewals can fail before the lease is at risk;
     /// - retry every ttl/15, so several retries fit before `safe_until`;
     /// - poll every ttl at most: a standby campaigns at the holder's expiry as the database reports

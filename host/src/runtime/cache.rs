@@ -1,9 +1,9 @@
 //! Compiled components on disk, keyed by the content hash of the `.wasm` file and the engine's
 //! compatibility hash, so a restart or a standby's reload costs a file read instead of a compile.
 //!
-//! An artifact is native code that `Component::deserialize` maps and runs without verifying it,
-//! so whoever can write the cache can run code as the host (DESIGN §2.3a). The cache is trusted
-//! only while it is private to the host's user:
+//! An artifact is native code that `Component::deserialize` maps and runs without verifying it, so
+//! whoever can write the cache can run code as the host (docs/ARCHITECTURE.md §8.4). The cache is
+//! trusted only while it is private to the host's user:
 //! - no shared fallback: without `XDG_CACHE_HOME`, `HOME` or a configured directory there is no
 //!   cache and every load compiles ([`default_dir`]);
 //! - the directory is created 0700, artifacts 0600;

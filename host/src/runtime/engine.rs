@@ -25,7 +25,7 @@ pub struct EngineOptions {
 impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
-            // Plugins are not trusted to stop by themselves (DESIGN §2.4).
+            // Plugins are not trusted to stop by themselves (docs/ARCHITECTURE.md §7.5).
             fuel: true,
             // 1 ms: a stop that does not bump the epoch itself waits at most this long.
             tick: Duration::from_millis(1),

@@ -1,5 +1,6 @@
 //! The state each `Store` carries and the host side of the `lease` and `log` imports (`kv` and
-//! `sql` are in [`super::capabilities`]). WASI p2 is linked in full but grants nothing.
+//! `sql` are in the runtime's `imports` module, in front of [`crate::capability`]). WASI p2 is
+//! linked in full but grants nothing.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -154,7 +155,7 @@ pub const LOG_LINES_PER_CALL: u32 = 1_000;
 const MAX_LOG_MESSAGE: usize = 8 * 1024;
 
 /// Text a guest hands the host (a log line, an error) as the host shows it: at most
-/// [`MAX_LOG_MESSAGE`] bytes, and on one line, with line breaks and other control characters
+/// `MAX_LOG_MESSAGE` bytes, and on one line, with line breaks and other control characters
 /// escaped, so a guest cannot forge host log lines or bloat `/status`.
 pub fn guest_text(text: String) -> String {
     // Cut first (the guest may hand over megabytes), escape, then cut what escaping added.

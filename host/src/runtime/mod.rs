@@ -1,4 +1,4 @@
-//! The WebAssembly runtime (DESIGN §2.3–2.4): one wasmtime engine per process, components
+//! The WebAssembly runtime (docs/ARCHITECTURE.md §7): one wasmtime engine per process, components
 //! compiled once (cached on disk) and pre-linked at load, a fresh `Store` per leadership term,
 //! and calls bounded by a wall-clock deadline, memory limits and optional fuel.
 //!

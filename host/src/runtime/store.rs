@@ -1,10 +1,10 @@
 //! One plugin's `Store` for one term, and the only way into the guest: every entry (instantiation
 //! with its start function, `init`, `reconcile`, `handle-event`, `check`) goes through
-//! [`PluginStore::run`].
+//! `PluginStore::run`.
 //!
-//! **The clock decides, tokens only hurry things along** (DESIGN §1.6a). A process can be frozen
-//! and resumed with every timer due at once, its tasks then running in any order, so a task may
-//! reach the guest before the lease driver has ended the term. Hence:
+//! **The clock decides, tokens only hurry things along** (docs/ARCHITECTURE.md §3.4). A process can
+//! be frozen and resumed with every timer due at once, its tasks then running in any order, so a
+//! task may reach the guest before the lease driver has ended the term. Hence:
 //! - no call starts at or after the term's `safe_until`, checked here on the monotonic clock,
 //!   whatever any token or task says;
 //! - a running call traps at the first epoch tick at or after the earlier of its own deadline and

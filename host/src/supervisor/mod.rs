@@ -1,7 +1,7 @@
-//! The supervisor (DESIGN §2.3): plugins bound to the lifecycle of their lease. On each term it
-//! instantiates every reconciler bound to the lease, calls `init`, then `reconcile` on the
-//! schedule, one call at a time. Its tasks run under the term's tracker, so the release waits
-//! for them.
+//! The supervisor (docs/ARCHITECTURE.md §7): plugins bound to the lifecycle of their lease. On each
+//! term it instantiates every reconciler bound to the lease, calls `init`, then `reconcile` on the
+//! schedule, one call at a time. Its tasks run under the term's tracker, so the release waits for
+//! them.
 //!
 //! Who stops a plugin: the runtime ([`crate::runtime::store`]). Each store is built for a term
 //! and refuses, or interrupts, any call once the term's deadline has passed on the monotonic

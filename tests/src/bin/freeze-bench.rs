@@ -1,8 +1,8 @@
 //! Figures of frozen holders between real processes on a real PostgreSQL: three replicas run
-//! hello-reconciler every 15 ms; each trial freezes the holder (SIGSTOP) past the ttl until
-//! another replica has acquired the next epoch, then resumes it (SIGCONT). Prints the trials, the
-//! guest calls started after the frozen holder's `safe_until` (must be 0, DESIGN §1.6a), each
-//! such call, and resume → `term ended` (median / p99) from the holder's own log.
+//! hello-reconciler every 15 ms; each trial freezes the holder (SIGSTOP) past the ttl until another
+//! replica has acquired the next epoch, then resumes it (SIGCONT). Prints the trials, the guest
+//! calls started after the frozen holder's `safe_until` (must be 0, docs/ARCHITECTURE.md §3.4),
+//! each such call, and resume → `term ended` (median / p99) from the holder's own log.
 //! `BENCH_TRIALS` (default 50) and `BENCH_TTL` (default 1s) change the run.
 
 #![allow(clippy::unwrap_used)]

@@ -1,5 +1,5 @@
 //! A reconciler whose component *start function* never returns, for testing that the host bounds
-//! instantiation like a call (issue 9: call deadline, fuel and retire apply to start functions).
+//! instantiation like a call (call deadline, fuel and retire apply to start functions).
 //!
 //! The loop is a constructor: a function pointer in the `.init_array` section, which wasm-ld
 //! gathers into `__wasm_call_ctors`. Who calls that decides when the loop runs:

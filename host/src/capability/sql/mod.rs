@@ -494,7 +494,7 @@ impl SqlGrant {
         params: &[SqlValue],
     ) -> Result<u64, CapabilityError> {
         value::check_call(std::iter::once((sql, params)))?;
-        // The clock first, before any round trip (DESIGN §1.6a).
+        // The clock first, before any round trip (docs/ARCHITECTURE.md §3.4).
         fence.check_local()?;
         let statement = Statement {
             sql: sql.to_string(),
@@ -528,7 +528,7 @@ impl SqlGrant {
             guard::check(&s.sql)
                 .map_err(|why| CapabilityError::Invalid(format!("statement {}: {why}", i + 1)))?;
         }
-        // The clock first, before any round trip (DESIGN §1.6a).
+        // The clock first, before any round trip (docs/ARCHITECTURE.md §3.4).
         fence.check_local()?;
         let check = self.fence_check(host).await?;
         let fenced = check.is_some();

@@ -1,6 +1,6 @@
-//! What the coordinator does with renewal answers (DESIGN §1.2, §1.7): the batch's landed,
-//! busy and refused leases, the lone renewal of a busy one, and the database clock's reading
-//! that comes with every answer.
+//! What the coordinator does with renewal answers (docs/ARCHITECTURE.md §5.3, §3.5): the batch's
+//! landed, busy and refused leases, the lone renewal of a busy one, and the database clock's
+//! reading that comes with every answer.
 
 use std::time::Duration;
 
@@ -247,9 +247,9 @@ impl Coordinator {
     }
 
     /// Compares a reading of the database's clock with the monotonic clock; after a forward step
-    /// beyond the margin, ends every term and stays quiet for a ttl (DESIGN §1.2): every holder
-    /// that counted on the old clock reaches its `safe_until` within a ttl of its last renewal,
-    /// and a renewal that lands after the step runs on the new clock.
+    /// beyond the margin, ends every term and stays quiet for a ttl (docs/ARCHITECTURE.md §3.5):
+    /// every holder that counted on the old clock reaches its `safe_until` within a ttl of its last
+    /// renewal, and a renewal that lands after the step runs on the new clock.
     pub(super) fn observe_clock(
         &mut self,
         sent: Instant,

@@ -1,8 +1,9 @@
-//! Lease groups (issue 14): a group `orders` of 12 shards is the leases `orders/0` … `orders/11`,
-//! each an ordinary lease, spread over the replicas that take part in the group so that each
-//! holds its fair share, and moved by handoff as replicas come and go.
+//! Lease groups (docs/ARCHITECTURE.md §6): a group `orders` of 12 shards is the leases `orders/0` …
+//! `orders/11`, each an ordinary lease, spread over the replicas that take part in the group so
+//! that each holds its fair share, and moved by handoff as replicas come and go.
 //!
-//! - [`assign`]: fair shares and who should hold which shard, pure and the same on every replica;
+//! - [`assign`](mod@assign): fair shares and who should hold which shard, pure and the same on
+//!   every replica;
 //! - [`member`]: one replica's part in one group, pure: from a heartbeat's view of the members and
 //!   holders to the shards it campaigns for and those it gives away;
 //! - [`runner`]: the thin async loop that heartbeats each group and hands the decisions to the
