@@ -275,6 +275,15 @@ fn new_refuses_a_bad_name_and_a_directory_that_is_not_empty_in_one_line() {
     assert_eq!(entries.len(), 1, "no staging directory is left");
 }
 
+/// A template's language, its source file, the edits (text replaced, text put there) and the
+/// environment its build needs.
+type Edit<'a> = (
+    &'a str,
+    &'a str,
+    &'a [(&'a str, &'a str)],
+    Vec<(&'a str, PathBuf)>,
+);
+
 /// Each language's reconciler template, changed only to read its kv store on every tick, built,
 /// and loaded by a real host without `[grants] kv = true`: the call fails as the template's own
 /// error, one line in the host's words naming the manifest key, not as a trap of the guest's
@@ -285,7 +294,7 @@ async fn a_template_that_uses_kv_without_the_grant_fails_in_one_line_naming_the_
     use leasehold_tests::stores::{Backend, Db};
 
     // (language, source file, what the edit replaces, what it puts there, the project's env)
-    let edits: [(&str, &str, &[(&str, &str)], Vec<(&str, PathBuf)>); 3] = [
+    let edits: [Edit; 3] = [
         (
             "python",
             "kv_python.py",
