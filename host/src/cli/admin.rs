@@ -202,13 +202,12 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<ExitCode> {
 pub async fn handoff(args: HandoffArgs) -> anyhow::Result<ExitCode> {
     let name = LeaseName::parse(&args.name)?;
     if let Some(to) = &args.to {
-        handoff::check_to(to)
-            .map_err(|why| match why {
-                HandoffError::InvalidTo { reason, .. } => {
-                    anyhow::anyhow!("invalid --to {:?}: {reason}", escape_controls(to))
-                }
-                other => other.into(),
-            })?;
+        handoff::check_to(to).map_err(|why| match why {
+            HandoffError::InvalidTo { reason, .. } => {
+                anyhow::anyhow!("invalid --to {:?}: {reason}", escape_controls(to))
+            }
+            other => other.into(),
+        })?;
     }
     let (url, store) = open(args.database_url).await?;
     let asked = match handoff::request(store.as_ref(), &name, args.to.as_deref()).await {

@@ -28,7 +28,10 @@ const NAMES_SEARCHED: u32 = 10_000;
 #[derive(Debug, thiserror::Error)]
 pub enum HandoffError {
     /// The lease table has no row of that name: no replica has ever held it.
-    #[error("no lease named {lease}: no replica has ever held it{}", did_you_mean(close))]
+    #[error(
+        "no lease named {lease}: no replica has ever held it{}",
+        did_you_mean(close)
+    )]
     NoSuchLease {
         /// The name asked for.
         lease: String,
@@ -305,7 +308,10 @@ mod tests {
             let e = request(&store, &lease("leader"), Some(to))
                 .await
                 .unwrap_err();
-            assert!(matches!(e, HandoffError::AlreadyHeldByTo { .. }), "{to}: {e:?}");
+            assert!(
+                matches!(e, HandoffError::AlreadyHeldByTo { .. }),
+                "{to}: {e:?}"
+            );
         }
         let e = request(&store, &lease("leader"), Some("b c"))
             .await
@@ -329,7 +335,9 @@ mod tests {
         assert_eq!(asked.ttl, ttl);
         assert_eq!(asked.default_timeout(), MIN_WAIT);
         // Nobody moves: the holder kept it.
-        let kept = wait(&store, &asked, Duration::from_millis(30)).await.unwrap();
+        let kept = wait(&store, &asked, Duration::from_millis(30))
+            .await
+            .unwrap();
         assert_eq!(kept, Outcome::Kept);
         // The holder releases: released, and nobody has taken it yet.
         store.release("leader", "a-12345678", epoch).await.unwrap();
