@@ -285,7 +285,13 @@ async fn a_template_that_uses_kv_without_the_grant_fails_in_one_line_naming_the_
     use leasehold_tests::stores::{Backend, Db};
 
     // (language, source file, what the edit replaces, what it puts there, the project's env)
-    let edits: [(&str, &str, &[(&str, &str)], Vec<(&str, PathBuf)>); 3] = [
+    type Edit<'a> = (
+        &'a str,
+        &'a str,
+        &'a [(&'a str, &'a str)],
+        Vec<(&'a str, PathBuf)>,
+    );
+    let edits: [Edit; 3] = [
         (
             "python",
             "kv_python.py",

@@ -128,12 +128,15 @@ pub struct CallsFailing {
     pub failing_for_ms: u64,
 }
 
+/// A run of failures as the lease loop records it: (op, cause, text, failures, since).
+type Failing = (&'static str, Cause, String, u64, Instant);
+
 /// The last outcome of the lease loop's store calls. Shared by the driver, which records, and
 /// the endpoint, which reads.
 #[derive(Debug, Default)]
 pub struct LoopHealth {
-    /// Set from the first failure until a call lands: (op, cause, text, failures, since).
-    failing: Mutex<Option<(&'static str, Cause, String, u64, Instant)>>,
+    /// Set from the first failure until a call lands.
+    failing: Mutex<Option<Failing>>,
 }
 
 impl LoopHealth {

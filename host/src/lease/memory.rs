@@ -81,6 +81,9 @@ pub enum Health {
     Hanging = 2,
 }
 
+/// A lease group member in the in-memory store: when it joined, when it expires, its shard count.
+type Member = (Instant, Instant, Option<u32>);
+
 /// The in-memory store. Share it between drivers with an `Arc` to simulate several replicas.
 #[derive(Debug)]
 pub struct MemoryStore {
@@ -95,7 +98,7 @@ pub struct MemoryStore {
     /// How far the store's clock has been stepped ahead of `tokio::time`.
     stepped: Mutex<Duration>,
     /// Lease group members by (group, member): when each joined, when it expires, its shard count.
-    members: Mutex<BTreeMap<(String, String), (Instant, Instant, Option<u32>)>>,
+    members: Mutex<BTreeMap<(String, String), Member>>,
     /// Calls made, answered or not ([`MemoryStore::calls`]).
     calls: AtomicU64,
 }
