@@ -191,7 +191,7 @@ pub struct Layer {
     /// its owner alone): turns on POST /v1/admin/leases/NAME/handoff [default: none, the admin
     /// API is off].
     // A file, not the token: a flag or variable shows in `ps` and environment dumps.
-    #[arg(long, env = "LEASEHOLD_ADMIN_TOKEN_FILE", display_order = 3)]
+    #[arg(long, env = "LEASEHOLD_ADMIN_TOKEN_FILE", display_order = 4)]
     pub admin_token_file: Option<PathBuf>,
     /// A lease to campaign for; repeat for several [default: leader].
     #[arg(
