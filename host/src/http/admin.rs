@@ -52,9 +52,20 @@ pub const MAX_IN_FLIGHT: usize = 4;
 /// a request, and its slot, from being held for longer than a client would sit on it.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// How long an admin request may take in all, the guard's deadline for the tree: the wait, and
-/// the store calls before and after it (each bounded by the store timeout, at most a few s).
-pub const DEADLINE: Duration = Duration::from_secs(75);
+/// The longest the store calls that ask for a handoff may take together (a read, the request,
+/// and a listing for the names close to a missing one): three store timeouts, 9 s at the
+/// default ttl, and no more than this whatever the timing.
+const ASK_BOUND: Duration = Duration::from_secs(10);
+
+/// The longest the wait may overrun its timeout by: one read of the row under way then.
+const WAIT_OVERRUN: Duration = Duration::from_secs(5);
+
+/// How long an admin request may take in all, the guard's deadline for the tree: its body, the
+/// asking, and the longest wait with its overrun.
+pub const DEADLINE: Duration = BODY_TIMEOUT
+    .saturating_add(ASK_BOUND)
+    .saturating_add(MAX_TIMEOUT)
+    .saturating_add(WAIT_OVERRUN);
 
 /// The most bytes an admin request's body may have: `{"to": "REPLICA", "timeout_ms": N}` with a
 /// replica id of 200 characters is under 300.
@@ -431,17 +442,16 @@ fn percent_decode(text: &str) -> Option<String> {
 /// Asks for the handoff and waits for it, logging who asked and what came of it.
 async fn handoff(admin: &Admin, asked: Asking, from: &str) -> Response {
     let Asking { lease, to, timeout } = asked;
-    let requested = tokio::time::timeout(
-        admin.store_timeout * 3,
-        handoff::request(&admin.store, &lease, to.as_deref()),
-    )
-    .await
-    .unwrap_or_else(|_| {
-        Err(HandoffError::Store(StoreError::Timeout {
-            op: "request handoff",
-            after: admin.store_timeout * 3,
-        }))
-    });
+    let bound = admin.store_timeout.saturating_mul(3).min(ASK_BOUND);
+    let requested =
+        tokio::time::timeout(bound, handoff::request(&admin.store, &lease, to.as_deref()))
+            .await
+            .unwrap_or_else(|_| {
+                Err(HandoffError::Store(StoreError::Timeout {
+                    op: "request handoff",
+                    after: bound,
+                }))
+            });
     let asked = match requested {
         Ok(asked) => asked,
         Err(e) => {
@@ -463,7 +473,7 @@ async fn handoff(admin: &Admin, asked: Asking, from: &str) -> Response {
     // The wait reads the row every few ms; each read is bounded on its own by the store, and
     // the whole by the timeout and one slow read past it.
     let waited = tokio::time::timeout(
-        timeout + admin.store_timeout,
+        timeout + admin.store_timeout.min(WAIT_OVERRUN),
         handoff::wait(&admin.store, &asked, timeout),
     )
     .await
