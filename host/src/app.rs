@@ -266,7 +266,11 @@ impl App {
             None => (None, None),
         };
         let http_stop = CancellationToken::new();
-        let state = AppState::new(leases.clone(), plugins.clone(), metrics.clone());
+        let mut state = AppState::new(leases.clone(), plugins.clone(), metrics.clone());
+        if let Some(token) = config.admin_token.clone() {
+            info!(token_file = %token.file().display(), "admin API on: POST /v1/admin/leases/NAME/handoff answers requests that carry the admin token");
+            state = state.with_admin(token);
+        }
         // Logged only now: until the plugins are loaded a request would wait unanswered, and
         // scripts take this line to mean "ready to be asked".
         info!(addr = %addr, "http listening");

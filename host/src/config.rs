@@ -10,6 +10,7 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 
 use crate::capability::variables::{PatternError, UrlVariables};
+use crate::http::admin::{AdminToken, AdminTokenError};
 use crate::http::guard::{AllowedHosts, HostNameError};
 use crate::lease::groups::{GroupSpec, MAX_SHARDS};
 use crate::lease::identity::{check_replica_id, default_replica_id};
@@ -83,6 +84,9 @@ pub enum ConfigError {
     /// An `http_allowed_hosts` entry is not a host name.
     #[error(transparent)]
     HttpAllowedHost(#[from] HostNameError),
+    /// The admin token file cannot be used: the file, and what to do about it.
+    #[error(transparent)]
+    AdminToken(#[from] AdminTokenError),
 }
 
 /// The `[timing]` table of a [`Layer`]; every key optional, missing ones derived from the ttl.
@@ -183,6 +187,12 @@ pub struct Layer {
         display_order = 3
     )]
     pub http_allowed_hosts: Option<Vec<String>>,
+    /// A file holding the admin API's bearer token (at least 32 characters; the file readable by
+    /// its owner alone): turns on POST /v1/admin/leases/NAME/handoff [default: none, the admin
+    /// API is off].
+    // A file, not the token: a flag or variable shows in `ps` and environment dumps.
+    #[arg(long, env = "LEASEHOLD_ADMIN_TOKEN_FILE", display_order = 4)]
+    pub admin_token_file: Option<PathBuf>,
     /// A lease to campaign for; repeat for several [default: leader].
     #[arg(
         long = "lease",
@@ -435,6 +445,14 @@ pub struct Config {
     /// The names the HTTP port answers to besides localhost and IP addresses.
     #[serde(serialize_with = "host_names", skip_serializing_if = "is_empty_hosts")]
     pub http_allowed_hosts: AllowedHosts,
+    /// The admin API's token, read from `admin_token_file`; `None` keeps the API off. Shown as
+    /// its file, never its token.
+    #[serde(
+        rename = "admin_token_file",
+        serialize_with = "token_file",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub admin_token: Option<AdminToken>,
     /// The leases to campaign for.
     pub leases: Vec<LeaseName>,
     /// The lease groups this replica takes part in.
@@ -488,6 +506,17 @@ fn patterns<S: serde::Serializer>(v: &UrlVariables, serializer: S) -> Result<S::
 /// The names as checked.
 fn host_names<S: serde::Serializer>(v: &AllowedHosts, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.collect_seq(v.names())
+}
+
+/// The admin token as its file: the token itself is never shown.
+fn token_file<S: serde::Serializer>(
+    token: &Option<AdminToken>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match token {
+        Some(token) => serializer.collect_str(&token.file().display()),
+        None => serializer.serialize_none(),
+    }
 }
 
 /// Whether no name is listed (the key is then left out).
@@ -620,12 +649,18 @@ impl Config {
                 .or(file.http_allowed_hosts)
                 .unwrap_or_default(),
         )?;
+        let admin_token = flags
+            .admin_token_file
+            .or(file.admin_token_file)
+            .map(|path| AdminToken::read(&path))
+            .transpose()?;
         Ok(Config {
             database_url,
             replica_id,
             http,
             http_set_by,
             http_allowed_hosts,
+            admin_token,
             leases,
             groups,
             timing,
@@ -839,6 +874,49 @@ mod tests {
         );
         let c = Config::resolve(Layer::default(), Layer::default()).unwrap();
         assert!(!c.to_toml().contains("http_allowed_hosts"));
+    }
+
+    #[test]
+    fn the_admin_token_comes_from_a_private_file_and_config_check_shows_only_the_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let token = "s3cret-0123456789abcdefghijklmnopqrstuvwxyz";
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin-token");
+        std::fs::write(&path, format!("{token}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let c = Config::resolve(Layer::default(), Layer::default()).unwrap();
+        assert!(c.admin_token.is_none(), "off by default");
+        assert!(!c.to_toml().contains("admin_token_file"), "{}", c.to_toml());
+        let file: Layer = toml::from_str(&format!(
+            "admin_token_file = {:?}",
+            path.display().to_string()
+        ))
+        .unwrap();
+        let c = Config::resolve(file, Layer::default()).unwrap();
+        assert!(c.admin_token.as_ref().unwrap().admits(token.as_bytes()));
+        let shown = c.to_toml();
+        assert!(
+            shown.contains(&format!(
+                "admin_token_file = {:?}",
+                path.display().to_string()
+            )) && !shown.contains(token),
+            "{shown}"
+        );
+        assert!(!format!("{c:?}").contains(token));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let flags = Layer {
+            admin_token_file: Some(path.clone()),
+            ..Default::default()
+        };
+        let e = Config::resolve(Layer::default(), flags)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&path.display().to_string())
+                && e.contains("chmod 600")
+                && !e.contains(token),
+            "{e}"
+        );
     }
 
     #[test]

@@ -8,10 +8,12 @@
 //! for a condition ([`eventually`]); a TCP proxy that injects network faults between a host and
 //! its database ([`proxy`]), what a process costs in CPU and memory ([`procstat`]), a watchdog that ends a test's process groups with it ([`reaper`]), the witness and history checker of fault trials ([`chaos`]), and etcd's lock CLI,
 //! the reference the handoff benchmark compares against ([`etcd`]).
+//! The admin API's token files and requests are in [`admin`].
 //! Integration tests live in `tests/`; the benchmarks are binaries in `src/bin/`.
 
 #![allow(clippy::unwrap_used)]
 
+pub mod admin;
 pub mod browser;
 pub mod chaos;
 pub mod containers;

@@ -49,6 +49,7 @@ fn the_example_config_loads_and_documents_the_defaults() {
     assert_eq!(config.leases, defaults.leases);
     assert_eq!(config.http, defaults.http);
     assert_eq!(config.http_allowed_hosts, defaults.http_allowed_hosts);
+    assert_eq!(config.admin_token, defaults.admin_token);
     assert_eq!(config.shutdown_grace, defaults.shutdown_grace);
     assert_eq!(config.connect_timeout, defaults.connect_timeout);
     assert_eq!(config.runtime, defaults.runtime);
@@ -60,6 +61,7 @@ fn the_example_config_loads_and_documents_the_defaults() {
         "replica_id",
         "http",
         "http_allowed_hosts",
+        "admin_token_file",
         "leases",
         "shutdown_grace",
         "connect_timeout",

@@ -1,12 +1,14 @@
 //! Handoffs between real `leasehold` processes: a release on SQLite wakes the standbys of the
 //! same file at once (the event file beside it), as `NOTIFY` does on PostgreSQL; and
 //! `leasehold leases handoff NAME [--to REPLICA]`, the graceful step-down an operator asks for,
-//! on both stores: the old holder's plugins stop before the new holder's start, at a new epoch.
+//! on both stores, and the same over the admin API (`POST /v1/admin/leases/NAME/handoff`): the
+//! old holder's plugins stop before the new holder's start, at a new epoch.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::time::{Duration, Instant};
 
+use leasehold_tests::admin;
 use leasehold_tests::eventually::{eventually, when};
 use leasehold_tests::groups::led;
 use leasehold_tests::host::{
@@ -373,4 +375,94 @@ async fn on_postgres_a_handoff_to_a_named_replica_gives_it_the_lease_over_a_thir
         .await
         .unwrap();
     a_handoff_to_a_named_replica_gives_it_the_lease_over_a_third_one_campaigning(&url).await;
+}
+
+/// Two replicas on `url` with an admin token; `POST /v1/admin/leases/leader/handoff`, asked of
+/// the standby, moves the lease from the holder to it with no overlap of their work, and
+/// answers with both terms.
+async fn a_handoff_over_the_admin_api_stops_the_holder_s_plugins_before_the_standby_starts_its_own(
+    url: &str,
+) {
+    let plugins = work_plugins();
+    let secrets = tempfile::tempdir().unwrap();
+    let token = admin::token_file(secrets.path(), 0o600);
+    let host = |name: &str| {
+        HostBuilder::new(name)
+            .database_url(url)
+            .ttl(TTL)
+            .plugins(plugins.path())
+            .args(&["--admin-token-file", token.to_str().unwrap()])
+    };
+    let a = host("a").spawn().await.unwrap();
+    wait_for_single_leader(&[&a], "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let b = host("b").spawn().await.unwrap();
+    let epoch = led_epoch(&a).await;
+    a.wait_for_log(
+        &format!("work from epoch {epoch}, tick 3"),
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+
+    let asked = Instant::now();
+    let answer = admin::handoff(&b, "leader", None).await.unwrap();
+    let took = asked.elapsed();
+    let next = epoch + 1;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert!(
+        answer.str("lease") == "leader"
+            && answer.str("from").starts_with("a-")
+            && answer.json["from_epoch"] == epoch
+            && answer.str("to").starts_with("b-")
+            && answer.json["to_epoch"] == next
+            && answer.str("ended") == "released",
+        "{answer:?}"
+    );
+    assert!(took < WOKEN * 2, "the handoff took {took:?}: {answer:?}");
+    assert_eq!(led_epoch(&b).await, next);
+    a.wait_for_log("handoff requested by an operator", Duration::from_secs(5))
+        .await
+        .unwrap();
+    b.wait_for_log(
+        "handoff requested by an operator over the admin API",
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    assert!(
+        b.log_text()
+            .lines()
+            .any(|l| l.contains("over the admin API") && l.contains("from=127.0.0.1:")),
+        "the request is logged with where it came from:\n{}",
+        b.log_text()
+    );
+    b.wait_for_log(
+        &format!("work from epoch {next}, tick 3"),
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    assert_no_overlap(&a, epoch, &b, next);
+    eprintln!("admin API handoff on {url}: {took:?} from the request to its answer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sqlite_a_handoff_over_the_admin_api_stops_the_holder_s_plugins_before_the_standby_starts_its_own()
+ {
+    let (_dir, url) = sqlite_file();
+    a_handoff_over_the_admin_api_stops_the_holder_s_plugins_before_the_standby_starts_its_own(&url)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_handoff_over_the_admin_api_stops_the_holder_s_plugins_before_the_standby_starts_its_own()
+ {
+    let url = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    a_handoff_over_the_admin_api_stops_the_holder_s_plugins_before_the_standby_starts_its_own(&url)
+        .await;
 }

@@ -14,6 +14,7 @@ use tracing::warn;
 
 use super::{ListArgs, RunArgs};
 use crate::config::{Config, Layer};
+use crate::lease::handoff::{self, HandoffError, Outcome};
 use crate::lease::history::TermEnd;
 use crate::lease::{DatabaseUrl, LeaseName, LeaseRecord, LeaseStore, RawUrl, open_store};
 use crate::report::escape_controls;
@@ -52,14 +53,6 @@ pub struct HandoffArgs {
     #[arg(long, env = "LEASEHOLD_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<RawUrl>,
 }
-
-/// The least `leases handoff` waits by default: a replica that learns of a release by polling
-/// needs a moment even at a short ttl, and an operator would rather wait than see a false timeout.
-const MIN_HANDOFF_WAIT: Duration = Duration::from_secs(10);
-
-/// How often `leases handoff` reads the lease's row while it waits: quick enough to report the
-/// milliseconds a handoff takes, and a cheap read by primary key on the observers' connections.
-const HANDOFF_POLL: Duration = Duration::from_millis(10);
 
 /// Flags of `leasehold status`.
 #[derive(Debug, Args)]
@@ -209,39 +202,32 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<ExitCode> {
 pub async fn handoff(args: HandoffArgs) -> anyhow::Result<ExitCode> {
     let name = LeaseName::parse(&args.name)?;
     if let Some(to) = &args.to {
-        crate::lease::identity::check_replica_id(to)
-            .map_err(|why| anyhow::anyhow!("invalid --to {:?}: {why}", escape_controls(to)))?;
+        handoff::check_to(to).map_err(|why| match why {
+            HandoffError::InvalidTo { reason, .. } => {
+                anyhow::anyhow!("invalid --to {:?}: {reason}", escape_controls(to))
+            }
+            other => other.into(),
+        })?;
     }
     let (url, store) = open(args.database_url).await?;
-    let not_held = || {
-        anyhow::anyhow!(
+    let asked = match handoff::request(store.as_ref(), &name, args.to.as_deref()).await {
+        Ok(asked) => asked,
+        // The command's own words, with the store it read.
+        Err(HandoffError::NoSuchLease { .. }) => {
+            bail!("no lease named {name} in {url}: no replica has ever held it")
+        }
+        Err(HandoffError::NotHeld { .. }) => bail!(
             "lease {name} is not held by anyone in {url}: there is nothing to hand over (a replica that campaigns for it takes it by itself)"
-        )
-    };
-    let row = store.get(std::slice::from_ref(&name.to_string())).await?;
-    let Some(row) = row.into_iter().next() else {
-        bail!("no lease named {name} in {url}: no replica has ever held it");
-    };
-    if !row.is_held() {
-        return Err(not_held());
-    }
-    if let Some(to) = &args.to
-        && crate::lease::store::is_reserved_for(to, &row.holder)
-    {
-        bail!(
+        ),
+        Err(HandoffError::AlreadyHeldByTo { holder, to, .. }) => bail!(
             "lease {name} is held by {} already, which --to {} names",
-            escape_controls(&row.holder),
-            escape_controls(to)
-        );
-    }
-    let Some(asked) = store.request_handoff(&name, args.to.as_deref()).await? else {
-        return Err(not_held());
+            escape_controls(&holder),
+            escape_controls(&to)
+        ),
+        Err(e) => return Err(e.into()),
     };
     let old = escape_controls(&asked.holder).into_owned();
-    let ttl = Duration::from_millis(u64::try_from(asked.ttl_ms).unwrap_or(0));
-    let timeout = args
-        .timeout
-        .unwrap_or_else(|| (ttl * 2).max(MIN_HANDOFF_WAIT));
+    let timeout = args.timeout.unwrap_or_else(|| asked.default_timeout());
     let target = match &args.to {
         Some(to) => format!(" to {}", escape_controls(to)),
         None => String::new(),
@@ -252,70 +238,56 @@ pub async fn handoff(args: HandoffArgs) -> anyhow::Result<ExitCode> {
         asked.epoch,
         humantime::format_duration(timeout)
     );
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut released = false;
-    let new = loop {
-        let row = store.get(std::slice::from_ref(&name.to_string())).await?;
-        match row.into_iter().next() {
-            Some(row) if row.epoch > asked.epoch && row.is_held() => break Some(row),
-            Some(row) if row.epoch > asked.epoch || !row.is_held() => released = true,
-            _ => {}
-        }
-        if tokio::time::Instant::now() >= deadline {
-            break None;
-        }
-        tokio::time::sleep(HANDOFF_POLL).await;
-    };
-    // How the old term ended, as the cluster recorded it: `released` is the ordered release.
-    let ended = store
-        .terms(std::slice::from_ref(&name.to_string()), 4)
-        .await
-        .ok()
-        .and_then(|terms| {
-            terms
-                .into_iter()
-                .find(|t| t.term.epoch == asked.epoch)
-                .and_then(|t| t.term.end)
-        });
-    let how = match ended {
-        Some(crate::lease::history::TermEnd::Released) => {
-            "released in order: its plugins stopped before the release"
-        }
-        Some(crate::lease::history::TermEnd::Expired) => {
-            "expired: the holder did not release it (gone, or cut off) and it ran out"
-        }
-        Some(crate::lease::history::TermEnd::Forced) => "force-released by an operator meanwhile",
-        None => "still open",
-    };
-    let Some(new) = new else {
-        if released {
+    let outcome = handoff::wait(store.as_ref(), &asked, timeout).await?;
+    let (new_holder, new_epoch, how) = match &outcome {
+        Outcome::Moved {
+            holder,
+            epoch,
+            ended,
+        } => (holder, *epoch, how_it_ended(*ended)),
+        Outcome::Released { ended } => {
             eprintln!(
-                "{name}: {old} gave it up at epoch {} ({how}), but no replica took it within {}; a replica that campaigns for it will",
+                "{name}: {old} gave it up at epoch {} ({}), but no replica took it within {}; a replica that campaigns for it will",
                 asked.epoch,
+                how_it_ended(*ended),
                 humantime::format_duration(timeout)
             );
-        } else {
+            return Ok(ExitCode::FAILURE);
+        }
+        Outcome::Kept => {
             eprintln!(
                 "{name}: {old} did not hand it over within {}; is it running? For a holder that is gone, `leasehold leases release {name} --force`",
                 humantime::format_duration(timeout)
             );
+            return Ok(ExitCode::FAILURE);
         }
-        return Ok(ExitCode::FAILURE);
     };
-    let holder = escape_controls(&new.holder);
+    let holder = escape_controls(new_holder);
     println!(
-        "{name}: {old} (epoch {}) -> {holder} (epoch {}); the old term {how}",
-        asked.epoch, new.epoch
+        "{name}: {old} (epoch {}) -> {holder} (epoch {new_epoch}); the old term {how}",
+        asked.epoch
     );
-    match &args.to {
-        Some(to) if !crate::lease::store::is_reserved_for(to, &new.holder) => {
-            eprintln!(
-                "{name} went to {holder}, not to {}: the reservation lapsed before that replica campaigned (is it running, and does it campaign for {name}?)",
-                escape_controls(to)
-            );
-            Ok(ExitCode::FAILURE)
+    if outcome.missed(&asked)
+        && let Some(to) = &args.to
+    {
+        eprintln!(
+            "{name} went to {holder}, not to {}: the reservation lapsed before that replica campaigned (is it running, and does it campaign for {name}?)",
+            escape_controls(to)
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// How a handed-over term ended, as `leases handoff` says it.
+fn how_it_ended(ended: Option<TermEnd>) -> &'static str {
+    match ended {
+        Some(TermEnd::Released) => "released in order: its plugins stopped before the release",
+        Some(TermEnd::Expired) => {
+            "expired: the holder did not release it (gone, or cut off) and it ran out"
         }
-        _ => Ok(ExitCode::SUCCESS),
+        Some(TermEnd::Forced) => "force-released by an operator meanwhile",
+        None => "still open",
     }
 }
 

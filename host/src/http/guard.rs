@@ -8,8 +8,9 @@
 //!   from the machine's loopback when its port is published there (as the compose file does),
 //!   and so is a pod's through `kubectl port-forward`.
 //! - `check`: the layer every request goes through: the Host check, no request bodies (every
-//!   route is a GET), a deadline per request, and `X-Content-Type-Options: nosniff` on every
-//!   response.
+//!   route but the admin API's is a GET), a deadline per request (longer for the admin API, whose
+//!   handoff waits for the lease to change hands), and `X-Content-Type-Options: nosniff` on
+//!   every response.
 //! - [`serve`]: the accept loop, in place of `axum::serve`, which sets none of hyper's bounds:
 //!   at most [`MAX_CONNECTIONS`] connections (a new one takes the slot of the oldest with no
 //!   request in flight), [`HEADER_READ_TIMEOUT`] for a request's head (and between requests on
@@ -148,8 +149,9 @@ fn host_name(authority: &str) -> String {
     name.trim_end_matches('.').to_ascii_lowercase()
 }
 
-/// The layer every request goes through: the Host check (421), no body (413), the deadline
-/// (503), and `nosniff` on every response, refusals included.
+/// The layer every request goes through: the Host check (421), no body outside the admin tree
+/// (413; the admin API bounds its own), the deadline (503), and `nosniff` on every response,
+/// refusals included.
 async fn check(State(hosts): State<Arc<AllowedHosts>>, request: Request, next: Next) -> Response {
     let authority = request
         .uri()
@@ -159,6 +161,7 @@ async fn check(State(hosts): State<Arc<AllowedHosts>>, request: Request, next: N
             let host = request.headers().get(header::HOST)?;
             Some(String::from_utf8_lossy(host.as_bytes()).into_owned())
         });
+    let admin = super::admin::is_admin_path(request.uri().path());
     let mut response = if !hosts.admits(authority.as_deref()) {
         let shown: String = authority.unwrap_or_default().chars().take(100).collect();
         (
@@ -168,18 +171,22 @@ async fn check(State(hosts): State<Arc<AllowedHosts>>, request: Request, next: N
             ),
         )
             .into_response()
-    } else if has_body(&request) {
+    } else if has_body(&request) && !admin {
         (
             StatusCode::PAYLOAD_TOO_LARGE,
-            "leasehold: every route is a GET; a request body is refused\n",
+            "leasehold: every route but the admin API is a GET; a request body is refused\n",
         )
             .into_response()
     } else {
-        match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+        let deadline = match admin {
+            true => super::admin::DEADLINE,
+            false => REQUEST_TIMEOUT,
+        };
+        match tokio::time::timeout(deadline, next.run(request)).await {
             Ok(response) => response,
             Err(_) => (
                 StatusCode::SERVICE_UNAVAILABLE,
-                format!("leasehold: no answer within {REQUEST_TIMEOUT:?}\n"),
+                format!("leasehold: no answer within {deadline:?}\n"),
             )
                 .into_response(),
         }
@@ -343,7 +350,11 @@ async fn connection(
 ) {
     let tower = TowerToHyperService::new(router);
     let counted = slot.clone();
-    let service = hyper::service::service_fn(move |request| {
+    let service = hyper::service::service_fn(move |mut request: Request<_>| {
+        // Who asked, for the admin API's log.
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer));
         let in_flight = InFlight::enter(&counted);
         let response = tower.call(request);
         async move {

@@ -5,7 +5,10 @@
 //! and `/readyz` know of the store is one shared [`snapshot`], refreshed at most every 250 ms on
 //! connections of its own, and the endpoint runs on a [`thread`] of its own, so that no number of
 //! watchers can hold up the lease loop; [`guard`] bounds the server and checks who it answers.
+//! The [`admin`] API (`POST /v1/admin/leases/{name}/handoff`) answers only when an admin token
+//! is configured, and only to requests that carry it.
 
+pub mod admin;
 pub mod guard;
 pub mod page;
 pub mod snapshot;
@@ -18,7 +21,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{any, get};
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -42,6 +45,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// What `/status` and `/readyz` show of the store, shared by every request.
     pub snapshots: Snapshots,
+    /// The admin API, when an admin token is configured; `None` answers 404 to its whole tree.
+    pub admin: Option<Arc<admin::Admin>>,
 }
 
 impl AppState {
@@ -57,7 +62,15 @@ impl AppState {
             leases,
             plugins,
             metrics,
+            admin: None,
         }
+    }
+
+    /// Turns the admin API on, answering requests that carry `token`. Call it on the runtime
+    /// the lease loop runs on, as [`AppState::new`]: the API's store calls run there.
+    pub fn with_admin(mut self, token: admin::AdminToken) -> AppState {
+        self.admin = Some(Arc::new(admin::Admin::new(token, &self.leases)));
+        self
     }
 }
 
@@ -141,6 +154,8 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
+        .route(admin::PREFIX, any(admin::serve))
+        .route(&format!("{}/{{*rest}}", admin::PREFIX), any(admin::serve))
         .merge(page::routes())
         .with_state(state)
 }

@@ -7,6 +7,7 @@
 //! - [`clock`]: watching the database's clock for steps, pure;
 //! - [`groups`]: lease groups' fair shares and who hands which shard to whom, pure;
 //! - [`history`]: the terms of each lease as the cluster recorded them, and its last handoff;
+//! - [`handoff`]: an operator's graceful step-down, asked for and waited on;
 //! - [`coordinator`]: the pure state machine, one `step(state, event, now)` for all leases;
 //! - [`driver`]: the thin async loop that runs the coordinator against a store;
 //! - [`leadership`]: what the rest of the host sees of a lease (role, epoch, term);
@@ -17,6 +18,7 @@ pub mod clock;
 pub mod coordinator;
 pub mod driver;
 pub mod groups;
+pub mod handoff;
 pub mod health;
 pub mod history;
 pub mod identity;
