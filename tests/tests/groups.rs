@@ -19,6 +19,8 @@ const GROUP: &str = "orders";
 const TTL: Duration = Duration::from_millis(1_500);
 /// The checker's sampling period: well under a handoff's worth of time on this scale.
 const SAMPLE: Duration = Duration::from_millis(15);
+/// The samples the checker must have seen each replica leading in before its shards move on.
+const SEEN: u64 = 5;
 
 async fn start(url: &str, name: &str) -> Host {
     HostBuilder::new(name)
@@ -114,7 +116,10 @@ async fn postgres_a_group_spreads_over_the_replicas_and_moves_by_handoff_as_they
         checker.add(&h.name, h);
     }
     // Let the checker see the settled state first.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    checker
+        .until_seen_leading(&["a", "b", "c"], SEEN, Duration::from_secs(10))
+        .await
+        .unwrap();
     let before = leaders(&[&a, &b, &c]).await;
 
     // A fourth joins: three shards move to it, one from each, by the ordered release.
@@ -143,6 +148,10 @@ async fn postgres_a_group_spreads_over_the_replicas_and_moves_by_handoff_as_they
 
     // One is stopped: it leaves the group, then releases, and the others take its shards in
     // milliseconds, not after its ttl.
+    checker
+        .until_seen_leading(&["d"], SEEN, Duration::from_secs(10))
+        .await
+        .unwrap();
     let (handoffs, takeovers) = arrivals(&[&a, &b, &c]).await;
     let before = leaders(&[&a, &b, &c, &d]).await;
     let mut d = d;
@@ -199,6 +208,9 @@ async fn postgres_a_group_spreads_over_the_replicas_and_moves_by_handoff_as_they
     let verdict = checker.finish().await.unwrap();
     eprintln!("checker: {verdict:?}");
     assert!(verdict.samples > 100, "{verdict:?}");
+    verdict
+        .each_seen_leading(&["a", "b", "c", "d"], SEEN)
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -214,6 +226,10 @@ async fn sqlite_two_replicas_share_a_group_and_take_it_over_from_each_other() {
     checker.add(&b.name, &b);
     let took = until_shares(&[&a, &b], 6, Duration::from_secs(30)).await;
     eprintln!("b joined: 6 shards each after {took:?}");
+    checker
+        .until_seen_leading(&["a", "b"], SEEN, Duration::from_secs(10))
+        .await
+        .unwrap();
 
     let mut b = b;
     let stopped = Instant::now();
@@ -226,6 +242,10 @@ async fn sqlite_two_replicas_share_a_group_and_take_it_over_from_each_other() {
     let b = start(&url, "b2").await;
     checker.add(&b.name, &b);
     until_shares(&[&a, &b], 6, Duration::from_secs(30)).await;
+    checker
+        .until_seen_leading(&["b2"], SEEN, Duration::from_secs(10))
+        .await
+        .unwrap();
     let mut b = b;
     let killed = Instant::now();
     b.kill().await.unwrap();
@@ -237,6 +257,7 @@ async fn sqlite_two_replicas_share_a_group_and_take_it_over_from_each_other() {
 
     let verdict = checker.finish().await.unwrap();
     eprintln!("checker: {verdict:?}");
+    verdict.each_seen_leading(&["a", "b", "b2"], SEEN).unwrap();
 }
 
 /// The last value `log` shows `shard` (e.g. `"2/4"`) checkpointed at, from the example
@@ -482,6 +503,10 @@ async fn postgres_a_failing_health_check_bound_to_a_group_keeps_its_replica_out_
         healed.elapsed()
     );
     assert_eq!(arrivals(&[&a]).await, (2, 0), "a took two by handoff");
+    checker
+        .until_seen_leading(&["a", "b", "c"], SEEN, Duration::from_secs(10))
+        .await
+        .unwrap();
 
     // b's check starts failing while it holds its shards: after two failures in a row it leaves
     // the group, and a and c take its shards by handoff, not after its ttl.
@@ -504,6 +529,7 @@ async fn postgres_a_failing_health_check_bound_to_a_group_keeps_its_replica_out_
     );
     let verdict = checker.finish().await.unwrap();
     eprintln!("checker: {verdict:?}");
+    verdict.each_seen_leading(&["a", "b", "c"], SEEN).unwrap();
 }
 
 /// A rolling change of a group's shard count: a replica configured with `orders=6` joins one
