@@ -39,10 +39,14 @@ run: build guests
 # the examples' logic).
 # The container tests (tests/tests/containers.rs, compose.rs) build the image from the dev binary
 # with scripts/image.sh and run it with podman, which the first line installs.
+# Every test binary, and the guests' tests, run to the end however many fail before them, so one
+# failure hides no other; make still fails if any did.
 test: build guests
 	@scripts/install-deps.sh --containers
-	$(CARGO) test --workspace
-	cd guests && $(CARGO) test --workspace --locked
+	failed=0; \
+	$(CARGO) test --workspace --no-fail-fast || failed=1; \
+	(cd guests && $(CARGO) test --workspace --locked --no-fail-fast) || failed=1; \
+	exit $$failed
 
 # Figures: handoff, failover and plugin activation between real processes on PostgreSQL (and
 # the handoff between processes on one SQLite file, beside it), the

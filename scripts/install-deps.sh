@@ -17,6 +17,8 @@ fi
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
 # psql takes row locks from outside in the lease tests; libfaketime steps a process's wall clock.
 command -v psql >/dev/null 2>&1 || need_pkgs+=(postgresql-client)
+# openssl makes the test server's TLS certificate, which the sslmode test connects with.
+command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need_pkgs+=(libfaketime)
 # promtool checks and unit-tests the alert rules in examples/prometheus/ (the server is not run).
 command -v promtool >/dev/null 2>&1 || need_pkgs+=(prometheus)

@@ -13,8 +13,14 @@
 //! request and its answer. So a sample's moment is placed as late as it can be (the answer's
 //! arrival less the age) where it opens a span, and as early as it can be (the request's
 //! departure less the age) where it extends one: spans still only get shorter than the truth.
+//!
+//! An empty history has no overlap either, so the checker counts, per replica, the samples that
+//! saw it leading: [`Checker::finish`] fails when none did, and a test asserts a floor for each
+//! replica it expects to lead ([`Verdict::each_seen_leading`]), waiting for it before it moves
+//! the shards on ([`Checker::until_seen_leading`]).
 
 use std::collections::BTreeMap;
+use std::fmt::Display;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -57,6 +63,9 @@ pub struct Span {
 /// (shard, replica, epoch) → the span it was seen leading.
 type History = BTreeMap<(String, String, i64), Span>;
 
+/// Replica → the samples that saw it leading at least one shard.
+type Leading = BTreeMap<String, u64>;
+
 /// Samples the `/status` of every replica in its list, each on its own task, every `every`.
 pub struct Checker {
     /// The replicas sampled; a test adds and removes them as they start and stop.
@@ -65,6 +74,8 @@ pub struct Checker {
     history: Arc<Mutex<History>>,
     /// How many samples were taken, to show the check had material.
     samples: Arc<Mutex<u64>>,
+    /// How many of them saw each replica leading.
+    leading: Arc<Mutex<Leading>>,
     /// Stops the samplers.
     stop: CancellationToken,
     /// The sampler loop.
@@ -77,12 +88,14 @@ impl Checker {
         let replicas: Arc<Mutex<Vec<(String, Endpoint)>>> = Arc::default();
         let history: Arc<Mutex<History>> = Arc::default();
         let samples: Arc<Mutex<u64>> = Arc::default();
+        let leading: Arc<Mutex<Leading>> = Arc::default();
         let stop = CancellationToken::new();
         let task = tokio::spawn({
-            let (replicas, history, samples, stop) = (
+            let (replicas, history, samples, leading, stop) = (
                 replicas.clone(),
                 history.clone(),
                 samples.clone(),
+                leading.clone(),
                 stop.clone(),
             );
             let prefix = format!("{group}/");
@@ -94,8 +107,12 @@ impl Checker {
                     let now: Vec<(String, Endpoint)> = replicas.lock().unwrap().clone();
                     let mut polls = tokio::task::JoinSet::new();
                     for (name, endpoint) in now {
-                        let (history, samples, prefix) =
-                            (history.clone(), samples.clone(), prefix.clone());
+                        let (history, samples, leading, prefix) = (
+                            history.clone(),
+                            samples.clone(),
+                            leading.clone(),
+                            prefix.clone(),
+                        );
                         polls.spawn(async move {
                             let sent = Instant::now();
                             // A replica that is stopping or gone does not answer: nothing to record.
@@ -107,6 +124,7 @@ impl Checker {
                             let (earliest, latest) = (before(sent), before(Instant::now()));
                             *samples.lock().unwrap() += 1;
                             let mut history = history.lock().unwrap();
+                            let mut led = false;
                             for lease in &status.leases {
                                 if !lease.name.starts_with(&prefix) || lease.role != Role::Leader {
                                     continue;
@@ -122,6 +140,7 @@ impl Checker {
                                 if *holder != status.replica {
                                     continue;
                                 }
+                                led = true;
                                 let key = (lease.name.clone(), name.clone(), epoch);
                                 history
                                     .entry(key)
@@ -134,6 +153,9 @@ impl Checker {
                                         last: earliest,
                                     });
                             }
+                            if led {
+                                *leading.lock().unwrap().entry(name).or_default() += 1;
+                            }
                         });
                     }
                     polls.join_all().await;
@@ -144,6 +166,7 @@ impl Checker {
             replicas,
             history,
             samples,
+            leading,
             stop,
             task: Some(task),
         }
@@ -162,15 +185,51 @@ impl Checker {
         self.replicas.lock().unwrap().retain(|(n, _)| n != name);
     }
 
-    /// Stops sampling and checks the history: for every shard, no two replicas' spans overlap,
-    /// and a later span has a higher epoch. Returns the number of samples and of spans, and
-    /// the longest gap between one holder's last sample and the next one's first.
+    /// How many samples so far saw replica `name` leading.
+    pub fn seen_leading(&self, name: &str) -> u64 {
+        self.leading.lock().unwrap().get(name).copied().unwrap_or(0)
+    }
+
+    /// Waits until at least `floor` samples saw each of `names` leading: before a test moves
+    /// their shards on, so that the history has something to check for each.
+    pub async fn until_seen_leading(
+        &self,
+        names: &[impl Display],
+        floor: u64,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
+        let names: Vec<String> = names.iter().map(ToString::to_string).collect();
+        crate::eventually::eventually(
+            format!("the checker to see each of {names:?} leading in {floor} samples"),
+            timeout,
+            async || {
+                let seen: Vec<(&str, u64)> = names
+                    .iter()
+                    .map(|n| (n.as_str(), self.seen_leading(n)))
+                    .collect();
+                crate::eventually::when(seen, |seen| seen.iter().all(|(_, n)| *n >= floor))
+            },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Stops sampling and checks the history: some sample saw a replica leading (an empty
+    /// history proves nothing), for every shard no two replicas' spans overlap, and a later span
+    /// has a higher epoch. Returns the number of samples, those that saw each replica leading, the
+    /// number of spans, and the longest gap between one holder's last sample and the next one's
+    /// first.
     pub async fn finish(mut self) -> anyhow::Result<Verdict> {
         self.stop.cancel();
         if let Some(task) = self.task.take() {
             task.await?;
         }
         let history = self.history.lock().unwrap().clone();
+        let samples = *self.samples.lock().unwrap();
+        anyhow::ensure!(
+            !history.is_empty(),
+            "the checker saw no replica leading in {samples} samples: nothing was checked"
+        );
         let mut by_shard: BTreeMap<&str, Vec<(&str, i64, Span)>> = BTreeMap::new();
         for ((shard, replica, epoch), span) in &history {
             by_shard
@@ -201,7 +260,8 @@ impl Checker {
             }
         }
         Ok(Verdict {
-            samples: *self.samples.lock().unwrap(),
+            samples,
+            leading: self.leading.lock().unwrap().clone(),
             spans: history.len(),
             longest_gap,
         })
@@ -209,12 +269,29 @@ impl Checker {
 }
 
 /// What [`Checker::finish`] found.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Verdict {
     /// Samples of `/status` taken.
     pub samples: u64,
+    /// Replica → the samples that saw it leading at least one shard.
+    pub leading: BTreeMap<String, u64>,
     /// (shard, replica, epoch) spans seen.
     pub spans: usize,
     /// The longest a shard went from one replica's last sample leading it to another's first.
     pub longest_gap: Duration,
+}
+
+impl Verdict {
+    /// Fails unless at least `floor` samples saw each of `names` leading: a replica the history
+    /// barely saw was barely checked.
+    pub fn each_seen_leading(&self, names: &[impl Display], floor: u64) -> anyhow::Result<()> {
+        for name in names {
+            let seen = self.leading.get(&name.to_string()).copied().unwrap_or(0);
+            anyhow::ensure!(
+                seen >= floor,
+                "the checker saw {name} leading in {seen} samples, fewer than {floor}: {self:?}"
+            );
+        }
+        Ok(())
+    }
 }

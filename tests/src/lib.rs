@@ -10,6 +10,14 @@
 //! the reference the handoff benchmark compares against ([`etcd`]).
 //! The admin API's token files and requests are in [`admin`].
 //! Integration tests live in `tests/`; the benchmarks are binaries in `src/bin/`.
+//!
+//! A test that cannot run in some setting is ignored there, with the reason, so that the runner
+//! counts it as ignored rather than passed: `build.rs` sets `cfg(given_server)` when
+//! `DATABASE_URL` names a server (tests that stop the server, start their own or create
+//! cluster-wide roles carry `#[cfg_attr(given_server, ignore = "why")]` and call
+//! [`pg::needs_own_server`], which fails them if they run there anyway) and `cfg(not_root)` when
+//! the tests are built by a user other than root. In the default setting, no `DATABASE_URL` (the
+//! harness's own server, as `make test` and CI run), they all run.
 
 #![allow(clippy::unwrap_used)]
 

@@ -34,15 +34,19 @@ struct LocalServer {
 static SERVER: OnceLock<Postgres> = OnceLock::new();
 static NEXT_DB: AtomicU32 = AtomicU32::new(0);
 
-/// Whether a test that needs a server of its own (`why`: "must stop and start its own server",
-/// "creates cluster-wide roles") must skip, as `DATABASE_URL` names a server others may use; says
-/// so on stderr when it must.
-pub fn skip_on_a_given_server(why: &str) -> bool {
-    let given = std::env::var("DATABASE_URL").is_ok();
-    if given {
-        eprintln!("skipped: DATABASE_URL is given, and this test {why}");
-    }
-    given
+/// Fails a test that needs the server this harness starts itself (`why`: "stops and starts the
+/// server", "creates cluster-wide roles") when `DATABASE_URL` names a server others may use. Such
+/// a test carries `#[cfg_attr(given_server, ignore = "…")]` (see the crate docs), so `cargo test`
+/// with `DATABASE_URL` set lists it as ignored; this catches it where it runs anyway (a binary
+/// built without `DATABASE_URL` and run with it, or `--include-ignored`), as a failure rather
+/// than a pass that tested nothing.
+pub fn needs_own_server(why: &str) {
+    assert!(
+        std::env::var_os("DATABASE_URL").is_none(),
+        "DATABASE_URL is set, and this test {why}: it cannot run there (`cargo test` with \
+         DATABASE_URL set builds it ignored; this binary was built without it, or runs ignored \
+         tests)"
+    );
 }
 
 /// The shared server of this test process, started on first use.

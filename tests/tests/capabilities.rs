@@ -391,11 +391,12 @@ async fn sql_on_the_lease_database_is_fenced_and_capped() {
 /// reads still run. Once the role may read it, the same grant is fenced (the refusal was not
 /// remembered).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test creates cluster-wide roles: it needs the server the harness starts itself"
+)]
 async fn a_grant_that_cannot_identify_its_database_reads_but_never_writes() {
-    if std::env::var("DATABASE_URL").is_ok() {
-        eprintln!("skipped: DATABASE_URL is given, and this test creates cluster-wide roles");
-        return;
-    }
+    leasehold_tests::pg::needs_own_server("creates cluster-wide roles");
     let LeaseDb {
         _db,
         raw,
@@ -732,10 +733,12 @@ async fn a_fence_waits_for_the_lease_row_no_longer_than_the_lease_store_does() {
 /// and nothing it sends runs. Each way of holding a privilege is tried: the superuser, a table
 /// grant, a column grant, a grant on another leasehold table, membership of the owner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test creates cluster-wide roles: it needs the server the harness starts itself"
+)]
 async fn a_grant_whose_role_holds_privileges_on_the_lease_tables_is_refused() {
-    if leasehold_tests::pg::skip_on_a_given_server("creates cluster-wide roles") {
-        return;
-    }
+    leasehold_tests::pg::needs_own_server("creates cluster-wide roles");
     let db = Db::new(Backend::Postgres).await.unwrap();
     let raw = db.url().unwrap();
     let url = DatabaseUrl::parse(&raw).unwrap();
@@ -828,10 +831,12 @@ async fn a_grant_whose_role_holds_privileges_on_the_lease_tables_is_refused() {
 /// key: it cannot take the lease row's share lock and hold it, which would hold up the renewal of
 /// every lease of its replica; and it cannot read the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test creates cluster-wide roles: it needs the server the harness starts itself"
+)]
 async fn a_plugin_cannot_take_the_fence_lock_itself() {
-    if leasehold_tests::pg::skip_on_a_given_server("creates cluster-wide roles") {
-        return;
-    }
+    leasehold_tests::pg::needs_own_server("creates cluster-wide roles");
     let LeaseDb {
         _db,
         raw,

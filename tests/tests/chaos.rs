@@ -15,9 +15,7 @@ const TTL: Duration = Duration::from_secs(2);
 const TRIALS: usize = 2;
 
 async fn survives(fault: Fault) {
-    if leasehold_tests::pg::skip_on_a_given_server("starts, restarts and fails over its servers") {
-        return;
-    }
+    leasehold_tests::pg::needs_own_server("starts, restarts and fails over servers of its own");
     let run = run_fault(fault, TRIALS, TTL).await.unwrap();
     let mut summary = Summary::default();
     summary.add_run(&fault.name(), &run.verdict, &run.pauses);
@@ -42,46 +40,82 @@ fn hole(side: Side, to_server: bool, to_client: bool) -> Fault {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test starts, restarts and fails over PostgreSQL servers of its own instead of using it"
+)]
 async fn a_holder_black_holed_both_ways_stops_before_the_other_replica_works() {
     survives(hole(Side::Holder, true, true)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test starts, restarts and fails over PostgreSQL servers of its own instead of using it"
+)]
 async fn a_holder_whose_requests_vanish_stops_before_the_other_replica_works() {
     survives(hole(Side::Holder, true, false)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test starts, restarts and fails over PostgreSQL servers of its own instead of using it"
+)]
 async fn a_holder_whose_replies_vanish_stops_before_the_other_replica_works() {
     survives(hole(Side::Holder, false, true)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test starts, restarts and fails over PostgreSQL servers of its own instead of using it"
+)]
 async fn a_standby_black_holed_leaves_the_holder_working() {
     survives(hole(Side::Standby, true, true)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test starts, restarts and fails over PostgreSQL servers of its own instead of using it"
+)]
 async fn a_standby_whose_replies_vanish_leaves_the_holder_working() {
     survives(hole(Side::Standby, false, true)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test starts, restarts and fails over PostgreSQL servers of its own instead of using it"
+)]
 async fn replicas_all_black_holed_work_again_under_one_holder_once_healed() {
     survives(hole(Side::Both, true, true)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test starts, restarts and fails over PostgreSQL servers of its own instead of using it"
+)]
 async fn a_fast_restart_of_the_database_while_plugins_write_is_survived() {
     survives(Fault::Restart { immediate: false }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test starts, restarts and fails over PostgreSQL servers of its own instead of using it"
+)]
 async fn an_immediate_restart_of_the_database_while_plugins_write_is_survived() {
     survives(Fault::Restart { immediate: true }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test starts, restarts and fails over PostgreSQL servers of its own instead of using it"
+)]
 async fn a_failover_to_a_standby_that_missed_renewals_lets_no_term_overlap() {
     survives(Fault::Failover {
         missed_takeover: false,
@@ -90,6 +124,10 @@ async fn a_failover_to_a_standby_that_missed_renewals_lets_no_term_overlap() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test starts, restarts and fails over PostgreSQL servers of its own instead of using it"
+)]
 async fn a_failover_to_a_standby_that_missed_a_takeover_hands_out_no_epoch_twice() {
     survives(Fault::Failover {
         missed_takeover: true,
@@ -98,21 +136,37 @@ async fn a_failover_to_a_standby_that_missed_a_takeover_hands_out_no_epoch_twice
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test starts, restarts and fails over PostgreSQL servers of its own instead of using it"
+)]
 async fn a_database_clock_jump_ends_terms_before_a_takeover_can_overlap_them() {
     survives(Fault::DatabaseClockJump).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test starts, restarts and fails over PostgreSQL servers of its own instead of using it"
+)]
 async fn a_replica_clock_jump_changes_nothing() {
     survives(Fault::ReplicaClockJump).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test starts, restarts and fails over PostgreSQL servers of its own instead of using it"
+)]
 async fn a_lease_row_locked_by_another_session_fails_closed_and_recovers() {
     survives(Fault::SlowLock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test starts, restarts and fails over PostgreSQL servers of its own instead of using it"
+)]
 async fn a_trigger_sleeping_past_the_statement_timeout_fails_closed_and_recovers() {
     survives(Fault::SlowTrigger).await;
 }

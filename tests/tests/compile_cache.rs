@@ -134,29 +134,45 @@ async fn a_tampered_compile_cache_is_compiled_around_never_loaded() {
         "not an artifact this engine loads",
     );
     assert_eq!(run_once("repaired", &db, p, &cache).await.0, "Hit");
+}
 
-    // Owned by another user (only root can give a file away).
-    if rustix::process::geteuid().is_root() {
-        let nobody = 65534;
-        std::os::unix::fs::chown(&target, Some(nobody), None).unwrap();
-        let run = run_once("foreign-file", &db, p, &cache).await;
-        assert_refused(
-            "artifact of another user",
-            &run,
-            &target,
-            "owned by uid 65534",
-        );
-        std::os::unix::fs::chown(&cache, Some(nobody), None).unwrap();
-        let run = run_once("foreign-dir", &db, p, &cache).await;
-        assert_refused(
-            "directory of another user",
-            &run,
-            &cache,
-            "owned by uid 65534",
-        );
-    } else {
-        println!("skipped: ownership by another user needs root to chown the cache");
-    }
+/// Only root can give a file away, so this runs as root and is ignored, saying so, otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not_root,
+    ignore = "not root: only root can give the compile cache to another user"
+)]
+async fn a_compile_cache_owned_by_another_user_is_compiled_around_never_loaded() {
+    // Built as root (cfg) but run as another user: fail rather than pass untested.
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "built as root, run as another user: rebuild the tests as this user"
+    );
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let plugins = plugin_dir(&[("hello-reconciler", MANIFEST)]).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let cache = scratch.path().join("leasehold").join("components");
+    let p = plugins.path();
+    assert_eq!(run_once("cold", &db, p, &cache).await.0, "Compiled");
+    let target = artifact(&cache);
+
+    let nobody = 65534;
+    std::os::unix::fs::chown(&target, Some(nobody), None).unwrap();
+    let run = run_once("foreign-file", &db, p, &cache).await;
+    assert_refused(
+        "artifact of another user",
+        &run,
+        &target,
+        "owned by uid 65534",
+    );
+    std::os::unix::fs::chown(&cache, Some(nobody), None).unwrap();
+    let run = run_once("foreign-dir", &db, p, &cache).await;
+    assert_refused(
+        "directory of another user",
+        &run,
+        &cache,
+        "owned by uid 65534",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

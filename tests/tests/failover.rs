@@ -106,10 +106,12 @@ async fn store_on(url: &str) -> std::sync::Arc<dyn LeaseStore> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test kills and promotes PostgreSQL servers of its own instead of using it"
+)]
 async fn a_promoted_standby_that_missed_a_campaign_issues_no_epoch_twice() {
-    if leasehold_tests::pg::skip_on_a_given_server("must kill and promote servers of its own") {
-        return;
-    }
+    leasehold_tests::pg::needs_own_server("kills and promotes servers of its own");
     let primary = leasehold_tests::pg::Postgres::start_private(&[]).unwrap();
     let db = primary.fresh_database().await.unwrap();
     let name = db.rsplit('/').next().unwrap().to_string();

@@ -2,8 +2,8 @@
 //! role can change: the schema the host's own lease store uses and the id stored there. Real
 //! processes, a real PostgreSQL and the `fenced-writer` guest writing through a grant whose role
 //! is set up the way an operator might: its own `search_path`, a table of the same name on it, no
-//! right to read the leasehold schema. Each test creates cluster-wide roles, so none runs against
-//! a server given by `DATABASE_URL`.
+//! right to read the leasehold schema. Each test creates cluster-wide roles, so each is ignored
+//! where `DATABASE_URL` names a server.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -33,18 +33,15 @@ requeue_ms = \"20\"
     )
 }
 
-/// A fresh lease database (migrated) and a pool on it as the superuser; `None` when the server is
-/// not this process's own.
-async fn lease_database() -> Option<(String, PgPool)> {
-    if leasehold_tests::pg::skip_on_a_given_server("creates cluster-wide roles") {
-        return None;
-    }
+/// A fresh lease database (migrated) and a pool on it as the superuser.
+async fn lease_database() -> (String, PgPool) {
+    leasehold_tests::pg::needs_own_server("creates cluster-wide roles");
     let url = leasehold_tests::pg::server()
         .fresh_lease_database()
         .await
         .unwrap();
     let admin = PgPool::connect(&url).await.unwrap();
-    Some((url, admin))
+    (url, admin)
 }
 
 /// A login role unique to this test process, with a schema `appschema` of its own holding the
@@ -152,10 +149,12 @@ async fn run_sql(admin: &PgPool, sql: String) {
 /// A role with `ALTER ROLE … SET search_path = appschema` does not see the leasehold tables by
 /// their bare names; its grant still reaches the lease database, so its writes are fenced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test creates cluster-wide roles: it needs the server the harness starts itself"
+)]
 async fn a_grant_role_with_its_own_search_path_is_still_fenced() {
-    let Some((url, admin)) = lease_database().await else {
-        return;
-    };
+    let (url, admin) = lease_database().await;
     let (role, role_url) = app_role(&admin, &url, "path").await;
     grant_fence_privileges(&admin, &role).await;
     run_sql(
@@ -170,10 +169,12 @@ async fn a_grant_role_with_its_own_search_path_is_still_fenced() {
 /// A table named `leasehold_database` (with another id) in a schema on the role's path, before
 /// the real one, does not make the grant take the lease database for another database.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test creates cluster-wide roles: it needs the server the harness starts itself"
+)]
 async fn a_leasehold_database_table_on_the_grant_role_s_path_does_not_unfence_it() {
-    let Some((url, admin)) = lease_database().await else {
-        return;
-    };
+    let (url, admin) = lease_database().await;
     let (role, role_url) = app_role(&admin, &url, "decoy").await;
     grant_fence_privileges(&admin, &role).await;
     run_sql(
@@ -194,10 +195,12 @@ async fn a_leasehold_database_table_on_the_grant_role_s_path_does_not_unfence_it
 /// run unfenced. Once the role is granted what it needs, the same running host fences its writes:
 /// the refusal was not remembered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test creates cluster-wide roles: it needs the server the harness starts itself"
+)]
 async fn a_grant_that_cannot_identify_its_database_refuses_writes_until_it_can() {
-    let Some((url, admin)) = lease_database().await else {
-        return;
-    };
+    let (url, admin) = lease_database().await;
     let (role, role_url) = app_role(&admin, &url, "blind").await;
     // Only its own schema: PostgreSQL lets every role use `public` unless told otherwise.
     sqlx::query("REVOKE ALL ON SCHEMA public FROM PUBLIC")

@@ -19,10 +19,12 @@ use leasehold_tests::stores::{Backend, Db};
 const ENDED: &str = "leasehold_plugin_call_seconds_count{plugin=\"misbehave\"}";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test stops and starts the server: it needs the one the harness starts itself"
+)]
 async fn a_spinning_guest_is_stopped_before_the_database_lease_expires() {
-    if pg::skip_on_a_given_server("must stop and start its own server") {
-        return;
-    }
+    pg::needs_own_server("stops and starts the server");
     let db = Db::new(Backend::Postgres).await.unwrap();
     let url = db.url().unwrap();
     // A call deadline far beyond the ttl: only the end of the term can stop this guest.

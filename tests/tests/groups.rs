@@ -19,6 +19,8 @@ const GROUP: &str = "orders";
 const TTL: Duration = Duration::from_millis(1_500);
 /// The checker's sampling period: well under a handoff's worth of time on this scale.
 const SAMPLE: Duration = Duration::from_millis(15);
+/// The samples the checker must have seen each replica leading in before its shards move on.
+const SEEN: u64 = 5;
 
 async fn start(url: &str, name: &str) -> Host {
     HostBuilder::new(name)
@@ -44,7 +46,11 @@ async fn leaders(hosts: &[&Host]) -> BTreeMap<String, String> {
 }
 
 /// Waits until `hosts` lead every shard between them, `each` apiece, every one counting
-/// `hosts.len()` members; returns how long that took.
+/// `hosts.len()` members and holding `each` as of its own last look; returns how long that took.
+///
+/// A replica counts a shard it took as a handoff or a takeover at its next look, not when it
+/// takes it, so a shard's arrival shows in `/status` as led before it shows in the counts; once
+/// the look's `held` matches, the counts include every shard the replica leads.
 async fn until_shares(hosts: &[&Host], each: usize, timeout: Duration) -> Duration {
     let started = Instant::now();
     eventually(
@@ -59,8 +65,9 @@ async fn until_shares(hosts: &[&Host], each: usize, timeout: Duration) -> Durati
             }
             let settled = seen.iter().all(|(_, n, g)| {
                 *n == each
-                    && g.as_ref()
-                        .is_some_and(|g| g.members as usize == hosts.len())
+                    && g.as_ref().is_some_and(|g| {
+                        g.members as usize == hosts.len() && g.held as usize == each
+                    })
             });
             if settled {
                 Ok(())
@@ -75,7 +82,7 @@ async fn until_shares(hosts: &[&Host], each: usize, timeout: Duration) -> Durati
 }
 
 /// The shards `hosts` took by handoff and by takeover after expiry, summed, as their `/status`
-/// count them.
+/// count them: final once [`until_shares`] has seen their looks catch up.
 async fn arrivals(hosts: &[&Host]) -> (u64, u64) {
     let mut sum = (0, 0);
     for host in hosts {
@@ -84,17 +91,6 @@ async fn arrivals(hosts: &[&Host]) -> (u64, u64) {
         sum = (sum.0 + g.handoffs, sum.1 + g.takeovers);
     }
     sum
-}
-
-/// Waits until [`arrivals`] of `hosts` come to `expected`: a replica counts a shard at its first
-/// look after taking it, a moment after `/status` lists it as led.
-async fn until_arrivals(hosts: &[&Host], expected: (u64, u64), what: &str) {
-    eventually(what.to_string(), Duration::from_secs(10), async || {
-        let seen = arrivals(hosts).await;
-        if seen == expected { Ok(()) } else { Err(seen) }
-    })
-    .await
-    .unwrap();
 }
 
 /// Shards whose leader differs between two maps.
@@ -120,7 +116,10 @@ async fn postgres_a_group_spreads_over_the_replicas_and_moves_by_handoff_as_they
         checker.add(&h.name, h);
     }
     // Let the checker see the settled state first.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    checker
+        .until_seen_leading(&["a", "b", "c"], SEEN, Duration::from_secs(10))
+        .await
+        .unwrap();
     let before = leaders(&[&a, &b, &c]).await;
 
     // A fourth joins: three shards move to it, one from each, by the ordered release.
@@ -136,7 +135,7 @@ async fn postgres_a_group_spreads_over_the_replicas_and_moves_by_handoff_as_they
         "the fewest moves: {before:?} → {after:?}"
     );
     eprintln!("a fourth joined: 3 shards each after {took:?} (ttl {TTL:?})");
-    until_arrivals(&[&d], (3, 0), "d to take its three by handoff").await;
+    assert_eq!(arrivals(&[&d]).await, (3, 0), "d took its three by handoff");
     for h in [&a, &b, &c] {
         assert!(
             h.log_text()
@@ -149,7 +148,12 @@ async fn postgres_a_group_spreads_over_the_replicas_and_moves_by_handoff_as_they
 
     // One is stopped: it leaves the group, then releases, and the others take its shards in
     // milliseconds, not after its ttl.
+    checker
+        .until_seen_leading(&["d"], SEEN, Duration::from_secs(10))
+        .await
+        .unwrap();
     let (handoffs, takeovers) = arrivals(&[&a, &b, &c]).await;
+    let before = leaders(&[&a, &b, &c, &d]).await;
     let mut d = d;
     let stopped = Instant::now();
     d.signal("TERM").unwrap();
@@ -158,12 +162,17 @@ async fn postgres_a_group_spreads_over_the_replicas_and_moves_by_handoff_as_they
     d.wait_exit(Duration::from_secs(10)).await.unwrap();
     checker.remove(&d.name);
     eprintln!("d stopped: its shards taken over after {took:?}");
-    until_arrivals(
-        &[&a, &b, &c],
+    let after = leaders(&[&a, &b, &c]).await;
+    assert_eq!(
+        moved(&before, &after),
+        3,
+        "only d's: {before:?} → {after:?}"
+    );
+    assert_eq!(
+        arrivals(&[&a, &b, &c]).await,
         (handoffs + 3, takeovers),
-        "d's three to go by handoff",
-    )
-    .await;
+        "d's three went by handoff"
+    );
     assert!(
         took < TTL,
         "after a SIGTERM the shards waited for the ttl: {took:?}"
@@ -178,12 +187,11 @@ async fn postgres_a_group_spreads_over_the_replicas_and_moves_by_handoff_as_they
     let took = killed.elapsed();
     checker.remove(&c.name);
     eprintln!("c killed: its shards taken over after {took:?}");
-    until_arrivals(
-        &[&a, &b],
+    assert_eq!(
+        arrivals(&[&a, &b]).await,
         (handoffs, takeovers + 4),
-        "c's four to be taken over after expiry",
-    )
-    .await;
+        "c's four were taken over after expiry"
+    );
     let metrics = a.metrics().await.unwrap();
     for family in [
         "leasehold_group_handoffs_total",
@@ -200,6 +208,9 @@ async fn postgres_a_group_spreads_over_the_replicas_and_moves_by_handoff_as_they
     let verdict = checker.finish().await.unwrap();
     eprintln!("checker: {verdict:?}");
     assert!(verdict.samples > 100, "{verdict:?}");
+    verdict
+        .each_seen_leading(&["a", "b", "c", "d"], SEEN)
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -215,6 +226,10 @@ async fn sqlite_two_replicas_share_a_group_and_take_it_over_from_each_other() {
     checker.add(&b.name, &b);
     let took = until_shares(&[&a, &b], 6, Duration::from_secs(30)).await;
     eprintln!("b joined: 6 shards each after {took:?}");
+    checker
+        .until_seen_leading(&["a", "b"], SEEN, Duration::from_secs(10))
+        .await
+        .unwrap();
 
     let mut b = b;
     let stopped = Instant::now();
@@ -227,6 +242,10 @@ async fn sqlite_two_replicas_share_a_group_and_take_it_over_from_each_other() {
     let b = start(&url, "b2").await;
     checker.add(&b.name, &b);
     until_shares(&[&a, &b], 6, Duration::from_secs(30)).await;
+    checker
+        .until_seen_leading(&["b2"], SEEN, Duration::from_secs(10))
+        .await
+        .unwrap();
     let mut b = b;
     let killed = Instant::now();
     b.kill().await.unwrap();
@@ -238,6 +257,7 @@ async fn sqlite_two_replicas_share_a_group_and_take_it_over_from_each_other() {
 
     let verdict = checker.finish().await.unwrap();
     eprintln!("checker: {verdict:?}");
+    verdict.each_seen_leading(&["a", "b", "b2"], SEEN).unwrap();
 }
 
 /// The last value `log` shows `shard` (e.g. `"2/4"`) checkpointed at, from the example
@@ -482,7 +502,11 @@ async fn postgres_a_failing_health_check_bound_to_a_group_keeps_its_replica_out_
         "a's check passes: 2 shards each after {:?}",
         healed.elapsed()
     );
-    until_arrivals(&[&a], (2, 0), "a to take two by handoff").await;
+    assert_eq!(arrivals(&[&a]).await, (2, 0), "a took two by handoff");
+    checker
+        .until_seen_leading(&["a", "b", "c"], SEEN, Duration::from_secs(10))
+        .await
+        .unwrap();
 
     // b's check starts failing while it holds its shards: after two failures in a row it leaves
     // the group, and a and c take its shards by handoff, not after its ttl.
@@ -505,6 +529,7 @@ async fn postgres_a_failing_health_check_bound_to_a_group_keeps_its_replica_out_
     );
     let verdict = checker.finish().await.unwrap();
     eprintln!("checker: {verdict:?}");
+    verdict.each_seen_leading(&["a", "b", "c"], SEEN).unwrap();
 }
 
 /// A rolling change of a group's shard count: a replica configured with `orders=6` joins one

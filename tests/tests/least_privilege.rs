@@ -18,10 +18,12 @@ fn example(name: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test creates cluster-wide roles: it needs the server the harness starts itself"
+)]
 async fn hosts_run_as_a_dml_only_role_after_the_owner_migrates() {
-    if leasehold_tests::pg::skip_on_a_given_server("creates cluster-wide roles") {
-        return;
-    }
+    leasehold_tests::pg::needs_own_server("creates cluster-wide roles");
     let url = leasehold_tests::pg::server()
         .fresh_database()
         .await
@@ -132,14 +134,16 @@ async fn hosts_run_as_a_dml_only_role_after_the_owner_migrates() {
 /// unheld lease), and `leasehold_store_errors_total` counts the campaigns by cause. Granted
 /// again, it is ready and leads without a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    given_server,
+    ignore = "DATABASE_URL is set, and this test creates cluster-wide roles: it needs the server the harness starts itself"
+)]
 async fn a_role_that_cannot_write_the_lease_table_is_not_ready_and_says_why() {
     use leasehold_tests::endpoint::sample;
     use leasehold_tests::eventually::eventually;
     use leasehold_tests::log::Logged;
 
-    if leasehold_tests::pg::skip_on_a_given_server("creates cluster-wide roles") {
-        return;
-    }
+    leasehold_tests::pg::needs_own_server("creates cluster-wide roles");
     let url = leasehold_tests::pg::server()
         .fresh_database()
         .await
