@@ -17,6 +17,7 @@
 pub mod clock;
 pub mod coordinator;
 pub mod driver;
+pub mod epoch;
 pub mod groups;
 pub mod handoff;
 pub mod health;
