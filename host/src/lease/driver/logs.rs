@@ -10,7 +10,7 @@ use tracing::{debug, error, info, warn};
 use super::LOG_TARGET;
 use crate::lease::coordinator::{Announcement, EndReason};
 use crate::lease::identity::HolderId;
-use crate::lease::store::Epoch;
+use crate::lease::epoch::Epoch;
 
 /// Logs what the coordinator announced.
 pub(super) fn announcement(holder: &HolderId, announcement: Announcement) {
