@@ -5,7 +5,7 @@
 //! never delays a deadline: a term is ended at `safe_until` whatever the store is doing.
 //!
 //! The rest of the host drives it through the [`Leases`] handle (`lease::handle`). What it says
-//! in the log is worded in [`logs`], what it records in the metrics in [`gauges`].
+//! in the log is worded in `driver/logs.rs`, what it records in the metrics in `driver/gauges.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -9,8 +9,8 @@ use tracing::{debug, error, info, warn};
 
 use super::LOG_TARGET;
 use crate::lease::coordinator::{Announcement, EndReason};
-use crate::lease::identity::HolderId;
 use crate::lease::epoch::Epoch;
+use crate::lease::identity::HolderId;
 
 /// Logs what the coordinator announced.
 pub(super) fn announcement(holder: &HolderId, announcement: Announcement) {
