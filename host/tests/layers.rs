@@ -1,12 +1,22 @@
-//! The layers `lib.rs` states are the layers the code has: no module names a module listed
-//! after it in `lib.rs`'s "Layers" list. Any mention counts (`use crate::…`, a path in an
-//! expression, a type), except in comments.
+//! The orders the sources state are the orders the code has.
+//!
+//! - The crate's layers: no module names a module listed after it in `lib.rs`'s "Layers" list.
+//! - A module's own order: in a module directory whose `mod.rs` states a numbered list of its
+//!   modules the same way (the lease layer's "Order"), no module names a sibling listed after it.
+//!
+//! Any mention counts: a `use`, a path in an expression, a type, each path of a `use …::{…}`
+//! group, written from `crate::`, `super::` or `self::`, and a name the parent re-exports
+//! (`pub use store::LeaseStore` in `lease/mod.rs` makes `super::LeaseStore` a mention of
+//! `store`). Comments and string literals do not count. A child module named `tests` tests its
+//! parent and is in no order.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The top-level modules in layer order, read from `lib.rs`'s numbered list `N. [`name`]: …`.
-fn stated_layers(lib: &str) -> Vec<String> {
-    lib.lines()
+/// The modules in order, read from a numbered list `N. [`name`]: …` in a file's `//!` docs.
+fn stated_order(parent: &str) -> Vec<String> {
+    parent
+        .lines()
         .filter_map(|line| line.strip_prefix("//! "))
         .filter_map(|line| {
             let (number, rest) = line.trim_start().split_once(". [`")?;
@@ -14,6 +24,342 @@ fn stated_layers(lib: &str) -> Vec<String> {
             Some(rest.split_once("`]")?.0.to_string())
         })
         .collect()
+}
+
+/// `text` with its comments and the insides of its string and character literals blanked out,
+/// newlines kept, so that what is left is code at the same offsets and lines.
+fn code_only(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        let ident_before = i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_');
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                out.push(' ');
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    out.push_str("  ");
+                    i += 2;
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    out.push_str("  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    out.push(blank(chars[i]));
+                    i += 1;
+                }
+            }
+        } else if c == 'r'
+            && (!ident_before
+                || chars[i - 1] == 'b'
+                    && !(i >= 2 && (chars[i - 2].is_alphanumeric() || chars[i - 2] == '_')))
+            && matches!(next, Some('"' | '#'))
+            && chars[i + 1..]
+                .iter()
+                .find(|&&c| c != '#')
+                .is_some_and(|&c| c == '"')
+        {
+            // A raw string: r"…", r#"…"#, br"…".
+            let hashes = chars[i + 1..].iter().take_while(|&&c| c == '#').count();
+            out.push('r');
+            out.extend(std::iter::repeat_n('#', hashes));
+            out.push('"');
+            i += 2 + hashes;
+            while i < chars.len() {
+                if chars[i] == '"'
+                    && chars[i + 1..].iter().take_while(|&&c| c == '#').count() >= hashes
+                {
+                    out.push('"');
+                    out.extend(std::iter::repeat_n('#', hashes));
+                    i += 1 + hashes;
+                    break;
+                }
+                out.push(blank(chars[i]));
+                i += 1;
+            }
+        } else if c == '"' {
+            out.push('"');
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                if chars[i] == '\\' {
+                    out.push(' ');
+                    i += 1;
+                }
+                if let Some(&c) = chars.get(i) {
+                    out.push(blank(c));
+                }
+                i += 1;
+            }
+            out.push('"');
+            i += 1;
+        } else if c == '\'' && (next == Some('\\') || chars.get(i + 2) == Some(&'\'')) {
+            // A character literal ('x', '\n', '\''); a lifetime ('a) has no closing quote.
+            out.push('\'');
+            i += 1;
+            if chars.get(i) == Some(&'\\') {
+                // The backslash and the character it escapes, which may be a quote.
+                out.push_str("  ");
+                i += 2;
+            }
+            while i < chars.len() && chars[i] != '\'' {
+                out.push(' ');
+                i += 1;
+            }
+            out.push('\'');
+            i += 1;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The tokens of code (after [`code_only`]) with their offsets: identifiers, `::`, and single
+/// characters for everything else.
+fn tokens(code: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let mut rest = code.char_indices().peekable();
+    while let Some((at, c)) = rest.next() {
+        if c.is_whitespace() {
+            continue;
+        }
+        let end = if c.is_alphanumeric() || c == '_' {
+            let mut end = at + c.len_utf8();
+            while let Some(&(next, c)) = rest.peek() {
+                if !(c.is_alphanumeric() || c == '_') {
+                    break;
+                }
+                end = next + c.len_utf8();
+                rest.next();
+            }
+            end
+        } else if c == ':' && rest.peek().is_some_and(|&(_, c)| c == ':') {
+            rest.next();
+            at + 2
+        } else {
+            at + c.len_utf8()
+        };
+        out.push((at, &code[at..end]));
+    }
+    out
+}
+
+/// The paths of a use tree (or of a plain path) starting at token `i` below `base`, each with
+/// the name it binds (its last segment, or its alias).
+fn tree(tokens: &[(usize, &str)], i: usize, base: &[String]) -> Vec<(Vec<String>, String)> {
+    let token = |i: usize| tokens.get(i).map(|t| t.1).unwrap_or("");
+    let mut out = Vec::new();
+    match token(i) {
+        "{" => {
+            let mut j = i + 1;
+            let mut depth = 0;
+            let mut item_start = j;
+            while j < tokens.len() {
+                match token(j) {
+                    "{" => depth += 1,
+                    "}" if depth > 0 => depth -= 1,
+                    "," | "}" if depth == 0 => {
+                        if j > item_start {
+                            out.extend(tree(tokens, item_start, base));
+                        }
+                        if token(j) == "}" {
+                            break;
+                        }
+                        item_start = j + 1;
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+        }
+        "self" if token(i + 1) != "::" => {
+            if let Some(last) = base.last() {
+                out.push((base.to_vec(), last.clone()));
+            }
+        }
+        "*" => out.push((base.to_vec(), String::new())),
+        name if name.starts_with(|c: char| c.is_alphabetic() || c == '_') => {
+            let mut path = base.to_vec();
+            path.push(name.to_string());
+            let below = match token(i + 1) {
+                "::" => tree(tokens, i + 2, &path),
+                _ => Vec::new(),
+            };
+            if !below.is_empty() {
+                out.extend(below);
+            } else if token(i + 1) == "::" {
+                // A turbofish (`f::<T>`) or a path the tree reader does not follow further.
+                out.push((path, name.to_string()));
+            } else if token(i + 1) == "as" {
+                out.push((path, token(i + 2).to_string()));
+            } else {
+                out.push((path, name.to_string()));
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// Every path the source of module `module` (its path below the crate root) names from
+/// `crate::`, `super::` or `self::`, made absolute, with the line it is on. Inline modules
+/// (`mod tests { … }`) are followed, so that `super::` inside one means what the compiler reads.
+fn mentions(text: &str, module: &[String]) -> Vec<(usize, Vec<String>)> {
+    let code = code_only(text);
+    let tokens = tokens(&code);
+    let token = |i: usize| tokens.get(i).map(|t| t.1).unwrap_or("");
+    let line = |at: usize| code[..at].matches('\n').count() + 1;
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0;
+    let mut out = Vec::new();
+    for i in 0..tokens.len() {
+        match token(i) {
+            "{" => {
+                depth += 1;
+                if i >= 2 && token(i - 2) == "mod" {
+                    inline.push((token(i - 1).to_string(), depth));
+                }
+            }
+            "}" => {
+                if inline.last().is_some_and(|(_, d)| *d == depth) {
+                    inline.pop();
+                }
+                depth -= 1;
+            }
+            start @ ("crate" | "super" | "self")
+                if token(i + 1) == "::" && (i == 0 || token(i - 1) != "::") =>
+            {
+                let mut here: Vec<String> = module.to_vec();
+                here.extend(inline.iter().map(|(name, _)| name.clone()));
+                let mut j = i + 2;
+                let base = match start {
+                    "crate" => Vec::new(),
+                    "self" => here,
+                    _ => {
+                        let mut base = here;
+                        if base.pop().is_none() {
+                            continue;
+                        }
+                        while token(j) == "super" && token(j + 1) == "::" {
+                            if base.pop().is_none() {
+                                break;
+                            }
+                            j += 2;
+                        }
+                        base
+                    }
+                };
+                let at = line(tokens[i].0);
+                out.extend(tree(&tokens, j, &base).into_iter().map(|(p, _)| (at, p)));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The child modules a parent declares (`mod name;`, `pub mod name;`), and the names it
+/// re-exports (`pub use name::…`) with the child each comes from.
+fn children(parent: &str) -> (Vec<String>, BTreeMap<String, String>) {
+    let code = code_only(parent);
+    let tokens = tokens(&code);
+    let token = |i: usize| tokens.get(i).map(|t| t.1).unwrap_or("");
+    let declared: Vec<String> = (0..tokens.len())
+        .filter(|&i| token(i) == "mod" && token(i + 2) == ";")
+        .map(|i| token(i + 1).to_string())
+        .collect();
+    let mut reexports = BTreeMap::new();
+    for i in 0..tokens.len() {
+        if token(i) == "pub" && token(i + 1) == "use" {
+            for (path, name) in tree(&tokens, i + 2, &[]) {
+                if let Some(first) = path.first().filter(|f| declared.contains(f)) {
+                    reexports.insert(name, first.clone());
+                }
+            }
+        }
+    }
+    (declared, reexports)
+}
+
+/// One module directory checked against the order its parent file states.
+#[derive(Debug, Default)]
+struct Findings {
+    /// Child modules the order does not list.
+    unlisted: Vec<String>,
+    /// Listed names that are no child module.
+    stale: Vec<String>,
+    /// `file:line: ...` for each mention of a sibling listed later.
+    upward: Vec<String>,
+}
+
+/// Checks the modules below `dir` (a module path; empty for the crate root) against the order
+/// `parent` (its `lib.rs` or `mod.rs`) states. `files` are the sources below it: a name for the
+/// report, the module path of the file, and its text.
+fn check_order(dir: &[String], parent: &str, files: &[(String, Vec<String>, String)]) -> Findings {
+    let order = stated_order(parent);
+    let (declared, reexports) = children(parent);
+    let rank = |m: &str| order.iter().position(|o| o == m);
+    let mut found = Findings::default();
+    for child in declared.iter().filter(|c| *c != "tests") {
+        if rank(child).is_none() {
+            found.unlisted.push(child.clone());
+        }
+    }
+    for listed in &order {
+        if !declared.contains(listed) {
+            found.stale.push(listed.clone());
+        }
+    }
+    for (name, module, text) in files {
+        let Some(own) = module.get(dir.len()).filter(|_| module.starts_with(dir)) else {
+            continue;
+        };
+        let Some(own_rank) = rank(own) else {
+            continue;
+        };
+        for (line, path) in mentions(text, module) {
+            if path.len() <= dir.len() || !path.starts_with(dir) {
+                continue;
+            }
+            let named = &path[dir.len()];
+            let sibling = if declared.contains(named) {
+                named
+            } else if let Some(child) = reexports.get(named) {
+                child
+            } else {
+                continue;
+            };
+            let said = format!(
+                "{name}:{line}: `{own}` ({}) names `{sibling}`",
+                own_rank + 1
+            );
+            match rank(sibling) {
+                // One finding per line and sibling, with the first path that names it.
+                Some(theirs)
+                    if theirs > own_rank && !found.upward.iter().any(|u| u.starts_with(&said)) =>
+                {
+                    found
+                        .upward
+                        .push(format!("{said} ({}) as `{}`", theirs + 1, path.join("::")))
+                }
+                _ => {}
+            }
+        }
+    }
+    found
 }
 
 /// Every `.rs` file under `dir`.
@@ -28,106 +374,206 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The modules a line of code names as `crate::NAME`.
-fn named_modules(line: &str) -> Vec<&str> {
-    let code = line.split("//").next().unwrap_or("");
-    code.match_indices("crate::")
-        .filter(|(at, _)| {
-            // `crate::` itself, not the tail of another path such as `mycrate::`.
-            !code[..*at]
-                .chars()
-                .next_back()
-                .is_some_and(|c| c.is_alphanumeric() || c == '_')
-        })
-        .map(|(at, _)| {
-            let rest = &code[at + "crate::".len()..];
-            let end = rest
-                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-                .unwrap_or(rest.len());
-            &rest[..end]
+/// The module path of a source file below `src` (`lease/driver/tests.rs` is
+/// `lease::driver::tests`, `lease/mod.rs` is `lease`), with its text.
+fn read_sources(src: &Path) -> Vec<(String, Vec<String>, String)> {
+    let mut files = Vec::new();
+    sources(src, &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .filter_map(|file| {
+            let relative = file.strip_prefix(src).expect("under src");
+            let mut module: Vec<String> = relative
+                .iter()
+                .map(|c| c.to_string_lossy().trim_end_matches(".rs").to_string())
+                .collect();
+            if module == ["lib"] || module == ["main"] {
+                return None;
+            }
+            if module.last().is_some_and(|m| m == "mod") {
+                module.pop();
+            }
+            let text = std::fs::read_to_string(&file).expect("reading a source file");
+            Some((relative.display().to_string(), module, text))
         })
         .collect()
 }
 
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn assert_clean(what: &str, found: &Findings) {
+    assert!(
+        found.unlisted.is_empty() && found.stale.is_empty(),
+        "{what}: modules missing from its list: {:?}; listed but no such module: {:?}",
+        found.unlisted,
+        found.stale
+    );
+    assert!(
+        found.upward.is_empty(),
+        "{what}: upward imports (a module may use only those listed before it):\n{}",
+        found.upward.join("\n")
+    );
+}
+
 #[test]
 fn no_module_imports_a_module_of_a_higher_layer() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = src();
     let lib = std::fs::read_to_string(src.join("lib.rs")).expect("reading lib.rs");
-    let layers = stated_layers(&lib);
+    let layers = stated_order(&lib);
     assert!(
         layers.len() >= 5,
         "lib.rs states no layer list (`//! N. [`module`]: …`): {layers:?}"
     );
-    let rank = |module: &str| layers.iter().position(|l| l == module);
+    assert_clean(
+        "lib.rs's layers",
+        &check_order(&[], &lib, &read_sources(&src)),
+    );
+}
 
-    let mut files = Vec::new();
-    sources(&src, &mut files);
-    let mut unlisted = Vec::new();
-    let mut upward = Vec::new();
-    for file in files {
-        let relative = file.strip_prefix(&src).expect("under src");
-        let top = relative
-            .components()
-            .next()
-            .and_then(|c| c.as_os_str().to_str())
-            .map(|s| s.trim_end_matches(".rs").to_string())
-            .unwrap_or_default();
-        if top == "lib" || top == "main" {
-            continue;
-        }
-        let Some(own) = rank(&top) else {
-            unlisted.push(top);
-            continue;
-        };
-        let text = std::fs::read_to_string(&file).expect("reading a source file");
-        let mut in_block_comment = false;
-        for (n, line) in text.lines().enumerate() {
-            let trimmed = line.trim_start();
-            if trimmed.starts_with("/*") {
-                in_block_comment = true;
-            }
-            if in_block_comment {
-                in_block_comment = !trimmed.contains("*/");
-                continue;
-            }
-            for module in named_modules(line) {
-                match rank(module) {
-                    Some(theirs) if theirs > own => upward.push(format!(
-                        "{}:{}: `{top}` (layer {}) names `crate::{module}` (layer {})",
-                        relative.display(),
-                        n + 1,
-                        own + 1,
-                        theirs + 1
-                    )),
-                    Some(_) => {}
-                    None => unlisted.push(module.to_string()),
-                }
-            }
+#[test]
+fn no_module_imports_a_sibling_listed_after_it_in_its_parents_order() {
+    let src = src();
+    let files = read_sources(&src);
+    let mut checked = Vec::new();
+    for (name, module, text) in &files {
+        if name.ends_with("mod.rs") && !stated_order(text).is_empty() {
+            assert_clean(name, &check_order(module, text, &files));
+            checked.push(module.join("::"));
         }
     }
-    unlisted.sort();
-    unlisted.dedup();
+    // The lease layer states its order; a list lost from its docs must not pass unnoticed.
     assert!(
-        unlisted.is_empty(),
-        "modules missing from lib.rs's layer list: {unlisted:?}"
-    );
-    assert!(
-        upward.is_empty(),
-        "upward imports (a module may use only the layers listed before it in lib.rs):\n{}",
-        upward.join("\n")
+        checked.iter().any(|m| m == "lease"),
+        "lease/mod.rs states no order: checked {checked:?}"
     );
 }
 
 #[test]
 fn the_layer_check_reads_paths_and_skips_comments() {
+    let at = |module: &[&str], text: &str| -> Vec<String> {
+        let module: Vec<String> = module.iter().map(|m| m.to_string()).collect();
+        mentions(text, &module)
+            .into_iter()
+            .map(|(_, path)| path.join("::"))
+            .collect()
+    };
     assert_eq!(
-        named_modules("use crate::lease::{Term, name}; let x = crate::runtime::f();"),
-        ["lease", "runtime"]
+        at(
+            &["http"],
+            "use crate::lease::{Term, name}; let x = crate::runtime::f();"
+        ),
+        ["lease::Term", "lease::name", "runtime::f"]
     );
-    assert!(named_modules("// see crate::cli").is_empty());
-    assert!(named_modules("use mycrate::cli;").is_empty());
+    assert!(at(&["http"], "// see crate::cli").is_empty());
+    assert!(at(&["http"], "/* crate::cli */ let s = \"crate::cli\";").is_empty());
+    assert!(at(&["http"], "use mycrate::cli; use std::io::{self, Write};").is_empty());
     assert_eq!(
-        stated_layers("//! 1. [`metrics`]: x\n//! 2. [`lease`]: y\n//! - [`other`]"),
+        at(
+            &["lease", "driver"],
+            "use super::{\n    coordinator::Event,\n    store::{self, Epoch},\n};"
+        ),
+        [
+            "lease::coordinator::Event",
+            "lease::store",
+            "lease::store::Epoch"
+        ]
+    );
+    assert_eq!(
+        at(
+            &["lease", "driver", "tests"],
+            "use super::super::handle::Leases; self::x();"
+        ),
+        ["lease::handle::Leases", "lease::driver::tests::x"]
+    );
+    // `super` inside an inline module is the file's own module.
+    assert_eq!(
+        at(
+            &["lease", "groups"],
+            "mod tests {\n use super::shard_lease;\n}\nuse super::store;"
+        ),
+        ["lease::groups::shard_lease", "lease::store"]
+    );
+    let lifetimes = "fn f<'a>(c: char) -> bool { c == '{' || c == '\\'' } use super::handle;";
+    assert_eq!(at(&["lease", "store"], lifetimes), ["lease::handle"]);
+    assert_eq!(
+        stated_order("//! 1. [`metrics`]: x\n//! 2. [`lease`](mod@lease): y\n//! - [`other`]"),
         ["metrics", "lease"]
     );
+}
+
+#[test]
+fn the_order_check_catches_a_module_naming_a_later_sibling() {
+    let parent = "//! 1. [`store`]: rows\n//! 2. [`handle`]: the handle\n//! 3. [`driver`]: the loop\n\
+                  pub mod driver;\npub mod handle;\npub mod store;\n#[cfg(test)]\nmod tests;\n\
+                  pub use handle::Leases;\npub use store::{Epoch, LeaseStore as Store};\n\
+                  pub fn helper() {}\n";
+    let dir = ["lease".to_string()];
+    let file = |name: &str, text: &str| {
+        (
+            format!("lease/{name}.rs"),
+            vec!["lease".to_string(), name.to_string()],
+            text.to_string(),
+        )
+    };
+    let clean = [
+        file(
+            "store",
+            "use super::helper; // super::driver in a comment\n",
+        ),
+        file(
+            "handle",
+            "use super::{Epoch, Store};\nuse crate::lease::store::Epoch;\n",
+        ),
+        file(
+            "driver",
+            "use super::handle::Leases;\nuse crate::lease::Store;\n",
+        ),
+        file("tests", "use super::driver::Driver;\n"),
+    ];
+    let found = check_order(&dir, parent, &clean);
+    assert!(
+        found.upward.is_empty() && found.unlisted.is_empty() && found.stale.is_empty(),
+        "{found:?}"
+    );
+
+    // Upward by path, through a re-export, in a `use` group, and from an inline test module.
+    let planted = [
+        file("store", "use super::driver::Driver;\n"),
+        file(
+            "store",
+            "fn f() {\n    let _ = crate::lease::Leases::new();\n}\n",
+        ),
+        file(
+            "handle",
+            "use crate::lease::{store::Epoch, driver::Driver};\n",
+        ),
+        file(
+            "handle",
+            "#[cfg(test)]\nmod tests {\n    use super::super::driver;\n}\n",
+        ),
+        file(
+            "driver",
+            "use super::handle::Leases;\nfn f() { crate::lease::store::f::<u8>() }\n",
+        ),
+    ];
+    let found = check_order(&dir, parent, &planted);
+    let expected = [
+        "lease/store.rs:1: `store` (1) names `driver` (3) as `lease::driver::Driver`",
+        "lease/store.rs:2: `store` (1) names `handle` (2) as `lease::Leases::new`",
+        "lease/handle.rs:1: `handle` (2) names `driver` (3) as `lease::driver::Driver`",
+        "lease/handle.rs:3: `handle` (2) names `driver` (3) as `lease::driver`",
+    ];
+    assert_eq!(found.upward, expected);
+
+    // A child the order leaves out, and a listed name that is no child.
+    let found = check_order(
+        &dir,
+        "//! 1. [`store`]: rows\n//! 2. [`gone`]: x\npub mod store;\npub mod extra;\n",
+        &[],
+    );
+    assert_eq!(found.unlisted, ["extra"]);
+    assert_eq!(found.stale, ["gone"]);
 }

@@ -877,7 +877,7 @@ async fn releasing_many_at_once_releases_only_the_holder_s_at_their_epochs_and_n
 async fn the_terms_of_a_lease_say_who_held_it_from_when_to_when_and_how_each_ended(
     backend: Backend,
 ) {
-    use leasehold::lease::history::{PRUNE_EVERY, TERMS_KEPT, Term, TermEnd};
+    use leasehold::lease::history::{PRUNE_EVERY, RecordedTerm, TERMS_KEPT, TermEnd};
     let db = Db::new(backend).await.unwrap();
     let s = db.open().await.unwrap();
     let names = ["t".to_string(), "never".to_string()];
@@ -887,7 +887,10 @@ async fn the_terms_of_a_lease_say_who_held_it_from_when_to_when_and_how_each_end
         async move {
             let records = s.terms(&names, per_lease).await.unwrap();
             assert!(records.iter().all(|r| r.lease == "t"), "{records:?}");
-            records.into_iter().map(|r| r.term).collect::<Vec<Term>>()
+            records
+                .into_iter()
+                .map(|r| r.term)
+                .collect::<Vec<RecordedTerm>>()
         }
     };
     assert_eq!(terms(10).await, vec![], "{backend:?}: nothing recorded yet");

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::lease::groups::GroupStatus;
 use crate::lease::health::CallsFailing;
-use crate::lease::history::{self, Handoff, Term};
+use crate::lease::history::{self, Handoff, RecordedTerm};
 use crate::lease::{Epoch, Leases, Role};
 use crate::metrics::Metrics;
 use crate::supervisor::status::{PluginStatus, StatusBoard};
@@ -123,7 +123,7 @@ pub struct LeaseStatus {
     /// The lease's recent terms as the cluster recorded them, newest first, at most
     /// [`TERMS_SHOWN`] (two past [`MANY_LEASES`] leases); empty when the store could not be read.
     #[serde(default)]
-    pub terms: Vec<Term>,
+    pub terms: Vec<RecordedTerm>,
     /// The newest change of holder among `terms`, and why the term before it ended.
     #[serde(default)]
     pub last_handoff: Option<Handoff>,
@@ -210,7 +210,7 @@ fn status_from(
     rows: Result<Vec<crate::lease::LeaseRecord>, String>,
     terms: Vec<history::TermRecord>,
 ) -> Status {
-    let mut terms_of: std::collections::HashMap<String, Vec<Term>> = Default::default();
+    let mut terms_of: std::collections::HashMap<String, Vec<RecordedTerm>> = Default::default();
     for record in terms {
         terms_of.entry(record.lease).or_default().push(record.term);
     }

@@ -3,178 +3,39 @@
 //!
 //! Store calls run as their own tasks with the timeouts the coordinator chose, so a hung query
 //! never delays a deadline: a term is ended at `safe_until` whatever the store is doing.
+//!
+//! The rest of the host drives it through the [`Leases`] handle (`lease::handle`). What it says
+//! in the log is worded in `driver/logs.rs`, what it records in the metrics in `driver/gauges.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, debug, error, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::coordinator::{Announcement, Coordinator, Effect, EndReason, Event};
-use super::groups::GroupStatus;
+use super::handle::{Leases, Releases};
 use super::health::{LoopHealth, Recorder};
 use super::identity::HolderId;
-use super::leadership::{Leadership, Role, Term, TermControl};
-use super::store::{Epoch, LeaseStore, ReleaseNotice, within};
+use super::leadership::{Leadership, Term, TermControl};
+use super::store::{Epoch, LeaseStore, ReleaseNotice, RenewRequest, within};
 use super::timing::Timing;
 use crate::metrics::Metrics;
+
+mod gauges;
+mod logs;
+
+/// The target of the driver's log lines, those its [`logs`] writes among them: operators filter
+/// on it.
+const LOG_TARGET: &str = module_path!();
 
 /// The most queued events handed to the coordinator in one step: enough for a lease group's
 /// look at its largest (a group has at most 10,000 shards), and a bound on how long one step takes.
 const MAX_BATCH: usize = 10_000;
-
-/// The leases of this replica as the rest of the host sees them: the identity, the store and a leadership
-/// watch per lease. Cheap to share behind an `Arc`.
-#[derive(Debug)]
-pub struct Leases {
-    /// This process's holder id.
-    holder: HolderId,
-    /// The store, for read-only views such as `/status`.
-    store: Arc<dyn LeaseStore>,
-    /// The timing in force.
-    timing: Timing,
-    /// Leadership of each lease, as published by the driver.
-    leaderships: BTreeMap<String, watch::Receiver<Leadership>>,
-    /// Requests from the rest of the host: step-downs and campaign gates.
-    requests: mpsc::UnboundedSender<Event>,
-    /// Woken when another replica releases a lease (or notifications may have been lost), so
-    /// that lease groups look at their members and holders again at once.
-    released: Arc<tokio::sync::Notify>,
-    /// What each lease group looks like from this replica, as its runner last saw it.
-    groups: watch::Sender<Vec<GroupStatus>>,
-    /// The lease groups a failing health check keeps this replica out of.
-    closed_groups: watch::Sender<BTreeSet<String>>,
-    /// Whether the lease loop's store calls land: readiness.
-    health: Arc<LoopHealth>,
-    /// Every release this replica has done (shared with the driver), for the shutdown's account
-    /// of what became of each lease.
-    releases: Releases,
-}
-
-/// Each release done: the lease, its epoch, and the store's error when it failed (the lease is
-/// then left to expire by its ttl).
-type Releases = Arc<std::sync::Mutex<Vec<(String, Epoch, Option<String>)>>>;
-
-impl Leases {
-    /// This process's holder id.
-    pub fn holder(&self) -> &HolderId {
-        &self.holder
-    }
-
-    /// The lease store.
-    pub fn store(&self) -> &Arc<dyn LeaseStore> {
-        &self.store
-    }
-
-    /// The timing in force.
-    pub fn timing(&self) -> &Timing {
-        &self.timing
-    }
-
-    /// Whether the lease loop's store calls land: when they do not, this replica cannot
-    /// campaign, whatever the display's own reads say.
-    pub fn health(&self) -> &Arc<LoopHealth> {
-        &self.health
-    }
-
-    /// The names of the leases this replica campaigns for.
-    pub fn lease_names(&self) -> impl Iterator<Item = &str> {
-        self.leaderships.keys().map(String::as_str)
-    }
-
-    /// Follows the leadership of `lease`.
-    pub fn subscribe(&self, lease: &str) -> Option<watch::Receiver<Leadership>> {
-        self.leaderships.get(lease).cloned()
-    }
-
-    /// The current leadership of `lease`.
-    pub fn leadership(&self, lease: &str) -> Option<Leadership> {
-        self.leaderships.get(lease).map(|rx| rx.borrow().clone())
-    }
-
-    /// Asks the driver to give `lease` up in order and campaign again later.
-    pub fn step_down(&self, lease: &str) {
-        // The driver is gone only after shutdown, when there is nothing to step down from.
-        let _ = self.requests.send(Event::StepDown {
-            lease: lease.to_string(),
-        });
-    }
-
-    /// Allows or forbids campaigning for `lease` (a standby whose health check fails must not
-    /// take it over).
-    pub fn allow_campaigns(&self, lease: &str, allowed: bool) {
-        let _ = self.requests.send(Event::CampaignGate {
-            lease: lease.to_string(),
-            open: allowed,
-        });
-    }
-
-    /// Tells the driver whether a lease group's plan gives shard `lease` to this replica.
-    pub fn assign(&self, lease: &str, yours: bool) {
-        let _ = self.requests.send(Event::Assign {
-            lease: lease.to_string(),
-            yours,
-        });
-    }
-
-    /// Asks the driver to campaign for `lease` now, if it may.
-    pub fn campaign_now(&self, lease: &str) {
-        let _ = self.requests.send(Event::CampaignNow {
-            lease: lease.to_string(),
-        });
-    }
-
-    /// Resolves when another replica next releases a lease (or notifications may have been lost).
-    pub async fn released_elsewhere(&self) {
-        self.released.notified().await
-    }
-
-    /// The lease groups as this replica last saw them.
-    pub fn groups(&self) -> Vec<GroupStatus> {
-        self.groups.borrow().clone()
-    }
-
-    /// Publishes the lease groups' state (their runner does). Followers are woken only by a
-    /// change: the runner publishes at every look.
-    pub fn publish_groups(&self, groups: Vec<GroupStatus>) {
-        self.groups.send_if_modified(|old| {
-            let changed = *old != groups;
-            *old = groups;
-            changed
-        });
-    }
-
-    /// Follows the lease groups' state (a health check bound to a group does).
-    pub fn subscribe_groups(&self) -> watch::Receiver<Vec<GroupStatus>> {
-        self.groups.subscribe()
-    }
-
-    /// Lets this replica take part in `group`, or keeps it out (a health check bound to the group
-    /// fails): the group's runner then leaves the group and gives up its shards.
-    pub fn allow_group(&self, group: &str, open: bool) {
-        self.closed_groups.send_if_modified(|closed| {
-            if open {
-                closed.remove(group)
-            } else {
-                closed.insert(group.to_string())
-            }
-        });
-    }
-
-    /// Every release done so far, in order: the lease, its epoch, and the store's error when the
-    /// release failed and the lease was left to expire by its ttl.
-    pub fn releases(&self) -> Vec<(String, Epoch, Option<String>)> {
-        self.releases.lock().map(|r| r.clone()).unwrap_or_default()
-    }
-
-    /// Follows which groups this replica is kept out of (the groups' runner does).
-    pub fn closed_groups(&self) -> watch::Receiver<BTreeSet<String>> {
-        self.closed_groups.subscribe()
-    }
-}
 
 /// A running term as the driver keeps it.
 struct ActiveTerm {
@@ -209,7 +70,7 @@ pub struct Driver {
     /// Woken on each release notification (shared with [`Leases`]).
     released: Arc<tokio::sync::Notify>,
     /// Releases asked for by the step being carried out, sent together after it.
-    releases: Vec<(String, Epoch, std::time::Duration)>,
+    releases: Vec<(String, Epoch, Duration)>,
     /// Every release done, as [`Leases::releases`] reports them.
     done: Releases,
     /// With lease groups: cancelled once this replica has left them, which must come before its
@@ -266,21 +127,13 @@ impl Driver {
         }
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (requests_tx, requests_rx) = mpsc::unbounded_channel();
-        let released = Arc::new(tokio::sync::Notify::new());
-        let health = Arc::new(LoopHealth::default());
-        let done = Releases::default();
-        let leases = Arc::new(Leases {
-            releases: done.clone(),
-            holder: holder.clone(),
-            store: store.clone(),
+        let leases = Arc::new(Leases::new(
+            holder.clone(),
+            store.clone(),
             timing,
             leaderships,
-            requests: requests_tx,
-            released: released.clone(),
-            groups: watch::Sender::new(Vec::new()),
-            closed_groups: watch::Sender::new(Default::default()),
-            health: health.clone(),
-        });
+            requests_tx,
+        ));
         let driver = Driver {
             coordinator,
             store,
@@ -293,11 +146,11 @@ impl Driver {
             requests_rx,
             calls: TaskTracker::new(),
             metrics: Metrics::new(),
-            released,
+            released: leases.released_signal(),
             groups_left: None,
             releases: Vec::new(),
-            health,
-            done,
+            health: leases.health().clone(),
+            done: leases.release_log(),
         };
         (driver, leases)
     }
@@ -311,24 +164,8 @@ impl Driver {
 
     /// Records into `metrics` (by default, into a registry nobody reads).
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
-        // Every lease shows from the start (a standby as not leading, epoch 0), not only once its
-        // role first changes.
-        let ttl = self.coordinator.timing().ttl.as_secs_f64();
-        for name in self.publishers.keys() {
-            let label = Metrics::lease(name);
-            metrics.ttl_seconds.get_or_create(&label).set(ttl);
-            metrics.is_leader.get_or_create(&label).set(0);
-            metrics.epoch.get_or_create(&label).set(0);
-            metrics.transitions.get_or_create(&label).inc_by(0);
-        }
-        for role in [Role::Leader, Role::Standby, Role::Uncertain] {
-            metrics.leases.get_or_create(&role_label(role)).set(0);
-        }
-        let count = i64::try_from(self.publishers.len()).unwrap_or(i64::MAX);
-        metrics
-            .leases
-            .get_or_create(&role_label(Role::Standby))
-            .set(count);
+        let ttl = self.coordinator.timing().ttl;
+        gauges::show_from_start(&metrics, self.publishers.keys(), ttl);
         self.metrics = metrics;
         self
     }
@@ -481,64 +318,12 @@ impl Driver {
         }
     }
 
+    /// Carries out one effect of a step.
     fn execute(&mut self, effect: Effect) {
-        let ttl = self.coordinator.timing().ttl;
         match effect {
-            Effect::Campaign { leases, timeout } => {
-                let (store, holder) = (self.store.clone(), self.holder.clone());
-                let span = info_span!("campaign", lease = %some(&leases), leases = leases.len(), holder = %holder);
-                let recorder = self.recorder();
-                self.call(span, async move {
-                    let result = within(
-                        timeout,
-                        "campaign",
-                        store.campaign_many(holder.as_str(), &leases, ttl),
-                    )
-                    .await;
-                    Event::CampaignDone {
-                        result: recorder.outcome("campaign", result),
-                    }
-                });
-            }
-            Effect::Renew { batch, timeout } => {
-                let (store, holder) = (self.store.clone(), self.holder.clone());
-                let span = info_span!("renew", holder = %holder, leases = batch.len());
-                let metrics = self.metrics.clone();
-                let recorder = self.recorder();
-                self.call(span, async move {
-                    let started = Instant::now();
-                    let result =
-                        within(timeout, "renew", store.renew(holder.as_str(), &batch)).await;
-                    let took = started.elapsed();
-                    debug!(elapsed = ?took, ok = result.is_ok(), "renewal returned");
-                    metrics.renew_seconds.observe(took.as_secs_f64());
-                    Event::RenewDone {
-                        result: recorder.outcome("renew", result),
-                    }
-                });
-            }
-            Effect::RenewOne { request, timeout } => {
-                let (store, holder) = (self.store.clone(), self.holder.clone());
-                let span = info_span!("renew", lease = %request.name, epoch = request.epoch, holder = %holder);
-                let metrics = self.metrics.clone();
-                let recorder = self.recorder();
-                self.call(span, async move {
-                    let started = Instant::now();
-                    let result = within(
-                        timeout,
-                        "renew",
-                        store.renew_one(holder.as_str(), &request, timeout),
-                    )
-                    .await;
-                    let took = started.elapsed();
-                    debug!(elapsed = ?took, ok = result.is_ok(), "renewal alone returned (the batch found its row locked)");
-                    metrics.renew_seconds.observe(took.as_secs_f64());
-                    Event::RenewOneDone {
-                        lease: request.name,
-                        result: recorder.outcome("renew", result),
-                    }
-                });
-            }
+            Effect::Campaign { leases, timeout } => self.campaign(leases, timeout),
+            Effect::Renew { batch, timeout } => self.renew(batch, timeout),
+            Effect::RenewOne { request, timeout } => self.renew_one(request, timeout),
             // Gathered, and sent together once the step's effects are done (`release_gathered`).
             Effect::Release {
                 lease,
@@ -549,12 +334,7 @@ impl Driver {
                 lease,
                 epoch,
                 safe_until,
-            } => {
-                let (term, control) =
-                    Term::start(lease.clone(), epoch, self.root.child_token(), safe_until);
-                debug!(lease = %lease, epoch, "term started");
-                self.terms.insert(lease, ActiveTerm { term, control });
-            }
+            } => self.start_term(lease, epoch, safe_until),
             Effect::ExtendTerm { lease, safe_until } => {
                 if let Some(active) = self.terms.get(&lease) {
                     active.control.extend(safe_until);
@@ -565,36 +345,102 @@ impl Driver {
                 epoch,
                 reason,
                 confirm,
-            } => {
-                let active = self.terms.remove(&lease);
-                if let Some(active) = &active {
-                    active.control.end();
-                }
-                let why = match reason {
-                    EndReason::SafeUntil => "safe_until reached without a landed renewal",
-                    EndReason::Lost => "lease lost",
-                    EndReason::Releasing => "releasing",
-                    EndReason::ClockStep => "the database clock stepped forward",
-                };
-                info!(lease = %lease, epoch, holder = %self.holder, reason = why, "term ended: plugins stopped");
-                let ended_at = Instant::now();
-                let control = active.map(|a| a.control);
-                let events = confirm.then(|| self.events_tx.clone());
-                let metrics = self.metrics.clone();
-                self.calls.spawn(async move {
-                    if let Some(control) = control {
-                        control.stopped().await;
-                        metrics
-                            .loss_to_stop_seconds
-                            .observe(ended_at.elapsed().as_secs_f64());
-                    }
-                    if let Some(events) = events {
-                        let _ = events.send(Event::TermStopped { lease, epoch });
-                    }
-                });
-            }
+            } => self.end_term(lease, epoch, reason, confirm),
             Effect::Announce(announcement) => self.announce(announcement),
         }
+    }
+
+    /// Campaigns for `leases` in one store call.
+    fn campaign(&self, leases: Vec<String>, timeout: Duration) {
+        let ttl = self.coordinator.timing().ttl;
+        let (store, holder) = (self.store.clone(), self.holder.clone());
+        let span = info_span!("campaign", lease = %logs::some(&leases), leases = leases.len(), holder = %holder);
+        let recorder = self.recorder();
+        self.call(span, async move {
+            let result = within(
+                timeout,
+                "campaign",
+                store.campaign_many(holder.as_str(), &leases, ttl),
+            )
+            .await;
+            Event::CampaignDone {
+                result: recorder.outcome("campaign", result),
+            }
+        });
+    }
+
+    /// Renews the leases of `batch` in one store call.
+    fn renew(&self, batch: Vec<RenewRequest>, timeout: Duration) {
+        let (store, holder) = (self.store.clone(), self.holder.clone());
+        let span = info_span!("renew", holder = %holder, leases = batch.len());
+        let metrics = self.metrics.clone();
+        let recorder = self.recorder();
+        self.call(span, async move {
+            let started = Instant::now();
+            let result = within(timeout, "renew", store.renew(holder.as_str(), &batch)).await;
+            let took = started.elapsed();
+            logs::renewal_returned(took, result.is_ok(), false);
+            gauges::renewal_took(&metrics, took);
+            Event::RenewDone {
+                result: recorder.outcome("renew", result),
+            }
+        });
+    }
+
+    /// Renews one lease alone, after the batch found its row locked.
+    fn renew_one(&self, request: RenewRequest, timeout: Duration) {
+        let (store, holder) = (self.store.clone(), self.holder.clone());
+        let span =
+            info_span!("renew", lease = %request.name, epoch = request.epoch, holder = %holder);
+        let metrics = self.metrics.clone();
+        let recorder = self.recorder();
+        self.call(span, async move {
+            let started = Instant::now();
+            let result = within(
+                timeout,
+                "renew",
+                store.renew_one(holder.as_str(), &request, timeout),
+            )
+            .await;
+            let took = started.elapsed();
+            logs::renewal_returned(took, result.is_ok(), true);
+            gauges::renewal_took(&metrics, took);
+            Event::RenewOneDone {
+                lease: request.name,
+                result: recorder.outcome("renew", result),
+            }
+        });
+    }
+
+    /// Starts a term of `lease`: its plugins may run until `safe_until`, which renewals extend.
+    fn start_term(&mut self, lease: String, epoch: Epoch, safe_until: Instant) {
+        let (term, control) =
+            Term::start(lease.clone(), epoch, self.root.child_token(), safe_until);
+        logs::term_started(&lease, epoch);
+        self.terms.insert(lease, ActiveTerm { term, control });
+    }
+
+    /// Ends the term of `lease`, and once its plugins have stopped, tells the coordinator if it
+    /// asked to be told (`confirm`).
+    fn end_term(&mut self, lease: String, epoch: Epoch, reason: EndReason, confirm: bool) {
+        let active = self.terms.remove(&lease);
+        if let Some(active) = &active {
+            active.control.end();
+        }
+        logs::term_ended(&lease, epoch, &self.holder, reason);
+        let ended_at = Instant::now();
+        let control = active.map(|a| a.control);
+        let events = confirm.then(|| self.events_tx.clone());
+        let metrics = self.metrics.clone();
+        self.calls.spawn(async move {
+            if let Some(control) = control {
+                control.stopped().await;
+                gauges::stopped_after(&metrics, ended_at.elapsed());
+            }
+            if let Some(events) = events {
+                let _ = events.send(Event::TermStopped { lease, epoch });
+            }
+        });
     }
 
     /// Starts the ordered release once the lease groups' runner has left them (cancelled `left`),
@@ -634,8 +480,8 @@ impl Driver {
         Recorder::new(self.health.clone(), self.metrics.clone())
     }
 
+    /// Keeps the account of releases, and logs what the coordinator announced.
     fn announce(&self, announcement: Announcement) {
-        let holder = &self.holder;
         if let Announcement::Released {
             lease,
             epoch,
@@ -645,63 +491,9 @@ impl Driver {
         {
             done.push((lease.clone(), *epoch, error.clone()));
         }
-        match announcement {
-            Announcement::Acquired { lease, epoch } => {
-                info!(lease = %lease, epoch, holder = %holder, "lease acquired")
-            }
-            Announcement::RenewFailing { leases, error } => {
-                for (lease, epoch) in leases {
-                    warn!(lease = %lease, epoch, holder = %holder, error = %error, "renewal failing: lease uncertain");
-                }
-            }
-            Announcement::Recovered { lease, epoch } => {
-                info!(lease = %lease, epoch, holder = %holder, "renewal landed again: lease recovered")
-            }
-            Announcement::SafeUntilReached { lease, epoch } => {
-                warn!(lease = %lease, epoch, holder = %holder, "no renewal landed before safe_until: plugins stopped")
-            }
-            Announcement::Lost {
-                lease,
-                epoch,
-                rejected,
-            } => {
-                let how = if rejected {
-                    "renewal rejected"
-                } else {
-                    "expired while renewals failed"
-                };
-                warn!(lease = %lease, epoch, holder = %holder, reason = how, "lease lost")
-            }
-            Announcement::Released {
-                lease,
-                epoch,
-                error: None,
-            } => {
-                info!(lease = %lease, epoch, holder = %holder, "lease released")
-            }
-            Announcement::Released {
-                lease,
-                epoch,
-                error: Some(error),
-            } => {
-                error!(lease = %lease, epoch, holder = %holder, error = %error, "release failed: the lease will expire by its ttl")
-            }
-            Announcement::ClockStepped { ahead, quiet } => {
-                error!(holder = %holder, ahead = ?ahead, quiet_for = ?quiet, "the database clock stepped forward: every term ended; no campaign or term until the leases that trusted the old clock have run out")
-            }
-            Announcement::HeldOff { remaining } => {
-                warn!(holder = %holder, remaining = ?remaining, "the lease database changed incarnation (a promoted standby, or a restored backup): no lease is taken over until every holder that trusted a renewal it lost has stopped")
-            }
-            Announcement::HandoffRequested { lease, epoch } => {
-                info!(lease = %lease, epoch, holder = %holder, "handoff requested by an operator: stopping the lease's plugins and releasing it")
-            }
-            Announcement::CampaignFailed { leases, error } => {
-                warn!(lease = %some(&leases), leases = leases.len(), holder = %holder, error = %error, "campaign failed")
-            }
-        }
+        logs::announcement(&self.holder, announcement);
     }
 
-    /// Publishes each lease's leadership where it changed.
     /// Publishes every lease's leadership that changed. Runs after every step, so it walks the
     /// coordinator's leases and the publishers side by side (both in name order) and takes a
     /// write lock or clones a term only for a lease whose role, epoch or term moved: at 10,000
@@ -730,26 +522,7 @@ impl Driver {
             if was_role == role && was_epoch == epoch && same_term {
                 continue;
             }
-            // Metrics move only with the role or epoch.
-            if was_role != role || was_epoch != epoch {
-                let label = Metrics::lease(name);
-                if was_role != role {
-                    self.metrics.transitions.get_or_create(&label).inc();
-                    self.metrics
-                        .leases
-                        .get_or_create(&role_label(was_role))
-                        .dec();
-                    self.metrics.leases.get_or_create(&role_label(role)).inc();
-                }
-                self.metrics
-                    .is_leader
-                    .get_or_create(&label)
-                    .set(i64::from(role == Role::Leader));
-                self.metrics
-                    .epoch
-                    .get_or_create(&label)
-                    .set(epoch.unwrap_or_default());
-            }
+            gauges::leadership_moved(&self.metrics, name, (was_role, was_epoch), (role, epoch));
             tx.send_replace(Leadership {
                 role,
                 epoch,
@@ -757,31 +530,6 @@ impl Driver {
             });
         }
     }
-}
-
-/// The `leasehold_leases` label of `role`.
-fn role_label(role: Role) -> crate::metrics::RoleLabel {
-    let role = match role {
-        Role::Leader => "leader",
-        Role::Standby => "standby",
-        Role::Uncertain => "uncertain",
-    };
-    crate::metrics::RoleLabel { role: role.into() }
-}
-
-/// A few of `leases` for a log line: "a", "a, b, c", or "a, b, c and 997 more".
-fn some(leases: &[String]) -> String {
-    const SHOWN: usize = 3;
-    let mut text = leases
-        .iter()
-        .take(SHOWN)
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .join(", ");
-    if leases.len() > SHOWN {
-        text.push_str(&format!(" and {} more", leases.len() - SHOWN));
-    }
-    text
 }
 
 async fn next_notice(notices: &mut Option<mpsc::Receiver<ReleaseNotice>>) -> Option<ReleaseNotice> {

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::store::Epoch;
+use super::epoch::Epoch;
 
 /// How many terms of each lease a store keeps at least. Enough to see a lease flap (a handful of
 /// handoffs in a row), few enough that 10,000 leases cost 200,000 small rows.
@@ -47,10 +47,12 @@ impl TermEnd {
     }
 }
 
-/// One term of a lease. Times are ages: milliseconds before the store was read, by the clock it
-/// records terms with (the database's, or the machine's wall clock for SQLite), never negative.
+/// One term of a lease as the cluster recorded it: a row of the history, for display, not the
+/// live term this replica's plugins run under (`leadership::Term`). Times are ages: milliseconds
+/// before the store was read, by the clock it records terms with (the database's, or the
+/// machine's wall clock for SQLite), never negative.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Term {
+pub struct RecordedTerm {
     /// The epoch the term was acquired with.
     pub epoch: Epoch,
     /// The replica that held it.
@@ -63,13 +65,13 @@ pub struct Term {
     pub end: Option<TermEnd>,
 }
 
-/// A [`Term`] of a named lease, as a store reads it.
+/// A [`RecordedTerm`] of a named lease, as a store reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TermRecord {
     /// The lease.
     pub lease: String,
     /// The term.
-    pub term: Term,
+    pub term: RecordedTerm,
 }
 
 /// A change of holder: the term `to_epoch` began after the term `from_epoch` ended.
@@ -92,7 +94,7 @@ pub struct Handoff {
 /// Completes one lease's terms, newest first: a term left open below a newer one (its closing
 /// lost, e.g. in a database failover) ended, at the latest, when the next began, and since
 /// nothing recorded why, it is counted as expired.
-pub fn complete(mut terms: Vec<Term>) -> Vec<Term> {
+pub fn complete(mut terms: Vec<RecordedTerm>) -> Vec<RecordedTerm> {
     let mut next_started = None;
     for term in &mut terms {
         if let (None, Some(next)) = (term.end, next_started) {
@@ -106,7 +108,7 @@ pub fn complete(mut terms: Vec<Term>) -> Vec<Term> {
 
 /// The newest handoff in one lease's terms, newest first: the newest term that began after an
 /// ended one.
-pub fn last_handoff(terms: &[Term]) -> Option<Handoff> {
+pub fn last_handoff(terms: &[RecordedTerm]) -> Option<Handoff> {
     terms.windows(2).find_map(|pair| {
         let (to, from) = (&pair[0], &pair[1]);
         Some(Handoff {
@@ -124,8 +126,13 @@ pub fn last_handoff(terms: &[Term]) -> Option<Handoff> {
 mod tests {
     use super::*;
 
-    fn term(epoch: Epoch, holder: &str, started: i64, ended: Option<(i64, TermEnd)>) -> Term {
-        Term {
+    fn term(
+        epoch: Epoch,
+        holder: &str,
+        started: i64,
+        ended: Option<(i64, TermEnd)>,
+    ) -> RecordedTerm {
+        RecordedTerm {
             epoch,
             holder: holder.to_string(),
             started_ms_ago: started,

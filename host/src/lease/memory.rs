@@ -12,7 +12,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::history::{PRUNE_EVERY, TERMS_KEPT, Term, TermEnd, TermRecord};
+use super::history::{PRUNE_EVERY, RecordedTerm, TERMS_KEPT, TermEnd, TermRecord};
 use super::store::{
     CampaignedMany, DbMillis, Epoch, GroupMember, GroupView, LeaseRecord, LeaseStore,
     ReleaseNotice, RenewRequest, Renewed, StoreError,
@@ -47,11 +47,11 @@ struct MemoryTerm {
 }
 
 impl MemoryTerm {
-    fn at(&self, now: Instant) -> Term {
+    fn at(&self, now: Instant) -> RecordedTerm {
         let ago = |t: Instant| {
             i64::try_from(now.saturating_duration_since(t).as_millis()).unwrap_or(i64::MAX)
         };
-        Term {
+        RecordedTerm {
             epoch: self.epoch,
             holder: self.holder.clone(),
             started_ms_ago: ago(self.started),

@@ -1,23 +1,45 @@
 //! Leases: the rows replicas compete for, the stores that keep them, and the coordinator that
-//! campaigns, renews and releases them (docs/ARCHITECTURE.md §2–§5).
+//! campaigns, renews and releases them (docs/ARCHITECTURE.md §2–§6).
 //!
-//! - [`store`]: the [`LeaseStore`] trait every backend implements and its error type;
-//! - [`postgres`], [`sqlite`], [`memory`]: the backends; [`postgres::listen`] is the host's one
-//!   PostgreSQL `LISTEN` loop, for release notifications and plugin events alike;
-//! - [`clock`]: watching the database's clock for steps, pure;
-//! - [`groups`]: lease groups' fair shares and who hands which shard to whom, pure;
-//! - [`history`]: the terms of each lease as the cluster recorded them, and its last handoff;
-//! - [`handoff`]: an operator's graceful step-down, asked for and waited on;
-//! - [`coordinator`]: the pure state machine, one `step(state, event, now)` for all leases;
-//! - [`driver`]: the thin async loop that runs the coordinator against a store;
-//! - [`leadership`]: what the rest of the host sees of a lease (role, epoch, term);
-//! - [`health`]: whether the lease loop's store calls land, and why they fail;
-//! - [`identity`], [`name`] and [`url`]: the holder id, lease names and the database URL.
+//! # Order
+//!
+//! Each module may use the modules listed before it and never one listed after it, as the
+//! crate's layers do (`host/tests/layers.rs` checks both):
+//!
+//! 1. [`epoch`]: the fencing token;
+//! 2. [`name`]: lease names;
+//! 3. [`url`]: the database URL, redacted and parsed;
+//! 4. [`timing`]: the ttl and the intervals derived from it, and how they must relate;
+//! 5. [`identity`]: the holder id, and the replica id it starts with;
+//! 6. [`history`]: the terms of each lease as the cluster recorded them, and its last handoff,
+//!    for display;
+//! 7. [`store`]: the [`LeaseStore`] trait every backend implements, what its calls return, and
+//!    its error type;
+//! 8. [`memory`]: the in-memory store, for tests, with injected faults;
+//! 9. [`sqlite`]: the SQLite store, its boot clock and its event file;
+//! 10. [`postgres`]: the PostgreSQL store; [`postgres::listen`] is the host's one `LISTEN` loop,
+//!     for release notifications and plugin events alike;
+//! 11. [`clock`]: watching the database's clock for steps, pure;
+//! 12. [`leadership`]: what the rest of the host sees of a lease: its role, epoch and live term;
+//! 13. [`coordinator`]: the pure state machine, one `step(state, event, now)` for all leases;
+//! 14. [`groups`]: lease groups' fair shares and who hands which shard to whom, pure;
+//! 15. [`health`]: whether the lease loop's store calls land, and why they fail;
+//! 16. [`handle`]: the [`Leases`] handle, what the rest of the host sees of this replica's leases
+//!     and asks of them;
+//! 17. [`driver`]: the thin async loop that runs the coordinator against a store;
+//! 18. [`handoff`]: an operator's graceful step-down, asked for and waited on;
+//! 19. [`group_runner`]: the thin async loop that heartbeats each lease group and hands its
+//!     decisions to the driver.
+//!
+//! This file opens a store from its URL ([`open_store`]); the stores use [`server_budget`].
 
 pub mod clock;
 pub mod coordinator;
 pub mod driver;
+pub mod epoch;
+pub mod group_runner;
 pub mod groups;
+pub mod handle;
 pub mod handoff;
 pub mod health;
 pub mod history;
@@ -32,7 +54,8 @@ pub mod timing;
 pub mod url;
 
 pub use coordinator::Coordinator;
-pub use driver::{Driver, Leases};
+pub use driver::Driver;
+pub use handle::Leases;
 pub use identity::HolderId;
 pub use leadership::{Leadership, Role, Term, TermControl};
 pub use name::{LeaseName, LeaseNameError};

@@ -7,10 +7,8 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::history::{Term, TermEnd, TermRecord};
-
-/// The fencing token: +1 on every acquisition of a lease, never reset, never reused.
-pub type Epoch = i64;
+pub use super::epoch::Epoch;
+use super::history::{RecordedTerm, TermEnd, TermRecord};
 
 /// One lease row as an admin or `/status` sees it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -354,7 +352,7 @@ pub(crate) fn to_term(
     };
     Ok(TermRecord {
         lease,
-        term: Term {
+        term: RecordedTerm {
             epoch,
             holder,
             started_ms_ago,

@@ -2,12 +2,19 @@
 //! `orders/11`, each an ordinary lease, spread over the replicas that take part in the group so
 //! that each holds its fair share, and moved by handoff as replicas come and go.
 //!
-//! - [`assign`](mod@assign): fair shares and who should hold which shard, pure and the same on
-//!   every replica;
-//! - [`member`]: one replica's part in one group, pure: from a heartbeat's view of the members and
-//!   holders to the shards it campaigns for and those it gives away;
-//! - [`runner`]: the thin async loop that heartbeats each group and hands the decisions to the
-//!   lease driver (as [`crate::lease::coordinator::Event::Assign`] and step-downs).
+//! The pure parts, in order (each may use only those listed before it; `host/tests/layers.rs`
+//! checks it):
+//!
+//! 1. [`assign`](mod@assign): fair shares and who should hold which shard, pure and the same on
+//!    every replica;
+//! 2. [`member`]: one replica's part in one group, pure: from a heartbeat's view of the members
+//!    and holders to the shards it campaigns for and those it gives away.
+//!
+//! This module itself holds the words both use ([`GroupSpec`], [`GroupStatus`]). The thin async
+//! loop that heartbeats each group and hands the decisions to the lease driver (as
+//! [`crate::lease::coordinator::Event::Assign`] and step-downs) is
+//! [`crate::lease::group_runner`]: it drives the [`crate::lease::Leases`] handle, which shows
+//! these groups, so it comes after both in the lease layer's order.
 //!
 //! Membership is a row per replica and group that the runner heartbeats every renewal interval
 //! and that expires by the database's clock like a lease ([`crate::lease::LeaseStore::heartbeat`]).
@@ -16,7 +23,6 @@
 
 pub mod assign;
 pub mod member;
-pub mod runner;
 
 pub use assign::{assign, score, targets};
 pub use member::{Decision, Member};

@@ -20,10 +20,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use super::{Decision, GroupSpec, Member};
-use crate::lease::driver::Leases;
-use crate::lease::health::Recorder;
-use crate::lease::store::within;
+use super::groups::{Decision, GroupSpec, Member};
+use super::handle::Leases;
+use super::health::Recorder;
+use super::store::within;
 use crate::metrics::{GroupFigures, Metrics};
 
 /// Runs this replica's part in lease groups. Build with [`Runner::new`], run with
