@@ -75,7 +75,7 @@ merged() {
   local r
   for r in "${replicas[@]}"; do sed -e "s/^\([^ ]*\) /\1 [$r] /" "$work/$r.log"; done \
     | sort | grep -E "$1" \
-    | sed -E -e 's/leasehold::[a-z_:]+: //' -e 's/ plugin="[^"]*" lease="[^"]*" epoch=[0-9]+$//' -e 's/^/  /'
+    | sed -E -e 's/leasehold::[a-z_:]+: //' -e 's/^/  /'
 }
 now() { date +%s.%N; }
 since() { awk -v a="$(now)" -v b="$1" 'BEGIN { printf "%.2f", a - b }'; }

@@ -175,6 +175,14 @@ pub struct App {
     http: JoinHandle<std::io::Result<()>>,
     /// The lease driver: it returns once every lease is released.
     driver: JoinHandle<()>,
+    /// The supervisor, when a plugin directory is configured: it returns once the root token is
+    /// cancelled and its health checks have stopped (reconcilers stop with their terms, which the
+    /// driver waits for).
+    supervisor: Option<JoinHandle<()>>,
+    /// The group runner, when groups are configured: it returns once it has left its groups.
+    groups: Option<JoinHandle<()>>,
+    /// Every task above: shutdown waits for all of them, so none outlives the app.
+    tasks: TaskTracker,
     /// The plugin set's sender: the directory watcher publishes through a clone, and the
     /// supervisor stops when every sender is gone. Its components keep the engine (and the
     /// memory it reserved) alive until the app is dropped.
@@ -242,14 +250,15 @@ impl App {
         );
         let mut driver = driver.with_metrics(metrics.clone());
         let tasks = TaskTracker::new();
+        let mut groups = None;
         if !config.groups.is_empty() {
             let (runner, left) = Runner::new(leases.clone(), &config.groups, metrics.clone());
             driver = driver.leaving_groups_first(left);
-            tasks.spawn(runner.run(root.clone()));
+            groups = Some(tasks.spawn(runner.run(root.clone())));
         }
         // Plugins are compiled and pre-linked before the first campaign, so that an acquisition
         // only has to instantiate them.
-        let (plugins, plugin_set) = match &config.plugins {
+        let (plugins, plugin_set, supervisor) = match &config.plugins {
             Some(dir) => {
                 let (supervisor, set) = start_plugins(
                     dir,
@@ -260,10 +269,10 @@ impl App {
                     &root,
                 )?;
                 let board = supervisor.board().clone();
-                tasks.spawn(supervisor.run(root.clone()));
-                (Some(board), Some(set))
+                let supervisor = tasks.spawn(supervisor.run(root.clone()));
+                (Some(board), Some(set), Some(supervisor))
             }
-            None => (None, None),
+            None => (None, None, None),
         };
         let http_stop = CancellationToken::new();
         let mut state = AppState::new(leases.clone(), plugins.clone(), metrics.clone());
@@ -293,6 +302,9 @@ impl App {
             http_stop,
             http,
             driver,
+            supervisor,
+            groups,
+            tasks,
             _plugin_set: plugin_set,
         })
     }
@@ -326,10 +338,11 @@ impl App {
         }
     }
 
-    /// Ends every term (plugins stopped first) and releases every lease, waiting at most `grace`;
-    /// then, after [`SETTLE`], stops the HTTP server and tears down the rest. Says what became
-    /// of each lease held when it began: released, or left to expire (its release failed, or
-    /// `grace` ran out first), the same account whichever came first.
+    /// Ends every term (plugins stopped first) and releases every lease, then waits for the
+    /// supervisor and the group runner, all within `grace`; then, after [`SETTLE`], stops the HTTP
+    /// server and waits for every task of the app. Says what became of each lease held when it
+    /// began: released, or left to expire (its release failed, or `grace` ran out first), the
+    /// same account whichever came first.
     pub async fn shutdown(mut self, grace: Duration) -> Result<Shutdown, AppError> {
         let held: Vec<(String, Epoch)> = self
             .leases
@@ -340,14 +353,27 @@ impl App {
                 Some((name.to_string(), epoch))
             })
             .collect();
+        let deadline = tokio::time::Instant::now() + grace;
         self.root.cancel();
         let finished = tokio::select! {
             r = &mut self.driver => match r {
                 Ok(()) => Ok(true),
                 Err(e) => Err(AppError::DriverPanicked(e)),
             },
-            _ = tokio::time::sleep(grace) => Ok(false),
+            _ = tokio::time::sleep_until(deadline) => Ok(false),
         };
+        // Both end with the root token; what the grace has left bounds the wait.
+        for (what, task) in [
+            ("the supervisor", self.supervisor.take()),
+            ("the group runner", self.groups.take()),
+        ] {
+            let Some(task) = task else { continue };
+            match tokio::time::timeout_at(deadline, task).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => warn!("{what} panicked: {e}"),
+                Err(_) => warn!("{what} did not stop within shutdown_grace"),
+            }
+        }
         let outcome = finished.map(|finished| {
             let report = self.account(held, finished, grace);
             if report.all_released() {
@@ -364,6 +390,17 @@ impl App {
             .is_err()
         {
             warn!("the HTTP server did not stop within 1s");
+        }
+        // Every task was waited for above or given up on with a warning; this makes sure, within
+        // what is left of the grace (a task already done answers at once, however late).
+        if tokio::time::timeout_at(deadline, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            warn!(
+                "{} of the host's tasks still run after shutdown_grace",
+                self.tasks.len()
+            );
         }
         outcome
     }

@@ -203,10 +203,15 @@ async fn notifications_reach_only_the_holder() {
     assert!(epoch_of(&line) > first_epoch, "{line}");
 }
 
-/// The first bare `epoch=E` field of a log line (the span's fields come first, then the guest's).
+/// The epoch of a guest's log line: its span's `epoch=E` (`plugin{plugin=P lease=L epoch=E}:`).
 fn epoch_of(line: &str) -> i64 {
     line.split_whitespace()
-        .find_map(|word| word.strip_prefix("epoch=")?.parse().ok())
+        .find_map(|word| {
+            word.strip_prefix("epoch=")?
+                .trim_end_matches(['}', ':'])
+                .parse()
+                .ok()
+        })
         .unwrap_or_else(|| panic!("no epoch in {line:?}"))
 }
 

@@ -745,7 +745,9 @@ async fn guest_output_is_captured_capped_and_tagged() {
         .filter(|l| l.contains("stream=\"stdout\"") || l.contains("stream=\"stderr\""))
         .collect();
     assert!(
-        out.iter().all(|l| l.contains("plugin=\"misbehave\"")),
+        // By the span its calls run in: `plugin{plugin=misbehave lease=leader epoch=1}`.
+        out.iter()
+            .all(|l| l.contains("plugin{plugin=misbehave lease=leader epoch=")),
         "untagged guest output"
     );
     let calls = host.plugin_status("misbehave").await.unwrap().calls;

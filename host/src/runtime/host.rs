@@ -45,7 +45,7 @@ pub struct ShardView {
 
 /// The data of one plugin's `Store`: WASI state, limits and what the imports answer.
 pub struct HostState {
-    /// The plugin's name, for logs.
+    /// The plugin's name, for metrics and the host's own lines about its calls.
     pub plugin: Arc<str>,
     /// The lease as the plugin sees it.
     pub lease: LeaseView,
@@ -211,15 +211,15 @@ impl log::Host for HostState {
         if !self.log_rate.admit(message.len(), written) {
             return;
         }
-        let plugin = &*self.plugin;
-        let lease = &self.lease.name;
-        let epoch = self.lease.term.as_ref().map(|t| t.epoch);
+        // Every call runs in its task's span, `plugin{plugin, lease, epoch}` for a reconciler,
+        // `health{plugin, lease, epoch}` (or `group`) for a health check, which already names
+        // them: the line adds only the message. JSON puts them under `span` and `spans`.
         match level {
-            log::Level::Trace => tracing::trace!(plugin, lease, epoch, "{message}"),
-            log::Level::Debug => tracing::debug!(plugin, lease, epoch, "{message}"),
-            log::Level::Info => tracing::info!(plugin, lease, epoch, "{message}"),
-            log::Level::Warn => tracing::warn!(plugin, lease, epoch, "{message}"),
-            log::Level::Error => tracing::error!(plugin, lease, epoch, "{message}"),
+            log::Level::Trace => tracing::trace!("{message}"),
+            log::Level::Debug => tracing::debug!("{message}"),
+            log::Level::Info => tracing::info!("{message}"),
+            log::Level::Warn => tracing::warn!("{message}"),
+            log::Level::Error => tracing::error!("{message}"),
         }
     }
 }
@@ -232,10 +232,14 @@ mod tests {
     use crate::runtime::rate::{BURST_BYTES, LINE_COST, LogRates};
 
     fn state(rate: Arc<PluginRate>) -> HostState {
+        state_in(rate, None)
+    }
+
+    fn state_in(rate: Arc<PluginRate>, term: Option<Term>) -> HostState {
         let lease = LeaseView {
             name: "leader".into(),
             holder: "h".into(),
-            term: None,
+            term,
             acquired_at: None,
             shard: None,
         };
@@ -304,5 +308,75 @@ mod tests {
             long.len()
         );
         assert!(long.ends_with("… (truncated)") && !long.contains('\n'));
+    }
+
+    /// A log sink the test reads back.
+    #[derive(Clone, Default)]
+    struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Sink {
+        type Writer = Sink;
+        fn make_writer(&'a self) -> Sink {
+            self.clone()
+        }
+    }
+
+    #[test]
+    fn a_guest_line_names_plugin_lease_and_epoch_once_from_its_span_in_text_and_json() {
+        let (term, _control) = Term::standalone(
+            "leader",
+            7,
+            Instant::now() + std::time::Duration::from_secs(60),
+        );
+        let rates = LogRates::new(crate::metrics::Metrics::new());
+        let mut guest = state_in(rates.of(&"hello".into()), Some(term));
+        let mut emit = |json: bool| {
+            let sink = Sink::default();
+            let builder = tracing_subscriber::fmt()
+                .with_writer(sink.clone())
+                .with_ansi(false)
+                .without_time();
+            let dispatch = if json {
+                tracing::Dispatch::new(builder.json().finish())
+            } else {
+                tracing::Dispatch::new(builder.finish())
+            };
+            tracing::dispatcher::with_default(&dispatch, || {
+                // The span the supervisor runs every reconciler's calls in.
+                let span =
+                    tracing::info_span!("plugin", plugin = %"hello", lease = %"leader", epoch = 7);
+                let _in = span.enter();
+                log::Host::log(&mut guest, log::Level::Info, "hello from epoch 7".into());
+            });
+            let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+            text.trim().to_string()
+        };
+        let text = emit(false);
+        assert_eq!(
+            text,
+            "INFO plugin{plugin=hello lease=leader epoch=7}: leasehold::runtime::host: hello from epoch 7"
+        );
+        let json: serde_json::Value = serde_json::from_str(&emit(true)).unwrap();
+        assert_eq!(
+            json["fields"],
+            serde_json::json!({"message": "hello from epoch 7"}),
+            "{json}"
+        );
+        // A JSON reader finds them in the line's span.
+        assert_eq!(
+            json["span"],
+            serde_json::json!({"name": "plugin", "plugin": "hello", "lease": "leader", "epoch": 7}),
+            "{json}"
+        );
     }
 }

@@ -1,5 +1,7 @@
 //! What a guest prints: its stdout and stderr (WASI grants it no other place to write), streamed
-//! to the host's log line by line as it is written, tagged with the plugin, lease and stream.
+//! to the host's log line by line as it is written, tagged with the stream. The call's span names
+//! the plugin, the lease and the epoch (see the `log` import in [`super::host`]): a line does not
+//! repeat them.
 //!
 //! Nothing of it accumulates: a [`LineSink`] keeps only the line being written, cut at
 //! [`MAX_LINE_BYTES`], and logs each whole line through [`super::host::guest_text`]. Each call
@@ -61,16 +63,11 @@ pub(super) struct GuestOutput {
 }
 
 impl GuestOutput {
-    /// Fresh sinks for `plugin` under `lease`, wired into `wasi` as the guest's stdout and stderr,
-    /// both within the plugin's `rate`.
-    pub(super) fn capture(
-        wasi: &mut WasiCtxBuilder,
-        plugin: &Arc<str>,
-        lease: &str,
-        rate: &Arc<PluginRate>,
-    ) -> Self {
-        let stdout = LineSink::new(plugin, lease, "stdout", rate);
-        let stderr = LineSink::new(plugin, lease, "stderr", rate);
+    /// Fresh sinks, wired into `wasi` as the guest's stdout and stderr, both within the plugin's
+    /// `rate`.
+    pub(super) fn capture(wasi: &mut WasiCtxBuilder, rate: &Arc<PluginRate>) -> Self {
+        let stdout = LineSink::new("stdout", rate);
+        let stderr = LineSink::new("stderr", rate);
         wasi.stdout(stdout.clone()).stderr(stderr.clone());
         GuestOutput { stdout, stderr }
     }
@@ -92,10 +89,6 @@ pub(super) struct LineSink(Arc<Mutex<Lines>>);
 
 /// The state of one stream.
 struct Lines {
-    /// The plugin, for the log.
-    plugin: Arc<str>,
-    /// The lease, for the log.
-    lease: Box<str>,
     /// `stdout` or `stderr`.
     stream: &'static str,
     /// The plugin's rate, across its calls and stores.
@@ -117,10 +110,8 @@ struct Lines {
 }
 
 impl LineSink {
-    fn new(plugin: &Arc<str>, lease: &str, stream: &'static str, rate: &Arc<PluginRate>) -> Self {
+    fn new(stream: &'static str, rate: &Arc<PluginRate>) -> Self {
         LineSink(Arc::new(Mutex::new(Lines {
-            plugin: plugin.clone(),
-            lease: lease.into(),
             stream,
             rate: rate.clone(),
             partial: Vec::new(),
@@ -206,7 +197,8 @@ impl Lines {
         if !self.rate.admit(line.len(), written) {
             return;
         }
-        tracing::info!(plugin = &*self.plugin, lease = %self.lease, stream = self.stream, "{line}");
+        // Written while the call runs (or as it ends), in its span: see the module's comment.
+        tracing::info!(stream = self.stream, "{line}");
     }
 
     /// See [`GuestOutput::flush`].
@@ -299,7 +291,7 @@ mod tests {
     }
 
     fn sink() -> LineSink {
-        LineSink::new(&Arc::from("p"), "leader", "stdout", &rate())
+        LineSink::new("stdout", &rate())
     }
 
     #[test]
@@ -322,7 +314,7 @@ mod tests {
 
     #[test]
     fn a_calls_last_stderr_lines_are_kept_for_its_trap_report_and_then_forgotten() {
-        let s = LineSink::new(&Arc::from("p"), "leader", "stderr", &rate());
+        let s = LineSink::new("stderr", &rate());
         s.take(b"Traceback (most recent call last):\n  File \"app.py\", line 3\n");
         s.take(b"RuntimeError: boom\nthread panicked at lib.rs:1:2:\n");
         s.take(b"Python function threw an unexpected exception\n");
@@ -347,8 +339,8 @@ mod tests {
     fn stdout_and_stderr_share_the_plugins_rate_across_calls() {
         use super::super::rate::{BURST_BYTES, LINE_COST};
         let rate = rate();
-        let out = LineSink::new(&Arc::from("p"), "leader", "stdout", &rate);
-        let err = LineSink::new(&Arc::from("p"), "leader", "stderr", &rate);
+        let out = LineSink::new("stdout", &rate);
+        let err = LineSink::new("stderr", &rate);
         let line = [b'z'; 99];
         let burst = BURST_BYTES / (100 + LINE_COST);
         let subscriber = tracing_subscriber::fmt()

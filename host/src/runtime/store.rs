@@ -64,7 +64,7 @@ impl Runtime {
         let calls = self.metrics.calls_of(&plugin);
         let mut wasi = WasiCtxBuilder::new();
         let log_rate = self.log_rates.of(&plugin);
-        let output = GuestOutput::capture(&mut wasi, &plugin, &lease.name, &log_rate);
+        let output = GuestOutput::capture(&mut wasi, &log_rate);
         let wasi = wasi
             .max_random_size(limits::MAX_RANDOM_BYTES)
             .allow_tcp(false)

@@ -1,16 +1,19 @@
 //! One health check of a lease, following this replica's role for it; or of a lease group,
-//! following whether this replica counts as one of its members.
+//! following whether this replica counts as one of its members. Each role is a [`Work`] for the
+//! one [`drive`] loop, started through the one [`Plugin::start`].
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{Instrument, Span, info, info_span, warn};
 
 use super::Supervisor;
-use super::policy::{Failures, Next, Policy, Step};
-use super::status::PluginState;
+use super::instance::{Live, Plugin};
+use super::policy::{Failures, Policy, Step};
+use super::work::{Work, drive};
 use crate::lease::groups::GroupStatus;
 use crate::lease::{Leadership, Term};
 use crate::plugin::PluginEntry;
@@ -126,109 +129,162 @@ fn group_role(groups: &[GroupStatus], group: &str) -> CheckRole {
 /// failures; `check(standby)` otherwise, keeping the replica from campaigning (from joining the
 /// group) while it fails. A fresh store per role, and after any trap. A group's check sees the
 /// group's name as its lease's and no shard.
+///
+/// Each role runs in a span of its own, `health{plugin, lease, epoch}` (`epoch` while active;
+/// `group` in place of `lease` for a group's check), which every line of the check and of its
+/// guest carries.
 pub(super) async fn health_loop(
     sup: Supervisor,
     entry: Arc<PluginEntry>,
-    mut subject: Subject,
+    subject: Subject,
     retire: CancellationToken,
 ) {
-    let Ok(loaded) = &entry.loaded else { return };
-    let name: Arc<str> = Arc::from(entry.name.as_str());
-    let config: Vec<(String, String)> = entry.manifest.config.clone().into_iter().collect();
-    let threshold = entry.manifest.failure_threshold;
-    let policy = Policy::health_check(entry.manifest.interval);
+    let Some(plugin) = Plugin::new(sup.runtime.clone(), entry, sup.board.clone(), retire) else {
+        return;
+    };
+    let policy = Policy::health_check(plugin.entry.manifest.interval);
     let mut failures = Failures::new(policy);
-    let mut gated = false;
-    'role: loop {
-        let (role, term) = subject.role();
-        let view = LeaseView {
-            name: subject.name().to_string(),
-            holder: sup.leases.holder().to_string(),
-            acquired_at: term.as_ref().map(|_| SystemTime::now()),
-            term,
-            shard: sup.shard_of(&entry, subject.name()),
-        };
-        let _alive = sup.runtime.metrics().store_alive(&name);
-        let mut store = sup
-            .runtime
-            .new_store(name.clone(), view, &entry.manifest.limits, None);
-        let called = store.instantiate(&loaded.prepared, &retire).await;
-        sup.board.record(&name, &called);
-        let (instance, mut outcome) = match called.result {
-            Ok(instance) => (Some(instance), Ok(())),
-            Err(failure) => (None, Err(failure)),
-        };
-        if let Some(instance) = &instance {
-            let called = store.init(instance, &config).await;
-            sup.board.record(&name, &called);
-            outcome = called.result;
-        }
-        // An instance that failed to start or to initialise is replaced after the wait.
-        let ready = instance.as_ref().filter(|_| outcome.is_ok());
-        loop {
-            if let Some(instance) = ready {
-                let called = store.check(instance, role).await;
-                sup.board.record(&name, &called);
-                outcome = called.result;
+    let (board, name) = (plugin.board.clone(), plugin.name.clone());
+    let mut check = Check {
+        threshold: plugin.entry.manifest.failure_threshold,
+        view: sup.view(&plugin.entry, subject.name(), None),
+        sup,
+        plugin,
+        subject,
+        policy,
+        role: CheckRole::Standby,
+        gated: false,
+        due: None,
+        gone: false,
+    };
+    while !check.gone && !check.plugin.retire.is_cancelled() {
+        let span = check.enter_role();
+        drive(&mut check, &mut failures, &board, &name)
+            .instrument(span)
+            .await;
+    }
+    if check.gated {
+        check.subject.allow(&check.sup, true);
+    }
+}
+
+/// A health check in one role.
+struct Check {
+    /// For the leases' gates.
+    sup: Supervisor,
+    /// The plugin file.
+    plugin: Plugin,
+    /// What it checks.
+    subject: Subject,
+    /// Failures in a row of an active check before it steps down.
+    threshold: u32,
+    /// The check's failure policy, to start counting afresh after a step-down.
+    policy: Policy,
+    /// The role it checks in.
+    role: CheckRole,
+    /// The lease as the guest sees it in this role.
+    view: LeaseView,
+    /// Whether this check closed the campaign gate (or keeps the group closed).
+    gated: bool,
+    /// When the next check is due; `None` at once.
+    due: Option<Instant>,
+    /// Whether the subject has nothing more to follow.
+    gone: bool,
+}
+
+impl Check {
+    /// Takes the role this replica has now, and returns the span the role runs in.
+    fn enter_role(&mut self) -> Span {
+        let (role, term) = self.subject.role();
+        let epoch = term.as_ref().map(|t| t.epoch);
+        self.role = role;
+        self.due = None;
+        let at = term.map(|t| (t, SystemTime::now()));
+        self.view = self.sup.view(&self.plugin.entry, self.subject.name(), at);
+        let plugin = &*self.plugin.name;
+        match &self.subject {
+            Subject::Lease { name, .. } => {
+                info_span!("health", plugin = %plugin, lease = %name, epoch)
             }
-            // One outcome per round: it is a success only when `check` itself returned.
-            let next = failures.after(Step::Call, outcome.as_ref().map(|_| ()));
-            match &outcome {
-                Ok(()) => {
-                    sup.board.update(&name, |s| s.state = PluginState::Running);
-                    if gated {
-                        info!("standby health check passes again: campaigning allowed");
-                        subject.allow(&sup, true);
-                        gated = false;
-                    }
-                }
-                Err(CallFailure::Cancelled { .. }) => {}
-                Err(failure) => {
-                    warn!(role = ?role, failures = failures.count(), kind = failure.kind(), "health check failed: {failure}");
-                    sup.board.update(&name, |s| s.state = PluginState::Backoff);
-                    match role {
-                        CheckRole::Active if failures.count() >= threshold => {
-                            warn!(
-                                failures = failures.count(),
-                                "health check failed {} times in a row: stepping down",
-                                failures.count()
-                            );
-                            subject.step_down(&sup);
-                            // A group stays closed until a check passes (the lease's own gate
-                            // is the standby check's).
-                            gated = matches!(subject, Subject::Group { .. });
-                            failures = Failures::new(policy);
-                        }
-                        CheckRole::Standby if !gated => {
-                            warn!("standby health check fails: not campaigning until it passes");
-                            subject.allow(&sup, false);
-                            gated = true;
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            let (wait, fresh) = match next {
-                Next::Retry { after, fresh } => (after, fresh),
-                Next::AwaitTerm { fresh } => (entry.manifest.interval, fresh),
-                Next::Stop => (entry.manifest.interval, true),
-                Next::Proceed | Next::Quarantine => (entry.manifest.interval, false),
-            };
-            let fresh = fresh || ready.is_none();
-            tokio::select! {
-                _ = retire.cancelled() => break 'role,
-                more = subject.changed(role) => {
-                    if !more { break 'role }
-                    continue 'role;
-                }
-                _ = tokio::time::sleep(wait) => {}
-            }
-            if fresh {
-                continue 'role;
-            }
+            Subject::Group { name, .. } => info_span!("health", plugin = %plugin, group = %name),
         }
     }
-    if gated {
-        subject.allow(&sup, true);
+}
+
+impl Work for Check {
+    type Running = Live;
+
+    async fn start(&mut self) -> Result<Live, CallFailure> {
+        // Health checks are granted nothing.
+        self.plugin.start(self.view.clone(), None).await
+    }
+
+    async fn next(&mut self, live: &mut Live) -> Option<Result<(), CallFailure>> {
+        if let Some(due) = self.due {
+            tokio::select! {
+                _ = self.over() => return None,
+                _ = tokio::time::sleep_until(due) => {}
+            }
+        }
+        let called = live.store.check(&live.instance, self.role).await;
+        self.plugin.board.record(&self.plugin.name, &called);
+        // After a failure the policy's backoff, which is the interval, is the wait.
+        self.due = called
+            .result
+            .is_ok()
+            .then(|| Instant::now() + self.plugin.entry.manifest.interval);
+        Some(called.result)
+    }
+
+    fn judged(&mut self, step: Step, outcome: Result<(), &CallFailure>, failures: &mut Failures) {
+        let failure = match outcome {
+            Ok(()) => {
+                if step == Step::Call && self.gated {
+                    info!("standby health check passes again: campaigning allowed");
+                    self.subject.allow(&self.sup, true);
+                    self.gated = false;
+                }
+                return;
+            }
+            Err(CallFailure::Cancelled { .. }) => return,
+            Err(failure) => failure,
+        };
+        warn!(role = ?self.role, failures = failures.count(), kind = failure.kind(), "health check failed: {failure}");
+        match self.role {
+            CheckRole::Active if failures.count() >= self.threshold => {
+                warn!(
+                    failures = failures.count(),
+                    "health check failed {} times in a row: stepping down",
+                    failures.count()
+                );
+                self.subject.step_down(&self.sup);
+                // A group stays closed until a check passes (the lease's own gate is the
+                // standby check's).
+                self.gated = matches!(self.subject, Subject::Group { .. });
+                *failures = Failures::new(self.policy);
+            }
+            CheckRole::Standby if !self.gated => {
+                warn!("standby health check fails: not campaigning until it passes");
+                self.subject.allow(&self.sup, false);
+                self.gated = true;
+            }
+            _ => {}
+        }
+    }
+
+    async fn over(&mut self) {
+        tokio::select! {
+            _ = self.plugin.retire.cancelled() => {}
+            more = self.subject.changed(self.role) => self.gone = !more,
+        }
+    }
+
+    /// A check is not bound to a term: it tries again after its interval.
+    async fn resumed(&mut self) -> bool {
+        let interval = self.plugin.entry.manifest.interval;
+        tokio::select! {
+            _ = self.over() => false,
+            _ = tokio::time::sleep(interval) => true,
+        }
     }
 }

@@ -8,16 +8,22 @@
 //! clock or the term has ended; the supervisor only reads the outcome and follows its
 //! [`policy`].
 //!
-//! - `reconcile`: one reconciler for one term;
+//! - `work`: one driver for every kind of bound work (start, outcome, policy, backoff, stop),
+//!   and the `Work` trait each kind implements;
+//! - `instance`: the one way guest code is started: a store, the instance, `init`, recorded;
+//! - `reconcile`: one reconciler for one term, as a `Work`;
 //! - `health`: one health check, following the role of its lease (or group) on this replica;
+//!   each role a `Work`;
 //! - [`policy`]: what a failed or cancelled call means: backoff, fresh instance, quarantine;
 //! - [`status`]: what `/status` shows of each plugin;
 //! - `workers`: one task per plugin file, in step with the plugin set.
 
 mod health;
+mod instance;
 pub mod policy;
 mod reconcile;
 pub mod status;
+mod work;
 mod workers;
 
 use std::sync::Arc;
@@ -36,7 +42,7 @@ use crate::runtime::host::{LeaseView, ShardView};
 use crate::runtime::{Runtime, World};
 use futures::future::BoxFuture;
 use health::{Subject, health_loop};
-use reconcile::ReconcileTask;
+use instance::Plugin;
 use status::{PluginCard, PluginState, StatusBoard};
 use workers::Workers;
 
@@ -226,25 +232,17 @@ impl Supervisor {
                     && matches!(e.loaded, Ok(ref l) if l.prepared.world().is_reconciler())
             };
             let start = |entry: Arc<PluginEntry>, retire: CancellationToken| {
-                let view = LeaseView {
-                    name: lease.to_string(),
-                    holder: self.leases.holder().to_string(),
-                    term: Some(term.clone()),
-                    acquired_at: Some(acquired_at),
-                    shard: self.shard_of(&entry, lease),
-                };
+                let view = self.view(&entry, lease, Some((term.clone(), acquired_at)));
                 let span =
                     info_span!("plugin", plugin = %entry.name, lease = %lease, epoch = term.epoch);
-                let task = ReconcileTask {
-                    runtime: self.runtime.clone(),
-                    capabilities: self.capabilities.clone(),
-                    entry,
-                    term: term.clone(),
-                    retire,
-                    view,
-                    board: self.board.clone(),
+                let plugin = Plugin::new(self.runtime.clone(), entry, self.board.clone(), retire);
+                let (capabilities, term) = (self.capabilities.clone(), term.clone());
+                let task = async move {
+                    if let Some(plugin) = plugin {
+                        reconcile::run(plugin, capabilities, term, view).await;
+                    }
                 };
-                Box::pin(task.run().instrument(span)) as BoxFuture<'static, ()>
+                Box::pin(task.instrument(span)) as BoxFuture<'static, ()>
             };
             workers.sync(&set, wanted, &retire_parent, start, |task| term.spawn(task));
             tokio::select! {
@@ -257,6 +255,24 @@ impl Supervisor {
 }
 
 impl Supervisor {
+    /// The lease `lease` as `entry`'s guest sees it: held in `term` since the given time, or by
+    /// another replica (or nobody) without one.
+    fn view(
+        &self,
+        entry: &PluginEntry,
+        lease: &str,
+        term: Option<(Term, SystemTime)>,
+    ) -> LeaseView {
+        let (term, acquired_at) = term.unzip();
+        LeaseView {
+            name: lease.to_string(),
+            holder: self.leases.holder().to_string(),
+            term,
+            acquired_at,
+            shard: self.shard_of(entry, lease),
+        }
+    }
+
     /// The shard `lease` is, for a plugin bound to its group: what the guest's `lease.shard`
     /// answers.
     fn shard_of(&self, entry: &PluginEntry, lease: &str) -> Option<ShardView> {
@@ -297,23 +313,18 @@ impl Supervisor {
                 bound && matches!(e.loaded, Ok(ref l) if l.prepared.world() == World::HealthCheck)
             };
             let start = |entry: Arc<PluginEntry>, retire: CancellationToken| {
-                let (span, subject) = match &target {
-                    Target::Lease(lease) => (
-                        info_span!("health", plugin = %entry.name, lease = %lease),
-                        Subject::lease(self, lease),
-                    ),
-                    Target::Group(group) => (
-                        info_span!("health", plugin = %entry.name, group = %group),
-                        Some(Subject::group(self, group)),
-                    ),
+                let subject = match &target {
+                    Target::Lease(lease) => Subject::lease(self, lease),
+                    Target::Group(group) => Some(Subject::group(self, group)),
                 };
                 let sup = self.clone();
+                // The check's spans are its roles' (see `health_loop`).
                 let task = async move {
                     if let Some(subject) = subject {
                         health_loop(sup, entry, subject, retire).await;
                     }
                 };
-                Box::pin(task.instrument(span)) as BoxFuture<'static, ()>
+                Box::pin(task) as BoxFuture<'static, ()>
             };
             workers.sync(&set, wanted, &shutdown, start, |task| tasks.spawn(task));
             tokio::select! {
