@@ -194,6 +194,18 @@ async fn a_shutdown_that_cannot_release_exits_3_naming_each_lease_left_to_expire
     );
 }
 
+/// Waits for `host` to exit and checks it stopped as one signal asks: exit 0, its lease released,
+/// no second signal seen.
+async fn exits_0_having_released_as_asked_once(host: &mut Host) {
+    let status = host.wait_exit(Duration::from_secs(30)).await.unwrap();
+    let log = host.log_text();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(
+        log.contains("lease released") && !log.contains("second signal"),
+        "{log}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signal_delivered_twice_at_once_counts_once_and_a_later_one_forces_the_exit() {
     // As `timeout` or a supervisor signalling the process group delivers it: twice, at once.
@@ -208,13 +220,7 @@ async fn a_signal_delivered_twice_at_once_counts_once_and_a_later_one_forces_the
         .unwrap();
     host.signal("TERM").unwrap();
     host.signal("TERM").unwrap();
-    let status = host.wait_exit(Duration::from_secs(30)).await.unwrap();
-    let log = host.log_text();
-    assert_eq!(status.code(), Some(0), "{log}");
-    assert!(
-        log.contains("lease released") && !log.contains("second signal"),
-        "{log}"
-    );
+    exits_0_having_released_as_asked_once(&mut host).await;
 
     // The repeat seen as such: it comes while the release waits behind a lock.
     let (mut host, lock) = a_holder_behind_a_row_lock("repeated", &["--ttl", "30s"]).await;
@@ -229,13 +235,7 @@ async fn a_signal_delivered_twice_at_once_counts_once_and_a_later_one_forces_the
         .await
         .unwrap();
     lock.rollback().await.unwrap();
-    let status = host.wait_exit(Duration::from_secs(30)).await.unwrap();
-    let log = host.log_text();
-    assert_eq!(status.code(), Some(0), "{log}");
-    assert!(
-        log.contains("lease released") && !log.contains("second signal"),
-        "{log}"
-    );
+    exits_0_having_released_as_asked_once(&mut host).await;
 
     // A second signal well after the first (the release stuck behind a lock for 5.4 s) is a
     // request to stop now, and says so.

@@ -288,6 +288,15 @@ fn a_shard_still_held_a_settling_time_after_its_step_down_is_asked_for_again_but
     assert_eq!(a.status().moves, 1);
 }
 
+/// `me` in the group configured with six shards instead of `member`'s twelve.
+fn with_six_shards(me: &str) -> Member {
+    let spec = GroupSpec {
+        name: "orders".into(),
+        shards: 6,
+    };
+    Member::new(spec, me, SETTLE, ORPHANED)
+}
+
 /// `view`, with each member's shard count given.
 fn view_with_counts(
     now_ms: i64,
@@ -310,15 +319,7 @@ fn view_with_counts(
 
 #[test]
 fn a_newcomer_with_another_shard_count_takes_no_part_and_the_others_leave_it_out() {
-    let mut six = Member::new(
-        GroupSpec {
-            name: "orders".into(),
-            shards: 6,
-        },
-        "b",
-        SETTLE,
-        ORPHANED,
-    );
+    let mut six = with_six_shards("b");
     let mut twelve = member("a");
     let members = [("a", 60_000, Some(12)), ("b", 5_000, Some(6))];
     let v = view_with_counts(100_000, &members, &BTreeMap::new());
@@ -349,15 +350,7 @@ fn a_newcomer_with_another_shard_count_takes_no_part_and_the_others_leave_it_out
 
 #[test]
 fn a_member_refusing_another_count_gives_up_the_shards_it_holds() {
-    let mut six = Member::new(
-        GroupSpec {
-            name: "orders".into(),
-            shards: 6,
-        },
-        "b",
-        SETTLE,
-        ORPHANED,
-    );
+    let mut six = with_six_shards("b");
     let holders: BTreeMap<u32, String> = [(0, "b".to_string()), (1, "a".to_string())].into();
     let members = [("a", 60_000, Some(12)), ("b", 5_000, Some(6))];
     let d = six.observe(&view_with_counts(100_000, &members, &holders));
@@ -369,15 +362,7 @@ fn a_member_refusing_another_count_gives_up_the_shards_it_holds() {
 
 #[test]
 fn the_new_count_comes_into_force_when_the_last_member_with_the_old_one_leaves() {
-    let mut six = Member::new(
-        GroupSpec {
-            name: "orders".into(),
-            shards: 6,
-        },
-        "b",
-        SETTLE,
-        ORPHANED,
-    );
+    let mut six = with_six_shards("b");
     let both = [("a", 60_000, Some(12)), ("b", 5_000, Some(6))];
     six.observe(&view_with_counts(100_000, &both, &BTreeMap::new()));
     assert!(six.status().count_conflict.is_some());
