@@ -728,6 +728,27 @@ async fn group_members_see_each_other_and_the_held_shards_and_lapse_by_the_datab
         [Some(shards.len() as u32), Some(2)],
         "{backend:?}"
     );
+    // Every live member of every group, in group then member order, for the cluster's view.
+    let all = a.members().await.unwrap();
+    let listed: Vec<(&str, &str, Option<u32>)> = all
+        .iter()
+        .map(|m| (m.group.as_str(), m.member.as_str(), m.shards))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("billing", "a", Some(0)),
+            ("billing", "c", Some(0)),
+            ("orders", "a", Some(shards.len() as u32)),
+            ("orders", "b", Some(2)),
+        ],
+        "{backend:?}"
+    );
+    assert!(
+        all.iter()
+            .all(|m| m.expires_in_ms > 0 && m.member_for_ms >= 0),
+        "{all:?}"
+    );
 }
 
 async fn replicas_starting_at_once_migrate_safely(backend: Backend) {

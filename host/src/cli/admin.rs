@@ -125,7 +125,9 @@ fn parse_url(raw: Option<RawUrl>) -> anyhow::Result<DatabaseUrl> {
 /// with the defaults of `leasehold run`. It creates no database: a SQLite file that does not
 /// exist is not the one the hosts use, and an empty new one would answer as if no lease were
 /// held.
-async fn open(raw: Option<RawUrl>) -> anyhow::Result<(DatabaseUrl, Arc<dyn LeaseStore>)> {
+pub(super) async fn open(
+    raw: Option<RawUrl>,
+) -> anyhow::Result<(DatabaseUrl, Arc<dyn LeaseStore>)> {
     let given = raw.is_some();
     let url = parse_url(raw)?;
     if let DatabaseUrl::Sqlite { path } = &url
@@ -594,7 +596,7 @@ fn lease_state(row: &LeaseRecord, last_end: Option<TermEnd>) -> &'static str {
 }
 
 /// Milliseconds as a person reads them: `850ms`, `12.4s`.
-fn format_ms(ms: i64) -> String {
+pub(super) fn format_ms(ms: i64) -> String {
     if ms.abs() < 1_000 {
         format!("{ms}ms")
     } else {

@@ -4,6 +4,7 @@
 //! - this file: the parser, `run` and `check`;
 //! - [`admin`]: `leases list`, `leases handoff`, `leases release --force`, `status --url`,
 //!   `migrate`;
+//! - [`groups`]: `leases groups`, the lease groups' members as the database has them;
 //! - [`new`]: `new`, a plugin project to start from;
 //! - [`dev`]: `dev`, a project rebuilt, checked and copied into a plugin directory on each change;
 //! - [`log`]: the text log's fields, control characters escaped;
@@ -11,6 +12,7 @@
 
 pub mod admin;
 pub mod dev;
+pub mod groups;
 pub mod log;
 pub mod new;
 
@@ -122,6 +124,10 @@ pub struct RunArgs {
 pub enum LeasesCommand {
     /// List lease rows in name order, page by page.
     List(ListArgs),
+    /// List the live members of every lease group, as the database has them: the shard count
+    /// each is configured with, the shards it holds, and a line for a group whose members
+    /// disagree on the count.
+    Groups(groups::GroupsArgs),
     /// Ask the holder of a lease to hand it over now: it stops the lease's plugins, releases it
     /// and wakes the standbys (with --to, one replica takes it); waits and prints old holder and
     /// epoch -> new.
@@ -191,6 +197,7 @@ pub fn main() -> ExitCode {
             }
             Command::Leases(LeasesCommand::Release(args)) => admin::release(args).await,
             Command::Leases(LeasesCommand::Handoff(args)) => admin::handoff(args).await,
+            Command::Leases(LeasesCommand::Groups(args)) => groups::groups(args).await,
             Command::Status(args) => admin::status(args).await,
             Command::Migrate(args) => admin::migrate(args).await,
             Command::Config(ConfigCommand::Check(args)) => admin::config_check(args),

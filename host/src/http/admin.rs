@@ -662,6 +662,10 @@ impl LeaseStore for OnRuntime {
             .await
     }
 
+    async fn members(&self) -> Result<Vec<crate::lease::MemberRecord>, StoreError> {
+        self.run(|s| async move { s.members().await }).await
+    }
+
     async fn leave(&self, groups: &[String], member: &str) -> Result<(), StoreError> {
         let (groups, member) = (groups.to_vec(), member.to_string());
         self.run(|s| async move { s.leave(&groups, &member).await })

@@ -446,6 +446,26 @@ impl LeaseStore for MemoryStore {
         })
     }
 
+    async fn members(&self) -> Result<Vec<super::store::MemberRecord>, StoreError> {
+        self.gate("members").await?;
+        let now = self.now();
+        let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        Ok(members
+            .iter()
+            .filter(|(_, (_, expires, _))| *expires > now)
+            .map(
+                |((group, member), (joined, expires, shards))| super::store::MemberRecord {
+                    group: group.clone(),
+                    member: member.clone(),
+                    member_for_ms: ms(now - *joined),
+                    expires_in_ms: ms(*expires - now),
+                    shards: *shards,
+                },
+            )
+            .collect())
+    }
+
     async fn leave(&self, groups: &[String], member: &str) -> Result<(), StoreError> {
         self.gate("leave").await?;
         let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());

@@ -61,7 +61,7 @@ pub use leadership::{Leadership, Role, Term, TermControl};
 pub use name::{LeaseName, LeaseNameError};
 pub use store::{
     Campaigned, CampaignedMany, DbMillis, Epoch, GroupMember, GroupView, LeaseRecord, LeaseStore,
-    ReleaseNotice, RenewRequest, Renewed, RenewedOne, StoreError,
+    MemberRecord, ReleaseNotice, RenewRequest, Renewed, RenewedOne, StoreError,
 };
 pub use timing::{Timing, TimingError};
 pub use url::{DatabaseUrl, RawUrl, UrlError, UrlFromError, pg_options};

@@ -628,6 +628,21 @@ impl LeaseStore for PostgresStore {
         Ok(super::store::group_view(rows))
     }
 
+    async fn members(&self) -> Result<Vec<super::store::MemberRecord>, StoreError> {
+        let rows: Vec<super::store::MemberRow> = sqlx::query_as(
+            "SELECT grp, member,
+                    (extract(epoch FROM clock_timestamp() - joined_at) * 1000)::bigint,
+                    ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint,
+                    shards::bigint
+               FROM leasehold_members WHERE expires_at > clock_timestamp()
+              ORDER BY grp, member",
+        )
+        .fetch_all(&self.observers)
+        .await
+        .map_err(StoreError::query("members"))?;
+        Ok(rows.into_iter().map(super::store::to_member).collect())
+    }
+
     async fn leave(&self, groups: &[String], member: &str) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM leasehold_members WHERE grp = ANY($1) AND member = $2")
             .bind(groups)

@@ -802,6 +802,20 @@ impl LeaseStore for SqliteStore {
         Ok(super::store::group_view(rows))
     }
 
+    async fn members(&self) -> Result<Vec<super::store::MemberRecord>, StoreError> {
+        let rows: Vec<super::store::MemberRow> = sqlx::query_as(
+            "SELECT grp, member, ?1 - joined_at_ms, expires_at_ms - ?1, shards
+               FROM leasehold_members WHERE boot = ?2 AND expires_at_ms > ?1
+              ORDER BY grp, member",
+        )
+        .bind(self.clock.now_ms())
+        .bind(self.clock.boot_id())
+        .fetch_all(&self.observers)
+        .await
+        .map_err(StoreError::query("members"))?;
+        Ok(rows.into_iter().map(super::store::to_member).collect())
+    }
+
     async fn leave(&self, groups: &[String], member: &str) -> Result<(), StoreError> {
         let groups = serde_json::to_string(groups).map_err(|e| StoreError::Invalid {
             what: "group names",

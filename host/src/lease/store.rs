@@ -132,6 +132,39 @@ pub struct RenewedOne {
     pub handoff: bool,
 }
 
+/// A live member row of any lease group, as [`LeaseStore::members`] lists them: the cluster's
+/// view of its groups from the database, for `leasehold leases groups`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MemberRecord {
+    /// The group.
+    pub group: String,
+    /// The member's holder id.
+    pub member: String,
+    /// How long it has been a member without a lapse, in ms by the database's clock.
+    pub member_for_ms: i64,
+    /// How long until its row expires unless it heartbeats, in ms.
+    pub expires_in_ms: i64,
+    /// The shard count it is configured with; `None` for a row of a version that did not
+    /// record it.
+    pub shards: Option<u32>,
+}
+
+/// One row of [`LeaseStore::members`]: group, member, age and time left in ms, shard count.
+pub(crate) type MemberRow = (String, String, i64, i64, Option<i64>);
+
+/// A [`MemberRecord`] from the row every backend's listing returns.
+pub(crate) fn to_member(
+    (group, member, member_for_ms, expires_in_ms, shards): MemberRow,
+) -> MemberRecord {
+    MemberRecord {
+        group,
+        member,
+        member_for_ms,
+        expires_in_ms,
+        shards: shards.and_then(|n| u32::try_from(n).ok()),
+    }
+}
+
 /// A live member of a lease group, as [`LeaseStore::heartbeat`] found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupMember {
@@ -510,6 +543,10 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
     /// Takes `member` out of `groups` at once (a graceful stop, before its shards are released, so
     /// that the members that take them over already count without it).
     async fn leave(&self, groups: &[String], member: &str) -> Result<(), StoreError>;
+
+    /// Every live member row of every lease group, in group then member order, read on the
+    /// display's connections.
+    async fn members(&self) -> Result<Vec<MemberRecord>, StoreError>;
 
     /// A cheap round trip, for readiness.
     async fn ping(&self) -> Result<(), StoreError>;
