@@ -315,117 +315,164 @@ impl Manifest {
             reason,
         };
         let d = Self::defaults();
-        let binding = match (file.lease, file.group) {
-            (Some(_), Some(group)) => {
-                return Err(invalid(
-                    "group",
-                    format!("{group:?}"),
-                    "set lease or group, not both",
-                ));
-            }
-            (None, None) => d.binding,
-            (Some(name), None) => Binding::Lease(LeaseName::try_from(name).map_err(|e| {
-                invalid(
-                    "lease",
-                    format!("{:?}", e.name),
-                    "use 1-200 ASCII letters, digits and - _ . : /",
-                )
-            })?),
-            (None, Some(group)) => {
-                if LeaseName::parse(&group).is_err() || group.contains('/') {
-                    return Err(invalid(
-                        "group",
-                        format!("{group:?}"),
-                        "use 1-200 ASCII letters, digits and - _ . : (no /)",
-                    ));
-                }
-                Binding::Group(group)
-            }
-        };
-        let interval = file.schedule.interval.unwrap_or(d.interval);
-        if interval < Duration::from_millis(10) {
-            return Err(invalid(
-                "schedule.interval",
-                format!("{interval:?}"),
-                "must be at least 10ms",
-            ));
-        }
-        let call_timeout = file.limits.call_timeout.unwrap_or(d.limits.call_timeout);
-        if call_timeout < Duration::from_millis(1) {
-            return Err(invalid(
-                "limits.call_timeout",
-                format!("{call_timeout:?}"),
-                "must be at least 1ms",
-            ));
-        }
-        let memory_bytes = match file.limits.memory {
-            Some(text) => parse_size(&text).ok_or_else(|| {
-                invalid(
-                    "limits.memory",
-                    format!("{text:?}"),
-                    "expected a size such as 64MiB, 512KiB or 1GiB (at least 64KiB)",
-                )
-            })?,
-            None => d.limits.memory_bytes,
-        };
-        if file.limits.fuel == Some(0) {
-            return Err(invalid("limits.fuel", "0".into(), "must be above zero"));
-        }
-        let failure_threshold = file.health.failure_threshold.unwrap_or(d.failure_threshold);
-        if failure_threshold == 0 {
-            return Err(invalid(
-                "health.failure_threshold",
-                "0".into(),
-                "must be at least 1",
-            ));
-        }
-        let kv_quota = kv_quota(&file.grants, &invalid)?;
-        let sql = match file.grants.sql {
-            None => None,
-            Some(sql) => Some(sql_grant(sql, &invalid)?),
-        };
-        let events = file.events.channels;
-        if events.len() > MAX_CHANNELS {
-            return Err(invalid(
-                "events.channels",
-                format!("{} channels", events.len()),
-                "at most 32 channels",
-            ));
-        }
-        for channel in &events {
-            if !is_channel_name(channel) {
-                return Err(invalid(
-                    "events.channels",
-                    format!("{channel:?}"),
-                    "use 1-63 lowercase letters, digits and _, starting with a letter or _",
-                ));
-            }
-            if channel.starts_with(OWN_CHANNEL_PREFIX) {
-                return Err(invalid(
-                    "events.channels",
-                    format!("{channel:?}"),
-                    "channels starting with leasehold_ are the host's own (lease releases); pick another name",
-                ));
-            }
-        }
+        // Section by section, in this order: the first refusal is the one reported.
+        let binding = binding(file.lease, file.group, d.binding, &invalid)?;
+        let interval = at_least(
+            file.schedule.interval.unwrap_or(d.interval),
+            Duration::from_millis(10),
+            ("schedule.interval", "must be at least 10ms"),
+            &invalid,
+        )?;
+        let limits = call_limits(file.limits, d.limits, &invalid)?;
+        let failure_threshold = at_least(
+            file.health.failure_threshold.unwrap_or(d.failure_threshold),
+            1,
+            ("health.failure_threshold", "must be at least 1"),
+            &invalid,
+        )?;
+        let grants = grants(file.grants, &invalid)?;
+        let events = channels(file.events, &invalid)?;
         Ok(Manifest {
             binding,
             interval,
-            limits: CallLimits {
-                call_timeout,
-                memory_bytes,
-                fuel: file.limits.fuel,
-            },
+            limits,
             failure_threshold,
-            grants: GrantSpec {
-                kv: file.grants.kv,
-                kv_quota,
-                sql,
-            },
+            grants,
             events,
             config: file.config,
         })
     }
+}
+
+/// `lease` or `group`, validated: one of them, or `default` when neither is set.
+fn binding(
+    lease: Option<String>,
+    group: Option<String>,
+    default: Binding,
+    invalid: &impl Fn(&'static str, String, &'static str) -> ManifestError,
+) -> Result<Binding, ManifestError> {
+    match (lease, group) {
+        (Some(_), Some(group)) => Err(invalid(
+            "group",
+            format!("{group:?}"),
+            "set lease or group, not both",
+        )),
+        (None, None) => Ok(default),
+        (Some(name), None) => Ok(Binding::Lease(LeaseName::try_from(name).map_err(|e| {
+            invalid(
+                "lease",
+                format!("{:?}", e.name),
+                "use 1-200 ASCII letters, digits and - _ . : /",
+            )
+        })?)),
+        (None, Some(group)) => {
+            if LeaseName::parse(&group).is_err() || group.contains('/') {
+                return Err(invalid(
+                    "group",
+                    format!("{group:?}"),
+                    "use 1-200 ASCII letters, digits and - _ . : (no /)",
+                ));
+            }
+            Ok(Binding::Group(group))
+        }
+    }
+}
+
+/// `value`, unless it is below `min`: then the refusal of `key` (shown as `value` is), for
+/// `reason`.
+fn at_least<T: PartialOrd + std::fmt::Debug>(
+    value: T,
+    min: T,
+    (key, reason): (&'static str, &'static str),
+    invalid: &impl Fn(&'static str, String, &'static str) -> ManifestError,
+) -> Result<T, ManifestError> {
+    if value < min {
+        return Err(invalid(key, format!("{value:?}"), reason));
+    }
+    Ok(value)
+}
+
+/// `[limits]`, validated, with `default`'s values where a key is absent (fuel has none: the
+/// runtime's own default applies).
+fn call_limits(
+    limits: Limits,
+    default: CallLimits,
+    invalid: &impl Fn(&'static str, String, &'static str) -> ManifestError,
+) -> Result<CallLimits, ManifestError> {
+    let call_timeout = at_least(
+        limits.call_timeout.unwrap_or(default.call_timeout),
+        Duration::from_millis(1),
+        ("limits.call_timeout", "must be at least 1ms"),
+        invalid,
+    )?;
+    let memory_bytes = match limits.memory {
+        Some(text) => parse_size(&text).ok_or_else(|| {
+            invalid(
+                "limits.memory",
+                format!("{text:?}"),
+                "expected a size such as 64MiB, 512KiB or 1GiB (at least 64KiB)",
+            )
+        })?,
+        None => default.memory_bytes,
+    };
+    if limits.fuel == Some(0) {
+        return Err(invalid("limits.fuel", "0".into(), "must be above zero"));
+    }
+    Ok(CallLimits {
+        call_timeout,
+        memory_bytes,
+        fuel: limits.fuel,
+    })
+}
+
+/// `[grants]`, validated: kv with its quota, then `[grants.sql]`.
+fn grants(
+    grants: GrantsFile,
+    invalid: &impl Fn(&'static str, String, &'static str) -> ManifestError,
+) -> Result<GrantSpec, ManifestError> {
+    let kv_quota = kv_quota(&grants, invalid)?;
+    let sql = match grants.sql {
+        None => None,
+        Some(sql) => Some(sql_grant(sql, invalid)?),
+    };
+    Ok(GrantSpec {
+        kv: grants.kv,
+        kv_quota,
+        sql,
+    })
+}
+
+/// `[events] channels`, validated: few enough, each a PostgreSQL name that is not one of the
+/// host's own channels.
+fn channels(
+    events: EventsFile,
+    invalid: &impl Fn(&'static str, String, &'static str) -> ManifestError,
+) -> Result<Vec<String>, ManifestError> {
+    let channels = events.channels;
+    if channels.len() > MAX_CHANNELS {
+        return Err(invalid(
+            "events.channels",
+            format!("{} channels", channels.len()),
+            "at most 32 channels",
+        ));
+    }
+    for channel in &channels {
+        if !is_channel_name(channel) {
+            return Err(invalid(
+                "events.channels",
+                format!("{channel:?}"),
+                "use 1-63 lowercase letters, digits and _, starting with a letter or _",
+            ));
+        }
+        if channel.starts_with(OWN_CHANNEL_PREFIX) {
+            return Err(invalid(
+                "events.channels",
+                format!("{channel:?}"),
+                "channels starting with leasehold_ are the host's own (lease releases); pick another name",
+            ));
+        }
+    }
+    Ok(channels)
 }
 
 /// Channels one plugin may listen on: each costs the server a little per notification.

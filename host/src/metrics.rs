@@ -232,8 +232,19 @@ impl Drop for StoreAlive {
 impl Metrics {
     /// A fresh registry with every metric registered.
     pub fn new() -> Arc<Self> {
+        let m = Metrics::unregistered();
         let mut registry = Registry::default();
-        let m = Metrics {
+        // `/metrics` lists them in this order.
+        m.register_lease(&mut registry);
+        m.register_faults(&mut registry);
+        m.register_plugin(&mut registry);
+        m.register_group(&mut registry);
+        Arc::new(Metrics { registry, ..m })
+    }
+
+    /// Every metric, empty, beside a registry that holds none of them yet.
+    fn unregistered() -> Metrics {
+        Metrics {
             is_leader: Family::default(),
             epoch: Family::default(),
             transitions: Family::default(),
@@ -263,144 +274,167 @@ impl Metrics {
             store_errors: Family::default(),
             group_count_conflicts: Family::default(),
             registry: Registry::default(),
-        };
+        }
+    }
+
+    /// Registers the lease loop's figures, per lease and over every lease: role, epoch, ttl,
+    /// expiry, renewals and the time a lost term takes to stop.
+    fn register_lease(&self, registry: &mut Registry) {
         registry.register(
             "leasehold_lease_is_leader",
             "1 while this replica holds the lease",
-            m.is_leader.clone(),
+            self.is_leader.clone(),
         );
         registry.register(
             "leasehold_lease_epoch",
             "The epoch this replica holds, 0 when it holds none",
-            m.epoch.clone(),
+            self.epoch.clone(),
         );
         registry.register(
             "leasehold_lease_transitions",
             "Changes of this replica's role for the lease",
-            m.transitions.clone(),
+            self.transitions.clone(),
         );
         registry.register(
             "leasehold_leases",
             "The leases this replica campaigns for, by its role in each",
-            m.leases.clone(),
+            self.leases.clone(),
         );
         registry.register(
             "leasehold_lease_renew_seconds",
             "Renewal round trips, one per statement (the batch of every held lease, or one renewed alone)",
-            m.renew_seconds.clone(),
+            self.renew_seconds.clone(),
         );
-        registry.register("leasehold_lease_expires_in_seconds", "Seconds until the holder's local deadline (the database expiry minus the margin); 0 when not holding", m.expires_in_seconds.clone());
+        registry.register(
+            "leasehold_lease_expires_in_seconds",
+            "Seconds until the holder's local deadline (the database expiry minus the margin); 0 when not holding",
+            self.expires_in_seconds.clone(),
+        );
         registry.register(
             "leasehold_lease_ttl_seconds",
             "The lease's ttl in seconds, on every replica that campaigns for it",
-            m.ttl_seconds.clone(),
+            self.ttl_seconds.clone(),
         );
         registry.register(
             "leasehold_lease_loss_to_stop_seconds",
             "From the end of a term until all of its plugin tasks have stopped, over every lease",
-            m.loss_to_stop_seconds.clone(),
+            self.loss_to_stop_seconds.clone(),
         );
+    }
+
+    /// Registers what keeps this replica out of the lease work: members of a group configured with
+    /// another shard count, and the lease loop's store calls that failed.
+    fn register_faults(&self, registry: &mut Registry) {
         registry.register(
             "leasehold_group_count_conflicts",
             "Live members of the group configured with another shard count than the one it runs with (its longest-standing member's): they take no part",
-            m.group_count_conflicts.clone(),
+            self.group_count_conflicts.clone(),
         );
         registry.register(
             "leasehold_store_errors",
             "The lease loop's store calls that failed, by operation (campaign, renew, release, heartbeat) and cause (timeout, permission, schema, connection, conflict, other)",
-            m.store_errors.clone(),
+            self.store_errors.clone(),
         );
+    }
+
+    /// Registers the guest runtime's figures, per plugin: calls, traps, errors, fuel, memory,
+    /// refused writes, forced stops, dropped output and live stores.
+    fn register_plugin(&self, registry: &mut Registry) {
         registry.register(
             "leasehold_plugin_calls",
             "Guest calls (init, reconcile, handle-event, check)",
-            m.plugin_calls.clone(),
+            self.plugin_calls.clone(),
         );
         registry.register(
             "leasehold_plugin_call_seconds",
             "Guest call durations",
-            m.plugin_call_seconds.clone(),
+            self.plugin_call_seconds.clone(),
         );
         registry.register(
             "leasehold_plugin_traps",
             "Calls that trapped, by kind (timeout, fuel, memory, stack, trap)",
-            m.plugin_traps.clone(),
+            self.plugin_traps.clone(),
         );
         registry.register(
             "leasehold_plugin_errors",
             "Calls that returned an error",
-            m.plugin_errors.clone(),
+            self.plugin_errors.clone(),
         );
         registry.register(
             "leasehold_plugin_fuel_consumed",
             "Fuel burnt by calls (when the engine meters fuel)",
-            m.plugin_fuel.clone(),
+            self.plugin_fuel.clone(),
         );
         registry.register(
             "leasehold_plugin_call_fuel",
             "Fuel burnt per call (when the engine meters fuel)",
-            m.plugin_call_fuel.clone(),
+            self.plugin_call_fuel.clone(),
         );
         registry.register(
             "leasehold_plugin_memory_high_water_bytes",
             "The largest linear memory an instance of the plugin grew to",
-            m.plugin_memory_bytes.clone(),
+            self.plugin_memory_bytes.clone(),
         );
         registry.register(
             "leasehold_plugin_refused_writes",
             "Writes refused by the fence (lease-lost)",
-            m.plugin_refused_writes.clone(),
+            self.plugin_refused_writes.clone(),
         );
         registry.register(
             "leasehold_plugin_forced_stops",
             "Guest calls cut off by force because their term ended while they ran",
-            m.plugin_forced_stops.clone(),
+            self.plugin_forced_stops.clone(),
         );
         registry.register(
             "leasehold_plugin_log_dropped",
             "Lines of the plugin's output not written to the host's log: over a call's budget or the plugin's rate",
-            m.plugin_log_dropped.clone(),
+            self.plugin_log_dropped.clone(),
         );
         registry.register(
             "leasehold_plugin_stores",
             "Stores (instances and their memory) the plugin holds on this replica now",
-            m.plugin_stores.clone(),
+            self.plugin_stores.clone(),
         );
+    }
+
+    /// Registers the lease groups' figures, per group: shards held, fair share, members, the shards
+    /// that moved, and the health gate.
+    fn register_group(&self, registry: &mut Registry) {
         registry.register(
             "leasehold_group_shards_held",
             "Shards of the lease group this replica holds",
-            m.group_held.clone(),
+            self.group_held.clone(),
         );
         registry.register(
             "leasehold_group_target",
             "This replica's fair share of the lease group, 0 until it counts as a member",
-            m.group_target.clone(),
+            self.group_target.clone(),
         );
         registry.register(
             "leasehold_group_members",
             "Members of the lease group counted for the fair shares",
-            m.group_members.clone(),
+            self.group_members.clone(),
         );
         registry.register(
             "leasehold_group_moves",
             "Shards this replica handed over to rebalance the lease group",
-            m.group_moves.clone(),
+            self.group_moves.clone(),
         );
         registry.register(
             "leasehold_group_handoffs",
             "Shards of the lease group this replica took from a holder that handed them over",
-            m.group_handoffs.clone(),
+            self.group_handoffs.clone(),
         );
         registry.register(
             "leasehold_group_takeovers",
             "Shards of the lease group this replica took after their holder's membership lapsed (a takeover after expiry)",
-            m.group_takeovers.clone(),
+            self.group_takeovers.clone(),
         );
         registry.register(
             "leasehold_group_gated",
             "1 while a failing health check keeps this replica out of the lease group",
-            m.group_gated.clone(),
+            self.group_gated.clone(),
         );
-        Arc::new(Metrics { registry, ..m })
     }
 
     /// Counts a failed store call of the lease loop, by operation and cause (a label value of

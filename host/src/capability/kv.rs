@@ -149,106 +149,15 @@ impl Kv {
             )));
         }
         fence.check_local()?;
-        // What the entry adds; at most MAX_KEY + MAX_VALUE, so it fits.
-        let entry = i64::try_from(key.len() + value.len()).unwrap_or(i64::MAX);
-        let max_keys = i64::try_from(quota.max_keys).unwrap_or(i64::MAX);
-        let max_bytes = i64::try_from(quota.max_bytes).unwrap_or(i64::MAX);
+        let put = Put {
+            plugin,
+            key,
+            value,
+            quota,
+        };
         match self {
-            Kv::Postgres(pool) => {
-                // One statement, one transaction: the CTE locks the lease row before the upsert,
-                // and no row comes out of it unless the lease is still ours and the plugin's
-                // entries stay within its quota afterwards.
-                let sql = format!(
-                    "WITH fence AS ({check}),
-                          usage AS (SELECT keys, bytes FROM leasehold_kv_usage
-                                     WHERE plugin = $4 FOR UPDATE),
-                          old AS (SELECT octet_length(key) + octet_length(value) AS bytes
-                                    FROM leasehold_kv WHERE plugin = $4 AND key = $5),
-                          after AS (SELECT coalesce((SELECT keys FROM usage), 0)
-                                             + CASE WHEN EXISTS (SELECT 1 FROM old) THEN 0 ELSE 1 END
-                                             AS keys,
-                                           coalesce((SELECT bytes FROM usage), 0)
-                                             - coalesce((SELECT bytes FROM old), 0) + $7 AS bytes),
-                          put AS (
-                     INSERT INTO leasehold_kv AS kv (plugin, key, value, lease, epoch, updated_at)
-                     SELECT $4, $5, $6, $1, $3, now() FROM fence, after
-                      WHERE after.keys <= $8 AND after.bytes <= $9
-                     ON CONFLICT (plugin, key) DO UPDATE
-                        SET value = EXCLUDED.value, lease = EXCLUDED.lease,
-                            epoch = EXCLUDED.epoch, updated_at = EXCLUDED.updated_at
-                     RETURNING 1)
-                     SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM put), keys, bytes
-                       FROM after",
-                    check = fence::POSTGRES_CHECK
-                );
-                let (held, put, keys, bytes): (i64, i64, i64, i64) =
-                    sqlx::query_as(sqlx::AssertSqlSafe(sql))
-                        .bind(&fence.lease)
-                        .bind(&fence.holder)
-                        .bind(fence.epoch())
-                        .bind(plugin)
-                        .bind(key)
-                        .bind(value)
-                        .bind(entry)
-                        .bind(max_keys)
-                        .bind(max_bytes)
-                        .fetch_one(pool)
-                        .await
-                        .map_err(|e| fence.failed_before_commit("kv put", &e))?;
-                if held == 0 {
-                    return Err(fence.lost());
-                }
-                if put == 0 {
-                    return Err(over_quota(plugin, keys, bytes, quota));
-                }
-                Ok(())
-            }
-            Kv::Sqlite(pool) => {
-                let mut tx = pool
-                    .begin_with("BEGIN IMMEDIATE")
-                    .await
-                    .map_err(unavailable("kv put"))?;
-                if !sqlite_fence(&mut tx, fence).await? {
-                    return Err(fence.lost());
-                }
-                // The immediate transaction holds the database's write lock: no other put can
-                // change the usage between this check and the upsert.
-                let (keys, bytes): (i64, i64) = sqlx::query_as(
-                    "SELECT coalesce((SELECT keys FROM leasehold_kv_usage WHERE plugin = ?1), 0)
-                              + NOT EXISTS (SELECT 1 FROM leasehold_kv
-                                             WHERE plugin = ?1 AND key = ?2),
-                            coalesce((SELECT bytes FROM leasehold_kv_usage WHERE plugin = ?1), 0)
-                              - coalesce((SELECT length(CAST(key AS BLOB)) + length(value)
-                                            FROM leasehold_kv WHERE plugin = ?1 AND key = ?2), 0)
-                              + ?3",
-                )
-                .bind(plugin)
-                .bind(key)
-                .bind(entry)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(unavailable("kv put: quota"))?;
-                if keys > max_keys || bytes > max_bytes {
-                    return Err(over_quota(plugin, keys, bytes, quota));
-                }
-                sqlx::query(
-                    "INSERT INTO leasehold_kv (plugin, key, value, lease, epoch, updated_at_ms)
-                     VALUES (?1, ?2, ?3, ?4, ?5, CAST(unixepoch('subsec') * 1000 AS INTEGER))
-                     ON CONFLICT (plugin, key) DO UPDATE
-                        SET value = excluded.value, lease = excluded.lease,
-                            epoch = excluded.epoch, updated_at_ms = excluded.updated_at_ms",
-                )
-                .bind(plugin)
-                .bind(key)
-                .bind(value)
-                .bind(&fence.lease)
-                .bind(fence.epoch())
-                .execute(&mut *tx)
-                .await
-                .map_err(unavailable("kv put"))?;
-                tx.commit().await.map_err(unavailable("kv put: commit"))?;
-                Ok(())
-            }
+            Kv::Postgres(pool) => postgres_put(pool, fence, &put).await,
+            Kv::Sqlite(pool) => sqlite_put(pool, fence, &put).await,
         }
     }
 
@@ -366,6 +275,163 @@ impl Kv {
         }
         Ok(page)
     }
+}
+
+/// One put, checked against the limits of one key and value, on its way to the database.
+struct Put<'a> {
+    plugin: &'a str,
+    key: &'a str,
+    value: &'a [u8],
+    quota: &'a KvQuota,
+}
+
+impl Put<'_> {
+    /// What the entry adds to its plugin's bytes, and the quota's bounds, as the statements bind
+    /// them.
+    fn bounds(&self) -> (i64, i64, i64) {
+        // At most MAX_KEY + MAX_VALUE, so it fits.
+        let entry = i64::try_from(self.key.len() + self.value.len()).unwrap_or(i64::MAX);
+        let max_keys = i64::try_from(self.quota.max_keys).unwrap_or(i64::MAX);
+        let max_bytes = i64::try_from(self.quota.max_bytes).unwrap_or(i64::MAX);
+        (entry, max_keys, max_bytes)
+    }
+
+    /// The refusal of this put, which would leave its plugin with `keys` keys and `bytes` bytes.
+    fn over_quota(&self, keys: i64, bytes: i64) -> CapabilityError {
+        over_quota(self.plugin, keys, bytes, self.quota)
+    }
+}
+
+/// A put on PostgreSQL: the fence, the quota check and the upsert in one statement, whose
+/// answer tells a lost lease from a full quota.
+async fn postgres_put(pool: &PgPool, fence: &Fence, put: &Put<'_>) -> Result<(), CapabilityError> {
+    let (entry, max_keys, max_bytes) = put.bounds();
+    let (held, written, keys, bytes): (i64, i64, i64, i64) =
+        sqlx::query_as(sqlx::AssertSqlSafe(postgres_put_statement()))
+            .bind(&fence.lease)
+            .bind(&fence.holder)
+            .bind(fence.epoch())
+            .bind(put.plugin)
+            .bind(put.key)
+            .bind(put.value)
+            .bind(entry)
+            .bind(max_keys)
+            .bind(max_bytes)
+            .fetch_one(pool)
+            .await
+            .map_err(|e| fence.failed_before_commit("kv put", &e))?;
+    if held == 0 {
+        return Err(fence.lost());
+    }
+    if written == 0 {
+        return Err(put.over_quota(keys, bytes));
+    }
+    Ok(())
+}
+
+/// The statement of a PostgreSQL put. It returns whether the fence held, whether the entry was
+/// written, and the plugin's keys and bytes as the put would leave them.
+fn postgres_put_statement() -> String {
+    // One statement, one transaction: the CTE locks the lease row before the upsert, and no row
+    // comes out of it unless the lease is still ours and the plugin's entries stay within its
+    // quota afterwards.
+    format!(
+        "WITH fence AS ({check}),
+                          usage AS (SELECT keys, bytes FROM leasehold_kv_usage
+                                     WHERE plugin = $4 FOR UPDATE),
+                          old AS (SELECT octet_length(key) + octet_length(value) AS bytes
+                                    FROM leasehold_kv WHERE plugin = $4 AND key = $5),
+                          after AS (SELECT coalesce((SELECT keys FROM usage), 0)
+                                             + CASE WHEN EXISTS (SELECT 1 FROM old) THEN 0 ELSE 1 END
+                                             AS keys,
+                                           coalesce((SELECT bytes FROM usage), 0)
+                                             - coalesce((SELECT bytes FROM old), 0) + $7 AS bytes),
+                          put AS (
+                     INSERT INTO leasehold_kv AS kv (plugin, key, value, lease, epoch, updated_at)
+                     SELECT $4, $5, $6, $1, $3, now() FROM fence, after
+                      WHERE after.keys <= $8 AND after.bytes <= $9
+                     ON CONFLICT (plugin, key) DO UPDATE
+                        SET value = EXCLUDED.value, lease = EXCLUDED.lease,
+                            epoch = EXCLUDED.epoch, updated_at = EXCLUDED.updated_at
+                     RETURNING 1)
+                     SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM put), keys, bytes
+                       FROM after",
+        check = fence::POSTGRES_CHECK
+    )
+}
+
+/// A put on SQLite: an immediate transaction that checks the fence, then the quota, then
+/// upserts.
+async fn sqlite_put(
+    pool: &SqlitePool,
+    fence: &Fence,
+    put: &Put<'_>,
+) -> Result<(), CapabilityError> {
+    let (entry, max_keys, max_bytes) = put.bounds();
+    let mut tx = pool
+        .begin_with("BEGIN IMMEDIATE")
+        .await
+        .map_err(unavailable("kv put"))?;
+    if !sqlite_fence(&mut tx, fence).await? {
+        return Err(fence.lost());
+    }
+    // The immediate transaction holds the database's write lock: no other put can change the
+    // usage between this check and the upsert.
+    let (keys, bytes) = sqlite_usage_after(&mut tx, put, entry).await?;
+    if keys > max_keys || bytes > max_bytes {
+        return Err(put.over_quota(keys, bytes));
+    }
+    sqlite_upsert(&mut tx, fence, put).await?;
+    tx.commit().await.map_err(unavailable("kv put: commit"))?;
+    Ok(())
+}
+
+/// The keys and bytes the put's plugin would keep once its key holds an entry of `entry` bytes,
+/// in SQLite.
+async fn sqlite_usage_after(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    put: &Put<'_>,
+    entry: i64,
+) -> Result<(i64, i64), CapabilityError> {
+    sqlx::query_as(
+        "SELECT coalesce((SELECT keys FROM leasehold_kv_usage WHERE plugin = ?1), 0)
+                              + NOT EXISTS (SELECT 1 FROM leasehold_kv
+                                             WHERE plugin = ?1 AND key = ?2),
+                            coalesce((SELECT bytes FROM leasehold_kv_usage WHERE plugin = ?1), 0)
+                              - coalesce((SELECT length(CAST(key AS BLOB)) + length(value)
+                                            FROM leasehold_kv WHERE plugin = ?1 AND key = ?2), 0)
+                              + ?3",
+    )
+    .bind(put.plugin)
+    .bind(put.key)
+    .bind(entry)
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(unavailable("kv put: quota"))
+}
+
+/// Writes the put's entry in SQLite, stamped with the fence's lease and epoch.
+async fn sqlite_upsert(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    fence: &Fence,
+    put: &Put<'_>,
+) -> Result<(), CapabilityError> {
+    sqlx::query(
+        "INSERT INTO leasehold_kv (plugin, key, value, lease, epoch, updated_at_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, CAST(unixepoch('subsec') * 1000 AS INTEGER))
+                     ON CONFLICT (plugin, key) DO UPDATE
+                        SET value = excluded.value, lease = excluded.lease,
+                            epoch = excluded.epoch, updated_at_ms = excluded.updated_at_ms",
+    )
+    .bind(put.plugin)
+    .bind(put.key)
+    .bind(put.value)
+    .bind(&fence.lease)
+    .bind(fence.epoch())
+    .execute(&mut **tx)
+    .await
+    .map_err(unavailable("kv put"))?;
+    Ok(())
 }
 
 /// Runs the fence check inside an immediate SQLite transaction; true when the lease is ours.

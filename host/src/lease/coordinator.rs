@@ -16,7 +16,7 @@
 //! carries a reading of the database's clock goes through [`ClockWatch`]: a forward step beyond the
 //! margin ends every term and keeps this replica quiet (no campaign, no new term) for a ttl, by
 //! which time every holder that trusted the old clock has stopped. Those answers are handled in
-//! `coordinator/renewal.rs`.
+//! `coordinator/renewal.rs`; what falls due as time passes, in `coordinator/due.rs`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -862,125 +862,6 @@ impl Coordinator {
             }
         }
     }
-
-    /// Emits whatever is due at `now`: term deadlines, expiries, the renewal, campaigns.
-    fn run_due(&mut self, now: Instant, fx: &mut Vec<Effect>) {
-        let timing = self.timing;
-        if self.quiet_until.is_some_and(|q| now >= q) {
-            self.quiet_until = None;
-        }
-        let quiet = self.quiet_until.is_some();
-        let mut batch = Vec::new();
-        // Standby leases go in one campaign once any is due, with every other lease due within
-        // the margin: the leases of one holder expire together (one renewal statement), and a
-        // lease taken a few milliseconds early only reports its expiry again.
-        let may_campaign = self.campaigning.in_flight.is_none() && !self.shutting_down && !quiet;
-        let mut due_campaign = false;
-        let mut candidates = Vec::new();
-        for (name, state) in self.leases.iter_mut() {
-            // A lease being renewed alone stays out of the batch until that answer is in.
-            let solo = state.solo.is_some();
-            match &mut state.phase {
-                Phase::Held {
-                    epoch,
-                    safe_until,
-                    expires_by,
-                    term,
-                    ..
-                } => {
-                    let epoch = *epoch;
-                    if !*term && !quiet && now < *safe_until {
-                        // Held back by a clock step; the last landed renewal still covers it.
-                        *term = true;
-                        fx.push(Effect::StartTerm {
-                            lease: name.clone(),
-                            epoch,
-                            safe_until: *safe_until,
-                        });
-                    }
-                    if *term && now >= *safe_until {
-                        *term = false;
-                        fx.push(Effect::EndTerm {
-                            lease: name.clone(),
-                            epoch,
-                            reason: EndReason::SafeUntil,
-                            confirm: false,
-                        });
-                        fx.push(Effect::Announce(Announcement::SafeUntilReached {
-                            lease: name.clone(),
-                            epoch,
-                        }));
-                    }
-                    if !*term && now >= *expires_by {
-                        fx.push(Effect::Announce(Announcement::Lost {
-                            lease: name.clone(),
-                            epoch,
-                            rejected: false,
-                        }));
-                        state.phase = Phase::Standby { next_campaign: now };
-                        continue;
-                    }
-                    if !solo {
-                        batch.push((name.clone(), epoch));
-                    }
-                }
-                Phase::Stopping {
-                    epoch,
-                    expires_by,
-                    then,
-                } => {
-                    if now >= *expires_by {
-                        // The lease has lapsed while the term drained: no release needed.
-                        let (epoch, then) = (*epoch, *then);
-                        fx.push(Effect::Announce(Announcement::Lost {
-                            lease: name.clone(),
-                            epoch,
-                            rejected: false,
-                        }));
-                        state.phase = after(then, now);
-                        continue;
-                    }
-                    if !solo {
-                        batch.push((name.clone(), *epoch));
-                    }
-                }
-                Phase::Standby { next_campaign } => {
-                    if may_campaign
-                        && !state.gated
-                        && !state.unassigned
-                        && *next_campaign <= now + timing.margin
-                    {
-                        due_campaign |= now >= *next_campaign;
-                        candidates.push(name.clone());
-                    }
-                }
-                Phase::Releasing { .. } | Phase::Done => {}
-            }
-        }
-        if due_campaign {
-            self.campaigning.in_flight = Some((now, candidates.clone()));
-            fx.push(Effect::Campaign {
-                leases: candidates,
-                timeout: timing.store_timeout,
-            });
-        }
-        let due = self.renewal.next_at.is_some_and(|at| now >= at);
-        if due && self.renewal.in_flight.is_none() && !batch.is_empty() {
-            let requests = batch
-                .iter()
-                .map(|(name, epoch)| RenewRequest {
-                    name: name.clone(),
-                    epoch: *epoch,
-                    ttl: timing.ttl,
-                })
-                .collect();
-            self.renewal.in_flight = Some((now, batch));
-            fx.push(Effect::Renew {
-                batch: requests,
-                timeout: timing.store_timeout,
-            });
-        }
-    }
 }
 
 fn after(then: After, now: Instant) -> Phase {
@@ -990,6 +871,7 @@ fn after(then: After, now: Instant) -> Phase {
     }
 }
 
+mod due;
 mod renewal;
 #[cfg(test)]
 mod tests;

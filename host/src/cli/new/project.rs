@@ -3,6 +3,13 @@
 
 use super::*;
 
+/// The text of `host/templates/PATH`, compiled in.
+macro_rules! template {
+    ($path:expr) => {
+        include_str!(concat!("../../../templates/", $path))
+    };
+}
+
 /// Fills `template`'s `{{key}}` placeholders from `vars` in one pass (values are not searched
 /// for placeholders). An unknown placeholder is an error.
 pub(super) fn render(template: &str, vars: &[(&str, &str)]) -> Result<String, String> {
@@ -41,265 +48,163 @@ pub fn project(
     world: World,
     sdk: Option<&Path>,
 ) -> Result<Vec<ProjectFile>, String> {
-    let module = name.replace('-', "_");
-    let type_name = type_name(name);
-    let channel: String = module.chars().take(63).collect();
-    let world_name = world.wit_name();
-    let py_version = componentize_py_version()?;
-    let python_version = format!("{}.{}", PYTHON_MIN.0, PYTHON_MIN.1);
-    let python_version_tuple = format!("{}, {}", PYTHON_MIN.0, PYTHON_MIN.1);
-    let js_pins = js_pins()?;
-    let (source_path, test_path) = match lang {
-        Lang::Rust => ("src/lib.rs".to_string(), "src/lib.rs".to_string()),
-        Lang::Python => (format!("{module}.py"), format!("test_{module}.py")),
-        Lang::Js => (format!("{name}.js"), format!("test/{name}.test.js")),
+    let owned = vars(name, lang, world, sdk)?;
+    let vars = &borrowed(&owned);
+    let readme = readme(readme_parts(lang), vars)?;
+    let (source_path, test_path) = source_paths(lang, name);
+    let (source, test) = source_templates(lang, world);
+    let templates = match lang {
+        Lang::Rust => rust_files(source),
+        Lang::Python => python_files((&source_path, source, false), (&test_path, test, false)),
+        Lang::Js => js_files((&source_path, source, false), (&test_path, test, false)),
     };
-    // A Rust project depends on its own copy of the SDK unless `--sdk` names one.
-    let (sdk_text, sdk_note) = match sdk {
-        Some(path) => {
-            let text = path
-                .to_str()
-                .ok_or_else(|| format!("the SDK path {} is not UTF-8", path.display()))?;
-            let note = format!(
-                "`{text}`, as `--sdk` asked. If that checkout moves, point the path at its `guests/leasehold-guest`."
-            );
-            (text, note)
-        }
-        None => (
-            sdk::SDK_DIR,
-            format!(
-                "`{}`, a copy of the SDK of the leasehold that created this project; it builds \
-                 against `wit/`. `Cargo.lock` holds the versions that leasehold's own plugins are \
-                 built and tested with, so the first `./test.sh` needs no registry.",
-                sdk::SDK_DIR
-            ),
-        ),
-    };
-    let sdk_toml = toml_string(sdk_text);
-    let lock_row = "| `Cargo.lock` | the versions of the SDK's dependencies that leasehold's own plugins are built and tested with |";
-    let (sdk_rows, wit_role) = match sdk {
-        Some(_) => (
-            lock_row.to_string(),
-            "for reference: the SDK builds against its checkout's copy",
-        ),
-        None => (
-            format!(
-                "{lock_row}\n| `{}/` | the SDK, copied from the leasehold that created the project |",
-                sdk::SDK_DIR
-            ),
-            "the SDK's copy builds against this file",
-        ),
-    };
-    let dev_dependencies = js_dev_dependencies(&js_pins);
-    let description = format!("{}: a leasehold {world_name} plugin", name);
-    let (componentize_js_version, jco_version) = (
-        pin(&js_pins, "@bytecodealliance/componentize-js")?,
-        pin(&js_pins, "@bytecodealliance/jco")?,
-    );
-    // As measured for the hello-* examples.
-    let memory_note = match lang {
-        Lang::Rust => {
-            "A Rust plugin comes up with about 1 MiB of linear memory: this can be far lower."
-        }
-        Lang::Python => "componentize-py's CPython comes up with about 12 MiB of linear memory.",
-        Lang::Js => {
-            "The JavaScript engine comes up with about 9 MiB of linear memory; its heap grows from there."
-        }
-    };
-    let vars: Vec<(&str, &str)> = vec![
-        ("name", name),
-        ("module", &module),
-        ("type", &type_name),
-        ("world", world_name),
-        ("lang_title", lang.title()),
-        ("source", &source_path),
-        ("channel", &channel),
-        ("memory_note", memory_note),
-        ("sdk", &sdk_toml),
-        ("sdk_note", &sdk_note),
-        ("sdk_rows", &sdk_rows),
-        ("wit_role", wit_role),
-        ("componentize_py_version", &py_version),
-        ("python_version", &python_version),
-        ("python_version_tuple", &python_version_tuple),
-        ("componentize_js_version", componentize_js_version),
-        ("jco_version", jco_version),
-        ("dev_dependencies", &dev_dependencies),
-        ("description", &description),
-    ];
-    // The world's texts for the README may use the placeholders above.
-    let (blurb, configure, log_example) = world_text(world);
-    let blurb = render(blurb, &vars)?;
-    let configure = render(configure, &vars)?;
-    let log_example = render(log_example, &vars)?;
-    let mut vars = vars;
-    vars.extend([
-        ("world_blurb", blurb.as_str()),
-        ("configure", configure.as_str()),
-        ("log_example", log_example.as_str()),
-    ]);
-    let vars = &vars;
-
-    let manifest = match world {
-        World::Reconciler => include_str!("../../../templates/common/manifest-reconciler.toml"),
-        World::EventReconciler => {
-            include_str!("../../../templates/common/manifest-event-reconciler.toml")
-        }
-        World::HealthCheck => include_str!("../../../templates/common/manifest-health-check.toml"),
-    };
-    let readme_parts = match lang {
-        Lang::Rust => include_str!("../../../templates/rust/README-parts.md"),
-        Lang::Python => include_str!("../../../templates/python/README-parts.md"),
-        Lang::Js => include_str!("../../../templates/js/README-parts.md"),
-    };
-    let readme = readme(readme_parts, vars)?;
-
     let mut files = Vec::new();
-    let mut add = |path: &str, template: &str, executable: bool| -> Result<(), String> {
-        let text = render(template, vars).map_err(|e| format!("{path}: {e}"))?;
-        files.push(ProjectFile {
-            path: path.to_string(),
-            text,
-            executable,
-        });
-        Ok(())
-    };
-    let verbatim = |path: &str, text: &str, executable: bool| ProjectFile {
+    for (path, template, executable) in templates {
+        files.push(rendered(path, template, executable, vars)?);
+    }
+    files.push(rendered(
+        &format!("{name}.toml"),
+        manifest_template(world),
+        false,
+        vars,
+    )?);
+    files.push(verbatim("README.md", &readme, false));
+    files.push(verbatim("wit/plugin.wit", WIT, false));
+    files.extend(toolchain_files(lang, name, sdk)?);
+    Ok(files)
+}
+
+/// A file of the project rendered from a template: its path in the project, the template, and
+/// whether it is executable.
+type TemplateFile<'a> = (&'a str, &'static str, bool);
+
+/// The project file `path`: `template` with `vars` filled in.
+fn rendered(
+    path: &str,
+    template: &str,
+    executable: bool,
+    vars: &[(&str, &str)],
+) -> Result<ProjectFile, String> {
+    let text = render(template, vars).map_err(|e| format!("{path}: {e}"))?;
+    Ok(verbatim(path, &text, executable))
+}
+
+/// The project file `path` holding `text` as it is.
+fn verbatim(path: &str, text: &str, executable: bool) -> ProjectFile {
+    ProjectFile {
         path: path.to_string(),
         text: text.to_string(),
         executable,
-    };
-    match lang {
-        Lang::Rust => {
-            let source = match world {
-                World::Reconciler => include_str!("../../../templates/rust/reconciler.rs"),
-                World::EventReconciler => {
-                    include_str!("../../../templates/rust/event-reconciler.rs")
-                }
-                World::HealthCheck => include_str!("../../../templates/rust/health-check.rs"),
-            };
-            add(
-                "Cargo.toml",
-                include_str!("../../../templates/rust/Cargo.toml"),
-                false,
-            )?;
-            add("src/lib.rs", source, false)?;
-            add(
-                "build.sh",
-                include_str!("../../../templates/rust/build.sh"),
-                true,
-            )?;
-            add(
-                "test.sh",
-                include_str!("../../../templates/rust/test.sh"),
-                true,
-            )?;
-            add(
-                ".gitignore",
-                include_str!("../../../templates/rust/gitignore"),
-                false,
-            )?;
-        }
-        Lang::Python => {
-            let (source, test) = match world {
-                World::Reconciler => (
-                    include_str!("../../../templates/python/reconciler.py"),
-                    include_str!("../../../templates/python/test-reconciler.py"),
-                ),
-                World::EventReconciler => (
-                    include_str!("../../../templates/python/event-reconciler.py"),
-                    include_str!("../../../templates/python/test-event-reconciler.py"),
-                ),
-                World::HealthCheck => (
-                    include_str!("../../../templates/python/health-check.py"),
-                    include_str!("../../../templates/python/test-health-check.py"),
-                ),
-            };
-            add(&source_path, source, false)?;
-            add(&test_path, test, false)?;
-            add(
-                "fake_host.py",
-                include_str!("../../../templates/python/fake_host.py"),
-                false,
-            )?;
-            add(
-                "build.sh",
-                include_str!("../../../templates/python/build.sh"),
-                true,
-            )?;
-            add(
-                "test.sh",
-                include_str!("../../../templates/python/test.sh"),
-                true,
-            )?;
-            add(
-                "componentize-py.sh",
-                include_str!("../../../templates/python/componentize-py.sh"),
-                true,
-            )?;
-            add(
-                ".gitignore",
-                include_str!("../../../templates/python/gitignore"),
-                false,
-            )?;
-        }
-        Lang::Js => {
-            let (source, test) = match world {
-                World::Reconciler => (
-                    include_str!("../../../templates/js/reconciler.js"),
-                    include_str!("../../../templates/js/test-reconciler.js"),
-                ),
-                World::EventReconciler => (
-                    include_str!("../../../templates/js/event-reconciler.js"),
-                    include_str!("../../../templates/js/test-event-reconciler.js"),
-                ),
-                World::HealthCheck => (
-                    include_str!("../../../templates/js/health-check.js"),
-                    include_str!("../../../templates/js/test-health-check.js"),
-                ),
-            };
-            add(&source_path, source, false)?;
-            add(&test_path, test, false)?;
-            add(
-                "test/fake-host.js",
-                include_str!("../../../templates/js/fake-host.js"),
-                false,
-            )?;
-            add(
-                "test/register.mjs",
-                include_str!("../../../templates/js/register.mjs"),
-                false,
-            )?;
-            add(
-                "test/hooks.mjs",
-                include_str!("../../../templates/js/hooks.mjs"),
-                false,
-            )?;
-            add(
-                "package.json",
-                include_str!("../../../templates/js/package.json"),
-                false,
-            )?;
-            add(
-                "build.sh",
-                include_str!("../../../templates/js/build.sh"),
-                true,
-            )?;
-            add(
-                "test.sh",
-                include_str!("../../../templates/js/test.sh"),
-                true,
-            )?;
-            add(
-                ".gitignore",
-                include_str!("../../../templates/js/gitignore"),
-                false,
-            )?;
-        }
     }
-    add(&format!("{name}.toml"), manifest, false)?;
-    files.push(verbatim("README.md", &readme, false));
-    files.push(verbatim("wit/plugin.wit", WIT, false));
+}
+
+/// Where the source and the test of a project `name` in `lang` live (a Rust project's tests sit
+/// in its source).
+fn source_paths(lang: Lang, name: &str) -> (String, String) {
+    let module = name.replace('-', "_");
+    match lang {
+        Lang::Rust => ("src/lib.rs".to_string(), "src/lib.rs".to_string()),
+        Lang::Python => (format!("{module}.py"), format!("test_{module}.py")),
+        Lang::Js => (format!("{name}.js"), format!("test/{name}.test.js")),
+    }
+}
+
+/// The source and test templates of `lang` for `world`, `LANG/WORLD.EXT` and
+/// `LANG/test-WORLD.EXT` (a Rust project's tests sit in its source).
+fn source_templates(lang: Lang, world: World) -> (&'static str, &'static str) {
+    /// The templates `$dir/$stem.$ext` and `$dir/test-$stem.$ext`.
+    macro_rules! tested {
+        ($dir:literal, $stem:literal, $ext:literal) => {
+            (
+                template!(concat!($dir, "/", $stem, ".", $ext)),
+                template!(concat!($dir, "/test-", $stem, ".", $ext)),
+            )
+        };
+    }
+    let rust = |source| (source, source);
+    match (lang, world) {
+        (Lang::Rust, World::Reconciler) => rust(template!("rust/reconciler.rs")),
+        (Lang::Rust, World::EventReconciler) => rust(template!("rust/event-reconciler.rs")),
+        (Lang::Rust, World::HealthCheck) => rust(template!("rust/health-check.rs")),
+        (Lang::Python, World::Reconciler) => tested!("python", "reconciler", "py"),
+        (Lang::Python, World::EventReconciler) => tested!("python", "event-reconciler", "py"),
+        (Lang::Python, World::HealthCheck) => tested!("python", "health-check", "py"),
+        (Lang::Js, World::Reconciler) => tested!("js", "reconciler", "js"),
+        (Lang::Js, World::EventReconciler) => tested!("js", "event-reconciler", "js"),
+        (Lang::Js, World::HealthCheck) => tested!("js", "health-check", "js"),
+    }
+}
+
+/// A Rust project's templated files, its source given, in the order they are written.
+fn rust_files(source: &'static str) -> Vec<TemplateFile<'static>> {
+    vec![
+        ("Cargo.toml", template!("rust/Cargo.toml"), false),
+        ("src/lib.rs", source, false),
+        ("build.sh", template!("rust/build.sh"), true),
+        ("test.sh", template!("rust/test.sh"), true),
+        (".gitignore", template!("rust/gitignore"), false),
+    ]
+}
+
+/// A Python project's templated files, its source and test given, in the order they are
+/// written.
+fn python_files<'a>(source: TemplateFile<'a>, test: TemplateFile<'a>) -> Vec<TemplateFile<'a>> {
+    vec![
+        source,
+        test,
+        ("fake_host.py", template!("python/fake_host.py"), false),
+        ("build.sh", template!("python/build.sh"), true),
+        ("test.sh", template!("python/test.sh"), true),
+        (
+            "componentize-py.sh",
+            template!("python/componentize-py.sh"),
+            true,
+        ),
+        (".gitignore", template!("python/gitignore"), false),
+    ]
+}
+
+/// A JavaScript project's templated files, its source and test given, in the order they are
+/// written.
+fn js_files<'a>(source: TemplateFile<'a>, test: TemplateFile<'a>) -> Vec<TemplateFile<'a>> {
+    vec![
+        source,
+        test,
+        ("test/fake-host.js", template!("js/fake-host.js"), false),
+        ("test/register.mjs", template!("js/register.mjs"), false),
+        ("test/hooks.mjs", template!("js/hooks.mjs"), false),
+        ("package.json", template!("js/package.json"), false),
+        ("build.sh", template!("js/build.sh"), true),
+        ("test.sh", template!("js/test.sh"), true),
+        (".gitignore", template!("js/gitignore"), false),
+    ]
+}
+
+/// The manifest template of `world`: what it binds to and what it is granted.
+fn manifest_template(world: World) -> &'static str {
+    match world {
+        World::Reconciler => template!("common/manifest-reconciler.toml"),
+        World::EventReconciler => {
+            template!("common/manifest-event-reconciler.toml")
+        }
+        World::HealthCheck => template!("common/manifest-health-check.toml"),
+    }
+}
+
+/// The `@@key` sections `lang` fills into the common README.
+fn readme_parts(lang: Lang) -> &'static str {
+    match lang {
+        Lang::Rust => template!("rust/README-parts.md"),
+        Lang::Python => template!("python/README-parts.md"),
+        Lang::Js => template!("js/README-parts.md"),
+    }
+}
+
+/// The files a project in `lang` takes as they are, after the templated ones: a Rust project's
+/// cargo wrapper, its lock and (unless `--sdk` names one) its copy of the SDK; a JavaScript
+/// project's lock.
+fn toolchain_files(lang: Lang, name: &str, sdk: Option<&Path>) -> Result<Vec<ProjectFile>, String> {
+    let mut files = Vec::new();
     match lang {
         Lang::Rust => {
             files.push(verbatim("cargo-wasm.sh", CARGO_WASM, true));
@@ -312,6 +217,132 @@ pub fn project(
         Lang::Python => {}
     }
     Ok(files)
+}
+
+/// `vars` as [`render`] takes them.
+fn borrowed<'a>(vars: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    vars.iter()
+        .map(|(key, value)| (*key, value.as_str()))
+        .collect()
+}
+
+/// The placeholders of every template of the project, with their values: the names, the SDK,
+/// the toolchain pins, and the world's texts for the README.
+fn vars(
+    name: &str,
+    lang: Lang,
+    world: World,
+    sdk: Option<&Path>,
+) -> Result<Vec<(&'static str, String)>, String> {
+    let module = name.replace('-', "_");
+    let type_name = type_name(name);
+    let channel: String = module.chars().take(63).collect();
+    let world_name = world.wit_name();
+    let py_version = componentize_py_version()?;
+    let python_version = format!("{}.{}", PYTHON_MIN.0, PYTHON_MIN.1);
+    let python_version_tuple = format!("{}, {}", PYTHON_MIN.0, PYTHON_MIN.1);
+    let js_pins = js_pins()?;
+    let (source_path, _) = source_paths(lang, name);
+    let (sdk_text, sdk_note) = sdk_dependency(sdk)?;
+    let (sdk_rows, wit_role) = sdk_rows(sdk);
+    let dev_dependencies = js_dev_dependencies(&js_pins);
+    let description = format!("{}: a leasehold {world_name} plugin", name);
+    let (componentize_js_version, jco_version) = (
+        pin(&js_pins, "@bytecodealliance/componentize-js")?,
+        pin(&js_pins, "@bytecodealliance/jco")?,
+    );
+    let mut vars = vec![
+        ("name", name.to_string()),
+        ("module", module),
+        ("type", type_name),
+        ("world", world_name.to_string()),
+        ("lang_title", lang.title().to_string()),
+        ("source", source_path),
+        ("channel", channel),
+        ("memory_note", memory_note(lang).to_string()),
+        ("sdk", toml_string(sdk_text)),
+        ("sdk_note", sdk_note),
+        ("sdk_rows", sdk_rows),
+        ("wit_role", wit_role.to_string()),
+        ("componentize_py_version", py_version),
+        ("python_version", python_version),
+        ("python_version_tuple", python_version_tuple),
+        (
+            "componentize_js_version",
+            componentize_js_version.to_string(),
+        ),
+        ("jco_version", jco_version.to_string()),
+        ("dev_dependencies", dev_dependencies),
+        ("description", description),
+    ];
+    // The world's texts for the README may use the placeholders above.
+    let (blurb, configure, log_example) = world_text(world);
+    let view = borrowed(&vars);
+    let world_vars = [
+        ("world_blurb", render(blurb, &view)?),
+        ("configure", render(configure, &view)?),
+        ("log_example", render(log_example, &view)?),
+    ];
+    vars.extend(world_vars);
+    Ok(vars)
+}
+
+/// The SDK a Rust project depends on, as the path its `Cargo.toml` names and the README's note
+/// on it: its own copy unless `--sdk` names one.
+fn sdk_dependency(sdk: Option<&Path>) -> Result<(&str, String), String> {
+    match sdk {
+        Some(path) => {
+            let text = path
+                .to_str()
+                .ok_or_else(|| format!("the SDK path {} is not UTF-8", path.display()))?;
+            let note = format!(
+                "`{text}`, as `--sdk` asked. If that checkout moves, point the path at its `guests/leasehold-guest`."
+            );
+            Ok((text, note))
+        }
+        None => Ok((
+            sdk::SDK_DIR,
+            format!(
+                "`{}`, a copy of the SDK of the leasehold that created this project; it builds \
+                 against `wit/`. `Cargo.lock` holds the versions that leasehold's own plugins are \
+                 built and tested with, so the first `./test.sh` needs no registry.",
+                sdk::SDK_DIR
+            ),
+        )),
+    }
+}
+
+/// The README's rows for the lock and the SDK's copy, and what its `wit/` is for: the SDK builds
+/// against the project's copy only when it is copied in.
+fn sdk_rows(sdk: Option<&Path>) -> (String, &'static str) {
+    let lock_row = "| `Cargo.lock` | the versions of the SDK's dependencies that leasehold's own plugins are built and tested with |";
+    match sdk {
+        Some(_) => (
+            lock_row.to_string(),
+            "for reference: the SDK builds against its checkout's copy",
+        ),
+        None => (
+            format!(
+                "{lock_row}\n| `{}/` | the SDK, copied from the leasehold that created the project |",
+                sdk::SDK_DIR
+            ),
+            "the SDK's copy builds against this file",
+        ),
+    }
+}
+
+/// What the README says of a fresh instance's memory in `lang`, as measured for the hello-*
+/// examples.
+fn memory_note(lang: Lang) -> &'static str {
+    match lang {
+        Lang::Rust => {
+            "A Rust plugin comes up with about 1 MiB of linear memory: this can be far lower."
+        }
+        Lang::Python => "componentize-py's CPython comes up with about 12 MiB of linear memory.",
+        Lang::Js => {
+            "The JavaScript engine comes up with about 9 MiB of linear memory; its heap grows from there."
+        }
+    }
 }
 
 /// The README: the common skeleton with the language's parts (`@@key` sections of
@@ -337,8 +368,7 @@ fn readme(parts: &str, vars: &[(&str, &str)]) -> Result<String, String> {
     }
     let mut all: Vec<(&str, &str)> = vars.to_vec();
     all.extend(filled.iter().map(|(k, v)| (*k, v.as_str())));
-    render(include_str!("../../../templates/common/README.md"), &all)
-        .map_err(|e| format!("README.md: {e}"))
+    render(template!("common/README.md"), &all).map_err(|e| format!("README.md: {e}"))
 }
 
 /// What the README says of each world: what it is, how to configure it, and the line it logs.
