@@ -127,21 +127,15 @@ fn disagreements(members: &[MemberRecord]) -> Vec<String> {
     }
     let mut notes = Vec::new();
     for (group, rows) in by_group {
-        let counted: Vec<(&MemberRecord, u32)> =
-            rows.iter().filter_map(|m| Some((*m, m.shards?))).collect();
-        let Some((eldest, in_force)) = counted
-            .iter()
-            .max_by(|(a, _), (b, _)| {
-                a.member_for_ms
-                    .cmp(&b.member_for_ms)
-                    .then_with(|| b.member.cmp(&a.member))
-            })
-            .map(|(m, n)| (*m, *n))
-        else {
+        let Some((in_force, eldest)) = crate::lease::groups::count_in_force(
+            rows.iter()
+                .map(|m| (m.member.as_str(), m.member_for_ms, m.shards)),
+        ) else {
             continue;
         };
-        let others: Vec<String> = counted
+        let others: Vec<String> = rows
             .iter()
+            .filter_map(|m| Some((m, m.shards?)))
             .filter(|(_, n)| *n != in_force)
             .map(|(m, n)| format!("{} has {n}", escape_controls(&m.member)))
             .collect();
@@ -149,7 +143,7 @@ fn disagreements(members: &[MemberRecord]) -> Vec<String> {
             notes.push(format!(
                 "{}: members disagree on the shard count: it runs with {in_force} (its longest-standing member {}'s); {} and take(s) no part until configured alike",
                 escape_controls(group),
-                escape_controls(&eldest.member),
+                escape_controls(eldest),
                 others.join(", ")
             ));
         }

@@ -380,20 +380,14 @@ impl Member {
     }
 }
 
-/// The shard count the group runs with, and the member whose count it is: that of the
-/// longest-standing live member that recorded one (the lowest id among equals), so that a count
-/// changes only once the last member configured with the old one has left. `mine` when no member
-/// recorded a count.
+/// [`super::count_in_force`] of `view`'s members: the count in force and whose it is, or
+/// `mine` when no member recorded one.
 fn shard_count_in_force(view: &GroupView, mine: u32) -> (u32, String) {
-    view.members
+    let members = view
+        .members
         .iter()
-        .filter_map(|m| Some((m, m.shards?)))
-        .max_by(|(a, _), (b, _)| {
-            a.member_for
-                .cmp(&b.member_for)
-                .then_with(|| b.id.cmp(&a.id))
-        })
-        .map_or((mine, String::new()), |(m, n)| (n, m.id.clone()))
+        .map(|m| (m.id.as_str(), m.member_for, m.shards));
+    super::count_in_force(members).map_or((mine, String::new()), |(n, id)| (n, id.to_string()))
 }
 
 #[cfg(test)]

@@ -36,6 +36,21 @@ pub fn shard_lease(group: &str, shard: u32) -> String {
     format!("{group}/{shard}")
 }
 
+/// The shard count a group runs with, and the member whose count it is, from its live members
+/// as `(id, time a member, recorded count)`: the count of the longest-standing member that
+/// recorded one (the lowest id among equals), so that a count changes only once the last member
+/// configured with the old one has left. `None` when no member recorded a count. Each member
+/// judges by it ([`Member::observe`]), and `leasehold leases groups` shows it.
+pub fn count_in_force<'a, A: Ord>(
+    members: impl IntoIterator<Item = (&'a str, A, Option<u32>)>,
+) -> Option<(u32, &'a str)> {
+    members
+        .into_iter()
+        .filter_map(|(id, age, count)| Some((id, age, count?)))
+        .max_by(|(a, a_age, _), (b, b_age, _)| a_age.cmp(b_age).then_with(|| b.cmp(a)))
+        .map(|(id, _, count)| (count, id))
+}
+
 /// A configured group: its name and shard count.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct GroupSpec {
