@@ -1,7 +1,8 @@
 //! `leasehold new` end to end: for each language and world, the real binary writes a project
 //! into a temporary directory, the project's own `./test.sh` and `./build.sh` pass, and
 //! `leasehold check` finds the world that was asked for; a Python project's build reports a
-//! syntax error as Python does, without its build tool's own backtrace.
+//! syntax error as Python does, without its build tool's own backtrace; two Python builds may
+//! share one virtual environment from their first run.
 //!
 //! What is slow to build is kept between runs under target/tmp/new-project: one
 //! CARGO_TARGET_DIR for every Rust project (the SDK and, on the Debian recipe, std are built
@@ -221,6 +222,53 @@ fn a_syntax_error_in_a_python_plugin_is_reported_without_the_build_tools_rust_ba
         output.contains("build.sh: componentize-py failed"),
         "{output}"
     );
+}
+
+#[test]
+fn two_first_builds_sharing_one_python_environment_install_it_once_and_both_succeed() {
+    // LEASEHOLD_PY_VENV is offered for sharing between projects, and this suite's own Python
+    // tests share one: two first builds at once both created it, and one failed on a directory
+    // the other had just made. The second now waits for the first's install and finds it done.
+    let leasehold = binary().unwrap();
+    let parent = tempfile::tempdir().unwrap();
+    let logs = parent.path();
+    let venv = parent.path().join("shared-venv");
+    let builds: Vec<_> = ["first", "second"]
+        .into_iter()
+        .map(|name| {
+            run(
+                &format!("new {name}"),
+                Command::new(&leasehold)
+                    .args(["new", name, "--lang", "python", "--dir"])
+                    .arg(parent.path()),
+                logs,
+                Duration::from_secs(60),
+            );
+            let dir = parent.path().join(name);
+            let venv = venv.clone();
+            let logs = logs.to_path_buf();
+            std::thread::spawn(move || {
+                run_to_end(
+                    &format!("build {name}"),
+                    Command::new(dir.join("build.sh"))
+                        .current_dir(&dir)
+                        .env("LEASEHOLD_PY_VENV", venv),
+                    &logs,
+                    Duration::from_secs(600),
+                )
+            })
+        })
+        .collect();
+    let mut installs = 0;
+    for build in builds {
+        let (status, output) = build.join().unwrap();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "build.sh: {status:?}:\n{output}"
+        );
+        installs += output.matches("installing componentize-py").count();
+    }
+    assert_eq!(installs, 1, "the shared environment is installed once");
 }
 
 #[test]

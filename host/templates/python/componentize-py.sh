@@ -23,6 +23,16 @@ if [ "$(version_of componentize-py)" = "$want" ]; then
   exec componentize-py "$@"
 fi
 if [ "$(version_of "$venv/bin/componentize-py")" != "$want" ]; then
+  # A shared environment may be wanted by two builds at once: the second waits for the first's
+  # install under a lock, then finds it done. Without flock (macOS) two first builds can still
+  # collide; the next build repairs what they left.
+  if command -v flock >/dev/null 2>&1; then
+    mkdir -p "$(dirname "$venv")"
+    exec 9>"$venv.lock"
+    flock 9
+  fi
+fi
+if [ "$(version_of "$venv/bin/componentize-py")" != "$want" ]; then
   command -v python3 >/dev/null 2>&1 ||
     die "python3 is missing: install Python {{python_version}} or newer (Debian: apt-get install python3-venv)"
   python3 -c 'import sys; sys.exit(sys.version_info < ({{python_version_tuple}}))' ||
