@@ -1,8 +1,8 @@
 //! A hostile plugin's sql grant, played by the `hostile-sql` guest in real `leasehold` processes
 //! on a real PostgreSQL: it tries to rewrite another lease, to take the fence's lock itself and
 //! hold it, to hold a transaction open for an hour, to end the fence with `;COMMIT`, to leave
-//! state on its pooled session, and to read the host's own URL or another secret through its
-//! manifest. Each attack fails, and the leases keep their holder and epoch throughout.
+//! state on its pooled session, to read the host's own URL or another secret through its
+//! manifest, and to send forged handoff notices. Each attack fails, and the leases keep their holder and epoch throughout.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -329,4 +329,69 @@ async fn a_plugin_cannot_end_the_fence_or_leave_state_on_its_session() {
         .await
         .unwrap_or(None);
     assert_eq!(kept.unwrap_or(0), 0, "a statement after ;COMMIT ran");
+}
+
+/// PostgreSQL lets any role that can connect send a notification on any channel, the handoff
+/// channel included: a plugin's sql role sends "hand over" for its own lease and for another,
+/// at their epochs, every 300 ms. A notice only makes the holder renew and read the row, where no
+/// operator's request is written: both leases keep their holder and epoch, and no handoff begins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_s_forged_handoff_notices_do_not_make_the_holder_step_down() {
+    let (url, pool, role_url) = database().await;
+    let dir = plugins(&[(
+        "forger",
+        manifest(
+            "APP_DATABASE_URL",
+            "execute",
+            &[
+                "NOTIFY leasehold_handoff, '{epoch} {lease}'",
+                "NOTIFY leasehold_handoff, '1 other'",
+            ],
+            "",
+        ),
+    )]);
+    // The test hears what the holder hears, to count the forgeries that reached it.
+    let mut listener = sqlx::postgres::PgListener::connect(&url).await.unwrap();
+    listener.listen("leasehold_handoff").await.unwrap();
+    let host = start(&url, dir.path(), &[("APP_DATABASE_URL", role_url.as_str())]).await;
+    let before = wait_for_both_leases(&pool).await;
+    assert!(before.iter().all(|(_, _, epoch)| *epoch == 1), "{before:?}");
+    eventually(
+        "ten forged notice pairs sent",
+        Duration::from_secs(30),
+        async || {
+            when(host.log_text(), |l| {
+                l.matches("hostile execute ok").count() >= 10
+            })
+        },
+    )
+    .await
+    .unwrap();
+    let mut heard = Vec::new();
+    while let Ok(Some(n)) = listener.try_recv().await {
+        heard.push(n.payload().to_string());
+        if heard.len() >= 20 {
+            break;
+        }
+    }
+    assert!(
+        heard.iter().filter(|p| *p == "1 leader").count() >= 5
+            && heard.iter().filter(|p| *p == "1 other").count() >= 5,
+        "the forged notices were delivered: {heard:?}"
+    );
+    let log = host.log_text();
+    assert_eq!(
+        leases(&pool).await,
+        before,
+        "a lease changed hands or epoch"
+    );
+    assert!(
+        !log.contains("handoff requested"),
+        "a handoff began:\n{log}"
+    );
+    let terms: i64 = sqlx::query_scalar("SELECT count(*) FROM leasehold_terms")
+        .fetch_one(&pool)
+        .await
+        .unwrap_or(0);
+    assert!(terms <= 2, "{terms} terms recorded: a lease was given up");
 }

@@ -101,10 +101,12 @@ pub enum Event {
         /// The lease.
         lease: String,
     },
-    /// An operator asked the holder of `lease` at `epoch` to hand it over (`leases handoff`):
-    /// if this replica holds it at that epoch, give it up in order now, as [`Event::StepDown`]
-    /// does. A request for another epoch (an earlier holder's, heard late) changes nothing.
-    HandoffRequested {
+    /// A notice that an operator asked the holder of `lease` at `epoch` to hand it over
+    /// (`leases handoff`): if this replica holds it at that epoch, renew now. The notice is only
+    /// a hint to look: on PostgreSQL any role that may connect can send one, so the lease is
+    /// given up only when the renewal's answer, read from the row the request wrote, reports it.
+    /// A notice for another epoch (an earlier holder's, heard late) changes nothing.
+    HandoffNoticed {
         /// The lease.
         lease: String,
         /// The epoch whose holder is asked.
@@ -386,6 +388,9 @@ struct Renewal {
     next_at: Option<Instant>,
     /// The batch in flight: when it was sent and which leases at which epochs it carries.
     in_flight: Option<(Instant, Vec<(String, Epoch)>)>,
+    /// A handoff notice came while a batch was in flight, which may have read the row before
+    /// the request was written: renew again as soon as it returns.
+    again: bool,
 }
 
 /// The state of every lease this replica campaigns for. See the module docs.
@@ -594,7 +599,7 @@ impl Coordinator {
                     state.campaign_now(now);
                 }
             }
-            Event::HandoffRequested { lease, epoch } => self.hand_over(&lease, epoch, fx),
+            Event::HandoffNoticed { lease, epoch } => self.renew_for_notice(&lease, epoch, now),
             Event::StepDown { lease } => self.give_up(&lease, After::Standby, fx),
             Event::Shutdown => {
                 self.shutting_down = true;
@@ -793,7 +798,25 @@ impl Coordinator {
         }
     }
 
-    /// An operator's handoff request for `lease` at `epoch`: the ordered release, if this replica
+    /// A handoff notice for `lease` at `epoch` ([`Event::HandoffNoticed`]): renew now if this
+    /// replica holds it at that epoch, and let the answer decide. A flood of forged notices costs
+    /// a renewal each at most (one per batch in flight), never the lease.
+    fn renew_for_notice(&mut self, lease: &str, epoch: Epoch, now: Instant) {
+        let held = self.leases.get(lease).is_some_and(
+            |state| matches!(state.phase, Phase::Held { epoch: held, .. } if held == epoch),
+        );
+        if !held || self.shutting_down {
+            return;
+        }
+        if self.renewal.in_flight.is_some() {
+            self.renewal.again = true;
+        } else {
+            self.renewal.next_at = Some(now);
+        }
+    }
+
+    /// An operator's handoff request for `lease` at `epoch`, as a renewal read it from the lease's
+    /// row: the ordered release, if this replica
     /// holds it at that epoch and is not giving it up already; then a standby that holds off a
     /// poll, so that another replica takes it.
     pub(super) fn hand_over(&mut self, lease: &str, epoch: Epoch, fx: &mut Vec<Effect>) {

@@ -202,8 +202,8 @@ impl Driver {
                         Event::Resubscribed
                     }
                     Some(ReleaseNotice::HandoffRequested { lease, epoch }) => {
-                        debug!(lease = %lease, epoch, "handoff request notified");
-                        Event::HandoffRequested { lease, epoch }
+                        debug!(lease = %lease, epoch, "handoff notice: renewing now to read the request");
+                        Event::HandoffNoticed { lease, epoch }
                     }
                     None => { notices = None; Event::Tick }
                 },
@@ -237,7 +237,7 @@ impl Driver {
                         batch.push(Event::Resubscribed);
                     }
                     Some(Ok(ReleaseNotice::HandoffRequested { lease, epoch })) => {
-                        batch.push(Event::HandoffRequested { lease, epoch });
+                        batch.push(Event::HandoffNoticed { lease, epoch });
                     }
                     _ => break,
                 }

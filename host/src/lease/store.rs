@@ -239,8 +239,10 @@ pub enum ReleaseNotice {
     Released(String),
     /// The listener (re)connected; notifications may have been missed, so campaign for everything.
     Resubscribed,
-    /// An operator asked the holder of `lease` at `epoch` to hand it over
-    /// ([`LeaseStore::request_handoff`]): if that is this replica, release it in order now.
+    /// Word that an operator asked the holder of `lease` at `epoch` to hand it over
+    /// ([`LeaseStore::request_handoff`]): if that is this replica, renew now, and release in order
+    /// if the renewal reads the request from the row. Not proof of a request by itself: on
+    /// PostgreSQL any role that can connect may send it.
     HandoffRequested {
         /// The lease.
         lease: String,

@@ -24,7 +24,12 @@ impl Coordinator {
         match result {
             Ok(renewed) => {
                 self.observe_clock(sent, now, renewed.db_now, fx);
-                self.renewal.next_at = Some(sent + timing.renew_interval);
+                let again = std::mem::take(&mut self.renewal.again);
+                self.renewal.next_at = Some(if again {
+                    now
+                } else {
+                    sent + timing.renew_interval
+                });
                 let landed: std::collections::HashSet<&str> =
                     renewed.landed.iter().map(String::as_str).collect();
                 let busy: std::collections::HashSet<&str> =
@@ -45,6 +50,7 @@ impl Coordinator {
                 }
             }
             Err(error) => {
+                self.renewal.again = false;
                 self.renewal.next_at = Some(now + timing.retry_interval);
                 let failing: Vec<(String, Epoch)> = batch
                     .into_iter()

@@ -1394,28 +1394,71 @@ fn assert_hands_over(c: &mut Coordinator, fx: &[Effect], lease: &str, epoch: Epo
 }
 
 #[test]
-fn a_handoff_request_for_the_held_epoch_stops_the_plugins_then_releases_and_holds_off() {
+fn a_handoff_notice_alone_gives_up_nothing_it_renews_at_once_and_the_answer_decides() {
+    // On PostgreSQL any role that may connect can send the notice, a plugin's SQL role included:
+    // were the notice enough, such a role could make the holder step down again and again.
     let t0 = Instant::now();
     let mut c = leader("a", 4, t0, ms(10));
     let at = t0 + ms(300);
+    let notice = || Event::HandoffNoticed {
+        lease: "a".into(),
+        epoch: 4,
+    };
+    let fx = c.step(notice(), at);
+    assert!(end_terms(&fx).is_empty(), "{fx:?}");
+    assert_eq!(renewal(&fx).0, [req("a", 4)], "renewed at once");
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(4))));
+    // A forged notice: the row holds no request, the lease is kept and renewed as usual.
+    let fx = c.step(renewed(&["a"], &[], None), at + ms(5));
+    assert!(end_terms(&fx).is_empty(), "{fx:?}");
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(4))));
+    // A real one: the next notice's renewal reads the request from the row.
+    let at = at + ms(50);
+    let fx = c.step(notice(), at);
+    assert_eq!(renewal(&fx).0.len(), 1, "{fx:?}");
     let fx = c.step(
-        Event::HandoffRequested {
-            lease: "a".into(),
-            epoch: 4,
+        Event::RenewDone {
+            result: Ok(Renewed {
+                landed: names(&["a"]),
+                busy: Vec::new(),
+                db_now: None,
+                handoffs: names(&["a"]),
+            }),
         },
-        at,
+        at + ms(5),
     );
-    assert_hands_over(&mut c, &fx, "a", 4, at);
+    assert_hands_over(&mut c, &fx, "a", 4, at + ms(5));
 }
 
 #[test]
-fn a_handoff_request_for_another_epoch_or_lease_changes_nothing() {
+fn a_handoff_notice_heard_during_a_renewal_renews_again_as_soon_as_it_returns() {
+    // The batch in flight may have read the row before the request was written.
+    let t0 = Instant::now();
+    let mut c = leader("a", 4, t0, ms(10));
+    let sent = t0 + ms(1000);
+    assert_eq!(renewal(&c.step(Event::Tick, sent)).0.len(), 1);
+    let notice = Event::HandoffNoticed {
+        lease: "a".into(),
+        epoch: 4,
+    };
+    assert!(c.step(notice, sent + ms(1)).is_empty());
+    let back = sent + ms(5);
+    let fx = c.step(renewed(&["a"], &[], None), back);
+    assert_eq!(renewal(&fx).0, [req("a", 4)], "renewed again at once");
+    // Only once: the renewal after that keeps its cadence.
+    let fx = c.step(renewed(&["a"], &[], None), back + ms(5));
+    assert!(renewals(&fx).is_empty(), "{fx:?}");
+    assert!(renewals(&c.step(Event::Tick, back + ms(6))).is_empty());
+}
+
+#[test]
+fn a_handoff_notice_for_another_epoch_or_lease_changes_nothing() {
     let t0 = Instant::now();
     let mut c = leader("a", 4, t0, ms(10));
     let before = c.next_deadline();
     for (lease, epoch) in [("a", 3), ("a", 5), ("b", 4)] {
         let fx = c.step(
-            Event::HandoffRequested {
+            Event::HandoffNoticed {
                 lease: lease.into(),
                 epoch,
             },
@@ -1430,7 +1473,7 @@ fn a_handoff_request_for_another_epoch_or_lease_changes_nothing() {
     s.step(Event::Tick, t0);
     s.step(campaign_done("a", Ok(None)), t0);
     let fx = s.step(
-        Event::HandoffRequested {
+        Event::HandoffNoticed {
             lease: "a".into(),
             epoch: 4,
         },
