@@ -1,7 +1,7 @@
 //! One line from an error and its causes, for the places an error leaves the program: the
 //! command line's stderr, `/status` and `leasehold check`; and text from outside (a file name, a
 //! flag, a database row) with its control characters escaped, so it stays on its line and cannot
-//! drive the terminal that shows it.
+//! drive the terminal that shows it; text from a guest, also cut to a bounded length.
 
 use std::borrow::Cow;
 use std::error::Error;
@@ -89,6 +89,33 @@ impl<W: fmt::Write> fmt::Write for EscapeControls<W> {
     }
 }
 
+/// The longest text kept from a guest (a log line, an error); longer text is cut so a guest
+/// cannot flood a line or `/status`.
+pub const MAX_GUEST_TEXT: usize = 8 * 1024;
+
+/// Text a guest hands the host (a log line, an error) as the host shows it: at most
+/// [`MAX_GUEST_TEXT`] bytes, on one line, with its control characters escaped as
+/// [`escape_controls`] does, so a guest cannot forge host log lines or bloat `/status`.
+pub fn guest_text(text: String) -> String {
+    // Cut first (the guest may hand over megabytes), escape, then cut what escaping added.
+    let cut = |mut text: String| {
+        if text.len() > MAX_GUEST_TEXT {
+            let mut at = MAX_GUEST_TEXT;
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            text.truncate(at);
+            text.push_str("… (truncated)");
+        }
+        text
+    };
+    let text = cut(text);
+    match escape_controls(&text) {
+        Cow::Borrowed(_) => text,
+        Cow::Owned(escaped) => cut(escaped),
+    }
+}
+
 /// Where a TOML parser stopped and why, without the text around it: a manifest that is a link to
 /// a file of secrets (`/proc/self/environ`), or a config file's line holding a database password,
 /// must not show its content in `/status`, the log or on the command line.
@@ -173,6 +200,23 @@ fn trimmed(number: String, unit: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn guest_text_is_one_bounded_line_that_keeps_its_letters() {
+        use super::{MAX_GUEST_TEXT, guest_text};
+        assert_eq!(guest_text("héllo".into()), "héllo");
+        assert_eq!(
+            guest_text("a\nINFO forged\r\u{1b}[31m".into()),
+            "a\\nINFO forged\\r\\u{1b}[31m"
+        );
+        let long = guest_text("é\n".repeat(100_000));
+        assert!(
+            long.len() <= MAX_GUEST_TEXT + "… (truncated)".len(),
+            "{}",
+            long.len()
+        );
+        assert!(long.ends_with("… (truncated)") && !long.contains('\n'));
+    }
+
     #[test]
     fn a_server_s_source_line_and_a_doubled_prefix_are_left_out() {
         assert_eq!(

@@ -3,6 +3,8 @@
 //! - The crate's layers: no module names a module listed after it in `lib.rs`'s "Layers" list.
 //! - A module's own order: in a module directory whose `mod.rs` states a numbered list of its
 //!   modules the same way (the lease layer's "Order"), no module names a sibling listed after it.
+//! - No cycles: in every module directory, with or without a stated order, no two modules name
+//!   each other, directly or through others.
 //!
 //! Any mention counts: a `use`, a path in an expression, a type, each path of a `use …::{…}`
 //! group, written from `crate::`, `super::` or `self::`, and a name the parent re-exports
@@ -305,31 +307,30 @@ struct Findings {
     upward: Vec<String>,
 }
 
-/// Checks the modules below `dir` (a module path; empty for the crate root) against the order
-/// `parent` (its `lib.rs` or `mod.rs`) states. `files` are the sources below it: a name for the
-/// report, the module path of the file, and its text.
-fn check_order(dir: &[String], parent: &str, files: &[(String, Vec<String>, String)]) -> Findings {
-    let order = stated_order(parent);
+/// One module's mention of a sibling: the module, the sibling, and `file:line` with the path.
+struct SiblingMention {
+    own: String,
+    sibling: String,
+    at: String,
+}
+
+/// Every mention, in the sources below `dir` (a module path; empty for the crate root), of one
+/// child module of `dir` by another: `parent` is `dir`'s `lib.rs`, `mod.rs` or `name.rs`, and
+/// `files` the sources (a name for the report, the module path of the file, and its text).
+fn sibling_mentions(
+    dir: &[String],
+    parent: &str,
+    files: &[(String, Vec<String>, String)],
+) -> Vec<SiblingMention> {
     let (declared, reexports) = children(parent);
-    let rank = |m: &str| order.iter().position(|o| o == m);
-    let mut found = Findings::default();
-    for child in declared.iter().filter(|c| *c != "tests") {
-        if rank(child).is_none() {
-            found.unlisted.push(child.clone());
-        }
-    }
-    for listed in &order {
-        if !declared.contains(listed) {
-            found.stale.push(listed.clone());
-        }
-    }
+    let mut out = Vec::new();
     for (name, module, text) in files {
         let Some(own) = module.get(dir.len()).filter(|_| module.starts_with(dir)) else {
             continue;
         };
-        let Some(own_rank) = rank(own) else {
+        if own == "tests" {
             continue;
-        };
+        }
         for (line, path) in mentions(text, module) {
             if path.len() <= dir.len() || !path.starts_with(dir) {
                 continue;
@@ -342,24 +343,176 @@ fn check_order(dir: &[String], parent: &str, files: &[(String, Vec<String>, Stri
             } else {
                 continue;
             };
-            let said = format!(
-                "{name}:{line}: `{own}` ({}) names `{sibling}`",
-                own_rank + 1
-            );
-            match rank(sibling) {
-                // One finding per line and sibling, with the first path that names it.
-                Some(theirs)
-                    if theirs > own_rank && !found.upward.iter().any(|u| u.starts_with(&said)) =>
-                {
-                    found
-                        .upward
-                        .push(format!("{said} ({}) as `{}`", theirs + 1, path.join("::")))
-                }
-                _ => {}
+            if sibling != own && sibling != "tests" {
+                out.push(SiblingMention {
+                    own: own.clone(),
+                    sibling: sibling.clone(),
+                    at: format!("{name}:{line}: as `{}`", path.join("::")),
+                });
             }
         }
     }
+    out
+}
+
+/// Checks the modules below `dir` against the order `parent` states (see [`sibling_mentions`]).
+fn check_order(dir: &[String], parent: &str, files: &[(String, Vec<String>, String)]) -> Findings {
+    let order = stated_order(parent);
+    let (declared, _) = children(parent);
+    let rank = |m: &str| order.iter().position(|o| o == m);
+    let mut found = Findings::default();
+    for child in declared.iter().filter(|c| *c != "tests") {
+        if rank(child).is_none() {
+            found.unlisted.push(child.clone());
+        }
+    }
+    for listed in &order {
+        if !declared.contains(listed) {
+            found.stale.push(listed.clone());
+        }
+    }
+    for m in sibling_mentions(dir, parent, files) {
+        let (Some(own_rank), Some(theirs)) = (rank(&m.own), rank(&m.sibling)) else {
+            continue;
+        };
+        let (file_line, path) = m.at.split_once(": as ").unwrap_or((&m.at, ""));
+        let said = format!(
+            "{file_line}: `{}` ({}) names `{}`",
+            m.own,
+            own_rank + 1,
+            m.sibling
+        );
+        // One finding per line and sibling, with the first path that names it.
+        if theirs > own_rank && !found.upward.iter().any(|u| u.starts_with(&said)) {
+            found
+                .upward
+                .push(format!("{said} ({}) as {path}", theirs + 1));
+        }
+    }
     found
+}
+
+/// The cycles among the child modules of `dir`: each a list of modules `a → b → … → a`, with
+/// one mention that makes each step. Found as the strongly connected components of the graph
+/// "names a sibling" (Tarjan), so each tangle is reported once however many loops it holds.
+fn cycles(dir: &[String], parent: &str, files: &[(String, Vec<String>, String)]) -> Vec<String> {
+    let mut edges: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for m in sibling_mentions(dir, parent, files) {
+        edges
+            .entry(m.own)
+            .or_default()
+            .entry(m.sibling)
+            .or_insert(m.at);
+    }
+    let nodes: Vec<String> = edges
+        .iter()
+        .flat_map(|(own, to)| std::iter::once(own.clone()).chain(to.keys().cloned()))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let index_of = |n: &str| nodes.iter().position(|m| m == n).expect("a node");
+    let next: Vec<Vec<usize>> = nodes
+        .iter()
+        .map(|n| {
+            edges
+                .get(n)
+                .map(|to| to.keys().map(|t| index_of(t)).collect())
+                .unwrap_or_default()
+        })
+        .collect();
+    let components = strongly_connected(&next);
+    components
+        .into_iter()
+        .filter(|c| c.len() > 1)
+        .map(|component| {
+            let names: Vec<&str> = component.iter().map(|&i| nodes[i].as_str()).collect();
+            let steps: Vec<String> = names
+                .iter()
+                .flat_map(|own| {
+                    edges[*own]
+                        .iter()
+                        .filter(|(to, _)| names.contains(&to.as_str()))
+                        .map(move |(to, at)| format!("  {own} → {to}: {at}"))
+                })
+                .collect();
+            format!("{}:\n{}", names.join(", "), steps.join("\n"))
+        })
+        .collect()
+}
+
+/// Tarjan's strongly connected components of the graph `next` (node → the nodes it points to).
+fn strongly_connected(next: &[Vec<usize>]) -> Vec<Vec<usize>> {
+    struct Walk<'a> {
+        next: &'a [Vec<usize>],
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        stack: Vec<usize>,
+        on_stack: Vec<bool>,
+        counter: usize,
+        out: Vec<Vec<usize>>,
+    }
+    fn visit(w: &mut Walk, v: usize) {
+        w.index[v] = Some(w.counter);
+        w.low[v] = w.counter;
+        w.counter += 1;
+        w.stack.push(v);
+        w.on_stack[v] = true;
+        for &to in &w.next[v] {
+            match w.index[to] {
+                None => {
+                    visit(w, to);
+                    w.low[v] = w.low[v].min(w.low[to]);
+                }
+                Some(i) if w.on_stack[to] => w.low[v] = w.low[v].min(i),
+                Some(_) => {}
+            }
+        }
+        if Some(w.low[v]) == w.index[v] {
+            let mut component = Vec::new();
+            while let Some(top) = w.stack.pop() {
+                w.on_stack[top] = false;
+                component.push(top);
+                if top == v {
+                    break;
+                }
+            }
+            component.sort_unstable();
+            w.out.push(component);
+        }
+    }
+    let n = next.len();
+    let mut w = Walk {
+        next,
+        index: vec![None; n],
+        low: vec![0; n],
+        stack: Vec::new(),
+        on_stack: vec![false; n],
+        counter: 0,
+        out: Vec::new(),
+    };
+    for v in 0..n {
+        if w.index[v].is_none() {
+            visit(&mut w, v);
+        }
+    }
+    w.out
+}
+
+/// The parent of every module directory: `lib.rs`, each `mod.rs`, and each `name.rs` beside a
+/// directory `name/`; with the module path of the directory and the file's text.
+fn parents(
+    src: &Path,
+    files: &[(String, Vec<String>, String)],
+) -> Vec<(Vec<String>, String, String)> {
+    let lib = std::fs::read_to_string(src.join("lib.rs")).expect("reading lib.rs");
+    let mut out = vec![(Vec::new(), "lib.rs".to_string(), lib)];
+    for (name, module, text) in files {
+        let dir = src.join(name.trim_end_matches(".rs"));
+        if name.ends_with("mod.rs") || dir.is_dir() {
+            out.push((module.clone(), name.clone(), text.clone()));
+        }
+    }
+    out
 }
 
 /// Every `.rs` file under `dir`.
@@ -449,6 +602,58 @@ fn no_module_imports_a_sibling_listed_after_it_in_its_parents_order() {
         checked.iter().any(|m| m == "lease"),
         "lease/mod.rs states no order: checked {checked:?}"
     );
+}
+
+#[test]
+fn no_modules_name_each_other_in_a_cycle_anywhere_in_the_crate() {
+    // A stated order rules cycles out where there is one; this covers every other module
+    // directory: two modules that each need the other are one module, or a third is missing.
+    let src = src();
+    let files = read_sources(&src);
+    let mut found = Vec::new();
+    let mut looked = 0;
+    for (dir, name, text) in parents(&src, &files) {
+        looked += 1;
+        for cycle in cycles(&dir, &text, &files) {
+            found.push(format!("below {name}: {cycle}"));
+        }
+    }
+    assert!(looked > 10, "only {looked} module directories found");
+    assert!(found.is_empty(), "module cycles:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_cycle_check_catches_two_modules_naming_each_other() {
+    let parent = "//! A map.\nmod a;\nmod b;\nmod c;\nmod tests;\n";
+    let file = |name: &str, text: &str| {
+        (
+            format!("x/{name}.rs"),
+            vec!["x".to_string(), name.to_string()],
+            text.to_string(),
+        )
+    };
+    let clean = [
+        file("a", "use super::b::B;\n"),
+        file("b", "use super::c::C;\n// super::a::A in a comment\n"),
+        file("c", "pub struct C;\n"),
+        file("tests", "use super::{a, b, c};\n"),
+    ];
+    assert!(cycles(&["x".to_string()], parent, &clean).is_empty());
+    let mut tangled = clean.to_vec();
+    tangled[2] = file("c", "fn f() -> crate::x::a::A { todo!() }\n");
+    let found = cycles(&["x".to_string()], parent, &tangled);
+    assert_eq!(found.len(), 1, "{found:?}");
+    for needle in [
+        "a, b, c",
+        "a → b: x/a.rs:1",
+        "c → a: x/c.rs:1: as `x::a::A`",
+    ] {
+        assert!(
+            found[0].contains(needle),
+            "{needle:?} missing: {}",
+            found[0]
+        );
+    }
 }
 
 #[test]

@@ -20,19 +20,21 @@ pub const POSTGRES_CHECK: &str = "SELECT 1 FROM leasehold_leases
      WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()
      FOR SHARE";
 
-/// [`POSTGRES_CHECK`] for a plugin's session, on the lease store's table in `schema` (see
-/// [`super::sql::identity`]), through `leasehold_fence`: a function of the schema's owner that
-/// runs with its rights, so the plugin's role needs no privilege on the lease table, and that asks
-/// for the host's fence key, so the plugin cannot take the lock itself. The function name is
-/// qualified and the parameters are typed by the driver: neither the role's `search_path` nor a
-/// `SET LOCAL search_path` among the plugin's statements can put a look-alike in front of it.
+/// [`POSTGRES_CHECK`] for a plugin's session, on the lease store's table, through `function`:
+/// [`POSTGRES_FUNCTION`] qualified with the lease store's schema (see [`super::sql::identity`]),
+/// a function of the schema's owner that runs with its rights, so the plugin's role needs no
+/// privilege on the lease table, and that asks for the host's fence key, so the plugin cannot
+/// take the lock itself. With the name qualified and the parameters typed by the driver, neither
+/// the role's `search_path` nor a `SET LOCAL search_path` among the plugin's statements can put
+/// a look-alike in front of it.
 /// Parameters: name, holder, epoch, the fence key, and how long to wait for the row (ms).
-pub fn postgres_check_in(schema: &str) -> String {
-    format!(
-        "SELECT {function}($1, $2, $3, $4, $5)",
-        function = super::sql::identity::qualified(schema, "leasehold_fence")
-    )
+pub fn postgres_check_in(function: &str) -> String {
+    format!("SELECT {function}($1, $2, $3, $4, $5)")
 }
+
+/// The fence function's name, to be qualified with the lease store's schema for
+/// [`postgres_check_in`].
+pub const POSTGRES_FUNCTION: &str = "leasehold_fence";
 
 /// SQLite, inside a `BEGIN IMMEDIATE` transaction (which already holds the only write lock).
 /// Parameters: name, holder, epoch, and the machine clock's now and boot

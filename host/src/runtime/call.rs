@@ -114,7 +114,7 @@ impl CallFailure {
             _ => {
                 // The root cause alone: the outer layers only say "error while executing". It
                 // may carry text of the guest's (a name from its custom sections): shown bounded.
-                let text = super::host::guest_text(error.root_cause().to_string());
+                let text = crate::report::guest_text(error.root_cause().to_string());
                 // The resource limiter's refusal surfaces as an error, not a trap code.
                 if text.contains("forcing trap when growing") {
                     CallFailure::Memory(text)

@@ -151,40 +151,6 @@ impl lease::Host for HostState {
 /// Log lines a guest may write per call: plenty for diagnostics, too few to drown the host's log.
 pub const LOG_LINES_PER_CALL: u32 = 1_000;
 
-/// The longest log message kept from a guest; longer ones are cut so a guest cannot flood a line.
-const MAX_LOG_MESSAGE: usize = 8 * 1024;
-
-/// Text a guest hands the host (a log line, an error) as the host shows it: at most
-/// `MAX_LOG_MESSAGE` bytes, and on one line, with line breaks and other control characters
-/// escaped, so a guest cannot forge host log lines or bloat `/status`.
-pub fn guest_text(text: String) -> String {
-    // Cut first (the guest may hand over megabytes), escape, then cut what escaping added.
-    let cut = |mut text: String| {
-        if text.len() > MAX_LOG_MESSAGE {
-            let mut at = MAX_LOG_MESSAGE;
-            while !text.is_char_boundary(at) {
-                at -= 1;
-            }
-            text.truncate(at);
-            text.push_str("… (truncated)");
-        }
-        text
-    };
-    let text = cut(text);
-    if !text.chars().any(char::is_control) {
-        return text;
-    }
-    let mut escaped = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            escaped.extend(c.escape_default());
-        } else {
-            escaped.push(c);
-        }
-    }
-    cut(escaped)
-}
-
 impl log::Host for HostState {
     fn log(&mut self, level: log::Level, message: String) {
         if self.log_budget == 0 {
@@ -207,7 +173,7 @@ impl log::Host for HostState {
             return;
         }
         let written = message.len();
-        let message = guest_text(message);
+        let message = crate::report::guest_text(message);
         if !self.log_rate.admit(message.len(), written) {
             return;
         }
@@ -292,22 +258,6 @@ mod tests {
             log::Host::log(&mut second, log::Level::Error, line.clone());
             assert_eq!(second.log_rate.dropped(), dropped + 1);
         });
-    }
-
-    #[test]
-    fn guest_text_is_one_bounded_line_that_keeps_its_letters() {
-        assert_eq!(guest_text("héllo".into()), "héllo");
-        assert_eq!(
-            guest_text("a\nINFO forged\r\u{1b}[31m".into()),
-            "a\\nINFO forged\\r\\u{1b}[31m"
-        );
-        let long = guest_text("é\n".repeat(100_000));
-        assert!(
-            long.len() <= MAX_LOG_MESSAGE + "… (truncated)".len(),
-            "{}",
-            long.len()
-        );
-        assert!(long.ends_with("… (truncated)") && !long.contains('\n'));
     }
 
     /// A log sink the test reads back.

@@ -4,7 +4,7 @@
 //! repeat them.
 //!
 //! Nothing of it accumulates: a [`LineSink`] keeps only the line being written, cut at
-//! [`MAX_LINE_BYTES`], and logs each whole line through [`super::host::guest_text`]. Each call
+//! [`MAX_LINE_BYTES`], and logs each whole line through [`crate::report::guest_text`]. Each call
 //! may log [`LINES_PER_CALL`] lines and [`BYTES_PER_CALL`] bytes per stream, and the plugin no
 //! more than its rate across calls ([`super::rate`]); the rest are counted, and reported with the
 //! plugin's other dropped output. Writes never fail, so a guest may print forever (until its
@@ -173,7 +173,7 @@ impl Lines {
             if tail.len() == TAIL_LINES {
                 tail.pop_front();
             }
-            tail.push_back(super::host::guest_text(
+            tail.push_back(crate::report::guest_text(
                 cut(text.trim_end(), TAIL_LINE_BYTES).to_string(),
             ));
         }
@@ -193,7 +193,7 @@ impl Lines {
         if overlong {
             text.push_str("… (truncated)");
         }
-        let line = super::host::guest_text(text);
+        let line = crate::report::guest_text(text);
         if !self.rate.admit(line.len(), written) {
             return;
         }

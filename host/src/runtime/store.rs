@@ -351,7 +351,7 @@ impl PluginStore {
         }
         let result = match outcome {
             Ok(Ok(Ok(value))) => Ok(value),
-            Ok(Ok(Err(message))) => Err(CallFailure::Returned(host::guest_text(message))),
+            Ok(Ok(Err(message))) => Err(CallFailure::Returned(crate::report::guest_text(message))),
             Ok(Err(error)) => Err(CallFailure::classify(error, timeout, interrupted)),
             Err(failure) => Err(failure),
         };

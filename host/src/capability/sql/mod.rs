@@ -329,7 +329,10 @@ impl SqlGrant {
                             "sql grant: the lease database; writes are fenced"
                         );
                         Ok(Some(FenceCheck {
-                            sql: fence::postgres_check_in(&lease_db.schema),
+                            sql: fence::postgres_check_in(&identity::qualified(
+                                &lease_db.schema,
+                                fence::POSTGRES_FUNCTION,
+                            )),
                             key: lease_db.fence_key.clone(),
                         }))
                     }
