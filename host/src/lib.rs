@@ -19,13 +19,15 @@
 //! 5. [`capability`]: what plugins may be granted: fenced kv, sql, events;
 //! 6. [`runtime`]: the WebAssembly engine, compiled components, stores and guarded calls;
 //! 7. [`plugin`]: the plugin directory: plugin names, loading files and watching for changes;
-//! 8. [`supervisor`]: plugins bound to the lifecycle of their lease;
-//! 9. [`http`]: `/healthz`, `/readyz`, `/status`, `/metrics` and the page, from one snapshot of
-//!    the store, on a thread of its own, bounded and answering only to its own names;
-//! 10. [`config`]: the settings of `leasehold run`, from file, environment and flags;
-//! 11. [`app`]: the composition root: one running host, started from a config and shut down in
+//! 8. [`process`]: OS processes under a lease, run by a keeper process that holds their deadline
+//!    apart from the host;
+//! 9. [`supervisor`]: plugins bound to the lifecycle of their lease;
+//! 10. [`http`]: `/healthz`, `/readyz`, `/status`, `/metrics` and the page, from one snapshot of
+//!     the store, on a thread of its own, bounded and answering only to its own names;
+//! 11. [`config`]: the settings of `leasehold run`, from file, environment and flags;
+//! 12. [`app`]: the composition root: one running host, started from a config and shut down in
 //!     order;
-//! 12. [`cli`]: the command line (`run`, `check`, `leases`, …): flags, signals and exit codes.
+//! 13. [`cli`]: the command line (`run`, `check`, `leases`, …): flags, signals and exit codes.
 
 pub mod app;
 pub mod capability;
@@ -36,6 +38,7 @@ pub mod lease;
 pub mod manifest;
 pub mod metrics;
 pub mod plugin;
+pub mod process;
 pub mod report;
 pub mod runtime;
 pub mod supervisor;

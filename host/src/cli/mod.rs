@@ -84,6 +84,9 @@ pub enum Command {
     /// A plugin project's loop: on each change of its sources, run ./build.sh, check NAME.wasm
     /// as `check` does, and copy it with NAME.toml into the plugin directory if it passes.
     Dev(dev::DevArgs),
+    /// The keeper of one process under a lease: started by the host, never by hand.
+    #[command(hide = true)]
+    Keeper(KeeperArgs),
 }
 
 /// `leasehold config …`.
@@ -92,6 +95,26 @@ pub enum ConfigCommand {
     /// Validate a config file (with LEASEHOLD_* variables and flags applied) and print the
     /// effective configuration, password redacted; exit 1 when it is invalid.
     Check(admin::ConfigCheckArgs),
+}
+
+/// Flags of the hidden `leasehold keeper` ([`crate::process::keeper`]).
+#[derive(Debug, Args)]
+pub struct KeeperArgs {
+    /// The stop signal's number.
+    #[arg(long, default_value_t = 15)]
+    pub signal: i32,
+    /// Milliseconds between the stop signal and SIGKILL.
+    #[arg(long, default_value_t = 0)]
+    pub grace_ms: u64,
+    /// The first deadline: a reading of CLOCK_MONOTONIC in nanoseconds.
+    #[arg(long, default_value_t = 0)]
+    pub until: u64,
+    /// Start as the keeper's child: become the command (the keeper's pid).
+    #[arg(long)]
+    pub child_of: Option<u32>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 /// Flags of `leasehold check`.
@@ -176,6 +199,10 @@ pub fn main() -> ExitCode {
             None => e.exit(),
         },
     };
+    // The keeper logs nothing and needs no async runtime: it keeps time on threads of its own.
+    if let Command::Keeper(args) = cli.command {
+        return keeper(args);
+    }
     let format = cli
         .log_format
         .or_else(|| file_log_format(&cli.command))
@@ -203,6 +230,7 @@ pub fn main() -> ExitCode {
             Command::Config(ConfigCommand::Check(args)) => admin::config_check(args),
             Command::New(args) => new::run(args),
             Command::Dev(args) => dev::run(args).await,
+            Command::Keeper(_) => Ok(ExitCode::FAILURE),
         }
     });
     // Store calls abandoned at a timeout may still be parked on a socket: do not wait for them.
@@ -237,6 +265,24 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `leasehold keeper`: the keeper itself, or, with `--child-of`, its child's own start.
+fn keeper(args: KeeperArgs) -> ExitCode {
+    use crate::process::keeper;
+    if let Some(parent) = args.child_of {
+        return keeper::exec_child(parent, &args.command);
+    }
+    let Some(signal) = rustix::process::Signal::from_named_raw(args.signal) else {
+        eprintln!("leasehold keeper: no signal numbered {}", args.signal);
+        return ExitCode::from(2);
+    };
+    keeper::run(keeper::Settings {
+        signal,
+        grace: Duration::from_millis(args.grace_ms),
+        until: args.until,
+        command: args.command,
+    })
 }
 
 /// For a value clap refused that came from a `LEASEHOLD_*` variable rather than the flag it

@@ -1,0 +1,13 @@
+//! Any OS process under a lease: the keeper that runs it and holds its deadline apart from the
+//! host, so that the process is stopped before another replica can take the lease over even when
+//! the host is frozen or killed.
+//!
+//! Order (each module may use only those listed before it; `host/tests/layers.rs` checks):
+//!
+//! 1. [`protocol`]: the lines the host and a keeper exchange: orders, reports, output;
+//! 2. [`tree`]: the keeper's process tree, found through `/proc` and killed without cgroups;
+//! 3. [`keeper`]: the keeper process itself, and the child's own start under it.
+
+pub mod keeper;
+pub mod protocol;
+pub mod tree;
