@@ -2,6 +2,8 @@
 //! variables and flags (clap reads those two), each layer overriding the one before. The file and
 //! the flags are the same type, [`Layer`], so a setting is declared once for both.
 
+pub mod process;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -87,6 +89,9 @@ pub enum ConfigError {
     /// The admin token file cannot be used: the file, and what to do about it.
     #[error(transparent)]
     AdminToken(#[from] AdminTokenError),
+    /// A `[[process]]` table cannot run: which, and why.
+    #[error(transparent)]
+    Process(#[from] process::ProcessError),
 }
 
 /// The `[timing]` table of a [`Layer`]; every key optional, missing ones derived from the ttl.
@@ -260,6 +265,10 @@ pub struct Layer {
     /// `LEASEHOLD_LOG_FORMAT` are global flags of every command, and win over it).
     #[arg(skip)]
     pub log_format: Option<LogFormat>,
+    /// OS processes bound to leases: `[[process]]` tables (`leasehold exec` adds one).
+    #[serde(default)]
+    #[arg(skip)]
+    pub process: Vec<process::ProcessLayer>,
 }
 
 /// Log output formats.
@@ -481,6 +490,9 @@ pub struct Config {
     pub timing: Timing,
     /// The WebAssembly engine.
     pub runtime: RuntimeConfig,
+    /// The OS processes bound to leases.
+    #[serde(rename = "process", skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<crate::process::bound::BoundProcess>,
 }
 
 /// The `[runtime]` table of the effective configuration.
@@ -654,6 +666,15 @@ impl Config {
             .or(file.admin_token_file)
             .map(|path| AdminToken::read(&path))
             .transpose()?;
+        // Both layers' tables: the file's, and the one `leasehold exec` adds.
+        let group_names: Vec<String> = groups.iter().map(|g| g.name.clone()).collect();
+        let processes = process::resolve(
+            file.process.into_iter().chain(flags.process).collect(),
+            &leases,
+            &group_names,
+            &timing,
+            std::env::var_os("PATH").as_deref(),
+        )?;
         Ok(Config {
             database_url,
             replica_id,
@@ -686,6 +707,7 @@ impl Config {
                 // (docs/ARCHITECTURE.md §7.5).
                 fuel: flags.runtime.fuel.or(file.runtime.fuel).unwrap_or(true),
             },
+            processes,
         })
     }
 }

@@ -8,8 +8,11 @@
 //! 2. [`tree`]: the keeper's process tree, found through `/proc` and killed without cgroups;
 //! 3. [`keeper`]: the keeper process itself, and the child's own start under it;
 //! 4. [`handle`]: the host's side of a keeper: start it, send deadlines and the stop, read
-//!    reports.
+//!    reports;
+//! 5. [`bound`]: a process the operator bound to a lease: its command, stop signal, grace and
+//!    what its own exit means, and the graces the lease timing allows.
 
+pub mod bound;
 pub mod handle;
 pub mod keeper;
 pub mod protocol;
