@@ -50,6 +50,9 @@ pub enum AppError {
         #[source]
         source: std::io::Error,
     },
+    /// This program's own file cannot be found, to run as the keeper of a bound process.
+    #[error("cannot find this program's own file, to run as a process's keeper: {0}")]
+    Keeper(#[source] std::io::Error),
     /// The HTTP endpoint's thread could not be started.
     #[error("cannot start the HTTP thread: {0}")]
     HttpThread(#[source] std::io::Error),
@@ -179,6 +182,10 @@ pub struct App {
     /// cancelled and its health checks have stopped (reconcilers stop with their terms, which the
     /// driver waits for).
     supervisor: Option<JoinHandle<()>>,
+    /// One task per bound process, following its lease's terms; they return once the root
+    /// token is cancelled (each term's run is under the term's tracker, which the release
+    /// waits for).
+    processes: Vec<JoinHandle<()>>,
     /// The group runner, when groups are configured: it returns once it has left its groups.
     groups: Option<JoinHandle<()>>,
     /// Every task above: shutdown waits for all of them, so none outlives the app.
@@ -274,6 +281,23 @@ impl App {
             }
             None => (None, None, None),
         };
+        // OS processes bound to leases, each under a keeper that is this very program.
+        let mut processes = Vec::new();
+        if !config.processes.is_empty() {
+            let keeper = std::env::current_exe().map_err(AppError::Keeper)?;
+            let board = plugins
+                .clone()
+                .unwrap_or_else(|| StatusBoard::new(metrics.clone()));
+            for bound in &config.processes {
+                processes.push(tasks.spawn(crate::supervisor::exec::follow(
+                    Arc::new(bound.clone()),
+                    leases.clone(),
+                    keeper.clone(),
+                    board.clone(),
+                    root.clone(),
+                )));
+            }
+        }
         let http_stop = CancellationToken::new();
         let mut state = AppState::new(leases.clone(), plugins.clone(), metrics.clone());
         if let Some(token) = config.admin_token.clone() {
@@ -303,6 +327,7 @@ impl App {
             http,
             driver,
             supervisor,
+            processes,
             groups,
             tasks,
             _plugin_set: plugin_set,
@@ -363,10 +388,16 @@ impl App {
             _ = tokio::time::sleep_until(deadline) => Ok(false),
         };
         // Both end with the root token; what the grace has left bounds the wait.
+        let processes = std::mem::take(&mut self.processes)
+            .into_iter()
+            .map(|task| ("a bound process", Some(task)));
         for (what, task) in [
             ("the supervisor", self.supervisor.take()),
             ("the group runner", self.groups.take()),
-        ] {
+        ]
+        .into_iter()
+        .chain(processes)
+        {
             let Some(task) = task else { continue };
             match tokio::time::timeout_at(deadline, task).await {
                 Ok(Ok(())) => {}

@@ -65,6 +65,9 @@ pub const REPEATED_SIGNAL_WINDOW: Duration = Duration::from_secs(1);
 pub enum Command {
     /// Campaign for leases and hold them until stopped (SIGTERM/SIGINT release them in order).
     Run(RunArgs),
+    /// Run a command under a lease: started when this replica takes the lease, stopped (its
+    /// whole process tree) before any other replica can take it over.
+    Exec(ExecArgs),
     /// Validate a plugin: compile it and report the world it implements, or what is wrong.
     Check(CheckArgs),
     /// Inspect the lease table, or break a lease's hold by hand.
@@ -140,6 +143,31 @@ pub struct RunArgs {
     /// The settings given as flags and `LEASEHOLD_*` variables: the same keys as the file.
     #[command(flatten)]
     pub settings: Layer,
+}
+
+/// Flags of `leasehold exec`: those of `run`, the way to stop the command, and the command.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Everything `run` takes; give --lease once: the lease the command runs under.
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// The signal that asks the command to stop [default: SIGTERM].
+    #[arg(long)]
+    pub stop_signal: Option<String>,
+    /// How long the command has between that signal and SIGKILL of its process tree, e.g. 5s
+    /// [default: half of what the lease timing allows, at most 10s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub grace: Option<Duration>,
+    /// What the command's own exit means: release (another replica may run it) or restart
+    /// [default: release].
+    #[arg(long, value_parser = ["release", "restart"])]
+    pub on_exit: Option<String>,
+    /// With --on-exit restart: exits in a row before the lease is given up [default: 5].
+    #[arg(long)]
+    pub max_failures: Option<u32>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }
 
 /// `leasehold leases …`.
@@ -218,6 +246,7 @@ pub fn main() -> ExitCode {
     let outcome = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run(args).await,
+            Command::Exec(args) => exec(args).await,
             Command::Check(args) => check(args),
             Command::Leases(LeasesCommand::List(args)) => {
                 admin::list(args).await.map(|()| ExitCode::SUCCESS)
@@ -265,6 +294,41 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `leasehold exec`: `run` with one `[[process]]` table made of its flags.
+async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let ExecArgs {
+        mut run,
+        stop_signal,
+        grace,
+        on_exit,
+        max_failures,
+        command,
+    } = args;
+    let lease = match run.settings.leases.as_deref() {
+        Some([one]) => one.clone(),
+        _ => anyhow::bail!(
+            "leasehold exec runs its command under one lease: give --lease NAME once (a config file's [[process]] tables bind several)"
+        ),
+    };
+    let on_exit = on_exit.map(|o| match o.as_str() {
+        "restart" => crate::process::bound::OnExit::Restart,
+        _ => crate::process::bound::OnExit::Release,
+    });
+    run.settings
+        .process
+        .push(crate::config::process::ProcessLayer {
+            name: None,
+            lease: Some(lease),
+            group: None,
+            command,
+            stop_signal,
+            grace,
+            on_exit,
+            max_failures,
+        });
+    self::run(run).await
 }
 
 /// `leasehold keeper`: the keeper itself, or, with `--child-of`, its child's own start.
@@ -336,7 +400,7 @@ fn from_variable(
 /// read says so later, in the format of the flags.
 fn file_log_format(command: &Command) -> Option<LogFormat> {
     let path = match command {
-        Command::Run(args) => args.config.as_ref(),
+        Command::Run(args) | Command::Exec(ExecArgs { run: args, .. }) => args.config.as_ref(),
         Command::Config(ConfigCommand::Check(args)) => {
             args.file.as_ref().or(args.run.config.as_ref())
         }

@@ -341,7 +341,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let plain = dir.path().join("plain");
         std::fs::write(&plain, "#!/bin/sh\n").unwrap();
-        let text = format!("name = \"w\"\ncommand = [{:?}]", plain.display().to_string());
+        let text = format!(
+            "name = \"w\"\ncommand = [{:?}]",
+            plain.display().to_string()
+        );
         let error = refused(&text, &["nightly"], &[]);
         assert!(
             error.contains("invalid process \"w\": command ")

@@ -159,6 +159,12 @@ impl Term {
         *self.safe_until.borrow()
     }
 
+    /// The term's deadline as renewals move it, for work that must pass it on (a process's
+    /// keeper keeps it apart from the host).
+    pub fn deadlines(&self) -> watch::Receiver<Instant> {
+        self.safe_until.clone()
+    }
+
     /// Whether work of this term may run at `now`: the term has not ended and its local deadline
     /// is still ahead on the monotonic clock.
     ///

@@ -48,6 +48,10 @@ pub enum CallFailure {
     /// Any other trap (unreachable, a panic, out-of-bounds access, ...).
     #[error("trapped: {0}")]
     Trap(String),
+    /// An OS process bound to a lease ended (its whole run is its one call), or could not
+    /// start: how, in the host's words.
+    #[error("{0}")]
+    Exited(String),
     /// The call was refused before it entered the guest, or stopped while it ran, because its
     /// term is over (or the plugin retired). `entered` tells whether guest code had started.
     #[error("cancelled: {}", .reason.describe())]
@@ -69,6 +73,7 @@ impl CallFailure {
             CallFailure::Memory(_) => "memory",
             CallFailure::StackOverflow => "stack",
             CallFailure::Trap(_) => "trap",
+            CallFailure::Exited(_) => "exit",
             CallFailure::Cancelled { .. } => "cancelled",
         }
     }

@@ -16,8 +16,10 @@
 //!   each role a `Work`;
 //! - [`policy`]: what a failed or cancelled call means: backoff, fresh instance, quarantine;
 //! - [`status`]: what `/status` shows of each plugin;
-//! - `workers`: one task per plugin file, in step with the plugin set.
+//! - `workers`: one task per plugin file, in step with the plugin set;
+//! - [`exec`]: OS processes bound to leases, each term's run a `Work`.
 
+pub mod exec;
 mod health;
 mod instance;
 pub mod policy;

@@ -35,6 +35,15 @@ pub(super) trait Work {
     /// renewal moved the deadline), `false` when the work is over.
     async fn resumed(&mut self) -> bool;
 
+    /// Hears that the policy quarantined the work after `failures` in a row: says so. A kind
+    /// of work that means something else by it (a process gives its lease up) says that.
+    fn quarantined(&mut self, failures: u32) {
+        warn!(
+            failures,
+            "plugin quarantined until the next term or a new file; its instance and store are dropped"
+        );
+    }
+
     /// Stops a started instance. Dropping it is a forced stop; a kind whose work outlives a drop
     /// (a process) ends it here.
     async fn stop(&mut self, running: Self::Running) {
@@ -149,10 +158,7 @@ async fn judge<W: Work>(
         Next::Quarantine => {
             // The driver ends here and the instance is stopped, dropping its store and their
             // memory: a quarantined plugin holds nothing until the next term or a new file.
-            warn!(
-                failures = failures.count(),
-                "plugin quarantined until the next term or a new file; its instance and store are dropped"
-            );
+            work.quarantined(failures.count());
             shown.show(PluginState::Quarantined);
             Then::End
         }

@@ -1,0 +1,306 @@
+//! OS processes bound to leases: on each term of a lease (or of each shard of a group held
+//! here), the process runs under a keeper ([`crate::process`]) as a [`Work`]. Every renewal's
+//! deadline goes to the keeper, less [`KILL_MARGIN`]; the term's end stops the process in order
+//! (its stop signal, SIGKILL of its tree after the grace) before the term's tracker lets the
+//! release go ahead. The [`drive`] loop's policy treats an exit as a failure: with
+//! `on_exit = "release"` the lease is given up at the first, with `"restart"` the process starts
+//! again after a backoff and the lease is given up after `max_failures` in a row.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info, info_span, warn};
+
+use super::policy::{BACKOFF_BASE, BACKOFF_MAX, Failures, Policy, Step};
+use super::status::StatusBoard;
+use super::work::{Work, drive};
+use crate::lease::{Leases, Term};
+use crate::manifest::Binding;
+use crate::process::bound::{BoundProcess, KILL_MARGIN, OnExit, signal_name};
+use crate::process::handle::Kept;
+use crate::process::protocol::{Ended, Report, Why};
+use crate::runtime::{CallFailure, Cancel};
+
+/// Runs `bound` on every term of its lease (or of each shard of its group) until `shutdown`.
+pub async fn follow(
+    bound: Arc<BoundProcess>,
+    leases: Arc<Leases>,
+    keeper: PathBuf,
+    board: StatusBoard,
+    shutdown: CancellationToken,
+) {
+    let names: Vec<String> = match &bound.binding {
+        Binding::Lease(lease) => vec![lease.to_string()],
+        Binding::Group(_) => leases
+            .lease_names()
+            .filter(|l| bound.binding.covers(l))
+            .map(str::to_string)
+            .collect(),
+    };
+    let tasks = tokio_util::task::TaskTracker::new();
+    for lease in names {
+        let (bound, leases, keeper, board, stop) = (
+            bound.clone(),
+            leases.clone(),
+            keeper.clone(),
+            board.clone(),
+            shutdown.clone(),
+        );
+        tasks.spawn(async move { follow_lease(bound, &lease, leases, keeper, board, stop).await });
+    }
+    tasks.close();
+    tasks.wait().await;
+}
+
+/// Runs `bound` on each term of `lease`, one after another.
+async fn follow_lease(
+    bound: Arc<BoundProcess>,
+    lease: &str,
+    leases: Arc<Leases>,
+    keeper: PathBuf,
+    board: StatusBoard,
+    shutdown: CancellationToken,
+) {
+    let Some(mut leadership) = leases.subscribe(lease) else {
+        return;
+    };
+    loop {
+        let term = leadership.borrow_and_update().term.clone();
+        if let Some(term) = term.filter(|t| !t.is_cancelled()) {
+            let span =
+                info_span!("process", process = %bound.name, lease = %lease, epoch = term.epoch);
+            let exec = Exec::new(bound.clone(), term.clone(), leases.clone(), keeper.clone());
+            let board = board.clone();
+            // Under the term's tracker: the release waits until the process is gone.
+            let task = term.spawn(exec.run(board).instrument(span));
+            tokio::select! {
+                _ = task => {}
+                _ = shutdown.cancelled() => return,
+            }
+            // One run a term: wait for the next.
+            tokio::select! {
+                _ = term.cancelled() => {}
+                _ = shutdown.cancelled() => return,
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = leadership.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+/// One process in one term.
+struct Exec {
+    /// What to run.
+    bound: Arc<BoundProcess>,
+    /// The term it runs under.
+    term: Term,
+    /// The term's deadline as renewals move it.
+    deadlines: watch::Receiver<Instant>,
+    /// To give the lease up when the process says so.
+    leases: Arc<Leases>,
+    /// This binary, run as the keeper.
+    keeper: PathBuf,
+    /// The environment the child gets on top of the host's (less the host's settings).
+    env: Vec<(&'static str, String)>,
+}
+
+impl Exec {
+    fn new(bound: Arc<BoundProcess>, term: Term, leases: Arc<Leases>, keeper: PathBuf) -> Self {
+        let mut env = vec![
+            ("LEASEHOLD_LEASE", term.lease.clone()),
+            ("LEASEHOLD_EPOCH", term.epoch.to_string()),
+            ("LEASEHOLD_HOLDER", leases.holder().to_string()),
+        ];
+        if let (Binding::Group(group), Some(shard)) = (
+            &bound.binding,
+            term.lease
+                .rsplit_once('/')
+                .map(|(_, shard)| shard.to_string()),
+        ) {
+            env.push(("LEASEHOLD_GROUP", group.clone()));
+            env.push(("LEASEHOLD_SHARD", shard));
+        }
+        Exec {
+            deadlines: term.deadlines(),
+            bound,
+            term,
+            leases,
+            keeper,
+            env,
+        }
+    }
+
+    /// Drives the process until the term ends, or its exits give the lease up.
+    async fn run(mut self, board: StatusBoard) {
+        let policy = match self.bound.on_exit {
+            OnExit::Release => Policy {
+                quarantine_after: Some(1),
+                backoff_base: BACKOFF_BASE,
+                backoff_max: BACKOFF_MAX,
+            },
+            OnExit::Restart => Policy {
+                quarantine_after: Some(self.bound.max_failures),
+                backoff_base: BACKOFF_BASE,
+                backoff_max: BACKOFF_MAX,
+            },
+        };
+        let mut failures = Failures::new(policy);
+        let name = self.bound.name.clone();
+        drive(&mut self, &mut failures, &board, &name).await;
+        if failures.quarantined() && !self.term.is_cancelled() {
+            warn!(
+                exits = failures.count(),
+                on_exit = %self.bound.on_exit,
+                "giving the lease up: another replica may run the process"
+            );
+            self.leases.step_down(&self.term.lease);
+        }
+    }
+
+    /// The keeper's deadline: the term's, less the time its kill takes.
+    fn kill_at(&self) -> Instant {
+        let safe_until = *self.deadlines.borrow();
+        safe_until.checked_sub(KILL_MARGIN).unwrap_or(safe_until)
+    }
+
+    /// Logs a line the child wrote.
+    fn output(&self, err: bool, text: &str, cut: u64) {
+        let stream = if err { "stderr" } else { "stdout" };
+        let text = crate::report::escape_controls(text);
+        match cut {
+            0 => info!(stream, "{text}"),
+            cut => info!(stream, cut, "{text} … ({cut} bytes cut)"),
+        }
+    }
+
+    /// Logs what the keeper did.
+    fn keeper_said(&self, report: &Report) {
+        let signal = signal_name(self.bound.spec.signal);
+        match report {
+            Report::Signalled(Why::Deadline) => warn!(
+                signal = %signal,
+                "renewals have not landed: the process was sent its stop signal ahead of the lease's deadline"
+            ),
+            Report::Signalled(_) => info!(signal = %signal, "process asked to stop"),
+            Report::Killed(why) => warn!(%why, "process tree killed"),
+            _ => {}
+        }
+    }
+}
+
+impl Work for Exec {
+    type Running = Kept;
+
+    async fn start(&mut self) -> Result<Kept, CallFailure> {
+        let until = self.kill_at();
+        if self.term.is_cancelled() || Instant::now() >= until {
+            return Err(CallFailure::Cancelled {
+                reason: if self.term.is_cancelled() {
+                    Cancel::TermEnded
+                } else {
+                    Cancel::Deadline
+                },
+                entered: false,
+            });
+        }
+        let mut kept = Kept::spawn(&self.keeper, &self.bound.spec, &self.env, until)
+            .map_err(|e| CallFailure::Exited(e.to_string()))?;
+        match kept.report().await {
+            Some(Report::Started(pid)) => {
+                info!(pid, "process started");
+                Ok(kept)
+            }
+            Some(Report::NotStarted(why)) => {
+                Err(CallFailure::Exited(format!("cannot start: {why}")))
+            }
+            other => Err(CallFailure::Exited(format!(
+                "the keeper ended before the process started ({other:?})"
+            ))),
+        }
+    }
+
+    async fn next(&mut self, kept: &mut Kept) -> Option<Result<(), CallFailure>> {
+        let mut deadline_killed = false;
+        loop {
+            tokio::select! {
+                biased;
+                _ = self.term.cancelled() => return None,
+                changed = self.deadlines.changed() => {
+                    if changed.is_ok() {
+                        let until = self.kill_at();
+                        if let Err(e) = kept.extend(until).await {
+                            warn!("cannot pass the new deadline on: {e}");
+                        }
+                    }
+                }
+                report = kept.report() => match report {
+                    Some(Report::Output { err, text, cut }) => self.output(err, &text, cut),
+                    Some(Report::Exited(ended)) => {
+                        info!(%ended, "process exited");
+                        // Killed at the deadline a renewal did not move: the term's to resume.
+                        if deadline_killed {
+                            return Some(Err(CallFailure::Cancelled {
+                                reason: Cancel::Deadline,
+                                entered: true,
+                            }));
+                        }
+                        return Some(Err(CallFailure::Exited(match ended {
+                            Ended::Code(code) => format!("exited with code {code}"),
+                            Ended::Signal(signal) => format!("ended by signal {signal}"),
+                        })));
+                    }
+                    Some(report) => {
+                        deadline_killed |= report == Report::Killed(Why::Deadline);
+                        self.keeper_said(&report);
+                    }
+                    None => {
+                        return Some(Err(CallFailure::Exited("its keeper ended".to_string())));
+                    }
+                },
+            }
+        }
+    }
+
+    fn judged(&mut self, _: Step, outcome: Result<(), &CallFailure>, failures: &mut Failures) {
+        if let Err(failure @ CallFailure::Exited(_)) = outcome {
+            warn!(exits = failures.count(), "process {failure}");
+        }
+    }
+
+    /// The exits the policy allows are spent: [`Exec::run`] gives the lease up and says so.
+    fn quarantined(&mut self, _: u32) {}
+
+    async fn over(&mut self) {
+        self.term.cancelled().await;
+    }
+
+    async fn resumed(&mut self) -> bool {
+        self.term.resumed().await
+    }
+
+    /// The ordered stop: the stop signal, SIGKILL of the tree after the grace; the keeper's
+    /// reports are logged until it is gone. The keeper keeps its deadline meanwhile, so even a
+    /// host that stalls here has the tree dead by `safe_until`.
+    async fn stop(&mut self, mut kept: Kept) {
+        let asked = Instant::now();
+        if kept.stop().await.is_err() {
+            kept.kill();
+        }
+        while let Some(report) = kept.report().await {
+            match report {
+                Report::Output { err, text, cut } => self.output(err, &text, cut),
+                Report::Exited(ended) => info!(%ended, "process exited"),
+                Report::Gone => {
+                    info!(took = ?asked.elapsed(), "process stopped: no process of its tree is left");
+                }
+                report => self.keeper_said(&report),
+            }
+        }
+        let _ = kept.wait().await;
+    }
+}
