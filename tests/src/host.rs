@@ -68,6 +68,8 @@ pub struct HostBuilder {
     pub(crate) dir: Option<PathBuf>,
     /// Leave the HTTP address to the host's default (process only): no `--http 127.0.0.1:0`.
     pub(crate) default_http: bool,
+    /// `leasehold exec … -- COMMAND` instead of `leasehold run` (process only).
+    pub(crate) exec: Option<Vec<String>>,
 }
 
 impl HostBuilder {
@@ -141,6 +143,12 @@ impl HostBuilder {
         self
     }
 
+    /// Starts `leasehold exec … -- COMMAND` instead of `leasehold run …` (process only).
+    pub fn exec(mut self, command: &[&str]) -> Self {
+        self.exec = Some(command.iter().map(|a| a.to_string()).collect());
+        self
+    }
+
     /// Starts `leasehold run --http 127.0.0.1:0 --replica-id NAME …` (the test's own `--http`
     /// instead, if its arguments have one) and waits until it serves HTTP.
     pub async fn spawn(self) -> anyhow::Result<Host> {
@@ -156,7 +164,7 @@ impl HostBuilder {
             }
             None => Command::new(binary()?),
         };
-        cmd.arg("run");
+        cmd.arg(if self.exec.is_some() { "exec" } else { "run" });
         let config_dir = match &self.config {
             Some(text) => {
                 let dir = tempfile::tempdir()?;
@@ -190,6 +198,9 @@ impl HostBuilder {
             cmd.args(["--http", "127.0.0.1:0"]);
         }
         cmd.args(["--replica-id", &self.name]);
+        if let Some(command) = &self.exec {
+            cmd.arg("--").args(command);
+        }
         // Defaults first, so that a test's own `.env("RUST_LOG", …)` wins.
         cmd.env("RUST_LOG", "info")
             .env("RUST_BACKTRACE", "0")

@@ -1,0 +1,190 @@
+//! `leasehold exec` from outside: two real hosts on a real PostgreSQL, each running the same shell
+//! worker under lease `nightly`. The worker and a grandchild it double-forks into a session of
+//! its own append `EPOCH start|alive|stop NANOS` lines to one file; the file is the recorded
+//! history. Whatever happens to the holder — SIGTERM, SIGKILL of the host process alone,
+//! SIGSTOP of the host process alone past the ttl — no line of an epoch is written after the
+//! first line of the next.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use leasehold_tests::eventually::{eventually, when};
+use leasehold_tests::host::{Host, HostBuilder};
+
+const TTL: Duration = Duration::from_secs(2);
+
+/// The worker: a start line, then a heartbeat every 50 ms from itself and from a grandchild
+/// that left its session; a stop line on SIGTERM.
+const WORKER: &str = r#"log=$1
+say() { echo "$LEASEHOLD_EPOCH $1 $(date +%s%N)" >> "$log"; }
+say start
+trap 'say stop; exit 0' TERM
+(setsid sh -c 'while :; do echo "$LEASEHOLD_EPOCH alive $(date +%s%N)" >> "$0"; sleep 0.05; done' "$log" &)
+while :; do say alive; sleep 0.05; done"#;
+
+/// One line of the history.
+#[derive(Debug, Clone, Copy)]
+struct Line {
+    epoch: i64,
+    what: &'static str,
+    at: u128,
+}
+
+fn history(file: &Path) -> Vec<Line> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut parts = l.split(' ');
+            let epoch = parts.next()?.parse().ok()?;
+            let what = match parts.next()? {
+                "start" => "start",
+                "stop" => "stop",
+                _ => "alive",
+            };
+            let at = parts.next()?.parse().ok()?;
+            Some(Line { epoch, what, at })
+        })
+        .collect()
+}
+
+/// Fails if a line of one epoch comes after the first line of a later epoch.
+fn assert_no_overlap(file: &Path) -> Vec<Line> {
+    let lines = history(file);
+    for later in lines.iter().filter(|l| l.what == "start") {
+        let late: Vec<&Line> = lines
+            .iter()
+            .filter(|l| l.epoch < later.epoch && l.at >= later.at)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "epoch {} started at {} while older epochs still ran: {late:?}",
+            later.epoch,
+            later.at
+        );
+    }
+    lines
+}
+
+async fn hosts(url: &str, file: &Path) -> (Host, Host) {
+    let spawn = |name: &str| {
+        HostBuilder::new(name)
+            .database_url(url)
+            .lease("nightly")
+            .ttl(TTL)
+            .exec(&["sh", "-c", WORKER, "worker", file.to_str().unwrap()])
+            .spawn_leading("nightly")
+    };
+    let a = spawn("a").await.unwrap();
+    let b = HostBuilder::new("b")
+        .database_url(url)
+        .lease("nightly")
+        .ttl(TTL)
+        .exec(&["sh", "-c", WORKER, "worker", file.to_str().unwrap()])
+        .spawn()
+        .await
+        .unwrap();
+    (a, b)
+}
+
+async fn started(file: &Path, epoch: i64) {
+    let file: PathBuf = file.to_path_buf();
+    eventually(
+        format!("epoch {epoch}'s worker started"),
+        Duration::from_secs(20),
+        async || {
+            when(history(&file), |h| {
+                h.iter().any(|l| l.epoch == epoch && l.what == "start")
+            })
+        },
+    )
+    .await
+    .unwrap();
+}
+
+async fn database() -> String {
+    leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_to_the_holder_stops_its_worker_before_the_next_holder_s_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("history");
+    let (mut a, b) = hosts(&database().await, &file).await;
+    started(&file, 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.signal("TERM").unwrap();
+    let status = a.wait_exit(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(status.code(), Some(0), "{}", a.log_text());
+    started(&file, 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let lines = assert_no_overlap(&file);
+    let stop = lines.iter().find(|l| l.epoch == 1 && l.what == "stop");
+    let next = lines.iter().find(|l| l.epoch == 2 && l.what == "start").unwrap();
+    let stop = stop.unwrap_or_else(|| panic!("epoch 1's worker did not stop on SIGTERM: {lines:?}"));
+    eprintln!(
+        "worker 1 stopped → worker 2 started: {:.1} ms",
+        (next.at - stop.at) as f64 / 1e6
+    );
+    let log = a.log_text();
+    assert!(log.contains("process stopped: no process of its tree is left"), "{log}");
+    drop(b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_killed_alone_takes_its_worker_and_grandchild_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("history");
+    let (a, _b) = hosts(&database().await, &file).await;
+    started(&file, 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The host process alone, not its group: the keeper is in a group of its own anyway.
+    let killed_at = now_ns();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(a.pid() as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    started(&file, 2).await;
+    let lines = assert_no_overlap(&file);
+    let last = lines
+        .iter()
+        .filter(|l| l.epoch == 1)
+        .map(|l| l.at)
+        .max()
+        .unwrap();
+    let after = last.saturating_sub(killed_at) as f64 / 1e6;
+    eprintln!("last line of epoch 1: {after:.1} ms after the host's SIGKILL");
+    // A heartbeat already under way may land; none after that.
+    assert!(after < 100.0, "epoch 1's worker ran on {after:.1} ms after its host was killed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_frozen_alone_past_the_ttl_has_its_worker_dead_before_the_next_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("history");
+    let (a, _b) = hosts(&database().await, &file).await;
+    started(&file, 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.signal("STOP").unwrap();
+    started(&file, 2).await;
+    tokio::time::sleep(TTL * 3).await;
+    a.signal("CONT").unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let lines = assert_no_overlap(&file);
+    assert!(
+        !lines.iter().any(|l| l.epoch == 1 && l.what == "start" && l.at > lines[0].at),
+        "epoch 1's worker started again after the thaw: {lines:?}"
+    );
+}
+
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
