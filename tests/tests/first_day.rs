@@ -112,10 +112,7 @@ async fn a_clean_stop_exits_0_and_its_last_line_names_each_lease_released() {
         .database_url(&sqlite(dir.path()))
         .lease("jobs")
         .lease("reports")
-        .spawn()
-        .await
-        .unwrap();
-    wait_for_single_leader(&[&host], "jobs", Duration::from_secs(15))
+        .spawn_leading("jobs")
         .await
         .unwrap();
     wait_for_single_leader(&[&host], "reports", Duration::from_secs(15))
@@ -147,10 +144,7 @@ async fn a_holder_behind_a_row_lock(
     let host = HostBuilder::new(name)
         .database_url(&url)
         .args(args)
-        .spawn()
-        .await
-        .unwrap();
-    wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
+        .spawn_leading("leader")
         .await
         .unwrap();
     let lock = lock_lease_row(&url, "leader", RowLock::Update)
@@ -212,10 +206,7 @@ async fn a_signal_delivered_twice_at_once_counts_once_and_a_later_one_forces_the
     let dir = tempfile::tempdir().unwrap();
     let mut host = HostBuilder::new("twice")
         .database_url(&sqlite(dir.path()))
-        .spawn()
-        .await
-        .unwrap();
-    wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
+        .spawn_leading("leader")
         .await
         .unwrap();
     host.signal("TERM").unwrap();
@@ -383,10 +374,7 @@ async fn a_release_of_a_misspelt_or_invalid_lease_fails_and_names_the_close_one(
     let url = sqlite(dir.path());
     let mut host = HostBuilder::new("holder")
         .database_url(&url)
-        .spawn()
-        .await
-        .unwrap();
-    wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
+        .spawn_leading("leader")
         .await
         .unwrap();
     let release = |name: &'static str| {
