@@ -369,6 +369,33 @@ async fn admin_commands_without_a_database_create_none_and_say_how_to_name_one()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_on_postgres_says_how_many_it_applied_then_that_none_were_due() {
+    let url = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = leasehold(dir.path(), &["migrate", "--database-url", &url], &[]).await;
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let applied: u32 = said
+        .split_once("applied ")
+        .and_then(|(_, rest)| rest.split_once(' '))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(
+        said.contains(&format!("up to date ({applied} in all)")),
+        "{said}"
+    );
+    let out = leasehold(dir.path(), &["migrate", "--database-url", &url], &[]).await;
+    assert!(
+        text(&out.stdout).contains(&format!("was already up to date ({applied} migrations)")),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_of_a_misspelt_or_invalid_lease_fails_and_names_the_close_one() {
     let dir = tempfile::tempdir().unwrap();
     let url = sqlite(dir.path());
