@@ -11,6 +11,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
+use leasehold::process::handle::{Kept, Spec};
 use leasehold::process::keeper::monotonic_ns;
 use leasehold::process::protocol::{Ended, Report, Why};
 use leasehold_tests::host::binary;
@@ -320,4 +321,79 @@ fn a_line_of_100_kb_is_cut_and_counted_and_the_next_line_is_whole() {
         })
         .unwrap();
     assert_eq!(long, (8 * 1024, 100_000 - 8 * 1024));
+}
+
+/// The host's side ([`Kept`]), on the tokio clock the lease's terms keep: deadlines sent as
+/// renewals would keep the child running past the first one; the stop ends it with its signal;
+/// the child sees its lease in its environment.
+#[tokio::test]
+async fn the_host_side_keeps_the_child_running_with_later_deadlines_and_stops_it() {
+    let spec = Spec {
+        command: ["sh", "-c", "echo lease=$LEASEHOLD_LEASE; exec sleep 300"]
+            .map(Into::into)
+            .to_vec(),
+        signal: rustix::process::Signal::TERM,
+        grace: Duration::from_millis(100),
+    };
+    let first = tokio::time::Instant::now() + Duration::from_millis(400);
+    let env = [("LEASEHOLD_LEASE", "nightly".to_string())];
+    let mut kept = Kept::spawn(&binary().unwrap(), &spec, &env, first).unwrap();
+    assert!(matches!(kept.report().await, Some(Report::Started(_))));
+    assert_eq!(
+        kept.report().await,
+        Some(Report::Output {
+            err: false,
+            text: "lease=nightly".into(),
+            cut: 0
+        })
+    );
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let until = tokio::time::Instant::now() + Duration::from_millis(400);
+        kept.extend(until).await.unwrap();
+    }
+    kept.stop().await.unwrap();
+    let mut reports = Vec::new();
+    while let Some(report) = kept.report().await {
+        reports.push(report);
+    }
+    assert_eq!(
+        reports,
+        [
+            Report::Signalled(Why::Asked),
+            Report::Exited(Ended::Signal(15)),
+            Report::Gone
+        ]
+    );
+    assert!(kept.wait().await.unwrap().success());
+}
+
+#[tokio::test]
+async fn dropping_the_host_side_kills_the_tree() {
+    let spec = Spec {
+        command: ["sh", "-c", &daemonising(true)].map(Into::into).to_vec(),
+        signal: rustix::process::Signal::TERM,
+        grace: Duration::from_secs(10),
+    };
+    let until = tokio::time::Instant::now() + LONG;
+    let mut kept = Kept::spawn(&binary().unwrap(), &spec, &[], until).unwrap();
+    let mut pids = Vec::new();
+    while pids.len() < 2 {
+        match kept.report().await.unwrap() {
+            Report::Output { text, .. } => {
+                pids.push(text.rsplit_once(' ').unwrap().1.parse::<i32>().unwrap())
+            }
+            Report::Started(_) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    drop(kept);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while pids.iter().any(|&p| alive(p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        !pids.iter().any(|&p| alive(p)),
+        "{pids:?} outlived a dropped handle"
+    );
 }

@@ -6,8 +6,11 @@
 //!
 //! 1. [`protocol`]: the lines the host and a keeper exchange: orders, reports, output;
 //! 2. [`tree`]: the keeper's process tree, found through `/proc` and killed without cgroups;
-//! 3. [`keeper`]: the keeper process itself, and the child's own start under it.
+//! 3. [`keeper`]: the keeper process itself, and the child's own start under it;
+//! 4. [`handle`]: the host's side of a keeper: start it, send deadlines and the stop, read
+//!    reports.
 
+pub mod handle;
 pub mod keeper;
 pub mod protocol;
 pub mod tree;
