@@ -149,6 +149,14 @@ impl HostBuilder {
         self
     }
 
+    /// Spawns the host and waits (15 s at most) until it leads `lease`, as a test that needs a
+    /// holder first does.
+    pub async fn spawn_leading(self, lease: &str) -> anyhow::Result<Host> {
+        let host = self.spawn().await?;
+        wait_for_single_leader(&[&host], lease, Duration::from_secs(15)).await?;
+        Ok(host)
+    }
+
     /// Starts `leasehold run --http 127.0.0.1:0 --replica-id NAME …` (the test's own `--http`
     /// instead, if its arguments have one) and waits until it serves HTTP.
     pub async fn spawn(self) -> anyhow::Result<Host> {

@@ -42,10 +42,7 @@ async fn without_a_token_file_the_admin_tree_is_404_saying_how_to_turn_it_on_and
     let a = HostBuilder::new("a")
         .database_url(&url)
         .ttl(TTL)
-        .spawn()
-        .await
-        .unwrap();
-    wait_for_single_leader(&[&a], "leader", Duration::from_secs(15))
+        .spawn_leading("leader")
         .await
         .unwrap();
     let before = holder_and_epoch(&a).await;

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use leasehold_tests::eventually::{eventually, when};
 use leasehold_tests::host::{Host, HostBuilder};
+use leasehold_tests::log::Logged;
 
 const TTL: Duration = Duration::from_secs(2);
 

@@ -112,10 +112,7 @@ async fn a_clean_stop_exits_0_and_its_last_line_names_each_lease_released() {
         .database_url(&sqlite(dir.path()))
         .lease("jobs")
         .lease("reports")
-        .spawn()
-        .await
-        .unwrap();
-    wait_for_single_leader(&[&host], "jobs", Duration::from_secs(15))
+        .spawn_leading("jobs")
         .await
         .unwrap();
     wait_for_single_leader(&[&host], "reports", Duration::from_secs(15))
@@ -147,10 +144,7 @@ async fn a_holder_behind_a_row_lock(
     let host = HostBuilder::new(name)
         .database_url(&url)
         .args(args)
-        .spawn()
-        .await
-        .unwrap();
-    wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
+        .spawn_leading("leader")
         .await
         .unwrap();
     let lock = lock_lease_row(&url, "leader", RowLock::Update)
@@ -212,10 +206,7 @@ async fn a_signal_delivered_twice_at_once_counts_once_and_a_later_one_forces_the
     let dir = tempfile::tempdir().unwrap();
     let mut host = HostBuilder::new("twice")
         .database_url(&sqlite(dir.path()))
-        .spawn()
-        .await
-        .unwrap();
-    wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
+        .spawn_leading("leader")
         .await
         .unwrap();
     host.signal("TERM").unwrap();
@@ -378,15 +369,39 @@ async fn admin_commands_without_a_database_create_none_and_say_how_to_name_one()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_on_postgres_says_how_many_it_applied_then_that_none_were_due() {
+    let url = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = leasehold(dir.path(), &["migrate", "--database-url", &url], &[]).await;
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let applied: u32 = said
+        .split_once("applied ")
+        .and_then(|(_, rest)| rest.split_once(' '))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(
+        said.contains(&format!("up to date ({applied} in all)")),
+        "{said}"
+    );
+    let out = leasehold(dir.path(), &["migrate", "--database-url", &url], &[]).await;
+    assert!(
+        text(&out.stdout).contains(&format!("was already up to date ({applied} migrations)")),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_of_a_misspelt_or_invalid_lease_fails_and_names_the_close_one() {
     let dir = tempfile::tempdir().unwrap();
     let url = sqlite(dir.path());
     let mut host = HostBuilder::new("holder")
         .database_url(&url)
-        .spawn()
-        .await
-        .unwrap();
-    wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
+        .spawn_leading("leader")
         .await
         .unwrap();
     let release = |name: &'static str| {

@@ -25,6 +25,27 @@ const TTL: Duration = Duration::from_secs(10);
 /// takes and far below the ttl a missed one costs, on a loaded two-core machine.
 const WOKEN: Duration = Duration::from_secs(1);
 
+/// Two tests of one specification `$spec(url)`: on a SQLite file, and on a fresh database of
+/// the harness's PostgreSQL.
+macro_rules! on_both_stores {
+    ($sqlite:ident, $postgres:ident, $spec:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $sqlite() {
+            let (_dir, url) = sqlite_file();
+            $spec(&url).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $postgres() {
+            let url = leasehold_tests::pg::server()
+                .fresh_database()
+                .await
+                .unwrap();
+            $spec(&url).await;
+        }
+    };
+}
+
 fn sqlite_file() -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("leases.db").display());
@@ -269,20 +290,11 @@ async fn a_handoff_stops_the_holder_s_plugins_before_the_standby_starts_its_own(
     assert!(err.contains("invalid lease name \"no such\""), "{err}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_sqlite_a_handoff_stops_the_holder_s_plugins_before_the_standby_starts_its_own() {
-    let (_dir, url) = sqlite_file();
-    a_handoff_stops_the_holder_s_plugins_before_the_standby_starts_its_own(&url).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_postgres_a_handoff_stops_the_holder_s_plugins_before_the_standby_starts_its_own() {
-    let url = leasehold_tests::pg::server()
-        .fresh_database()
-        .await
-        .unwrap();
-    a_handoff_stops_the_holder_s_plugins_before_the_standby_starts_its_own(&url).await;
-}
+on_both_stores!(
+    on_sqlite_a_handoff_stops_the_holder_s_plugins_before_the_standby_starts_its_own,
+    on_postgres_a_handoff_stops_the_holder_s_plugins_before_the_standby_starts_its_own,
+    a_handoff_stops_the_holder_s_plugins_before_the_standby_starts_its_own
+);
 
 /// Three replicas on `url`; `leases handoff leader --to X` gives the lease to X each time, while
 /// the third replica, woken by the same release, campaigns for it too.
@@ -361,21 +373,11 @@ async fn a_handoff_to_a_named_replica_gives_it_the_lease_over_a_third_one_campai
     assert!(err.contains("not to nobody"), "{out}{err}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_sqlite_a_handoff_to_a_named_replica_gives_it_the_lease_over_a_third_one_campaigning() {
-    let (_dir, url) = sqlite_file();
-    a_handoff_to_a_named_replica_gives_it_the_lease_over_a_third_one_campaigning(&url).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_postgres_a_handoff_to_a_named_replica_gives_it_the_lease_over_a_third_one_campaigning()
-{
-    let url = leasehold_tests::pg::server()
-        .fresh_database()
-        .await
-        .unwrap();
-    a_handoff_to_a_named_replica_gives_it_the_lease_over_a_third_one_campaigning(&url).await;
-}
+on_both_stores!(
+    on_sqlite_a_handoff_to_a_named_replica_gives_it_the_lease_over_a_third_one_campaigning,
+    on_postgres_a_handoff_to_a_named_replica_gives_it_the_lease_over_a_third_one_campaigning,
+    a_handoff_to_a_named_replica_gives_it_the_lease_over_a_third_one_campaigning
+);
 
 /// Two replicas on `url` with an admin token; `POST /v1/admin/leases/leader/handoff`, asked of
 /// the standby, moves the lease from the holder to it with no overlap of their work, and
@@ -448,21 +450,8 @@ async fn a_handoff_over_the_admin_api_stops_the_holder_s_plugins_before_the_stan
     eprintln!("admin API handoff on {url}: {took:?} from the request to its answer");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_sqlite_a_handoff_over_the_admin_api_stops_the_holder_s_plugins_before_the_standby_starts_its_own()
- {
-    let (_dir, url) = sqlite_file();
-    a_handoff_over_the_admin_api_stops_the_holder_s_plugins_before_the_standby_starts_its_own(&url)
-        .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_postgres_a_handoff_over_the_admin_api_stops_the_holder_s_plugins_before_the_standby_starts_its_own()
- {
-    let url = leasehold_tests::pg::server()
-        .fresh_database()
-        .await
-        .unwrap();
-    a_handoff_over_the_admin_api_stops_the_holder_s_plugins_before_the_standby_starts_its_own(&url)
-        .await;
-}
+on_both_stores!(
+    on_sqlite_a_handoff_over_the_admin_api_stops_the_holder_s_plugins_before_the_standby_starts_its_own,
+    on_postgres_a_handoff_over_the_admin_api_stops_the_holder_s_plugins_before_the_standby_starts_its_own,
+    a_handoff_over_the_admin_api_stops_the_holder_s_plugins_before_the_standby_starts_its_own
+);

@@ -336,10 +336,7 @@ async fn the_page_loads_without_console_errors_and_shows_the_holder_and_epoch() 
     let host = HostBuilder::new("paged")
         .database_url(&url)
         .plugins(plugins.path())
-        .spawn()
-        .await
-        .unwrap();
-    wait_for_single_leader(&[&host], "leader", Duration::from_secs(15))
+        .spawn_leading("leader")
         .await
         .unwrap();
     let holder = host.status().await.unwrap().replica;
@@ -558,10 +555,7 @@ async fn the_page_reconnects_after_the_host_restarts() {
     let url = format!("sqlite:{}", db.path().join("leases.db").display());
     let mut first = HostBuilder::new("before")
         .database_url(&url)
-        .spawn()
-        .await
-        .unwrap();
-    wait_for_single_leader(&[&first], "leader", Duration::from_secs(15))
+        .spawn_leading("leader")
         .await
         .unwrap();
     let addr = first.addr();

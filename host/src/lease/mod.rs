@@ -101,22 +101,33 @@ pub fn server_budget(call_timeout: std::time::Duration) -> std::time::Duration {
 /// what it did; it creates nothing.
 pub async fn applied_migrations(url: &DatabaseUrl) -> Option<i64> {
     use sqlx::Connection;
-    let query = "SELECT count(*) FROM _sqlx_migrations WHERE success";
-    match url {
-        DatabaseUrl::Postgres(raw) => {
-            let options = pg_options(raw).ok()?;
-            let mut conn = sqlx::PgConnection::connect_with(&options).await.ok()?;
-            let exists: bool =
-                sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+    // The same steps on either connection type: whether the bookkeeping table exists, then its
+    // count of successful migrations.
+    macro_rules! count_on {
+        ($connect:expr, $exists:literal) => {{
+            let mut conn = $connect.await.ok()?;
+            let exists: bool = sqlx::query_scalar($exists)
+                .fetch_one(&mut conn)
+                .await
+                .ok()?;
+            let count = match exists {
+                true => sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
                     .fetch_one(&mut conn)
                     .await
-                    .ok()?;
-            let count = match exists {
-                true => sqlx::query_scalar(query).fetch_one(&mut conn).await.ok()?,
+                    .ok()?,
                 false => 0,
             };
             let _ = conn.close().await;
             Some(count)
+        }};
+    }
+    match url {
+        DatabaseUrl::Postgres(raw) => {
+            let options = pg_options(raw).ok()?;
+            count_on!(
+                sqlx::PgConnection::connect_with(&options),
+                "SELECT to_regclass('_sqlx_migrations') IS NOT NULL"
+            )
         }
         DatabaseUrl::Sqlite { path } => {
             if !path.exists() {
@@ -125,19 +136,10 @@ pub async fn applied_migrations(url: &DatabaseUrl) -> Option<i64> {
             let options = sqlx::sqlite::SqliteConnectOptions::new()
                 .filename(path)
                 .read_only(true);
-            let mut conn = sqlx::SqliteConnection::connect_with(&options).await.ok()?;
-            let exists: bool = sqlx::query_scalar(
-                "SELECT count(*) > 0 FROM sqlite_master WHERE name = '_sqlx_migrations'",
+            count_on!(
+                sqlx::SqliteConnection::connect_with(&options),
+                "SELECT count(*) > 0 FROM sqlite_master WHERE name = '_sqlx_migrations'"
             )
-            .fetch_one(&mut conn)
-            .await
-            .ok()?;
-            let count = match exists {
-                true => sqlx::query_scalar(query).fetch_one(&mut conn).await.ok()?,
-                false => 0,
-            };
-            let _ = conn.close().await;
-            Some(count)
         }
     }
 }
