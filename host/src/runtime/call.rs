@@ -88,11 +88,12 @@ impl CallFailure {
         }
     }
 
-    /// True for a trap of the plugin's own making (not a returned error, not a cancel).
+    /// True for a trap of the plugin's own making (not a returned error, not a cancel, not a
+    /// process's exit).
     pub fn is_trap(&self) -> bool {
         !matches!(
             self,
-            CallFailure::Returned(_) | CallFailure::Cancelled { .. }
+            CallFailure::Returned(_) | CallFailure::Cancelled { .. } | CallFailure::Exited(_)
         )
     }
 
@@ -185,7 +186,9 @@ mod tests {
         for failure in traps {
             // A new variant fails to compile here until it is sorted (and listed above if it traps).
             match &failure {
-                CallFailure::Returned(_) | CallFailure::Cancelled { .. } => {}
+                CallFailure::Returned(_)
+                | CallFailure::Cancelled { .. }
+                | CallFailure::Exited(_) => {}
                 CallFailure::Timeout(_)
                 | CallFailure::OutOfFuel
                 | CallFailure::Memory(_)
