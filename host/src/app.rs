@@ -294,6 +294,7 @@ impl App {
                     leases.clone(),
                     keeper.clone(),
                     board.clone(),
+                    metrics.clone(),
                     root.clone(),
                 )));
             }

@@ -207,3 +207,33 @@ fn now_ns() -> u128 {
         .unwrap()
         .as_nanos()
 }
+
+/// A process that writes as fast as it can, and a line of 1 MB: the host's log takes what a
+/// plugin's rate allows (a burst of 128 KiB, then 32 KiB a second, a line costing 256 bytes
+/// more than its text), says what it dropped (at most every 10 s), and cuts the long line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_floods_its_output_costs_the_log_no_more_than_a_plugin_may() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let script = "head -c 1000000 /dev/zero | tr '\\0' a; echo; while :; do echo flood-line; done";
+    let started = std::time::Instant::now();
+    let host = HostBuilder::new("flood")
+        .database_url(&url)
+        .lease("nightly")
+        .exec(&["sh", "-c", script])
+        .spawn_leading("nightly")
+        .await
+        .unwrap();
+    host.wait_for_log("process output dropped", Duration::from_secs(20))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let log = host.log_text();
+    let lines = log.matches("flood-line").count();
+    let secs = started.elapsed().as_secs_f64();
+    // The burst (128 KiB at 266 bytes a line: 492 lines), then 32 KiB a second (123 lines).
+    let allowed = 492.0 + 123.0 * secs;
+    eprintln!("{lines} lines of the flood logged in {secs:.1} s (the rate allows {allowed:.0})");
+    assert!((lines as f64) < allowed * 1.1, "{lines} lines logged");
+    assert!(log.contains("(991808 bytes cut)"), "the long line is cut");
+}

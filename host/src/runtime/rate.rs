@@ -161,10 +161,13 @@ impl Pending {
     }
 }
 
-/// One plugin's bucket, shared by all of its stores.
+/// One plugin's bucket, shared by all of its stores; or one bound process's, shared by all of
+/// its runs ([`PluginRate::for_process`]).
 #[derive(Debug)]
 pub struct PluginRate {
-    /// The plugin, for the report.
+    /// What writes through it, for the report: `plugin` or `process`.
+    kind: &'static str,
+    /// The plugin (or process), for the report.
     plugin: Arc<str>,
     /// `leasehold_plugin_log_dropped_total` of the plugin.
     dropped: Counter,
@@ -181,6 +184,7 @@ struct State {
 impl PluginRate {
     fn new(plugin: Arc<str>, dropped: Counter, now: Instant) -> Self {
         PluginRate {
+            kind: "plugin",
             plugin,
             dropped,
             state: Mutex::new(State {
@@ -195,9 +199,23 @@ impl PluginRate {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The bucket of a bound process `name`, at the same rate as a plugin's: its output lines
+    /// cost the host's log what a guest's do. Its dropped lines are counted under its name.
+    pub fn for_process(name: &str, metrics: &Metrics) -> Self {
+        let name: Arc<str> = name.into();
+        let dropped = metrics
+            .plugin_log_dropped
+            .get_or_create(&Metrics::plugin(&name))
+            .clone();
+        PluginRate {
+            kind: "process",
+            ..PluginRate::new(name, dropped, Instant::now())
+        }
+    }
+
     /// Whether a line of `text_bytes` (as the host would write it) may be written now; if not, it
     /// is counted as dropped, `written` being its size as the guest wrote it.
-    pub(super) fn admit(&self, text_bytes: usize, written: usize) -> bool {
+    pub fn admit(&self, text_bytes: usize, written: usize) -> bool {
         self.admit_at(Instant::now(), text_bytes, written)
     }
 
@@ -257,7 +275,8 @@ impl PluginRate {
         }
         tracing::warn!(
             plugin = &*self.plugin,
-            "plugin output dropped in the last {:.1} s: {} (its rate: {} a second, burst {})",
+            "{} output dropped in the last {:.1} s: {} (its rate: {} a second, burst {})",
+            self.kind,
             report.over.as_secs_f64(),
             parts.join(", "),
             size(RATE_BYTES_PER_SECOND),

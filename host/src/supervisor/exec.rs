@@ -19,19 +19,24 @@ use super::status::StatusBoard;
 use super::work::{Work, drive};
 use crate::lease::{Leases, Term};
 use crate::manifest::Binding;
+use crate::metrics::Metrics;
 use crate::process::bound::{BoundProcess, KILL_MARGIN, OnExit, signal_name};
 use crate::process::handle::Kept;
 use crate::process::protocol::{Ended, Report, Why};
+use crate::runtime::rate::PluginRate;
 use crate::runtime::{CallFailure, Cancel};
 
 /// Runs `bound` on every term of its lease (or of each shard of its group) until `shutdown`.
+/// Its output goes to the log at a plugin's rate, one bucket for all of its runs.
 pub async fn follow(
     bound: Arc<BoundProcess>,
     leases: Arc<Leases>,
     keeper: PathBuf,
     board: StatusBoard,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
+    let rate = Arc::new(PluginRate::for_process(&bound.name, &metrics));
     let names: Vec<String> = match &bound.binding {
         Binding::Lease(lease) => vec![lease.to_string()],
         Binding::Group(_) => leases
@@ -42,14 +47,17 @@ pub async fn follow(
     };
     let tasks = tokio_util::task::TaskTracker::new();
     for lease in names {
-        let (bound, leases, keeper, board, stop) = (
+        let (bound, leases, keeper, board, rate, stop) = (
             bound.clone(),
             leases.clone(),
             keeper.clone(),
             board.clone(),
+            rate.clone(),
             shutdown.clone(),
         );
-        tasks.spawn(async move { follow_lease(bound, &lease, leases, keeper, board, stop).await });
+        tasks.spawn(
+            async move { follow_lease(bound, &lease, leases, keeper, board, rate, stop).await },
+        );
     }
     tasks.close();
     tasks.wait().await;
@@ -62,6 +70,7 @@ async fn follow_lease(
     leases: Arc<Leases>,
     keeper: PathBuf,
     board: StatusBoard,
+    rate: Arc<PluginRate>,
     shutdown: CancellationToken,
 ) {
     let Some(mut leadership) = leases.subscribe(lease) else {
@@ -72,7 +81,13 @@ async fn follow_lease(
         if let Some(term) = term.filter(|t| !t.is_cancelled()) {
             let span =
                 info_span!("process", process = %bound.name, lease = %lease, epoch = term.epoch);
-            let exec = Exec::new(bound.clone(), term.clone(), leases.clone(), keeper.clone());
+            let exec = Exec::new(
+                bound.clone(),
+                term.clone(),
+                leases.clone(),
+                keeper.clone(),
+                rate.clone(),
+            );
             let board = board.clone();
             // Under the term's tracker: the release waits until the process is gone.
             let task = term.spawn(exec.run(board).instrument(span));
@@ -107,10 +122,18 @@ struct Exec {
     keeper: PathBuf,
     /// The environment the child gets on top of the host's (less the host's settings).
     env: Vec<(&'static str, String)>,
+    /// What its output may cost the log.
+    rate: Arc<PluginRate>,
 }
 
 impl Exec {
-    fn new(bound: Arc<BoundProcess>, term: Term, leases: Arc<Leases>, keeper: PathBuf) -> Self {
+    fn new(
+        bound: Arc<BoundProcess>,
+        term: Term,
+        leases: Arc<Leases>,
+        keeper: PathBuf,
+        rate: Arc<PluginRate>,
+    ) -> Self {
         let mut env = vec![
             ("LEASEHOLD_LEASE", term.lease.clone()),
             ("LEASEHOLD_EPOCH", term.epoch.to_string()),
@@ -132,6 +155,7 @@ impl Exec {
             leases,
             keeper,
             env,
+            rate,
         }
     }
 
@@ -168,8 +192,12 @@ impl Exec {
         safe_until.checked_sub(KILL_MARGIN).unwrap_or(safe_until)
     }
 
-    /// Logs a line the child wrote.
+    /// Logs a line the child wrote, if its rate allows.
     fn output(&self, err: bool, text: &str, cut: u64) {
+        let written = text.len() + usize::try_from(cut).unwrap_or(usize::MAX);
+        if !self.rate.admit(text.len(), written) {
+            return;
+        }
         let stream = if err { "stderr" } else { "stdout" };
         let text = crate::report::escape_controls(text);
         match cut {
