@@ -237,3 +237,76 @@ async fn a_process_that_floods_its_output_costs_the_log_no_more_than_a_plugin_ma
     assert!((lines as f64) < allowed * 1.1, "{lines} lines logged");
     assert!(log.contains("(991808 bytes cut)"), "the long line is cut");
 }
+
+/// `leasehold exec` refuses at start, in one line naming what is wrong: a missing command, an
+/// unknown stop signal, a grace the timing cannot give, and no lease or more than one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_refuses_bad_input_at_start_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["--lease", "nightly", "--", "/no/such/program"],
+            "invalid process \"program\": command /no/such/program: No such file or directory",
+        ),
+        (
+            &["--lease", "nightly", "--stop-signal", "SIGFOO", "--", "sh"],
+            "stop_signal: unknown signal \"SIGFOO\": one of SIGHUP",
+        ),
+        (
+            &["--lease", "nightly", "--grace", "1h", "--", "sh"],
+            "grace = 1h is longer than the",
+        ),
+        (&["--", "sh"], "give --lease NAME once"),
+        (
+            &["--lease", "a", "--lease", "b", "--", "sh"],
+            "give --lease NAME once",
+        ),
+    ];
+    for (args, wanted) in cases {
+        let mut all = vec!["exec", "--database-url", &url, "--http", "127.0.0.1:0"];
+        all.extend(args);
+        let (status, stderr) = leasehold_tests::host::run_to_exit(&all, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(wanted), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+    }
+}
+
+/// A command that exits at once with `--on-exit restart` is started again after a growing
+/// backoff (0.5 s, 1 s, 2 s, 4 s), not in a tight loop, and after five exits in a row the
+/// lease is given up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_keeps_exiting_backs_off_and_then_gives_the_lease_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let host = HostBuilder::new("exits")
+        .database_url(&url)
+        .lease("nightly")
+        .args(&["--on-exit", "restart"])
+        .exec(&["sh", "-c", "echo up; exit 3"])
+        .spawn_leading("nightly")
+        .await
+        .unwrap();
+    let line = host
+        .wait_for_log("giving the lease up", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(line.contains("exits=5"), "{line}");
+    let log = host.log_text();
+    let starts: Vec<f64> = log
+        .lines()
+        .take_while(|l| !l.contains("giving the lease up"))
+        .filter(|l| l.contains("process started"))
+        .filter_map(leasehold_tests::host::time_of_day)
+        .collect();
+    assert_eq!(starts.len(), 5, "{log}");
+    let gaps: Vec<f64> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+    eprintln!("gaps between starts: {gaps:?}");
+    for (gap, backoff) in gaps.iter().zip([0.5, 1.0, 2.0, 4.0]) {
+        assert!(*gap >= backoff, "{gaps:?}");
+    }
+    assert!(log.contains("process exited with code 3"), "{log}");
+}

@@ -44,7 +44,8 @@ pub struct ProcessLayer {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid process {which}: {reason}")]
 pub struct ProcessError {
-    /// `"worker"`, or `#2` for a table without a name that could not get one.
+    /// `"worker"` (its name, else its program's file name), or `#2` for a table without
+    /// either.
     pub which: String,
     /// What is wrong, naming the key.
     pub reason: String,
@@ -65,8 +66,13 @@ pub fn resolve(
         .into_iter()
         .enumerate()
         .map(|(i, layer)| {
-            let which = match &layer.name {
-                Some(name) => format!("{:?}", crate::report::escape_controls(name)),
+            // As it will be named: its `name`, else its program's file name.
+            let named = layer.name.clone().or_else(|| {
+                let program = layer.command.first()?;
+                Some(Path::new(program).file_name()?.to_string_lossy().into_owned())
+            });
+            let which = match named {
+                Some(name) => format!("{:?}", crate::report::escape_controls(&name)),
                 None => format!("#{}", i + 1),
             };
             let fail = |reason: String| ProcessError {
