@@ -198,6 +198,42 @@ fn trimmed(number: String, unit: &str) -> String {
     format!("{number}{unit}")
 }
 
+/// A log writer that a test reads back, for the tests of how the host's log lines read
+/// (`cli::log`, `runtime::host`).
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub(crate) struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[cfg(test)]
+impl CapturedLog {
+    /// Everything written so far.
+    pub(crate) fn text(&self) -> String {
+        let bytes = self.0.lock().map(|b| b.clone()).unwrap_or_default();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+#[cfg(test)]
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut bytes) = self.0.lock() {
+            bytes.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLog {
+    type Writer = CapturedLog;
+    fn make_writer(&'a self) -> CapturedLog {
+        self.clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use leasehold_tests::admin::{self, TOKEN, token_file};
 use leasehold_tests::eventually::{eventually, when};
-use leasehold_tests::host::{Host, HostBuilder, binary, run_to_exit, wait_for_single_leader};
+use leasehold_tests::host::{Host, HostBuilder, binary, run_to_exit};
 use leasehold_tests::log::Logged;
 use leasehold_tests::status::{Role, StatusExt};
 use tokio::io::AsyncWriteExt;
@@ -84,10 +84,7 @@ async fn a_missing_or_wrong_token_is_401_and_every_other_request_gets_the_answer
             .ttl(TTL)
             .args(&["--admin-token-file", token.to_str().unwrap()])
     };
-    let a = host("a").spawn().await.unwrap();
-    wait_for_single_leader(&[&a], "leader", Duration::from_secs(15))
-        .await
-        .unwrap();
+    let a = host("a").spawn_leading("leader").await.unwrap();
     let b = host("b").spawn().await.unwrap();
     let before = holder_and_epoch(&a).await;
     let path = "/v1/admin/leases/leader/handoff";

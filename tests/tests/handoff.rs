@@ -224,6 +224,21 @@ async fn epoch_of(host: &Host) -> i64 {
         .unwrap()
 }
 
+/// `a` leading with its plugin at work (three ticks of its term), and `b` beside it as a
+/// standby: the start of every handoff specification here. Returns both and `a`'s epoch.
+async fn holder_at_work_and_standby(host: impl Fn(&str) -> HostBuilder) -> (Host, Host, i64) {
+    let a = host("a").spawn_leading("leader").await.unwrap();
+    let b = host("b").spawn().await.unwrap();
+    let epoch = led_epoch(&a).await;
+    a.wait_for_log(
+        &format!("work from epoch {epoch}, tick 3"),
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    (a, b, epoch)
+}
+
 /// Two replicas on `url`; `leases handoff leader` moves the lease from the holder to the other
 /// with no overlap of their work, and says so; then the commands that have nothing to do.
 async fn a_handoff_stops_the_holder_s_plugins_before_the_standby_starts_its_own(url: &str) {
@@ -234,18 +249,7 @@ async fn a_handoff_stops_the_holder_s_plugins_before_the_standby_starts_its_own(
             .ttl(TTL)
             .plugins(plugins.path())
     };
-    let mut a = host("a").spawn().await.unwrap();
-    wait_for_single_leader(&[&a], "leader", Duration::from_secs(15))
-        .await
-        .unwrap();
-    let mut b = host("b").spawn().await.unwrap();
-    let epoch = led_epoch(&a).await;
-    a.wait_for_log(
-        &format!("work from epoch {epoch}, tick 3"),
-        Duration::from_secs(10),
-    )
-    .await
-    .unwrap();
+    let (mut a, mut b, epoch) = holder_at_work_and_standby(host).await;
 
     let asked = Instant::now();
     let (code, out, err) = leasehold(&["leases", "handoff", "leader", "--database-url", url]).await;
@@ -395,18 +399,7 @@ async fn a_handoff_over_the_admin_api_stops_the_holder_s_plugins_before_the_stan
             .plugins(plugins.path())
             .args(&["--admin-token-file", token.to_str().unwrap()])
     };
-    let a = host("a").spawn().await.unwrap();
-    wait_for_single_leader(&[&a], "leader", Duration::from_secs(15))
-        .await
-        .unwrap();
-    let b = host("b").spawn().await.unwrap();
-    let epoch = led_epoch(&a).await;
-    a.wait_for_log(
-        &format!("work from epoch {epoch}, tick 3"),
-        Duration::from_secs(10),
-    )
-    .await
-    .unwrap();
+    let (a, b, epoch) = holder_at_work_and_standby(host).await;
 
     let asked = Instant::now();
     let answer = admin::handoff(&b, "leader", None).await.unwrap();

@@ -87,36 +87,11 @@ impl fmt::Debug for Escaped<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
-    use tracing_subscriber::fmt::MakeWriter;
-
     use super::*;
-
-    /// A log sink the test reads back.
-    #[derive(Clone, Default)]
-    struct Sink(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Sink {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl<'a> MakeWriter<'a> for Sink {
-        type Writer = Sink;
-        fn make_writer(&'a self) -> Sink {
-            self.clone()
-        }
-    }
 
     /// What one event logs through the text formatter, with or without colours.
     fn logged(ansi: bool, emit: impl FnOnce()) -> String {
-        let sink = Sink::default();
+        let sink = crate::report::CapturedLog::default();
         let subscriber = tracing_subscriber::fmt()
             .with_writer(sink.clone())
             .with_ansi(ansi)
@@ -124,7 +99,7 @@ mod tests {
             .fmt_fields(EscapedFields)
             .finish();
         tracing::subscriber::with_default(subscriber, emit);
-        String::from_utf8(sink.0.lock().unwrap().clone()).unwrap()
+        sink.text()
     }
 
     #[test]
@@ -167,14 +142,14 @@ mod tests {
         ];
         for (ansi, emit) in [(false, emits[0]), (true, emits[0]), (false, emits[1])] {
             let ours = logged(ansi, emit);
-            let sink = Sink::default();
+            let sink = crate::report::CapturedLog::default();
             let subscriber = tracing_subscriber::fmt()
                 .with_writer(sink.clone())
                 .with_ansi(ansi)
                 .without_time()
                 .finish();
             tracing::subscriber::with_default(subscriber, emit);
-            let theirs = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+            let theirs = sink.text();
             assert_eq!(ours, theirs);
             assert_eq!(ours.contains('\u{1b}'), ansi, "{ours:?}");
         }

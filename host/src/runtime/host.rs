@@ -260,27 +260,6 @@ mod tests {
         });
     }
 
-    /// A log sink the test reads back.
-    #[derive(Clone, Default)]
-    struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Sink {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Sink {
-        type Writer = Sink;
-        fn make_writer(&'a self) -> Sink {
-            self.clone()
-        }
-    }
-
     #[test]
     fn a_guest_line_names_plugin_lease_and_epoch_once_from_its_span_in_text_and_json() {
         let (term, _control) = Term::standalone(
@@ -291,7 +270,7 @@ mod tests {
         let rates = LogRates::new(crate::metrics::Metrics::new());
         let mut guest = state_in(rates.of(&"hello".into()), Some(term));
         let mut emit = |json: bool| {
-            let sink = Sink::default();
+            let sink = crate::report::CapturedLog::default();
             let builder = tracing_subscriber::fmt()
                 .with_writer(sink.clone())
                 .with_ansi(false)
@@ -308,7 +287,7 @@ mod tests {
                 let _in = span.enter();
                 log::Host::log(&mut guest, log::Level::Info, "hello from epoch 7".into());
             });
-            let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+            let text = sink.text();
             text.trim().to_string()
         };
         let text = emit(false);
