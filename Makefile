@@ -62,7 +62,7 @@ test: build guests
 # handoff-bench also runs the same handoff and failover trials with etcd's own lock CLI
 # (`etcdctl lock --ttl`, a single-node etcd it starts itself) and prints both side by side;
 # scripts/install-deps.sh --bench installs etcd if it is missing (BENCH_ETCD=0 skips it).
-BENCHES := handoff-bench plugin-bench lang-bench fence-bench freeze-bench memory-bench scale-bench group-bench flood-bench container-bench
+BENCHES := handoff-bench exec-bench plugin-bench lang-bench fence-bench freeze-bench memory-bench scale-bench group-bench flood-bench container-bench
 bench: build guests
 	@scripts/install-deps.sh --bench --containers
 	$(CARGO) build -p leasehold-tests --bins

@@ -8,7 +8,8 @@
 //! for a condition ([`eventually`]); a TCP proxy that injects network faults between a host and
 //! its database ([`proxy`]), what a process costs in CPU and memory ([`procstat`]), a watchdog that ends a test's process groups with it ([`reaper`]), the witness and history checker of fault trials ([`chaos`]), and etcd's lock CLI,
 //! the reference the handoff benchmark compares against ([`etcd`]).
-//! The admin API's token files and requests are in [`admin`].
+//! The admin API's token files and requests are in [`admin`]; the worker `leasehold exec` runs in
+//! the tests and the bench, and the history it writes, in [`exec`].
 //! Integration tests live in `tests/`; the benchmarks are binaries in `src/bin/`.
 //!
 //! A test that cannot run in some setting is ignored there, with the reason, so that the runner
@@ -28,6 +29,7 @@ pub mod containers;
 pub mod endpoint;
 pub mod etcd;
 pub mod eventually;
+pub mod exec;
 pub mod faketime;
 pub mod fencing;
 pub mod flood;

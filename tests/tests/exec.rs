@@ -1,7 +1,6 @@
 //! `leasehold exec` from outside: two real hosts on a real PostgreSQL, each running the same shell
-//! worker under lease `nightly`. The worker and a grandchild it double-forks into a session of
-//! its own append `EPOCH start|alive|stop NANOS` lines to one file; the file is the recorded
-//! history. Whatever happens to the holder — SIGTERM, SIGKILL of the host process alone,
+//! worker under lease `nightly` ([`leasehold_tests::exec::WORKER`]): it and a grandchild it
+//! double-forks into a session of its own append their lines to one file, the recorded history. Whatever happens to the holder — SIGTERM, SIGKILL of the host process alone,
 //! SIGSTOP of the host process alone past the ttl — no line of an epoch is written after the
 //! first line of the next.
 
@@ -11,60 +10,17 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use leasehold_tests::eventually::{eventually, when};
+use leasehold_tests::exec::{Line, WORKER, history, now_ns, overlaps};
 use leasehold_tests::host::{Host, HostBuilder};
 use leasehold_tests::log::Logged;
 
 const TTL: Duration = Duration::from_secs(2);
 
-/// The worker: a start line, then a heartbeat every 50 ms from itself and from a grandchild
-/// that left its session; a stop line on SIGTERM.
-const WORKER: &str = r#"log=$1
-say() { echo "$LEASEHOLD_EPOCH $1 $(date +%s%N)" >> "$log"; }
-say start
-trap 'say stop; exit 0' TERM
-(setsid sh -c 'while :; do echo "$LEASEHOLD_EPOCH alive $(date +%s%N)" >> "$0"; sleep 0.05; done' "$log" &)
-while :; do say alive; sleep 0.05; done"#;
-
-/// One line of the history.
-#[derive(Debug, Clone, Copy)]
-struct Line {
-    epoch: i64,
-    what: &'static str,
-    at: u128,
-}
-
-fn history(file: &Path) -> Vec<Line> {
-    let text = std::fs::read_to_string(file).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let mut parts = l.split(' ');
-            let epoch = parts.next()?.parse().ok()?;
-            let what = match parts.next()? {
-                "start" => "start",
-                "stop" => "stop",
-                _ => "alive",
-            };
-            let at = parts.next()?.parse().ok()?;
-            Some(Line { epoch, what, at })
-        })
-        .collect()
-}
-
 /// Fails if a line of one epoch comes after the first line of a later epoch.
 fn assert_no_overlap(file: &Path) -> Vec<Line> {
     let lines = history(file);
-    for later in lines.iter().filter(|l| l.what == "start") {
-        let late: Vec<&Line> = lines
-            .iter()
-            .filter(|l| l.epoch < later.epoch && l.at >= later.at)
-            .collect();
-        assert!(
-            late.is_empty(),
-            "epoch {} started at {} while older epochs still ran: {late:?}",
-            later.epoch,
-            later.at
-        );
-    }
+    let found = overlaps(&lines);
+    assert!(found.is_empty(), "{}", found.join("\n"));
     lines
 }
 
@@ -199,13 +155,6 @@ async fn a_holder_frozen_alone_past_the_ttl_has_its_worker_dead_before_the_next_
             .any(|l| l.epoch == 1 && l.what == "start" && l.at > lines[0].at),
         "epoch 1's worker started again after the thaw: {lines:?}"
     );
-}
-
-fn now_ns() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
 }
 
 /// A process that writes as fast as it can, and a line of 1 MB: the host's log takes what a

@@ -69,7 +69,12 @@ pub fn resolve(
             // As it will be named: its `name`, else its program's file name.
             let named = layer.name.clone().or_else(|| {
                 let program = layer.command.first()?;
-                Some(Path::new(program).file_name()?.to_string_lossy().into_owned())
+                Some(
+                    Path::new(program)
+                        .file_name()?
+                        .to_string_lossy()
+                        .into_owned(),
+                )
             });
             let which = match named {
                 Some(name) => format!("{:?}", crate::report::escape_controls(&name)),
