@@ -77,7 +77,7 @@ pub fn run(settings: Settings) -> ExitCode {
         eprintln!("leasehold keeper: cannot become the subreaper of its tree: {e}");
         return ExitCode::FAILURE;
     }
-    let reports = reporter();
+    let (reports, last_written) = reporter();
     let Some(program) = std::env::current_exe().ok() else {
         eprintln!("leasehold keeper: cannot find its own executable");
         return ExitCode::FAILURE;
@@ -99,6 +99,7 @@ pub fn run(settings: Settings) -> ExitCode {
             let _ = reports.send(Report::NotStarted(e.to_string()));
             let _ = reports.send(Report::Gone);
             drop(reports);
+            let _ = last_written.recv_timeout(OUTPUT_DRAIN);
             return ExitCode::SUCCESS;
         }
     };
@@ -147,8 +148,9 @@ pub fn run(settings: Settings) -> ExitCode {
     }
     let _ = reports.send(Report::Gone);
     drop(reports);
-    // Joined by the process's exit; the reporter has flushed each line as it wrote it.
-    std::thread::sleep(Duration::from_millis(10));
+    // The last line out before the keeper exits; a host that does not read (frozen) is not
+    // waited for long.
+    let _ = last_written.recv_timeout(OUTPUT_DRAIN);
     ExitCode::SUCCESS
 }
 
@@ -235,8 +237,10 @@ fn keep_time(
 
 /// Writes each report on its own line to stdout, on a thread of its own: a host that does not
 /// read (frozen) blocks this thread, never the one that keeps time.
-fn reporter() -> Sender<Report> {
+/// The receiver hears once the last report, [`Report::Gone`], is written (or cannot be).
+fn reporter() -> (Sender<Report>, mpsc::Receiver<()>) {
     let (send, receive) = mpsc::channel::<Report>();
+    let (written, last_written) = mpsc::channel();
     std::thread::spawn(move || {
         let stdout = std::io::stdout();
         for report in receive {
@@ -248,9 +252,13 @@ fn reporter() -> Sender<Report> {
                 // The host is gone; the stdin thread says so too.
                 break;
             }
+            if report == Report::Gone {
+                break;
+            }
         }
+        let _ = written.send(());
     });
-    send
+    (send, last_written)
 }
 
 /// Passes each line of the child's `stream` on as a report, cut at [`MAX_LINE_BYTES`], until
