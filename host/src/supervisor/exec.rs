@@ -253,7 +253,7 @@ impl Work for Exec {
     }
 
     async fn next(&mut self, kept: &mut Kept) -> Option<Result<(), CallFailure>> {
-        let mut deadline_killed = false;
+        let mut deadline_stopped = false;
         loop {
             tokio::select! {
                 biased;
@@ -270,8 +270,8 @@ impl Work for Exec {
                     Some(Report::Output { err, text, cut }) => self.output(err, &text, cut),
                     Some(Report::Exited(ended)) => {
                         info!(%ended, "process exited");
-                        // Killed at the deadline a renewal did not move: the term's to resume.
-                        if deadline_killed {
+                        // Stopped at the deadline a renewal did not move: the term's to resume.
+                        if deadline_stopped {
                             return Some(Err(CallFailure::Cancelled {
                                 reason: Cancel::Deadline,
                                 entered: true,
@@ -283,7 +283,12 @@ impl Work for Exec {
                         })));
                     }
                     Some(report) => {
-                        deadline_killed |= report == Report::Killed(Why::Deadline);
+                        // Stopped for want of a renewal, not by its own fault: whether it
+                        // ended on the signal or the kill, the term's to resume.
+                        deadline_stopped |= matches!(
+                            report,
+                            Report::Signalled(Why::Deadline) | Report::Killed(Why::Deadline)
+                        );
                         self.keeper_said(&report);
                     }
                     None => {
