@@ -24,24 +24,19 @@ fn assert_no_overlap(file: &Path) -> Vec<Line> {
     lines
 }
 
+/// `a` holding `nightly` with its worker at work for 300 ms (epoch 1), and `b` beside it.
 async fn hosts(url: &str, file: &Path) -> (Host, Host) {
-    let spawn = |name: &str| {
+    let replica = |name: &str| {
         HostBuilder::new(name)
             .database_url(url)
             .lease("nightly")
             .ttl(TTL)
             .exec(&["sh", "-c", WORKER, "worker", file.to_str().unwrap()])
-            .spawn_leading("nightly")
     };
-    let a = spawn("a").await.unwrap();
-    let b = HostBuilder::new("b")
-        .database_url(url)
-        .lease("nightly")
-        .ttl(TTL)
-        .exec(&["sh", "-c", WORKER, "worker", file.to_str().unwrap()])
-        .spawn()
-        .await
-        .unwrap();
+    let a = replica("a").spawn_leading("nightly").await.unwrap();
+    let b = replica("b").spawn().await.unwrap();
+    started(file, 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     (a, b)
 }
 
@@ -72,8 +67,6 @@ async fn a_sigterm_to_the_holder_stops_its_worker_before_the_next_holder_s_start
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("history");
     let (mut a, b) = hosts(&database().await, &file).await;
-    started(&file, 1).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     a.signal("TERM").unwrap();
     let status = a.wait_exit(Duration::from_secs(20)).await.unwrap();
     assert_eq!(status.code(), Some(0), "{}", a.log_text());
@@ -104,8 +97,6 @@ async fn a_holder_killed_alone_takes_its_worker_and_grandchild_with_it() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("history");
     let (a, _b) = hosts(&database().await, &file).await;
-    started(&file, 1).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     // The host process alone, not its group: the keeper is in a group of its own anyway.
     let killed_at = now_ns();
     rustix::process::kill_process(
@@ -135,8 +126,6 @@ async fn a_holder_frozen_alone_past_the_ttl_has_its_worker_dead_before_the_next_
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("history");
     let (a, _b) = hosts(&database().await, &file).await;
-    started(&file, 1).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     a.signal("STOP").unwrap();
     started(&file, 2).await;
     tokio::time::sleep(TTL * 3).await;
