@@ -25,6 +25,9 @@ command -v promtool >/dev/null 2>&1 || need_pkgs+=(prometheus)
 # Headless Chromium and its WebDriver server load the status page in the browser tests.
 [ -x /usr/bin/chromium ] || need_pkgs+=(chromium)
 [ -x /usr/bin/chromedriver ] || need_pkgs+=(chromium-driver)
+# psycopg runs the Python example worker of examples/exec/ (with the system python3), which the
+# exec fence tests start.
+/usr/bin/python3 -c 'import psycopg' >/dev/null 2>&1 || need_pkgs+=(python3-psycopg)
 for arg in "$@"; do
   case "$arg" in
     --bench)

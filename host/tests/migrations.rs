@@ -54,6 +54,10 @@ const PINNED: &[(&str, &str)] = &[
         "cb75ba998b74996ffb5db0bde1dc8ab39012e152c924ec89653388cd5976c73621d78891dca60b6389f1c0ef70a374db",
     ),
     (
+        "postgres/20261205000001_process_fence.sql",
+        "7d1ef40fcb9c852bcd7d0c3576dee6df1ac9f50097017d49cbe208924a855eceefda5ff17dbfcb2ff11b6363e5d86479",
+    ),
+    (
         "sqlite/20261122000001_leases.sql",
         "dd24877c437b4d1e6b0d63664d974028ac4b96d4fb8731ae586642bddb7e9f81d04854a1c4176caaee9e049e51167d57",
     ),

@@ -77,3 +77,52 @@ pub fn now_ns() -> u128 {
         .map(|d| d.as_nanos())
         .unwrap_or(0)
 }
+
+/// Every process below `pid` (children first, then theirs), from `/proc/PID/task/*/children`:
+/// the keeper, the worker and whatever the worker started. Linux only, as the keeper is.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut next = vec![pid];
+    while let Some(parent) = next.pop() {
+        let tasks = std::fs::read_dir(format!("/proc/{parent}/task"))
+            .into_iter()
+            .flatten();
+        for task in tasks.flatten() {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+                found.push(child);
+                next.push(child);
+            }
+        }
+    }
+    found
+}
+
+/// The command name of process `pid` (`/proc/PID/comm`), empty once it is gone.
+pub fn command_name(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Sends `signal` to process `pid`, ignoring one that is already gone.
+pub fn signal(pid: u32, signal: rustix::process::Signal) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(pid, signal);
+    }
+}
+
+/// Whether process `pid` still runs: false once it is gone or has exited and waits, a zombie,
+/// for its parent to reap it (a frozen parent never does).
+pub fn is_running(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the command name's closing parenthesis.
+    match stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next())
+    {
+        Some(state) => state != "Z" && state != "X",
+        None => false,
+    }
+}
