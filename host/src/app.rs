@@ -29,6 +29,7 @@ use crate::plugin::PluginSet;
 use crate::runtime::engine::EngineOptions;
 use crate::runtime::{EngineError, Runtime};
 use crate::supervisor::Supervisor;
+use crate::supervisor::process_status::{ProcessState, ProcessStatus, how_it_ended};
 use crate::supervisor::status::StatusBoard;
 
 /// Why the host could not start or stop cleanly; each variant names what failed.
@@ -96,6 +97,9 @@ pub struct Shutdown {
     pub released: Vec<(String, Epoch)>,
     /// The leases left to expire by their ttl: nobody takes them over before then.
     pub left: Vec<LeftToExpire>,
+    /// How each OS process that ran when the stop began ended (`name (lease) exited with code
+    /// 0, stopped in 12 ms`).
+    pub processes: Vec<String>,
 }
 
 /// A lease [`App::shutdown`] could not release.
@@ -118,8 +122,16 @@ impl Shutdown {
         self.left.is_empty()
     }
 
-    /// One line for the log's last: what became of each lease, and why.
+    /// One line for the log's last: what became of each lease and process, and why.
     pub fn summary(&self) -> String {
+        let leases = self.leases_summary();
+        match self.processes.is_empty() {
+            true => leases,
+            false => format!("{leases}; processes: {}", self.processes.join(", ")),
+        }
+    }
+
+    fn leases_summary(&self) -> String {
         let list = |items: Vec<String>| items.join(", ");
         let released = list(
             self.released
@@ -283,11 +295,14 @@ impl App {
         };
         // OS processes bound to leases, each under a keeper that is this very program.
         let mut processes = Vec::new();
+        let mut plugins = plugins;
         if !config.processes.is_empty() {
             let keeper = std::env::current_exe().map_err(AppError::Keeper)?;
+            // Processes show on the plugins' board, which `/status` reads: one without plugins
+            // has a board all the same.
             let board = plugins
-                .clone()
-                .unwrap_or_else(|| StatusBoard::new(metrics.clone()));
+                .get_or_insert_with(|| StatusBoard::new(metrics.clone()))
+                .clone();
             for bound in &config.processes {
                 processes.push(tasks.spawn(crate::supervisor::exec::follow(
                     Arc::new(bound.clone()),
@@ -380,6 +395,13 @@ impl App {
             })
             .collect();
         let deadline = tokio::time::Instant::now() + grace;
+        // The processes at work now, to say at the end how each ended.
+        let working: Vec<ProcessStatus> = self
+            .plugins
+            .iter()
+            .flat_map(StatusBoard::processes)
+            .filter(|p| p.state != ProcessState::Idle && p.state != ProcessState::GaveUp)
+            .collect();
         self.root.cancel();
         let finished = tokio::select! {
             r = &mut self.driver => match r {
@@ -406,8 +428,23 @@ impl App {
                 Err(_) => warn!("{what} did not stop within shutdown_grace"),
             }
         }
+        let after = self
+            .plugins
+            .iter()
+            .flat_map(StatusBoard::processes)
+            .collect::<Vec<_>>();
+        let ended: Vec<String> = working
+            .iter()
+            .filter_map(|before| {
+                let now = after
+                    .iter()
+                    .find(|p| p.name == before.name && p.lease == before.lease)?;
+                Some(how_it_ended(before, now))
+            })
+            .collect();
         let outcome = finished.map(|finished| {
-            let report = self.account(held, finished, grace);
+            let mut report = self.account(held, finished, grace);
+            report.processes = ended;
             if report.all_released() {
                 info!("every lease released");
             }

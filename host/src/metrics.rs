@@ -12,6 +12,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+mod process;
+pub use process::{ProcessEndLabel, ProcessLabel, ProcessMetrics};
+
 /// A label value, escaped as the Prometheus and OpenMetrics text formats require (`\` as `\\`,
 /// `"` as `\"`, a line feed as `\n`) when `/metrics` writes it: prometheus-client 0.24 writes
 /// label values as they are, so a value holding a quote or a line break would end its series and
@@ -195,6 +198,8 @@ pub struct Metrics {
     pub store_errors: Family<StoreErrorLabel, Counter>,
     /// Live members of the group configured with another shard count than the one in force.
     pub group_count_conflicts: Family<GroupLabel, Gauge>,
+    /// The OS processes bound to leases.
+    pub process: ProcessMetrics,
 }
 
 /// What a look at one lease group found, for [`Metrics::record_group`]: the gauges as they stand
@@ -239,6 +244,7 @@ impl Metrics {
         m.register_faults(&mut registry);
         m.register_plugin(&mut registry);
         m.register_group(&mut registry);
+        m.process.register(&mut registry);
         Arc::new(Metrics { registry, ..m })
     }
 
@@ -273,6 +279,7 @@ impl Metrics {
             group_gated: Family::default(),
             store_errors: Family::default(),
             group_count_conflicts: Family::default(),
+            process: ProcessMetrics::default(),
             registry: Registry::default(),
         }
     }

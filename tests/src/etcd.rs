@@ -311,6 +311,16 @@ impl Agent {
         Ok(())
     }
 
+    /// Sends `signal` to etcdctl alone, not its work: a client frozen or killed by itself, as a
+    /// leasehold host alone is in the exec benchmark.
+    pub fn signal_client(&self, signal: Signal) -> anyhow::Result<()> {
+        let target = i32::try_from(self.pid)
+            .ok()
+            .and_then(Pid::from_raw)
+            .context("no such pid")?;
+        kill_process(target, signal).with_context(|| format!("kill {signal:?} {}", self.pid))
+    }
+
     /// Waits up to `timeout` for etcdctl to exit and its output to end (the work, and any
     /// `sleep` of its loop, closing the pipe).
     pub async fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<()> {

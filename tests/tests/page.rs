@@ -7,7 +7,8 @@
 //! `[data-field=epoch]`, `[data-field=role]`, `[data-field=last-handoff]` (with `data-reason`,
 //! `data-from`, `data-to` and `data-to-epoch`) and one `[data-term=EPOCH]` row per recent term
 //! (with `data-holder` and `data-end`: `open`, `released`, `expired` or `forced`); each plugin
-//! a `[data-plugin=NAME]` element. First, the harness itself against pages of this test's own.
+//! a `[data-plugin=NAME]` element, each process a `[data-process="NAME LEASE"]` one. First, the
+//! harness itself against pages of this test's own.
 //!
 //! With `LEASEHOLD_PAGE_SCREENSHOT=FILE` the handoff test also saves its page there, after the
 //! handoff with the plugin running: the README's picture (`make screenshot`).
@@ -616,5 +617,63 @@ async fn the_page_reconnects_after_the_host_restarts() {
         "failed loads the browser logged while the host was down: {}",
         errors.len()
     );
+    browser.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_under_a_lease_shows_as_a_card_with_its_state_and_pid() {
+    let db = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", db.path().join("leases.db").display());
+    let host = HostBuilder::new("paged")
+        .database_url(&url)
+        .lease("nightly")
+        .exec(&["sleep", "600"])
+        .spawn_leading("nightly")
+        .await
+        .unwrap();
+    let pid = eventually(
+        "the process's pid in /status",
+        Duration::from_secs(10),
+        async || {
+            let status = host.status().await.unwrap();
+            when(
+                status.processes.first().and_then(|p| p.pid),
+                Option::is_some,
+            )
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let browser = Browser::start().await.unwrap();
+    browser
+        .goto(&format!("http://{}/", host.addr()))
+        .await
+        .unwrap();
+    let card = "[data-process=\"sleep nightly\"]";
+    let field = |n: &str| format!("{card} [data-field=\"{n}\"]");
+    eventually_every(
+        "the process's card running with its pid",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        async || {
+            let state = browser.attribute(card, "data-state").await.unwrap();
+            let shown = browser.text_content(&field("pid")).await.unwrap();
+            when((state, shown), |(state, shown)| {
+                state.as_deref() == Some("running") && shown.as_deref() == Some(&pid.to_string())
+            })
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        browser
+            .text_content(&field("starts"))
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("1")
+    );
+    assert_no_console_errors(&browser).await;
     browser.close().await.unwrap();
 }

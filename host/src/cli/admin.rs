@@ -458,6 +458,43 @@ pub fn render_status(status: &Value) -> String {
             ));
         }
     }
+    let processes = status["processes"].as_array().cloned().unwrap_or_default();
+    if !processes.is_empty() {
+        out.push_str(&format!(
+            "\n{:<24} {:<16} {:<9} {:>8} {:>6} {:>6} {:>10} {:>11}  EXITS\n",
+            "PROCESS", "LEASE", "STATE", "PID", "STARTS", "KILLS", "LAST STOP", "UNCONFIRMED"
+        ));
+        for p in &processes {
+            let exits = p["exits"]
+                .as_object()
+                .map(|by| {
+                    by.iter()
+                        .map(|(how, n)| format!("{}: {}", escape_controls(how), text(n)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default();
+            let last_stop = p["last_stop_ms"]
+                .as_f64()
+                .map_or("-".to_string(), |ms| format!("{ms:.0} ms"));
+            out.push_str(
+                format!(
+                    "{:<24} {:<16} {:<9} {:>8} {:>6} {:>6} {:>10} {:>11}  {}",
+                    text(&p["name"]),
+                    text(&p["lease"]),
+                    text(&p["state"]),
+                    text(&p["pid"]),
+                    text(&p["starts"]),
+                    text(&p["forced_kills"]),
+                    last_stop,
+                    text(&p["unconfirmed_stops"]),
+                    exits
+                )
+                .trim_end(),
+            );
+            out.push('\n');
+        }
+    }
     out
 }
 

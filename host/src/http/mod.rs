@@ -31,6 +31,7 @@ use crate::lease::health::CallsFailing;
 use crate::lease::history::{self, Handoff, RecordedTerm};
 use crate::lease::{Epoch, Leases, Role};
 use crate::metrics::Metrics;
+use crate::supervisor::process_status::ProcessStatus;
 use crate::supervisor::status::{PluginStatus, StatusBoard};
 use snapshot::Snapshots;
 
@@ -97,6 +98,9 @@ pub struct Status {
     pub groups: Vec<GroupStatus>,
     /// One entry per plugin file.
     pub plugins: Vec<PluginStatus>,
+    /// One entry per OS process bound to a lease, and lease it runs under.
+    #[serde(default)]
+    pub processes: Vec<ProcessStatus>,
     /// Set while the lease loop's own store calls fail (the last campaign, renewal, release or
     /// group heartbeat did): this replica cannot campaign, and `/readyz` is 503. As it is at the
     /// answer.
@@ -254,6 +258,7 @@ fn status_from(
         leases,
         groups: replica.groups(),
         plugins: Vec::new(),
+        processes: Vec::new(),
         lease_calls_failing: None,
     }
 }

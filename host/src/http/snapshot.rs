@@ -28,6 +28,7 @@ use super::Status;
 use crate::lease::groups::GroupStatus;
 use crate::lease::health::CallsFailing;
 use crate::lease::{Leadership, Leases, Role};
+use crate::supervisor::process_status::ProcessStatus;
 use crate::supervisor::status::{PluginStatus, StatusBoard};
 
 /// How old a snapshot may be before a request asks for a new one. The page polls every 500 ms
@@ -69,16 +70,17 @@ pub struct Snapshot {
 }
 
 /// What [`Status`] serialises to before and after the part a [`Snapshot`] keeps, when its age is
-/// zero and it has no groups and no plugins: the fields a request fills in.
+/// zero and it has no groups, plugins or processes: the fields a request fills in.
 const HEAD: &[u8] = br#"{"snapshot_age_ms":0,"#;
-const TAIL: &[u8] = br#","groups":[],"plugins":[]}"#;
+const TAIL: &[u8] = br#","groups":[],"plugins":[],"processes":[]}"#;
 
 impl Snapshot {
-    /// A snapshot of `status`, taken now. Its groups and plugins are left out: a request adds
-    /// them as they are then.
+    /// A snapshot of `status`, taken now. Its groups, plugins and processes are left out: a
+    /// request adds them as they are then.
     fn new(mut status: Status, began: Instant) -> Snapshot {
         status.groups = Vec::new();
         status.plugins = Vec::new();
+        status.processes = Vec::new();
         let roles: Vec<Role> = status.leases.iter().map(|l| l.role).collect();
         let leases_json = serde_json::to_vec(&status).ok().and_then(|json| {
             json.strip_prefix(HEAD)
@@ -111,15 +113,24 @@ impl Snapshot {
     pub fn body(
         &self,
         groups: &[GroupStatus],
-        plugins: &[PluginStatus],
+        (plugins, processes): (&[PluginStatus], &[ProcessStatus]),
         failing: Option<&CallsFailing>,
     ) -> Vec<u8> {
         let age_ms = u64::try_from(self.age().as_millis()).unwrap_or(u64::MAX);
         let (groups_json, plugins_json) = (serde_json::to_vec(groups), serde_json::to_vec(plugins));
+        let processes_json = serde_json::to_vec(processes);
         let failing_json = failing.map(serde_json::to_vec).transpose();
-        match (&self.leases_json, groups_json, plugins_json, failing_json) {
-            (Some(leases), Ok(groups), Ok(plugins), Ok(failing)) => {
-                let mut body = Vec::with_capacity(leases.len() + groups.len() + plugins.len() + 64);
+        match (
+            &self.leases_json,
+            groups_json,
+            plugins_json,
+            processes_json,
+            failing_json,
+        ) {
+            (Some(leases), Ok(groups), Ok(plugins), Ok(processes), Ok(failing)) => {
+                let mut body = Vec::with_capacity(
+                    leases.len() + groups.len() + plugins.len() + processes.len() + 64,
+                );
                 body.extend_from_slice(br#"{"snapshot_age_ms":"#);
                 body.extend_from_slice(age_ms.to_string().as_bytes());
                 body.push(b',');
@@ -128,6 +139,8 @@ impl Snapshot {
                 body.extend_from_slice(&groups);
                 body.extend_from_slice(br#","plugins":"#);
                 body.extend_from_slice(&plugins);
+                body.extend_from_slice(br#","processes":"#);
+                body.extend_from_slice(&processes);
                 if let Some(failing) = failing {
                     body.extend_from_slice(br#","lease_calls_failing":"#);
                     body.extend_from_slice(&failing);
@@ -141,6 +154,7 @@ impl Snapshot {
                 status["snapshot_age_ms"] = age_ms.into();
                 status["groups"] = serde_json::to_value(groups).unwrap_or_default();
                 status["plugins"] = serde_json::to_value(plugins).unwrap_or_default();
+                status["processes"] = serde_json::to_value(processes).unwrap_or_default();
                 if let Some(failing) = failing {
                     status["lease_calls_failing"] =
                         serde_json::to_value(failing).unwrap_or_default();
@@ -272,14 +286,15 @@ impl Snapshots {
 
     /// The `/status` body of a snapshot, with the groups and plugins as they are now.
     pub fn body(&self, snapshot: &Snapshot) -> Vec<u8> {
-        let plugins = self
-            .inner
-            .plugins
-            .as_ref()
-            .map(StatusBoard::snapshot)
-            .unwrap_or_default();
+        let board = self.inner.plugins.as_ref();
+        let plugins = board.map(StatusBoard::snapshot).unwrap_or_default();
+        let processes = board.map(StatusBoard::processes).unwrap_or_default();
         let failing = self.inner.leases.health().failing();
-        snapshot.body(&self.inner.leases.groups(), &plugins, failing.as_ref())
+        snapshot.body(
+            &self.inner.leases.groups(),
+            (&plugins, &processes),
+            failing.as_ref(),
+        )
     }
 
     /// Younger than [`MAX_AGE`], and no lease has changed role since before its read.
@@ -495,6 +510,7 @@ mod tests {
             }],
             groups: Vec::new(),
             plugins: Vec::new(),
+            processes: Vec::new(),
             lease_calls_failing: None,
         }
     }
@@ -531,7 +547,7 @@ mod tests {
             snapshot.leases_json.is_some(),
             "Status no longer serialises as HEAD … TAIL: snapshot_age_ms first, groups and plugins last"
         );
-        let body = snapshot.body(std::slice::from_ref(&group), &[], None);
+        let body = snapshot.body(std::slice::from_ref(&group), (&[], &[]), None);
         let served: Status = serde_json::from_slice(&body).unwrap();
         let expected = Status {
             snapshot_age_ms: served.snapshot_age_ms,
@@ -553,7 +569,7 @@ mod tests {
             failures: 3,
             failing_for_ms: 1500,
         };
-        let body = snapshot.body(&[], &[], Some(&failing));
+        let body = snapshot.body(&[], (&[], &[]), Some(&failing));
         let served: Status = serde_json::from_slice(&body).unwrap();
         assert_eq!(served.lease_calls_failing, Some(failing));
     }

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
 use super::policy::{BACKOFF_BASE, BACKOFF_MAX, Failures, Policy, Step};
+use super::process_status::{ProcessCard, ProcessState};
 use super::status::StatusBoard;
 use super::work::{Work, drive};
 use crate::lease::{Leases, Term};
@@ -47,6 +48,7 @@ pub async fn follow(
     };
     let tasks = tokio_util::task::TaskTracker::new();
     for lease in names {
+        let card = ProcessCard::new(&board, metrics.clone(), &bound.name, &lease);
         let (bound, leases, keeper, board, rate, stop) = (
             bound.clone(),
             leases.clone(),
@@ -55,9 +57,9 @@ pub async fn follow(
             rate.clone(),
             shutdown.clone(),
         );
-        tasks.spawn(
-            async move { follow_lease(bound, &lease, leases, keeper, board, rate, stop).await },
-        );
+        tasks.spawn(async move {
+            follow_lease(bound, &lease, leases, keeper, (board, card), rate, stop).await
+        });
     }
     tasks.close();
     tasks.wait().await;
@@ -69,7 +71,7 @@ async fn follow_lease(
     lease: &str,
     leases: Arc<Leases>,
     keeper: PathBuf,
-    board: StatusBoard,
+    (board, card): (StatusBoard, ProcessCard),
     rate: Arc<PluginRate>,
     shutdown: CancellationToken,
 ) {
@@ -87,6 +89,7 @@ async fn follow_lease(
                 leases.clone(),
                 keeper.clone(),
                 rate.clone(),
+                card.clone(),
             );
             let board = board.clone();
             // Under the term's tracker: the release waits until the process is gone.
@@ -124,6 +127,10 @@ struct Exec {
     env: Vec<(&'static str, String)>,
     /// What its output may cost the log.
     rate: Arc<PluginRate>,
+    /// What `/status` and `/metrics` show of it.
+    card: ProcessCard,
+    /// What its card shows once the stop under way is over: backoff before a restart.
+    after_stop: ProcessState,
 }
 
 impl Exec {
@@ -133,6 +140,7 @@ impl Exec {
         leases: Arc<Leases>,
         keeper: PathBuf,
         rate: Arc<PluginRate>,
+        card: ProcessCard,
     ) -> Self {
         let mut env = vec![
             ("LEASEHOLD_LEASE", term.lease.clone()),
@@ -156,6 +164,8 @@ impl Exec {
             keeper,
             env,
             rate,
+            card,
+            after_stop: ProcessState::Idle,
         }
     }
 
@@ -176,7 +186,10 @@ impl Exec {
         let mut failures = Failures::new(policy);
         let name = self.bound.name.clone();
         drive(&mut self, &mut failures, &board, &name).await;
-        if failures.quarantined() && !self.term.is_cancelled() {
+        if !failures.quarantined() {
+            self.card.show(ProcessState::Idle);
+        } else if !self.term.is_cancelled() {
+            self.card.show(ProcessState::GaveUp);
             warn!(
                 exits = failures.count(),
                 on_exit = %self.bound.on_exit,
@@ -215,7 +228,10 @@ impl Exec {
                 "renewals have not landed: the process was sent its stop signal ahead of the lease's deadline"
             ),
             Report::Signalled(_) => info!(signal = %signal, "process asked to stop"),
-            Report::Killed(why) => warn!(%why, "process tree killed"),
+            Report::Killed(why) => {
+                self.card.killed();
+                warn!(%why, "process tree killed");
+            }
             _ => {}
         }
     }
@@ -241,9 +257,11 @@ impl Work for Exec {
         match kept.report().await {
             Some(Report::Started(pid)) => {
                 info!(pid, "process started");
+                self.card.started(pid, self.term.epoch);
                 Ok(kept)
             }
             Some(Report::NotStarted(why)) => {
+                self.card.not_started(&why);
                 Err(CallFailure::Exited(format!("cannot start: {why}")))
             }
             other => Err(CallFailure::Exited(format!(
@@ -270,6 +288,7 @@ impl Work for Exec {
                     Some(Report::Output { err, text, cut }) => self.output(err, &text, cut),
                     Some(Report::Exited(ended)) => {
                         info!(%ended, "process exited");
+                        self.card.exited(&ended.to_string());
                         // Stopped at the deadline a renewal did not move: the term's to resume.
                         if deadline_stopped {
                             return Some(Err(CallFailure::Cancelled {
@@ -302,6 +321,9 @@ impl Work for Exec {
     fn judged(&mut self, _: Step, outcome: Result<(), &CallFailure>, failures: &mut Failures) {
         if let Err(failure @ CallFailure::Exited(_)) = outcome {
             warn!(exits = failures.count(), "process {failure}");
+            if !failures.quarantined() {
+                self.after_stop = ProcessState::Backoff;
+            }
         }
     }
 
@@ -321,19 +343,32 @@ impl Work for Exec {
     /// host that stalls here has the tree dead by `safe_until`.
     async fn stop(&mut self, mut kept: Kept) {
         let asked = Instant::now();
+        self.card.stopping();
         if kept.stop().await.is_err() {
             kept.kill();
         }
+        let mut gone = false;
         while let Some(report) = kept.report().await {
             match report {
                 Report::Output { err, text, cut } => self.output(err, &text, cut),
-                Report::Exited(ended) => info!(%ended, "process exited"),
+                Report::Exited(ended) => {
+                    info!(%ended, "process exited");
+                    self.card.exited(&ended.to_string());
+                }
                 Report::Gone => {
+                    gone = true;
                     info!(took = ?asked.elapsed(), "process stopped: no process of its tree is left");
                 }
                 report => self.keeper_said(&report),
             }
         }
         let _ = kept.wait().await;
+        // Without the keeper's word, nothing says the tree is gone: the stop is unconfirmed.
+        if !gone {
+            warn!("the process's keeper ended without reporting its tree gone: stop unconfirmed");
+        }
+        self.card.stopped(asked.elapsed(), gone);
+        self.card
+            .show(std::mem::replace(&mut self.after_stop, ProcessState::Idle));
     }
 }

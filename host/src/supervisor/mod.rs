@@ -17,12 +17,14 @@
 //! - [`policy`]: what a failed or cancelled call means: backoff, fresh instance, quarantine;
 //! - [`status`]: what `/status` shows of each plugin;
 //! - `workers`: one task per plugin file, in step with the plugin set;
-//! - [`exec`]: OS processes bound to leases, each term's run a `Work`.
+//! - [`exec`]: OS processes bound to leases, each term's run a `Work`;
+//! - [`process_status`]: what `/status` shows of each of those processes.
 
 pub mod exec;
 mod health;
 mod instance;
 pub mod policy;
+pub mod process_status;
 mod reconcile;
 pub mod status;
 mod work;

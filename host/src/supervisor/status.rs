@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::process_status::ProcessStatus;
 use crate::metrics::Metrics;
 use crate::runtime::{CallFailure, Called, World};
 
@@ -104,6 +105,8 @@ pub struct StatusBoard {
     cards: Arc<Mutex<BTreeMap<String, PluginCard>>>,
     /// Where the runtime counts each plugin's calls, traps, refused writes and fuel.
     metrics: Arc<Metrics>,
+    /// One card per OS process bound to a lease, by process and lease.
+    processes: Arc<Mutex<BTreeMap<(String, String), ProcessStatus>>>,
 }
 
 impl StatusBoard {
@@ -112,6 +115,7 @@ impl StatusBoard {
         StatusBoard {
             cards: Arc::default(),
             metrics,
+            processes: Arc::default(),
         }
     }
 
@@ -188,6 +192,34 @@ impl StatusBoard {
                 }
             })
             .collect()
+    }
+
+    /// Puts a process's card, unless it has one under that lease already.
+    pub fn put_process(&self, status: ProcessStatus) {
+        let key = (status.name.clone(), status.lease.clone());
+        self.lock_processes().entry(key).or_insert(status);
+    }
+
+    /// Applies `f` to the card of process `name` under `lease`, if it has one.
+    pub fn update_process(&self, name: &str, lease: &str, f: impl FnOnce(&mut ProcessStatus)) {
+        if let Some(status) = self
+            .lock_processes()
+            .get_mut(&(name.to_string(), lease.to_string()))
+        {
+            f(status);
+        }
+    }
+
+    /// Every process as `/status` shows it, by name, then lease.
+    pub fn processes(&self) -> Vec<ProcessStatus> {
+        self.lock_processes().values().cloned().collect()
+    }
+
+    fn lock_processes(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), ProcessStatus>> {
+        // As the plugins' cards: each change is whole once the lock is let go.
+        self.processes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, PluginCard>> {

@@ -13,6 +13,11 @@
 //! Prints median, p99 and worst of signal → next worker's start per kind, how long after the
 //! signal the old term's last line came, and the overlaps the history shows (any is a failure:
 //! exit 1). `BENCH_TTL` (default 2s) and `LEASEHOLD_BIN` change the run.
+//!
+//! Then the killed and frozen trials once more with etcd's lock CLI (`BENCH_ETCD_TRIALS` each,
+//! default 10; skipped with a line when `etcd` is not on PATH): three `etcdctl lock --ttl`
+//! agents on one lock, and the holder's etcdctl alone killed or frozen; it counts the trials in
+//! which the old holder's work still ran after the next holder's had begun.
 
 #![allow(clippy::unwrap_used)]
 
@@ -173,8 +178,81 @@ async fn main() -> anyhow::Result<()> {
     for host in hosts.into_iter().flatten() {
         drop(host);
     }
+    let secs = ttl.as_secs().max(1);
+    etcd_trials(secs, env_count("BENCH_ETCD_TRIALS", 10)).await?;
     if failed {
         anyhow::bail!("two terms' workers ran at once");
+    }
+    Ok(())
+}
+
+/// The killed and frozen trials with `etcdctl lock --ttl TTL_SECS`, a fresh lock and three fresh
+/// agents each: the holder's etcdctl alone is sent SIGKILL or SIGSTOP, and the trial counts if
+/// the holder's work still beat half a second after the next holder's work started.
+async fn etcd_trials(ttl_secs: u64, trials: usize) -> anyhow::Result<()> {
+    use leasehold_tests::etcd::Etcd;
+    use rustix::process::Signal;
+    if let Err(e) = leasehold_tests::etcd::binaries() {
+        println!("etcd lock trials skipped: {e:#}");
+        return Ok(());
+    }
+    let etcd = Etcd::start().await?;
+    for (signal, kind) in [
+        (Signal::KILL, "killed (SIGKILL of etcdctl alone)"),
+        (Signal::STOP, "frozen (SIGSTOP of etcdctl alone)"),
+    ] {
+        let mut ran_on = 0;
+        for trial in 0..trials {
+            let lock = format!("nightly-{}-{trial}", signal.as_raw());
+            let agents = (0..3)
+                .map(|i| etcd.agent(&format!("agent {i}"), &lock, ttl_secs))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let within = tokio::time::Instant::now() + Duration::from_secs(ttl_secs * 10);
+            let holder = loop {
+                if let Some(i) = agents.iter().position(|a| a.started().is_some()) {
+                    break i;
+                }
+                anyhow::ensure!(
+                    tokio::time::Instant::now() < within,
+                    "no agent took the lock"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            agents[holder].signal_client(signal)?;
+            let next = loop {
+                let started = agents
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i != holder)
+                    .find_map(|(_, a)| a.started());
+                if let Some(at) = started {
+                    break at;
+                }
+                anyhow::ensure!(
+                    tokio::time::Instant::now() < within,
+                    "no other agent took the lock: {}",
+                    etcd.log()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if agents[holder]
+                .last_beat()
+                .is_some_and(|last| last > next + 0.4)
+            {
+                ran_on += 1;
+            }
+            if signal == Signal::STOP {
+                let _ = agents[holder].signal_client(Signal::CONT);
+            }
+            for agent in &agents {
+                let _ = agent.signal(Signal::KILL);
+            }
+        }
+        println!(
+            "etcdctl lock --ttl {ttl_secs}, {kind}: the old holder's work still ran after the next holder's began in {ran_on}/{trials} trials"
+        );
     }
     Ok(())
 }

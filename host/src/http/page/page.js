@@ -4,11 +4,11 @@
 //
 // - poll(): one fetch of /status every 500 ms; while the host does not answer, "reconnecting…"
 //   and a back-off to 2 s, until it answers again;
-// - render(): the header, the leases, the lease groups and the plugins;
+// - render(): the header, the leases, the lease groups, the plugins and the processes;
 // - sync(): keyed redraws, so that elements (an opened <details>, a text selection) survive polls;
-// - leaseRow(), groupCard(), pluginCard(): the DOM contract scripts and tests read:
-//   #connection[data-state=live|reconnecting], [data-lease] row groups, [data-group] and
-//   [data-plugin] cards, and [data-field] cells inside them; in a lease, the last handoff
+// - leaseRow(), groupCard(), pluginCard(), processCard(): the DOM contract scripts and tests
+//   read: #connection[data-state=live|reconnecting], [data-lease] row groups, [data-group],
+//   [data-plugin] and [data-process] cards, and [data-field] cells inside them; in a lease, the last handoff
 //   [data-field=last-handoff][data-reason] (and [data-field=vacant][data-reason] while nobody
 //   holds it), and per recent term a [data-term=EPOCH][data-holder][data-end] row and a
 //   [data-segment=EPOCH] in the timeline.
@@ -550,11 +550,68 @@
     setText(f.error, plugin.last_error == null ? "" : "last error: " + plugin.last_error);
   }
 
+  // ---- processes ----------------------------------------------------------------------------
+
+  // One card per process and lease it runs under: a process bound to a group runs per shard.
+  function processCard(key) {
+    const f = {
+      state: el("span", { class: "state", "data-field": "state" }),
+      lease: dd("lease"),
+      pid: dd("pid"),
+      epoch: dd("epoch"),
+      starts: dd("starts"),
+      exits: dd("exits"),
+      kills: dd("forced-kills"),
+      lastStop: dd("last-stop"),
+      unconfirmed: dd("unconfirmed-stops"),
+      lastExit: el("p", { class: "warning", "data-field": "last-exit" }),
+    };
+    const root = el(
+      "article",
+      { class: "card plugin", "data-process": key },
+      el("header", {}, el("h3", { class: "id", "data-field": "name" }), f.state),
+      el(
+        "dl",
+        { class: "stats" },
+        pair("lease", f.lease),
+        pair("pid", f.pid),
+        pair("epoch", f.epoch),
+        pair("starts", f.starts),
+        pair("exits", f.exits),
+        pair("killed by force", f.kills),
+        pair("last stop took", f.lastStop),
+        pair("unconfirmed stops", f.unconfirmed),
+      ),
+      f.lastExit,
+    );
+    return { root, f };
+  }
+
+  function updateProcess(card, p) {
+    const { f } = card;
+    setText(card.root.querySelector("h3"), String(p.name));
+    setData(card.root, "state", String(p.state));
+    setText(f.state, String(p.state));
+    setText(f.lease, String(p.lease));
+    setText(f.pid, p.pid == null ? NONE : String(p.pid));
+    setText(f.epoch, p.epoch == null ? NONE : String(p.epoch));
+    setText(f.starts, count(p.starts));
+    const exits = p.exits && typeof p.exits === "object" ? Object.entries(p.exits) : [];
+    setText(f.exits, exits.length === 0 ? NONE : exits.map(([how, n]) => how + ": " + count(n)).join(", "));
+    setText(f.kills, count(p.forced_kills));
+    const took = millis(p.last_stop_ms);
+    setText(f.lastStop, took === null ? NONE : took < 10 ? took.toFixed(2) + " ms" : span(took));
+    setText(f.unconfirmed, count(p.unconfirmed_stops));
+    f.lastExit.hidden = p.last_exit == null;
+    setText(f.lastExit, p.last_exit == null ? "" : "last exit: " + p.last_exit);
+  }
+
   // ---- the page -----------------------------------------------------------------------------
 
   const leaseRows = new Map();
   const groupCards = new Map();
   const pluginCards = new Map();
+  const processCards = new Map();
 
   function render(s) {
     const me = String(s.replica);
@@ -584,6 +641,7 @@
     const leases = Array.isArray(s.leases) ? s.leases : [];
     const groups = Array.isArray(s.groups) ? s.groups : [];
     const plugins = Array.isArray(s.plugins) ? s.plugins : [];
+    const processes = Array.isArray(s.processes) ? s.processes : [];
 
     const groupsByName = new Map(groups.map((g) => [String(g.name), g]));
     const shards = new Map(groups.map((g) => [String(g.name), []]));
@@ -615,6 +673,10 @@
 
     byId("plugins-empty").hidden = plugins.length > 0;
     sync(byId("plugins"), pluginCards, plugins, (p) => String(p.name), pluginCard, updatePlugin);
+
+    byId("processes-section").hidden = processes.length === 0;
+    const processKey = (p) => String(p.name) + " " + String(p.lease);
+    sync(byId("processes"), processCards, processes, processKey, processCard, updateProcess);
   }
 
   // ---- polling ------------------------------------------------------------------------------
