@@ -248,3 +248,37 @@ async fn a_command_that_keeps_exiting_backs_off_and_then_gives_the_lease_up() {
     }
     assert!(log.contains("process exited with code 3"), "{log}");
 }
+
+/// The child's environment has the term's `LEASEHOLD_*` variables and the host's other
+/// variables, but none of the host's own `LEASEHOLD_*` settings; a line longer than 8 KiB is
+/// logged cut, saying how much was cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_child_gets_the_term_s_variables_not_the_host_s_settings_and_long_lines_are_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let script = "env | grep -E '^(LEASEHOLD_|WORKER_)' | sort; \
+                  head -c 20000 /dev/zero | tr '\\0' x; echo; exec sleep 600";
+    let host = HostBuilder::new("env")
+        .database_url(&url)
+        .lease("nightly")
+        .env("LEASEHOLD_LOG_FORMAT", "text")
+        .env("WORKER_MODE", "batch")
+        .exec(&["sh", "-c", script])
+        .spawn_leading("nightly")
+        .await
+        .unwrap();
+    host.wait_for_log("bytes cut", Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", host.log_text()));
+    let log = host.log_text();
+    for wanted in [
+        "LEASEHOLD_LEASE=nightly",
+        "LEASEHOLD_EPOCH=1",
+        "LEASEHOLD_HOLDER=env-",
+        "WORKER_MODE=batch",
+        "… (11808 bytes cut)",
+    ] {
+        assert!(log.contains(wanted), "no {wanted:?} in the log:\n{log}");
+    }
+    assert!(!log.contains("LEASEHOLD_LOG_FORMAT"), "{log}");
+}

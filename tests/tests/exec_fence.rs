@@ -160,6 +160,17 @@ async fn a_worker_frozen_with_its_host_past_the_ttl_has_its_commit_refused_when_
     for pid in &frozen {
         signal(*pid, Signal::CONT);
     }
+    // As after a whole container's freeze: the keeper finds its deadline long past and kills
+    // the tree at once.
+    let resumed = std::time::Instant::now();
+    eventually(
+        "the frozen worker's tree gone once resumed",
+        Duration::from_secs(5),
+        async || when((), |_| !frozen[1..].iter().any(|p| is_running(*p))),
+    )
+    .await
+    .unwrap();
+    eprintln!("tree gone {:?} after the resume", resumed.elapsed());
     let after: Vec<(i64, i64)> = writes(&url)
         .await
         .into_iter()
