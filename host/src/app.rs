@@ -296,7 +296,7 @@ impl App {
         // OS processes bound to leases, each under a keeper that is this very program.
         let mut processes = Vec::new();
         let mut plugins = plugins;
-        if !config.processes.is_empty() {
+        if !config.processes.is_empty() || !config.services.is_empty() {
             let keeper = std::env::current_exe().map_err(AppError::Keeper)?;
             // Processes show on the plugins' board, which `/status` reads: one without plugins
             // has a board all the same.
@@ -305,6 +305,21 @@ impl App {
                 .clone();
             for bound in &config.processes {
                 processes.push(tasks.spawn(crate::supervisor::exec::follow(
+                    Arc::new(bound.clone()),
+                    leases.clone(),
+                    keeper.clone(),
+                    board.clone(),
+                    metrics.clone(),
+                    root.clone(),
+                )));
+            }
+            for bound in &config.services {
+                // Shut until its first standby check passes: queued before the driver starts,
+                // so that even the first campaign waits for it.
+                if bound.health.is_some() {
+                    leases.allow_campaigns(bound.lease.as_str(), false);
+                }
+                processes.push(tasks.spawn(crate::supervisor::service::follow(
                     Arc::new(bound.clone()),
                     leases.clone(),
                     keeper.clone(),

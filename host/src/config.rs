@@ -3,6 +3,7 @@
 //! the flags are the same type, [`Layer`], so a setting is declared once for both.
 
 pub mod process;
+pub mod service;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -269,6 +270,10 @@ pub struct Layer {
     #[serde(default)]
     #[arg(skip)]
     pub process: Vec<process::ProcessLayer>,
+    /// Services leasehold does not own, bound to leases: `[[service]]` tables.
+    #[serde(default)]
+    #[arg(skip)]
+    pub service: Vec<service::ServiceLayer>,
 }
 
 /// Log output formats.
@@ -493,6 +498,9 @@ pub struct Config {
     /// The OS processes bound to leases.
     #[serde(rename = "process", skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<crate::process::bound::BoundProcess>,
+    /// The services bound to leases, with their scripts.
+    #[serde(rename = "service", skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<crate::process::service::BoundService>,
 }
 
 /// The `[runtime]` table of the effective configuration.
@@ -675,6 +683,12 @@ impl Config {
             &timing,
             std::env::var_os("PATH").as_deref(),
         )?;
+        let services = service::resolve(
+            file.service.into_iter().chain(flags.service).collect(),
+            &leases,
+            &timing,
+            std::env::var_os("PATH").as_deref(),
+        )?;
         Ok(Config {
             database_url,
             replica_id,
@@ -708,6 +722,7 @@ impl Config {
                 fuel: flags.runtime.fuel.or(file.runtime.fuel).unwrap_or(true),
             },
             processes,
+            services,
         })
     }
 }

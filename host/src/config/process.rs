@@ -107,7 +107,7 @@ fn one(
     let Some(program) = layer.command.first() else {
         return Err("command is empty: command = [\"PROGRAM\", \"ARG\", …]".to_string());
     };
-    let found = find_program(program, path)?;
+    let command = check_command(&layer.command, path)?;
     let name = match layer.name {
         Some(name) => name,
         None => Path::new(program)
@@ -173,8 +173,6 @@ fn one(
         (Some(n), OnExit::Restart) => n,
         (None, _) => DEFAULT_MAX_FAILURES,
     };
-    let mut command: Vec<std::ffi::OsString> = vec![found.into_os_string()];
-    command.extend(layer.command.iter().skip(1).map(Into::into));
     Ok(BoundProcess {
         name,
         binding,
@@ -186,6 +184,18 @@ fn one(
         on_exit,
         max_failures,
     })
+}
+
+/// A non-empty command as it will be run: its program found (see [`find_program`]), its
+/// arguments as written.
+pub(super) fn check_command(
+    command: &[String],
+    path: Option<&std::ffi::OsStr>,
+) -> Result<Vec<std::ffi::OsString>, String> {
+    let program = command.first().map(String::as_str).unwrap_or_default();
+    let mut run = vec![find_program(program, path)?.into_os_string()];
+    run.extend(command.iter().skip(1).map(Into::into));
+    Ok(run)
 }
 
 /// The program a command names, as it will be run: a path with a `/` as it is, a bare name
@@ -221,7 +231,7 @@ fn find_program(program: &str, path: Option<&std::ffi::OsStr>) -> Result<PathBuf
 }
 
 /// A process name: what a plugin name may be, so that both read alike in `/status` and metrics.
-fn check_name(name: &str) -> Result<(), String> {
+pub(super) fn check_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name

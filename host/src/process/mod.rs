@@ -10,10 +10,13 @@
 //! 4. [`handle`]: the host's side of a keeper: start it, send deadlines and the stop, read
 //!    reports;
 //! 5. [`bound`]: a process the operator bound to a lease: its command, stop signal, grace and
-//!    what its own exit means, and the graces the lease timing allows.
+//!    what its own exit means, and the graces the lease timing allows;
+//! 6. [`service`]: a service leasehold does not own, with its activate, deactivate and health
+//!    scripts.
 
 pub mod bound;
 pub mod handle;
 pub mod keeper;
 pub mod protocol;
+pub mod service;
 pub mod tree;

@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
 use super::policy::{BACKOFF_BASE, BACKOFF_MAX, Failures, Policy, Step};
-use super::process_status::{ProcessCard, ProcessState};
+use super::process_card::ProcessCard;
+use super::process_status::{ProcessKind, ProcessState};
 use super::status::StatusBoard;
 use super::work::{Work, drive};
 use crate::lease::{Leases, Term};
@@ -48,7 +49,12 @@ pub async fn follow(
     };
     let tasks = tokio_util::task::TaskTracker::new();
     for lease in names {
-        let card = ProcessCard::new(&board, metrics.clone(), &bound.name, &lease);
+        let card = ProcessCard::new(
+            &board,
+            metrics.clone(),
+            (&bound.name, ProcessKind::Process),
+            &lease,
+        );
         let (bound, leases, keeper, board, rate, stop) = (
             bound.clone(),
             leases.clone(),
@@ -252,8 +258,12 @@ impl Work for Exec {
                 entered: false,
             });
         }
-        let mut kept = Kept::spawn(&self.keeper, &self.bound.spec, &self.env, until)
-            .map_err(|e| CallFailure::Exited(e.to_string()))?;
+        self.card.starting();
+        let mut kept =
+            Kept::spawn(&self.keeper, &self.bound.spec, &self.env, until).map_err(|e| {
+                self.card.not_started(&e.to_string());
+                CallFailure::Exited(e.to_string())
+            })?;
         match kept.report().await {
             Some(Report::Started(pid)) => {
                 info!(pid, "process started");
@@ -264,9 +274,11 @@ impl Work for Exec {
                 self.card.not_started(&why);
                 Err(CallFailure::Exited(format!("cannot start: {why}")))
             }
-            other => Err(CallFailure::Exited(format!(
-                "the keeper ended before the process started ({other:?})"
-            ))),
+            other => {
+                let why = format!("the keeper ended before the process started ({other:?})");
+                self.card.not_started(&why);
+                Err(CallFailure::Exited(why))
+            }
         }
     }
 

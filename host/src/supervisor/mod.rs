@@ -18,14 +18,19 @@
 //! - [`status`]: what `/status` shows of each plugin;
 //! - `workers`: one task per plugin file, in step with the plugin set;
 //! - [`exec`]: OS processes bound to leases, each term's run a `Work`;
-//! - [`process_status`]: what `/status` shows of each of those processes.
+//! - [`service`]: services leasehold does not own, following their lease with activate,
+//!   deactivate and health scripts;
+//! - [`process_status`]: what `/status` shows of each of those processes and services;
+//! - [`process_card`]: where their tasks write it, and count it in the metrics.
 
 pub mod exec;
 mod health;
 mod instance;
 pub mod policy;
+pub mod process_card;
 pub mod process_status;
 mod reconcile;
+pub mod service;
 pub mod status;
 mod work;
 mod workers;

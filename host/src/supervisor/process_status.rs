@@ -1,17 +1,11 @@
-//! What `/status` shows of each OS process bound to a lease (`leasehold exec`, `[[process]]`):
-//! one [`ProcessStatus`] per process and lease it runs under, kept on the [`StatusBoard`] beside
-//! the plugins' cards and written through a [`ProcessCard`] by the task that runs the process
-//! ([`super::exec`]). Each change is counted in [`ProcessMetrics`] at the same call, so `/status`
-//! and `/metrics` show the same figures.
+//! What `/status` shows of each OS process bound to a lease (`leasehold exec`, `[[process]]`)
+//! and each service (`[[service]]`): one [`ProcessStatus`] per process and lease it runs under,
+//! kept on the board beside the plugins' cards (written through a
+//! [`ProcessCard`](super::process_card::ProcessCard)), and the host's last word on each.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
 
 use serde::Serialize;
-
-use super::status::StatusBoard;
-use crate::metrics::{Metrics, ProcessMetrics};
 
 /// A process's state on this replica.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -19,6 +13,8 @@ use crate::metrics::{Metrics, ProcessMetrics};
 pub enum ProcessState {
     /// Not running here: the lease is held elsewhere, or not at all.
     Idle,
+    /// Being started under a term here (a service: its `activate` script runs).
+    Starting,
     /// Running under a term of this replica.
     Running,
     /// Asked to stop (its stop signal sent), not gone yet.
@@ -29,6 +25,17 @@ pub enum ProcessState {
     GaveUp,
 }
 
+/// What a card shows: a process leasehold runs, or a service it activates and deactivates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcessKind {
+    /// A `[[process]]` table, or `leasehold exec`: leasehold runs it.
+    #[default]
+    Process,
+    /// A `[[service]]` table: leasehold runs its scripts, not the service.
+    Service,
+}
+
 /// One process under one lease, in `/status`.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct ProcessStatus {
@@ -36,6 +43,10 @@ pub struct ProcessStatus {
     pub name: String,
     /// The lease it runs under (a shard's lease for a process bound to a group).
     pub lease: String,
+    /// A process, or a service (whose starts are activations, whose stops deactivations, and
+    /// whose exits are its scripts' failures: `health code 1`).
+    #[serde(default)]
+    pub kind: ProcessKind,
     /// Its state here.
     pub state: ProcessState,
     /// The process id while it runs.
@@ -57,147 +68,23 @@ pub struct ProcessStatus {
     pub last_exit: Option<String>,
 }
 
-/// Where the task running one process under one lease writes what it does.
-#[derive(Debug, Clone)]
-pub struct ProcessCard {
-    /// The board the card is on.
-    board: StatusBoard,
-    /// The counts behind `/metrics`.
-    metrics: Arc<Metrics>,
-    /// The process's name.
-    name: String,
-    /// The lease it runs under.
-    lease: String,
-}
-
-impl ProcessCard {
-    /// Puts an idle card for `name` under `lease` on `board` (keeping one already there: a
-    /// process follows its lease's terms for the host's life).
-    pub fn new(board: &StatusBoard, metrics: Arc<Metrics>, name: &str, lease: &str) -> Self {
-        board.put_process(ProcessStatus {
-            name: name.to_string(),
-            lease: lease.to_string(),
-            state: ProcessState::Idle,
-            pid: None,
-            epoch: None,
-            starts: 0,
-            exits: BTreeMap::new(),
-            forced_kills: 0,
-            last_stop_ms: None,
-            unconfirmed_stops: 0,
-            last_exit: None,
-        });
-        ProcessCard {
-            board: board.clone(),
-            metrics,
-            name: name.to_string(),
-            lease: lease.to_string(),
-        }
-    }
-
-    fn update(&self, f: impl FnOnce(&mut ProcessStatus)) {
-        self.board.update_process(&self.name, &self.lease, f);
-    }
-
-    fn label(&self) -> crate::metrics::ProcessLabel {
-        ProcessMetrics::label(&self.name, &self.lease)
-    }
-
-    /// The process started as `pid` in the term of `epoch`.
-    pub fn started(&self, pid: u32, epoch: i64) {
-        self.metrics
-            .process
-            .starts
-            .get_or_create(&self.label())
-            .inc();
-        self.metrics
-            .process
-            .running
-            .get_or_create(&self.label())
-            .set(1);
-        self.update(|s| {
-            s.state = ProcessState::Running;
-            s.pid = Some(pid);
-            s.epoch = Some(epoch);
-            s.starts += 1;
-        });
-    }
-
-    /// It could not start: `why`.
-    pub fn not_started(&self, why: &str) {
-        self.update(|s| s.last_exit = Some(format!("did not start: {why}")));
-    }
-
-    /// The process itself exited (its tree may live on until the stop): `ended` is `code N` or
-    /// `signal NAME`.
-    pub fn exited(&self, ended: &str) {
-        let label = ProcessMetrics::end_label(&self.name, &self.lease, ended);
-        self.metrics.process.exits.get_or_create(&label).inc();
-        self.update(|s| {
-            *s.exits.entry(ended.to_string()).or_default() += 1;
-            s.last_exit = Some(ended.to_string());
-            s.pid = None;
-        });
-    }
-
-    /// Its tree was killed with SIGKILL.
-    pub fn killed(&self) {
-        self.metrics
-            .process
-            .forced_kills
-            .get_or_create(&self.label())
-            .inc();
-        self.update(|s| s.forced_kills += 1);
-    }
-
-    /// Its stop began.
-    pub fn stopping(&self) {
-        self.update(|s| s.state = ProcessState::Stopping);
-    }
-
-    /// Its stop is over after `took`; `confirmed` when no process of its tree was left by the
-    /// term's deadline, as its keeper reported.
-    pub fn stopped(&self, took: Duration, confirmed: bool) {
-        let label = self.label();
-        self.metrics.process.running.get_or_create(&label).set(0);
-        self.metrics
-            .process
-            .last_stop_seconds
-            .get_or_create(&label)
-            .set(took.as_secs_f64());
-        if !confirmed {
-            self.metrics
-                .process
-                .unconfirmed_stops
-                .get_or_create(&label)
-                .inc();
-        }
-        self.update(|s| {
-            s.state = ProcessState::Idle;
-            s.pid = None;
-            s.last_stop_ms = Some(took.as_secs_f64() * 1000.0);
-            s.unconfirmed_stops += u64::from(!confirmed);
-        });
-    }
-
-    /// Shows `state` (backoff, gave-up, idle) without anything else changing.
-    pub fn show(&self, state: ProcessState) {
-        self.update(|s| s.state = state);
-    }
-}
-
 /// How a process that ran when the host began to stop ended, for the host's last line: `before`
 /// is its card then, `after` its card once the host has waited for it.
 pub fn how_it_ended(before: &ProcessStatus, after: &ProcessStatus) -> String {
     let who = format!("{} ({})", after.name, after.lease);
-    if after.state == ProcessState::Stopping || after.state == ProcessState::Running {
+    if matches!(
+        after.state,
+        ProcessState::Starting | ProcessState::Running | ProcessState::Stopping
+    ) {
         return format!("{who} was still stopping when the host stopped waiting");
     }
     if after.unconfirmed_stops > before.unconfirmed_stops {
-        return format!("{who}: stop unconfirmed, its keeper did not report the tree gone");
+        return format!("{who}: stop unconfirmed, its end was not seen by the lease's deadline");
     }
     let ended = if after.forced_kills > before.forced_kills {
         "was killed (SIGKILL of its tree) when its grace ran out".to_string()
+    } else if after.kind == ProcessKind::Service {
+        "deactivated".to_string()
     } else {
         match after.last_exit.as_deref() {
             Some(code) if code.starts_with("code ") => format!("exited with {code}"),
@@ -219,6 +106,7 @@ mod tests {
         ProcessStatus {
             name: "worker".into(),
             lease: "orders".into(),
+            kind: ProcessKind::Process,
             state,
             pid: None,
             epoch: Some(1),
@@ -258,6 +146,15 @@ mod tests {
             ..status(ProcessState::Idle)
         };
         assert!(how_it_ended(&before, &lost).contains("stop unconfirmed"));
+        let service = ProcessStatus {
+            kind: ProcessKind::Service,
+            last_stop_ms: Some(40.0),
+            ..status(ProcessState::Idle)
+        };
+        assert_eq!(
+            how_it_ended(&before, &service),
+            "worker (orders) deactivated, stopped in 40 ms"
+        );
         let late = status(ProcessState::Stopping);
         assert!(how_it_ended(&before, &late).contains("still stopping"));
     }

@@ -591,6 +591,7 @@
     const { f } = card;
     setText(card.root.querySelector("h3"), String(p.name));
     setData(card.root, "state", String(p.state));
+    setData(card.root, "kind", String(p.kind));
     setText(f.state, String(p.state));
     setText(f.lease, String(p.lease));
     setText(f.pid, p.pid == null ? NONE : String(p.pid));

@@ -1,0 +1,305 @@
+//! Services leasehold does not own, following their lease with putex's scripts
+//! ([`BoundService`]): while this replica is a standby, `health standby` every interval, whose
+//! failure keeps it from campaigning; on a term, `activate`, then `health active` every interval
+//! (the lease given up after `failure_threshold` failures in a row); when the term ends, or
+//! early enough before its deadline when renewals fail, `deactivate`. Every script runs under a
+//! keeper ([`crate::process`]) and is killed at its deadline: `activate` and `health active` at
+//! the term's, `deactivate` at the term's or after its grace, whichever comes first. A
+//! `deactivate` that did not finish (exit 0) by the lease's deadline is an unconfirmed stop.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info, info_span, warn};
+
+use super::process_card::ProcessCard;
+use super::process_status::ProcessKind;
+use super::status::StatusBoard;
+use crate::lease::{Leases, Term};
+use crate::metrics::Metrics;
+use crate::process::bound::KILL_MARGIN;
+use crate::process::handle::{Kept, Spec};
+use crate::process::protocol::{Ended, Report};
+use crate::process::service::BoundService;
+use crate::runtime::rate::PluginRate;
+
+/// Follows `service`'s lease until `shutdown`.
+pub async fn follow(
+    service: Arc<BoundService>,
+    leases: Arc<Leases>,
+    keeper: PathBuf,
+    board: StatusBoard,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) {
+    let lease = service.lease.to_string();
+    let Some(mut leadership) = leases.subscribe(&lease) else {
+        return;
+    };
+    let scripts = Scripts {
+        card: ProcessCard::new(
+            &board,
+            metrics.clone(),
+            (&service.name, ProcessKind::Service),
+            &lease,
+        ),
+        rate: Arc::new(PluginRate::for_process(&service.name, &metrics)),
+        service,
+        leases,
+        keeper,
+    };
+    // The host shut the gate of a service with a health script before its first campaign.
+    let mut gated = scripts.service.health.is_some();
+    loop {
+        let term = leadership.borrow_and_update().term.clone();
+        match term.filter(|t| !t.is_cancelled()) {
+            Some(term) => {
+                let span = info_span!("service", service = %scripts.service.name, lease = %lease, epoch = term.epoch);
+                // Under the term's tracker: the release waits for `deactivate`.
+                let task = term.spawn(scripts.clone().active(term.clone()).instrument(span));
+                tokio::select! {
+                    _ = task => {}
+                    _ = shutdown.cancelled() => return,
+                }
+                tokio::select! {
+                    _ = term.cancelled() => {}
+                    _ = shutdown.cancelled() => return,
+                }
+            }
+            None => {
+                let span = info_span!("service", service = %scripts.service.name, lease = %lease);
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    changed = leadership.changed() => if changed.is_err() { break } else { continue },
+                    _ = scripts.standby(&mut gated).instrument(span) => {}
+                }
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            changed = leadership.changed() => if changed.is_err() { break },
+        }
+    }
+    if gated {
+        scripts.leases.allow_campaigns(&lease, true);
+    }
+}
+
+/// What every run of a service's scripts needs.
+#[derive(Clone)]
+struct Scripts {
+    /// The service.
+    service: Arc<BoundService>,
+    /// To step down, and to gate campaigns.
+    leases: Arc<Leases>,
+    /// This binary, run as the keeper.
+    keeper: PathBuf,
+    /// What `/status` and `/metrics` show of it.
+    card: ProcessCard,
+    /// What the scripts' output may cost the log.
+    rate: Arc<PluginRate>,
+}
+
+/// How one run of a script ended.
+struct Ran {
+    /// Its exit; `None` when it did not start or its keeper was lost.
+    ended: Option<Ended>,
+    /// Whether its tree was killed at the deadline.
+    killed: bool,
+}
+
+impl Ran {
+    fn passed(&self) -> bool {
+        self.ended == Some(Ended::Code(0)) && !self.killed
+    }
+}
+
+impl Scripts {
+    /// `health standby` every interval for as long as this replica is a standby: closes the
+    /// campaign gate while it fails, opens it when it passes again. Never returns by itself.
+    async fn standby(&self, gated: &mut bool) {
+        let Some(health) = &self.service.health else {
+            return std::future::pending().await;
+        };
+        // Said once per stretch of standby: the gate may have been shut before the first run.
+        let mut said = false;
+        loop {
+            let until = Instant::now() + self.service.health_interval;
+            let ran = self
+                .run("health", health, Some("standby"), None, until)
+                .await;
+            let lease = self.service.lease.as_str();
+            match (ran.passed(), *gated && said) {
+                (false, false) => {
+                    said = true;
+                    warn!("standby health script fails: not campaigning until it passes");
+                    self.leases.allow_campaigns(lease, false);
+                    *gated = true;
+                }
+                (true, _) if *gated => {
+                    info!("standby health script passes: campaigning allowed");
+                    self.leases.allow_campaigns(lease, true);
+                    *gated = false;
+                }
+                _ => {}
+            }
+            tokio::time::sleep_until(until).await;
+        }
+    }
+
+    /// One term: `activate`, `health active` until the term ends (or must be let go early), then
+    /// `deactivate`.
+    async fn active(self, term: Term) {
+        let deadlines = term.deadlines();
+        let kill_at = || {
+            let safe_until = *deadlines.borrow();
+            safe_until.checked_sub(KILL_MARGIN).unwrap_or(safe_until)
+        };
+        let service = &self.service;
+        let lease = service.lease.as_str();
+        self.card.starting();
+        let ran = self
+            .run("activate", &service.activate, None, Some(&term), kill_at())
+            .await;
+        if ran.passed() {
+            self.card.activated(term.epoch);
+            info!("service activated");
+            self.hold(&term, &deadlines).await;
+        } else if !term.is_cancelled() {
+            warn!("activate failed: deactivating, and giving the lease up");
+            self.leases.step_down(lease);
+        }
+        // Deactivate: its grace, and never past the term's deadline while there is one to keep.
+        self.card.stopping();
+        let asked = Instant::now();
+        let by = kill_at();
+        let until = (asked + service.grace).min(by.max(asked + KILL_MARGIN));
+        let ran = self
+            .run("deactivate", &service.deactivate, None, Some(&term), until)
+            .await;
+        let confirmed = ran.passed() && Instant::now() <= *deadlines.borrow();
+        if confirmed {
+            info!(took = ?asked.elapsed(), "service deactivated");
+        } else {
+            warn!(
+                took = ?asked.elapsed(),
+                "deactivate did not finish with exit 0 by the lease's deadline: the service may still run; counted as an unconfirmed stop"
+            );
+        }
+        self.card.stopped(asked.elapsed(), confirmed);
+    }
+
+    /// While the term lasts: `health active` every interval. Returns when the term ends, when the
+    /// lease is given up after failures, or when renewals have failed for so long that
+    /// `deactivate` must begin to finish by the deadline.
+    async fn hold(&self, term: &Term, deadlines: &tokio::sync::watch::Receiver<Instant>) {
+        let service = &self.service;
+        let mut deadlines = deadlines.clone();
+        let mut failures = 0;
+        let mut next_check = Instant::now() + service.health_interval;
+        loop {
+            let safe_until = *deadlines.borrow_and_update();
+            let stop_at = safe_until
+                .checked_sub(service.grace + KILL_MARGIN)
+                .unwrap_or(safe_until);
+            tokio::select! {
+                biased;
+                _ = term.cancelled() => return,
+                _ = tokio::time::sleep_until(stop_at) => {
+                    warn!("renewals have not landed: deactivating ahead of the lease's deadline");
+                    return;
+                }
+                _ = deadlines.changed() => {}
+                _ = tokio::time::sleep_until(next_check), if service.health.is_some() => {
+                    let Some(health) = &service.health else { continue };
+                    let until = (Instant::now() + service.health_interval).min(stop_at);
+                    let ran = self.run("health", health, Some("active"), Some(term), until).await;
+                    next_check = Instant::now() + service.health_interval;
+                    if ran.passed() {
+                        failures = 0;
+                        continue;
+                    }
+                    failures += 1;
+                    warn!(failures, "active health script failed");
+                    if failures >= service.failure_threshold {
+                        warn!(failures, "health script failed {failures} times in a row: deactivating, and giving the lease up");
+                        self.leases.step_down(service.lease.as_str());
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs `script` (`activate`, `deactivate`, `health`) to its end under a keeper, killed at
+    /// `until`; `role` is appended as its last argument.
+    async fn run(
+        &self,
+        script: &'static str,
+        command: &[OsString],
+        role: Option<&str>,
+        term: Option<&Term>,
+        until: Instant,
+    ) -> Ran {
+        let mut command = command.to_vec();
+        command.extend(role.map(OsString::from));
+        let spec = Spec {
+            command,
+            signal: rustix::process::Signal::TERM,
+            grace: Duration::ZERO,
+        };
+        let mut env = vec![
+            ("LEASEHOLD_LEASE", self.service.lease.to_string()),
+            ("LEASEHOLD_HOLDER", self.leases.holder().to_string()),
+        ];
+        if let Some(term) = term {
+            env.push(("LEASEHOLD_EPOCH", term.epoch.to_string()));
+        }
+        let mut ran = Ran {
+            ended: None,
+            killed: false,
+        };
+        let mut kept = match Kept::spawn(&self.keeper, &spec, &env, until) {
+            Ok(kept) => kept,
+            Err(e) => {
+                warn!(script, "cannot run the {script} script: {e}");
+                return ran;
+            }
+        };
+        while let Some(report) = kept.report().await {
+            match report {
+                Report::NotStarted(why) => {
+                    warn!(script, "the {script} script did not start: {why}");
+                    self.card.not_started(&why);
+                }
+                Report::Output { err, text, cut } => {
+                    if self.rate.admit(text.len(), text.len() + cut as usize) {
+                        let stream = if err { "stderr" } else { "stdout" };
+                        info!(script, stream, "{}", crate::report::escape_controls(&text));
+                    }
+                }
+                Report::Exited(ended) => {
+                    // A health script's runs show in its card and its role's warnings.
+                    if script != "health" {
+                        info!(script, %ended, "{script} script exited");
+                    }
+                    if ended != Ended::Code(0) {
+                        self.card.exited(&format!("{script} {ended}"));
+                    }
+                    ran.ended = Some(ended);
+                }
+                Report::Killed(why) => {
+                    warn!(script, %why, "the {script} script was killed at its deadline");
+                    self.card.killed();
+                    ran.killed = true;
+                }
+                Report::Started(_) | Report::Signalled(_) | Report::Gone => {}
+            }
+        }
+        let _ = kept.wait().await;
+        ran
+    }
+}

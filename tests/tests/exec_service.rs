@@ -1,0 +1,264 @@
+//! Services leasehold does not own (`[[service]]`), from outside: real hosts whose activate,
+//! deactivate and health scripts append to one history file and read flag files the test sets.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use leasehold_tests::eventually::{eventually, when};
+use leasehold_tests::host::{Host, HostBuilder};
+use leasehold_tests::log::Logged;
+use leasehold_tests::proxy::{Fault, Proxy, upstream_of};
+
+/// A `[[service]]` on lease `relay` whose scripts write `EPOCH activate|deactivate NANOS` lines
+/// to `dir/history`; `health` fails in a role while `dir/fail-ROLE` exists, `activate` while
+/// `dir/fail-activate` does.
+fn config(dir: &Path, deactivate: &str, grace: &str) -> String {
+    let d = dir.display();
+    format!(
+        r#"leases = ["relay"]
+[[service]]
+name = "relay"
+activate = ["sh", "-c", "test ! -e {d}/fail-activate || exit 1; echo \"$LEASEHOLD_EPOCH activate $(date +%s%N)\" >> {d}/history"]
+deactivate = ["sh", "-c", "{deactivate}echo \"$LEASEHOLD_EPOCH deactivate $(date +%s%N)\" >> {d}/history"]
+health = ["sh", "-c", "test ! -e {d}/fail-$1", "health"]
+health_interval = "200ms"
+grace = "{grace}"
+"#
+    )
+}
+
+/// `(epoch, what, nanos)` of each line of the history.
+fn history(dir: &Path) -> Vec<(i64, String, u128)> {
+    std::fs::read_to_string(dir.join("history"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut p = l.split(' ');
+            Some((
+                p.next()?.parse().ok()?,
+                p.next()?.to_string(),
+                p.next()?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+async fn in_history(dir: &Path, epoch: i64, what: &str) -> u128 {
+    eventually(
+        format!("epoch {epoch} {what}"),
+        Duration::from_secs(20),
+        async || {
+            when(history(dir), |h| {
+                h.iter().any(|(e, w, _)| *e == epoch && w == what)
+            })
+        },
+    )
+    .await
+    .unwrap()
+    .into_iter()
+    .find(|(e, w, _)| *e == epoch && w == what)
+    .unwrap()
+    .2
+}
+
+fn replica(name: &str, url: &str, dir: &Path, deactivate: &str, grace: &str) -> HostBuilder {
+    HostBuilder::new(name)
+        .database_url(url)
+        .ttl(Duration::from_secs(2))
+        .config(&config(dir, deactivate, grace))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holder_activates_and_deactivates_before_the_next_holder_activates() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    let mut a = replica("a", &url, dir.path(), "", "500ms")
+        .spawn_leading("relay")
+        .await
+        .unwrap();
+    in_history(dir.path(), 1, "activate").await;
+    let b = replica("b", &url, dir.path(), "", "500ms")
+        .spawn()
+        .await
+        .unwrap();
+    // A standby ready to take over: its gate open, its first campaign done.
+    b.wait_for_log("campaigning allowed", Duration::from_secs(10))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.signal("TERM").unwrap();
+    assert_eq!(
+        a.wait_exit(Duration::from_secs(20)).await.unwrap().code(),
+        Some(0)
+    );
+    let deactivated = in_history(dir.path(), 1, "deactivate").await;
+    let next = in_history(dir.path(), 2, "activate").await;
+    assert!(deactivated < next, "{:?}", history(dir.path()));
+    eprintln!(
+        "deactivate of epoch 1 → activate of epoch 2: {:.1} ms",
+        (next - deactivated) as f64 / 1e6
+    );
+    let log = a.log_text();
+    assert!(log.contains("service deactivated"), "{log}");
+    let last = log.lines().rev().find(|l| l.contains("stopped: ")).unwrap();
+    assert!(
+        last.contains("processes: relay (relay) deactivated, stopped in"),
+        "{last}"
+    );
+    drop(b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_standby_health_script_keeps_the_replica_from_campaigning_until_it_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("fail-standby"), "").unwrap();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let host = replica("gated", &url, dir.path(), "", "500ms")
+        .spawn()
+        .await
+        .unwrap();
+    host.wait_for_log("standby health script fails", Duration::from_secs(10))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !host.log_text().contains("lease acquired"),
+        "{}",
+        host.log_text()
+    );
+    assert!(history(dir.path()).is_empty());
+    std::fs::remove_file(dir.path().join("fail-standby")).unwrap();
+    host.wait_for_log("lease acquired", Duration::from_secs(10))
+        .await
+        .unwrap();
+    in_history(dir.path(), 1, "activate").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_active_health_script_that_keeps_failing_deactivates_and_gives_the_lease_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let host = replica("sick", &url, dir.path(), "", "500ms")
+        .spawn_leading("relay")
+        .await
+        .unwrap();
+    in_history(dir.path(), 1, "activate").await;
+    std::fs::write(dir.path().join("fail-active"), "").unwrap();
+    host.wait_for_log("failed 3 times in a row", Duration::from_secs(10))
+        .await
+        .unwrap();
+    in_history(dir.path(), 1, "deactivate").await;
+    host.wait_for_log("lease released", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let status = host.status().await.unwrap();
+    let card = &status.processes[0];
+    assert_eq!(card.starts, 1, "{card:?}");
+    assert_eq!(
+        card.exits.get("health code 1").copied(),
+        Some(3),
+        "{card:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deactivate_that_outlasts_its_grace_is_killed_and_counted_as_an_unconfirmed_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let mut host: Host = replica("stuck", &url, dir.path(), "sleep 600; ", "300ms")
+        .spawn_leading("relay")
+        .await
+        .unwrap();
+    in_history(dir.path(), 1, "activate").await;
+    host.signal("TERM").unwrap();
+    assert_eq!(
+        host.wait_exit(Duration::from_secs(20))
+            .await
+            .unwrap()
+            .code(),
+        Some(0)
+    );
+    let log = host.log_text();
+    assert!(log.contains("counted as an unconfirmed stop"), "{log}");
+    let last = log.lines().rev().find(|l| l.contains("stopped: ")).unwrap();
+    assert!(
+        last.contains("processes: relay (relay): stop unconfirmed"),
+        "{last}"
+    );
+    assert!(
+        !history(dir.path())
+            .iter()
+            .any(|(_, w, _)| w == "deactivate"),
+        "the killed deactivate ran to its end"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_activate_is_followed_by_deactivate_and_the_lease_is_given_up() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("fail-activate"), "").unwrap();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let host = replica("broken", &url, dir.path(), "", "500ms")
+        .spawn_leading("relay")
+        .await
+        .unwrap();
+    host.wait_for_log(
+        "activate failed: deactivating, and giving the lease up",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    in_history(dir.path(), 1, "deactivate").await;
+    host.wait_for_log("lease released", Duration::from_secs(10))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_renewals_fail_the_holder_deactivates_before_the_next_holder_activates() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    // `a` reaches the database through a proxy the test can cut.
+    let proxy = Proxy::start(upstream_of(&url).unwrap()).unwrap();
+    let a = replica("a", &proxy.url(&url).unwrap(), dir.path(), "", "500ms")
+        .spawn_leading("relay")
+        .await
+        .unwrap();
+    in_history(dir.path(), 1, "activate").await;
+    let b = replica("b", &url, dir.path(), "", "500ms")
+        .spawn()
+        .await
+        .unwrap();
+    proxy.set(Fault::BlackHole {
+        to_server: true,
+        to_client: true,
+    });
+    a.wait_for_log(
+        "deactivating ahead of the lease's deadline",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
+    let deactivated = in_history(dir.path(), 1, "deactivate").await;
+    let next = in_history(dir.path(), 2, "activate").await;
+    assert!(deactivated < next, "{:?}", history(dir.path()));
+    eprintln!(
+        "epoch 1 deactivated {:.0} ms before epoch 2 activated",
+        (next - deactivated) as f64 / 1e6
+    );
+    assert!(
+        a.log_text().contains("service deactivated"),
+        "{}",
+        a.log_text()
+    );
+    proxy.set(Fault::None);
+    drop(b);
+}
