@@ -262,3 +262,52 @@ async fn when_renewals_fail_the_holder_deactivates_before_the_next_holder_activa
     proxy.set(Fault::None);
     drop(b);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_table_that_cannot_run_fails_at_start_in_one_line_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let cases = [
+        (
+            "activate = [\"true\"]",
+            "invalid service \"relay\": deactivate is empty",
+        ),
+        (
+            "activate = [\"/no/such/script\"]\ndeactivate = [\"true\"]",
+            "invalid service \"relay\": activate: command /no/such/script: No such file or directory",
+        ),
+        (
+            "activate = [\"true\"]\ndeactivate = [\"true\"]\nfailure_threshold = 0",
+            "failure_threshold = 0: at least 1",
+        ),
+        (
+            "activate = [\"true\"]\ndeactivate = [\"true\"]\nhealth_check = [\"true\"]",
+            "unknown field `health_check`",
+        ),
+    ];
+    for (keys, wanted) in cases {
+        let file = dir.path().join("leasehold.toml");
+        std::fs::write(
+            &file,
+            format!("leases = [\"relay\"]\n[[service]]\nname = \"relay\"\n{keys}\n"),
+        )
+        .unwrap();
+        let (status, stderr) = leasehold_tests::host::run_to_exit(
+            &[
+                "run",
+                "--config",
+                file.to_str().unwrap(),
+                "--database-url",
+                &url,
+                "--http",
+                "127.0.0.1:0",
+            ],
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+        assert_eq!(status.code(), Some(1), "{keys}: {stderr}");
+        assert!(stderr.contains(wanted), "{keys}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{keys}: {stderr}");
+    }
+}

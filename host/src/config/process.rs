@@ -42,10 +42,10 @@ pub struct ProcessLayer {
 
 /// Why a `[[process]]` table cannot run: the process (by name or position) and the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid process {which}: {reason}")]
+#[error("invalid {which}: {reason}")]
 pub struct ProcessError {
-    /// `"worker"` (its name, else its program's file name), or `#2` for a table without
-    /// either.
+    /// `process "worker"` (its name, else its program's file name), `process #2` for a table
+    /// without either; `service "relay"` for a `[[service]]` table.
     pub which: String,
     /// What is wrong, naming the key.
     pub reason: String,
@@ -81,13 +81,13 @@ pub fn resolve(
                 None => format!("#{}", i + 1),
             };
             let fail = |reason: String| ProcessError {
-                which: which.clone(),
+                which: format!("process {which}"),
                 reason,
             };
             let bound = one(layer, leases, groups, timing, path).map_err(fail)?;
             if !names.insert(bound.name.clone()) {
                 return Err(ProcessError {
-                    which: format!("{:?}", bound.name),
+                    which: format!("process {:?}", bound.name),
                     reason: "two processes have this name: give one a `name`".to_string(),
                 });
             }
