@@ -60,7 +60,8 @@ test: build guests
 # hundreds of clients flooding /status, / and /metrics, on SQLite and PostgreSQL; the image under podman: `podman run` to
 # leading, and the handoff between containers beside the same between processes.
 # handoff-bench also runs the same handoff and failover trials with etcd's own lock CLI
-# (`etcdctl lock --ttl`, a single-node etcd it starts itself) and prints both side by side;
+# (`etcdctl lock --ttl`, a single-node etcd it starts itself) and prints both side by side, and
+# exec-bench the kill and freeze of `leasehold exec`'s host beside the same of etcdctl's;
 # scripts/install-deps.sh --bench installs etcd if it is missing (BENCH_ETCD=0 skips it).
 BENCHES := handoff-bench exec-bench plugin-bench lang-bench fence-bench freeze-bench memory-bench scale-bench group-bench flood-bench container-bench
 bench: build guests

@@ -282,3 +282,39 @@ async fn the_child_gets_the_term_s_variables_not_the_host_s_settings_and_long_li
     }
     assert!(!log.contains("LEASEHOLD_LOG_FORMAT"), "{log}");
 }
+
+/// A child that closes its stdout and stderr is still running: the end of its output is not its
+/// end. It shows as running, and a SIGTERM to the host stops it in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_that_closes_its_output_still_runs_and_is_stopped_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let mut host = HostBuilder::new("quiet")
+        .database_url(&url)
+        .lease("nightly")
+        .exec(&["sh", "-c", "echo before; exec >&- 2>&-; exec sleep 600"])
+        .spawn_leading("nightly")
+        .await
+        .unwrap();
+    host.wait_for_log("before", Duration::from_secs(10))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let status = host.status().await.unwrap();
+    let card = &status.processes[0];
+    assert_eq!(
+        card.state,
+        leasehold::supervisor::process_status::ProcessState::Running,
+        "{card:?}"
+    );
+    assert!(card.exits.is_empty(), "{card:?}");
+    host.signal("TERM").unwrap();
+    let exit = host.wait_exit(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(exit.code(), Some(0), "{}", host.log_text());
+    let log = host.log_text();
+    let last = log.lines().rev().find(|l| l.contains("stopped: ")).unwrap();
+    assert!(
+        last.contains("processes: sh (nightly) ended by signal 15"),
+        "{last}"
+    );
+}
