@@ -689,6 +689,18 @@ impl Config {
             &timing,
             std::env::var_os("PATH").as_deref(),
         )?;
+        // One card each in `/status`, by name and lease.
+        if let Some(both) = services
+            .iter()
+            .find(|s| processes.iter().any(|p| p.name == s.name))
+        {
+            return Err(process::ProcessError {
+                which: format!("service {:?}", both.name),
+                reason: "a [[process]] has this name too: give one of them another `name`"
+                    .to_string(),
+            }
+            .into());
+        }
         Ok(Config {
             database_url,
             replica_id,

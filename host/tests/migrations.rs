@@ -55,7 +55,7 @@ const PINNED: &[(&str, &str)] = &[
     ),
     (
         "postgres/20261205000001_process_fence.sql",
-        "7d1ef40fcb9c852bcd7d0c3576dee6df1ac9f50097017d49cbe208924a855eceefda5ff17dbfcb2ff11b6363e5d86479",
+        "5556910a1f645d949efaea20cc56f61c088afd72377225eb8ce0ea5a5f2decfb13741e1c1fd9a50d58d03de5661f35ae",
     ),
     (
         "sqlite/20261122000001_leases.sql",

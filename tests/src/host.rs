@@ -362,6 +362,19 @@ impl Host {
         self.wait_exit(timeout).await
     }
 
+    /// SIGTERM, an exit with 0 within 20 s, and the host's last line (`stopped: …`), which
+    /// says what became of each lease and process.
+    pub async fn stop_for_last_line(&mut self) -> anyhow::Result<String> {
+        let status = self.stop(Duration::from_secs(20)).await?;
+        let log = self.log().text();
+        anyhow::ensure!(status.code() == Some(0), "exit {status}:\n{log}");
+        log.lines()
+            .rev()
+            .find(|l| l.contains("stopped: "))
+            .map(str::to_string)
+            .with_context(|| format!("no last line:\n{log}"))
+    }
+
     /// The crash: SIGKILL (no release, no clean-up), then up to 5 s for the process to exit.
     pub async fn kill(&mut self) -> anyhow::Result<ExitStatus> {
         self.signal("KILL")?;

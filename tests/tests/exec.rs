@@ -308,11 +308,7 @@ async fn a_child_that_closes_its_output_still_runs_and_is_stopped_in_order() {
         "{card:?}"
     );
     assert!(card.exits.is_empty(), "{card:?}");
-    host.signal("TERM").unwrap();
-    let exit = host.wait_exit(Duration::from_secs(20)).await.unwrap();
-    assert_eq!(exit.code(), Some(0), "{}", host.log_text());
-    let log = host.log_text();
-    let last = log.lines().rev().find(|l| l.contains("stopped: ")).unwrap();
+    let last = host.stop_for_last_line().await.unwrap();
     assert!(
         last.contains("processes: sh (nightly) ended by signal 15"),
         "{last}"

@@ -91,11 +91,7 @@ async fn the_holder_activates_and_deactivates_before_the_next_holder_activates()
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    a.signal("TERM").unwrap();
-    assert_eq!(
-        a.wait_exit(Duration::from_secs(20)).await.unwrap().code(),
-        Some(0)
-    );
+    let last = a.stop_for_last_line().await.unwrap();
     let deactivated = in_history(dir.path(), 1, "deactivate").await;
     let next = in_history(dir.path(), 2, "activate").await;
     assert!(deactivated < next, "{:?}", history(dir.path()));
@@ -105,7 +101,6 @@ async fn the_holder_activates_and_deactivates_before_the_next_holder_activates()
     );
     let log = a.log_text();
     assert!(log.contains("service deactivated"), "{log}");
-    let last = log.lines().rev().find(|l| l.contains("stopped: ")).unwrap();
     assert!(
         last.contains("processes: relay (relay) deactivated, stopped in"),
         "{last}"
@@ -175,17 +170,9 @@ async fn a_deactivate_that_outlasts_its_grace_is_killed_and_counted_as_an_unconf
         .await
         .unwrap();
     in_history(dir.path(), 1, "activate").await;
-    host.signal("TERM").unwrap();
-    assert_eq!(
-        host.wait_exit(Duration::from_secs(20))
-            .await
-            .unwrap()
-            .code(),
-        Some(0)
-    );
+    let last = host.stop_for_last_line().await.unwrap();
     let log = host.log_text();
     assert!(log.contains("counted as an unconfirmed stop"), "{log}");
-    let last = log.lines().rev().find(|l| l.contains("stopped: ")).unwrap();
     assert!(
         last.contains("processes: relay (relay): stop unconfirmed"),
         "{last}"
@@ -284,6 +271,10 @@ async fn a_service_table_that_cannot_run_fails_at_start_in_one_line_naming_it() 
             "activate = [\"true\"]\ndeactivate = [\"true\"]\nhealth_check = [\"true\"]",
             "unknown field `health_check`",
         ),
+        (
+            "activate = [\"true\"]\ndeactivate = [\"true\"]\n[[process]]\nname = \"relay\"\ncommand = [\"true\"]",
+            "invalid service \"relay\": a [[process]] has this name too",
+        ),
     ];
     for (keys, wanted) in cases {
         let file = dir.path().join("leasehold.toml");
@@ -310,4 +301,24 @@ async fn a_service_table_that_cannot_run_fails_at_start_in_one_line_naming_it() 
         assert!(stderr.contains(wanted), "{keys}: {stderr}");
         assert_eq!(stderr.trim().lines().count(), 1, "{keys}: {stderr}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_resumed_past_its_deadline_still_deactivates_late_and_says_it_is_unconfirmed() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    // A deactivate that takes 200 ms: more than the moment left before a deadline.
+    let host = replica("frozen", &url, dir.path(), "sleep 0.2; ", "500ms")
+        .spawn_leading("relay")
+        .await
+        .unwrap();
+    in_history(dir.path(), 1, "activate").await;
+    host.signal("STOP").unwrap();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    host.signal("CONT").unwrap();
+    // Its whole grace, though late: stopping the service late beats leaving it running.
+    in_history(dir.path(), 1, "deactivate").await;
+    host.wait_for_log("counted as an unconfirmed stop", Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", host.log_text()));
 }

@@ -50,8 +50,19 @@ async fn status_metrics_and_leasehold_status_show_a_process_at_work_and_the_last
     assert_eq!(shown.state, ProcessState::Running);
     assert_eq!((shown.starts, shown.epoch), (1, Some(1)));
     let pid = shown.pid.expect("a running process shows its pid");
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
-    assert_eq!(comm.trim(), "sleep", "the pid shown is not the process's");
+    // The pid is the command's from the start: its keeper's trampoline execs it there.
+    eventually(
+        "the pid shown running sleep",
+        Duration::from_secs(5),
+        async || {
+            when(
+                std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default(),
+                |comm| comm.trim() == "sleep",
+            )
+        },
+    )
+    .await
+    .unwrap();
 
     let labels = r#"{process="sleep",lease="nightly"}"#;
     assert_eq!(
@@ -81,11 +92,7 @@ async fn status_metrics_and_leasehold_status_show_a_process_at_work_and_the_last
         "{row}"
     );
 
-    host.signal("TERM").unwrap();
-    let status = host.wait_exit(Duration::from_secs(20)).await.unwrap();
-    assert_eq!(status.code(), Some(0), "{}", host.log_text());
-    let log = host.log_text();
-    let last = log.lines().rev().find(|l| l.contains("stopped: ")).unwrap();
+    let last = host.stop_for_last_line().await.unwrap();
     assert!(
         last.contains("processes: sleep (nightly) ended by signal 15, stopped in"),
         "{last}"
@@ -139,18 +146,14 @@ async fn a_process_that_ignores_its_stop_signal_is_killed_after_its_grace_and_th
         .database_url(&sqlite(&dir))
         .lease("nightly")
         .args(&["--grace", "300ms"])
-        .exec(&["sh", "-c", "trap '' TERM; sleep 600"])
+        .exec(&["sh", "-c", "trap '' TERM; echo ignoring; sleep 600"])
         .spawn_leading("nightly")
         .await
         .unwrap();
-    host.wait_for_log("process started", Duration::from_secs(10))
+    host.wait_for_log("ignoring", Duration::from_secs(10))
         .await
         .unwrap();
-    host.signal("TERM").unwrap();
-    let status = host.wait_exit(Duration::from_secs(20)).await.unwrap();
-    assert_eq!(status.code(), Some(0), "{}", host.log_text());
-    let log = host.log_text();
-    let last = log.lines().rev().find(|l| l.contains("stopped: ")).unwrap();
+    let last = host.stop_for_last_line().await.unwrap();
     assert!(
         last.contains(
             "processes: sh (nightly) was killed (SIGKILL of its tree) when its grace ran out, stopped in"

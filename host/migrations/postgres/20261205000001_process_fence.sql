@@ -10,18 +10,22 @@
 --   at COMMIT, as a deferred constraint trigger, so no statement of the caller's runs while it
 --   holds the lease row.
 -- - That check takes the row FOR KEY SHARE until the commit is done. Renewals and releases
---   (FOR NO KEY UPDATE: they never change `name` or `epoch`) do not wait for it, ever. A takeover
---   sets a new epoch and does wait for it: the index below makes `epoch` a key column, so a
---   takeover's update needs FOR UPDATE. That is the fence: a write of epoch N commits before the
---   term of N+1 begins, or not at all.
+--   (FOR NO KEY UPDATE: they never change `name`, `epoch` or `holder`) do not wait for it, ever.
+--   A takeover sets a new epoch and holder and does wait for it: the index below makes them key
+--   columns, so a takeover's update needs FOR UPDATE. That is the fence: a write of epoch N
+--   commits before the term of N+1 begins, or not at all.
 -- - A caller that forces the check early (`SET CONSTRAINTS ALL IMMEDIATE`) and keeps its
 --   transaction open can delay a takeover of that one lease while it stays open; it cannot delay a
 --   renewal or change a lease row.
 -- - It needs no privilege on any leasehold_* table; EXECUTE is revoked from PUBLIC, so an operator
 --   grants it to the workers' roles by name.
 
--- (name, epoch) is unique because name is; the index exists for its lock strength only.
-CREATE UNIQUE INDEX IF NOT EXISTS leasehold_leases_name_epoch ON leasehold_leases (name, epoch);
+-- Unique because name is; the index exists for its lock strength only. `holder` is in it so that
+-- two replicas inserting the same new lease at once differ in it: only the primary key then
+-- decides between them (the campaign's ON CONFLICT), where (name, epoch) alone would make the
+-- loser fail on this index instead.
+CREATE UNIQUE INDEX IF NOT EXISTS leasehold_leases_name_epoch_holder
+    ON leasehold_leases (name, epoch, holder);
 
 -- One row per fence call, alive only inside the caller's transaction: the check at COMMIT removes
 -- the transaction's rows, and a rollback never leaves any. Unlogged: nothing here outlives a

@@ -267,7 +267,7 @@ impl Work for Exec {
         match kept.report().await {
             Some(Report::Started(pid)) => {
                 info!(pid, "process started");
-                self.card.started(pid, self.term.epoch);
+                self.card.started(Some(pid), self.term.epoch);
                 Ok(kept)
             }
             Some(Report::NotStarted(why)) => {

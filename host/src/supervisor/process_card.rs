@@ -62,8 +62,9 @@ impl ProcessCard {
         ProcessMetrics::label(&self.name, &self.lease)
     }
 
-    /// The process started as `pid` in the term of `epoch`.
-    pub fn started(&self, pid: u32, epoch: i64) {
+    /// The process started as `pid` in the term of `epoch`; a service (no pid of leasehold's)
+    /// once its `activate` script passed.
+    pub fn started(&self, pid: Option<u32>, epoch: i64) {
         self.metrics
             .process
             .starts
@@ -76,28 +77,7 @@ impl ProcessCard {
             .set(1);
         self.update(|s| {
             s.state = ProcessState::Running;
-            s.pid = Some(pid);
-            s.epoch = Some(epoch);
-            s.starts += 1;
-        });
-    }
-
-    /// A service's `activate` script passed in the term of `epoch`: it counts as a start, with
-    /// no pid of leasehold's to show.
-    pub fn activated(&self, epoch: i64) {
-        self.metrics
-            .process
-            .starts
-            .get_or_create(&self.label())
-            .inc();
-        self.metrics
-            .process
-            .running
-            .get_or_create(&self.label())
-            .set(1);
-        self.update(|s| {
-            s.state = ProcessState::Running;
-            s.pid = None;
+            s.pid = pid;
             s.epoch = Some(epoch);
             s.starts += 1;
         });

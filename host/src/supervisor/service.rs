@@ -165,7 +165,7 @@ impl Scripts {
             .run("activate", &service.activate, None, Some(&term), kill_at())
             .await;
         if ran.passed() {
-            self.card.activated(term.epoch);
+            self.card.started(None, term.epoch);
             info!("service activated");
             self.hold(&term, &deadlines).await;
         } else if !term.is_cancelled() {
@@ -173,10 +173,15 @@ impl Scripts {
             self.leases.step_down(lease);
         }
         // Deactivate: its grace, and never past the term's deadline while there is one to keep.
+        // Past it already (the host was frozen), the service must still be stopped: late, and
+        // unconfirmed, but with its whole grace.
         self.card.stopping();
         let asked = Instant::now();
         let by = kill_at();
-        let until = (asked + service.grace).min(by.max(asked + KILL_MARGIN));
+        let until = match by > asked {
+            true => (asked + service.grace).min(by),
+            false => asked + service.grace,
+        };
         let ran = self
             .run("deactivate", &service.deactivate, None, Some(&term), until)
             .await;
