@@ -18,6 +18,7 @@ use super::policy::{BACKOFF_BASE, BACKOFF_MAX, Failures, Policy, Step};
 use super::process_card::ProcessCard;
 use super::process_status::{ProcessKind, ProcessState};
 use super::status::StatusBoard;
+use super::terms::each_term;
 use super::work::{Work, drive};
 use crate::lease::{Leases, Term};
 use crate::manifest::Binding;
@@ -81,40 +82,23 @@ async fn follow_lease(
     rate: Arc<PluginRate>,
     shutdown: CancellationToken,
 ) {
-    let Some(mut leadership) = leases.subscribe(lease) else {
+    let Some(leadership) = leases.subscribe(lease) else {
         return;
     };
-    loop {
-        let term = leadership.borrow_and_update().term.clone();
-        if let Some(term) = term.filter(|t| !t.is_cancelled()) {
-            let span =
-                info_span!("process", process = %bound.name, lease = %lease, epoch = term.epoch);
-            let exec = Exec::new(
-                bound.clone(),
-                term.clone(),
-                leases.clone(),
-                keeper.clone(),
-                rate.clone(),
-                card.clone(),
-            );
-            let board = board.clone();
-            // Under the term's tracker: the release waits until the process is gone.
-            let task = term.spawn(exec.run(board).instrument(span));
-            tokio::select! {
-                _ = task => {}
-                _ = shutdown.cancelled() => return,
-            }
-            // One run a term: wait for the next.
-            tokio::select! {
-                _ = term.cancelled() => {}
-                _ = shutdown.cancelled() => return,
-            }
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            changed = leadership.changed() => if changed.is_err() { return },
-        }
-    }
+    let on_term = |term: Term| {
+        let span = info_span!("process", process = %bound.name, lease = %lease, epoch = term.epoch);
+        let exec = Exec::new(
+            bound.clone(),
+            term,
+            leases.clone(),
+            keeper.clone(),
+            rate.clone(),
+            card.clone(),
+        );
+        // Under the term's tracker: the release waits until the process is gone.
+        exec.run(board.clone()).instrument(span)
+    };
+    each_term(leadership, &shutdown, on_term, std::future::pending::<()>).await;
 }
 
 /// One process in one term.

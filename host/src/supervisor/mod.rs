@@ -17,6 +17,7 @@
 //! - [`policy`]: what a failed or cancelled call means: backoff, fresh instance, quarantine;
 //! - [`status`]: what `/status` shows of each plugin;
 //! - `workers`: one task per plugin file, in step with the plugin set;
+//! - `terms`: following one lease's terms, for the processes and services below;
 //! - [`exec`]: OS processes bound to leases, each term's run a `Work`;
 //! - [`service`]: services leasehold does not own, following their lease with activate,
 //!   deactivate and health scripts;
@@ -32,6 +33,7 @@ pub mod process_status;
 mod reconcile;
 pub mod service;
 pub mod status;
+mod terms;
 mod work;
 mod workers;
 

@@ -10,6 +10,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -18,6 +19,7 @@ use tracing::{Instrument, info, info_span, warn};
 use super::process_card::ProcessCard;
 use super::process_status::ProcessKind;
 use super::status::StatusBoard;
+use super::terms::each_term;
 use crate::lease::{Leases, Term};
 use crate::metrics::Metrics;
 use crate::process::bound::KILL_MARGIN;
@@ -36,7 +38,7 @@ pub async fn follow(
     shutdown: CancellationToken,
 ) {
     let lease = service.lease.to_string();
-    let Some(mut leadership) = leases.subscribe(&lease) else {
+    let Some(leadership) = leases.subscribe(&lease) else {
         return;
     };
     let scripts = Scripts {
@@ -52,38 +54,19 @@ pub async fn follow(
         keeper,
     };
     // The host shut the gate of a service with a health script before its first campaign.
-    let mut gated = scripts.service.health.is_some();
-    loop {
-        let term = leadership.borrow_and_update().term.clone();
-        match term.filter(|t| !t.is_cancelled()) {
-            Some(term) => {
-                let span = info_span!("service", service = %scripts.service.name, lease = %lease, epoch = term.epoch);
-                // Under the term's tracker: the release waits for `deactivate`.
-                let task = term.spawn(scripts.clone().active(term.clone()).instrument(span));
-                tokio::select! {
-                    _ = task => {}
-                    _ = shutdown.cancelled() => return,
-                }
-                tokio::select! {
-                    _ = term.cancelled() => {}
-                    _ = shutdown.cancelled() => return,
-                }
-            }
-            None => {
-                let span = info_span!("service", service = %scripts.service.name, lease = %lease);
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    changed = leadership.changed() => if changed.is_err() { break } else { continue },
-                    _ = scripts.standby(&mut gated).instrument(span) => {}
-                }
-            }
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            changed = leadership.changed() => if changed.is_err() { break },
-        }
-    }
-    if gated {
+    let gated = AtomicBool::new(scripts.service.health.is_some());
+    let on_term = |term: Term| {
+        let span = info_span!("service", service = %scripts.service.name, lease = %lease, epoch = term.epoch);
+        // Under the term's tracker: the release waits for `deactivate`.
+        scripts.clone().active(term).instrument(span)
+    };
+    let (standing_by, shut) = (&scripts, &gated);
+    let between = move || {
+        let span = info_span!("service", service = %standing_by.service.name, lease = %standing_by.service.lease);
+        standing_by.standby(shut).instrument(span)
+    };
+    each_term(leadership, &shutdown, on_term, between).await;
+    if gated.load(Ordering::Relaxed) {
         scripts.leases.allow_campaigns(&lease, true);
     }
 }
@@ -120,7 +103,7 @@ impl Ran {
 impl Scripts {
     /// `health standby` every interval for as long as this replica is a standby: closes the
     /// campaign gate while it fails, opens it when it passes again. Never returns by itself.
-    async fn standby(&self, gated: &mut bool) {
+    async fn standby(&self, gated: &AtomicBool) {
         let Some(health) = &self.service.health else {
             return std::future::pending().await;
         };
@@ -132,17 +115,17 @@ impl Scripts {
                 .run("health", health, Some("standby"), None, until)
                 .await;
             let lease = self.service.lease.as_str();
-            match (ran.passed(), *gated && said) {
+            match (ran.passed(), gated.load(Ordering::Relaxed) && said) {
                 (false, false) => {
                     said = true;
                     warn!("standby health script fails: not campaigning until it passes");
                     self.leases.allow_campaigns(lease, false);
-                    *gated = true;
+                    gated.store(true, Ordering::Relaxed);
                 }
-                (true, _) if *gated => {
+                (true, _) if gated.load(Ordering::Relaxed) => {
                     info!("standby health script passes: campaigning allowed");
                     self.leases.allow_campaigns(lease, true);
-                    *gated = false;
+                    gated.store(false, Ordering::Relaxed);
                 }
                 _ => {}
             }
