@@ -6,11 +6,13 @@
 //! connections of its own, and the endpoint runs on a [`thread`] of its own, so that no number of
 //! watchers can hold up the lease loop; [`guard`] bounds the server and checks who it answers.
 //! The [`admin`] API (`POST /v1/admin/leases/{name}/handoff`) answers only when an admin token
-//! is configured, and only to requests that carry it.
+//! is configured, and only to requests that carry it. `/readyz/leases/{name}` ([`readiness`]) is
+//! ready only while this replica holds that lease.
 
 pub mod admin;
 pub mod guard;
 pub mod page;
+pub mod readiness;
 pub mod snapshot;
 pub mod thread;
 
@@ -156,6 +158,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/readyz/leases/{*name}", get(readiness::lease_ready))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
         .route(admin::PREFIX, any(admin::serve))
