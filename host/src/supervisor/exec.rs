@@ -101,6 +101,21 @@ async fn follow_lease(
     each_term(leadership, &shutdown, on_term, std::future::pending::<()>).await;
 }
 
+/// Logs a line a child under a keeper wrote (a process's, a service script's) in the span it
+/// runs in, if `rate` allows: escaped to one line, saying how much the keeper cut of it.
+pub(super) fn log_output(rate: &PluginRate, err: bool, text: &str, cut: u64) {
+    let written = text.len() + usize::try_from(cut).unwrap_or(usize::MAX);
+    if !rate.admit(text.len(), written) {
+        return;
+    }
+    let stream = if err { "stderr" } else { "stdout" };
+    let text = crate::report::escape_controls(text);
+    match cut {
+        0 => info!(stream, "{text}"),
+        cut => info!(stream, cut, "{text} … ({cut} bytes cut)"),
+    }
+}
+
 /// One process in one term.
 struct Exec {
     /// What to run.
@@ -197,16 +212,7 @@ impl Exec {
 
     /// Logs a line the child wrote, if its rate allows.
     fn output(&self, err: bool, text: &str, cut: u64) {
-        let written = text.len() + usize::try_from(cut).unwrap_or(usize::MAX);
-        if !self.rate.admit(text.len(), written) {
-            return;
-        }
-        let stream = if err { "stderr" } else { "stdout" };
-        let text = crate::report::escape_controls(text);
-        match cut {
-            0 => info!(stream, "{text}"),
-            cut => info!(stream, cut, "{text} … ({cut} bytes cut)"),
-        }
+        log_output(&self.rate, err, text, cut);
     }
 
     /// Logs what the keeper did.

@@ -16,6 +16,7 @@ use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
+use super::exec::log_output;
 use super::process_card::ProcessCard;
 use super::process_status::ProcessKind;
 use super::status::StatusBoard;
@@ -232,6 +233,20 @@ impl Scripts {
         term: Option<&Term>,
         until: Instant,
     ) -> Ran {
+        // Every line of the run, its output among them, says which script it is.
+        self.run_in_span(script, command, role, term, until)
+            .instrument(info_span!("script", script))
+            .await
+    }
+
+    async fn run_in_span(
+        &self,
+        script: &'static str,
+        command: &[OsString],
+        role: Option<&str>,
+        term: Option<&Term>,
+        until: Instant,
+    ) -> Ran {
         let mut command = command.to_vec();
         command.extend(role.map(OsString::from));
         let spec = Spec {
@@ -253,26 +268,21 @@ impl Scripts {
         let mut kept = match Kept::spawn(&self.keeper, &spec, &env, until) {
             Ok(kept) => kept,
             Err(e) => {
-                warn!(script, "cannot run the {script} script: {e}");
+                warn!("cannot run the {script} script: {e}");
                 return ran;
             }
         };
         while let Some(report) = kept.report().await {
             match report {
                 Report::NotStarted(why) => {
-                    warn!(script, "the {script} script did not start: {why}");
+                    warn!("the {script} script did not start: {why}");
                     self.card.not_started(&why);
                 }
-                Report::Output { err, text, cut } => {
-                    if self.rate.admit(text.len(), text.len() + cut as usize) {
-                        let stream = if err { "stderr" } else { "stdout" };
-                        info!(script, stream, "{}", crate::report::escape_controls(&text));
-                    }
-                }
+                Report::Output { err, text, cut } => log_output(&self.rate, err, &text, cut),
                 Report::Exited(ended) => {
                     // A health script's runs show in its card and its role's warnings.
                     if script != "health" {
-                        info!(script, %ended, "{script} script exited");
+                        info!(%ended, "{script} script exited");
                     }
                     if ended != Ended::Code(0) {
                         self.card.exited(&format!("{script} {ended}"));
@@ -280,7 +290,7 @@ impl Scripts {
                     ran.ended = Some(ended);
                 }
                 Report::Killed(why) => {
-                    warn!(script, %why, "the {script} script was killed at its deadline");
+                    warn!(%why, "the {script} script was killed at its deadline");
                     self.card.killed();
                     ran.killed = true;
                 }
