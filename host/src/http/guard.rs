@@ -14,12 +14,14 @@
 //! - [`serve`]: the accept loop, in place of `axum::serve`, which sets none of hyper's bounds:
 //!   at most [`MAX_CONNECTIONS`] connections (a new one takes the slot of the oldest with no
 //!   request in flight), [`HEADER_READ_TIMEOUT`] for a request's head (and between requests on
-//!   a kept-alive connection), [`MAX_HEADER_BYTES`] of head; graceful shutdown.
+//!   a kept-alive connection), [`MAX_HEADER_BYTES`] of head; graceful shutdown. A connection
+//!   that asks for a watch stream leaves those slots for [`MAX_WATCHERS`] of its own, and a
+//!   client that stops reading is cut off after [`STALLED_CLIENT_TIMEOUT`].
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -40,6 +42,24 @@ use tracing::{debug, warn};
 /// need a handful; every connection is a file descriptor, and the lease store, the plugin
 /// directory and the compile cache need theirs from the same limit (often 1,024).
 pub const MAX_CONNECTIONS: usize = 256;
+
+/// Watch streams (`/v1/leases/NAME/watch`) served at once, apart from [`MAX_CONNECTIONS`]: a
+/// watch holds its connection for as long as its client follows the lease, so watchers have a
+/// bound of their own and never take the room of probes, scrapers and `leasehold status`. Each
+/// costs a file descriptor and tens of KB (`make bench` prints the figures); lower when the
+/// process's open-file limit leaves less room ([`watcher_limit`]).
+pub const MAX_WATCHERS: usize = 4096;
+
+/// Open files kept for everything but watchers: the other connections, the store's pools, the
+/// plugin directory, the compile cache, processes' pipes and the log.
+const OTHER_FILES: u64 = MAX_CONNECTIONS as u64 + 512;
+
+/// How long data sent to a client may wait unacknowledged, or unsent because the client's window
+/// is closed (it does not read), before the kernel drops the connection (`TCP_USER_TIMEOUT`).
+/// Nothing is queued for a watcher in the host, so a client that never reads costs at most the
+/// socket's buffers, and for this long: a live client acknowledges within a round trip, and a
+/// watcher's client that has heard nothing for longer has stopped its leader-only work anyway.
+pub const STALLED_CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a client may take to send a request's head, and the longest a kept-alive connection
 /// may sit idle. Probes, scrapers and the page send a request in one packet; 5 s is far above a
@@ -214,18 +234,50 @@ struct Slot {
     in_flight: AtomicUsize,
     /// Cancelled to close it, to make room for a newer one.
     evicted: CancellationToken,
+    /// Set once it asked for a watch stream: it counts among the watchers from then on.
+    watching: AtomicBool,
 }
 
 /// The open connections, by the order they were accepted.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Slots {
     /// The id the next connection gets.
     next: u64,
-    /// Each open connection by its id.
+    /// Each open connection by its id, watchers' connections apart.
     open: BTreeMap<u64, Arc<Slot>>,
+    /// Connections serving a watch stream.
+    watching: usize,
+    /// The most of those at once.
+    max_watchers: usize,
+}
+
+impl Default for Slots {
+    fn default() -> Slots {
+        Slots {
+            next: 0,
+            open: BTreeMap::new(),
+            watching: 0,
+            max_watchers: MAX_WATCHERS,
+        }
+    }
 }
 
 impl Slots {
+    /// Moves connection `id` among the watchers, if there is room: false when
+    /// `max_watchers` already watch.
+    fn watch(&mut self, id: u64, slot: &Slot) -> bool {
+        if slot.watching.load(Ordering::Acquire) {
+            return true;
+        }
+        if self.watching >= self.max_watchers {
+            return false;
+        }
+        self.open.remove(&id);
+        self.watching += 1;
+        slot.watching.store(true, Ordering::Release);
+        true
+    }
+
     /// A slot for a new connection. At [`MAX_CONNECTIONS`] the oldest connection without a
     /// request in flight is closed for it (a client with one open loses only a kept-alive socket,
     /// and clients that connect and send nothing, or trickle, cannot keep newcomers out); `None`
@@ -263,12 +315,68 @@ struct Release {
     slots: Arc<Mutex<Slots>>,
     /// The connection's id.
     id: u64,
+    /// Its slot.
+    slot: Arc<Slot>,
 }
 
 impl Drop for Release {
     fn drop(&mut self) {
-        lock(&self.slots).open.remove(&self.id);
+        let mut slots = lock(&self.slots);
+        slots.open.remove(&self.id);
+        if self.slot.watching.load(Ordering::Acquire) {
+            slots.watching -= 1;
+        }
     }
+}
+
+/// Whether `path` asks for a watch stream.
+fn is_watch(path: &str) -> bool {
+    path.starts_with(super::api::PREFIX) && path.ends_with(super::api::WATCH)
+}
+
+/// The most watchers this process can serve: [`MAX_WATCHERS`], or fewer when its open-file
+/// limit (raised to its hard limit first) leaves less room beside [`OTHER_FILES`].
+pub fn watcher_limit() -> usize {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let mut soft = limit.current;
+    if soft < limit.maximum {
+        // Raising the soft limit to the hard one is any process's right: servers do it at start.
+        if setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: limit.maximum,
+                maximum: limit.maximum,
+            },
+        )
+        .is_ok()
+        {
+            soft = limit.maximum;
+        }
+    }
+    match soft {
+        None => MAX_WATCHERS,
+        Some(files) => {
+            usize::try_from(files.saturating_sub(OTHER_FILES)).map_or(MAX_WATCHERS, |room| room.min(MAX_WATCHERS))
+        }
+    }
+}
+
+/// 503 for a watch beyond `max`.
+fn too_many_watchers(max: usize) -> Response {
+    let mut response = (
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "leasehold: {max} watch streams already follow this replica's leases, the most it serves at once; close one, or follow /readyz/leases/NAME instead\n"
+        ),
+    )
+        .into_response();
+    response.headers_mut().insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    response
 }
 
 /// Counts a request in flight on a connection while it lives.
@@ -299,7 +407,17 @@ pub async fn serve(
         Arc::new(allowed),
         check,
     ));
-    let slots = Arc::new(Mutex::new(Slots::default()));
+    let max_watchers = watcher_limit();
+    if max_watchers < MAX_WATCHERS {
+        warn!(
+            max_watchers,
+            "the open-file limit leaves room for {max_watchers} watch streams (of {MAX_WATCHERS}): raise it (ulimit -n, LimitNOFILE) to serve more"
+        );
+    }
+    let slots = Arc::new(Mutex::new(Slots {
+        max_watchers,
+        ..Slots::default()
+    }));
     let connections = TaskTracker::new();
     loop {
         let (stream, peer) = tokio::select! {
@@ -320,14 +438,20 @@ pub async fn serve(
             warn!(%peer, "http connection refused: all {MAX_CONNECTIONS} connections are answering requests");
             continue;
         };
+        // A client that stops reading (or a path gone dead) is dropped by the kernel, whatever
+        // the server is sending it; without it, a stalled watcher would be kept for ever.
+        let ms = u32::try_from(STALLED_CLIENT_TIMEOUT.as_millis()).unwrap_or(u32::MAX);
+        if let Err(e) = rustix::net::sockopt::set_tcp_user_timeout(&stream, ms) {
+            debug!(%peer, error = %e, "cannot set TCP_USER_TIMEOUT");
+        }
         let release = Release {
             slots: slots.clone(),
             id,
+            slot: slot.clone(),
         };
         connections.spawn(connection(
             stream,
             router.clone(),
-            slot,
             release,
             shutdown.clone(),
             peer,
@@ -343,22 +467,33 @@ pub async fn serve(
 async fn connection(
     stream: TcpStream,
     router: Router,
-    slot: Arc<Slot>,
-    _release: Release,
+    release: Release,
     shutdown: CancellationToken,
     peer: SocketAddr,
 ) {
     let tower = TowerToHyperService::new(router);
+    let slot = release.slot.clone();
+    let (slots, id) = (release.slots.clone(), release.id);
     let counted = slot.clone();
     let service = hyper::service::service_fn(move |mut request: Request<_>| {
         // Who asked, for the admin API's log.
         request
             .extensions_mut()
             .insert(axum::extract::ConnectInfo(peer));
+        let refused = match is_watch(request.uri().path()) {
+            true => {
+                let mut slots = lock(&slots);
+                (!slots.watch(id, &counted)).then_some(slots.max_watchers)
+            }
+            false => None,
+        };
         let in_flight = InFlight::enter(&counted);
-        let response = tower.call(request);
+        let response = refused.is_none().then(|| tower.call(request));
         async move {
-            let response = response.await;
+            let response = match (response, refused) {
+                (Some(response), _) => response.await,
+                (None, max) => Ok(too_many_watchers(max.unwrap_or_default())),
+            };
             drop(in_flight);
             response
         }
@@ -369,6 +504,7 @@ async fn connection(
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .max_header_size(MAX_HEADER_BYTES);
     let mut conn = pin!(builder.serve_connection(TokioIo::new(stream), service));
+    let _release = release;
     tokio::select! {
         served = conn.as_mut() => {
             if let Err(e) = served {

@@ -7,14 +7,17 @@
 //! watchers can hold up the lease loop; [`guard`] bounds the server and checks who it answers.
 //! The [`admin`] API (`POST /v1/admin/leases/{name}/handoff`) answers only when an admin token
 //! is configured, and only to requests that carry it. `/readyz/leases/{name}` ([`readiness`]) is
-//! ready only while this replica holds that lease.
+//! ready only while this replica holds that lease. The lease [`api`] (`/v1/leases`, and
+//! `/v1/leases/{name}/watch`, a [`watch`] stream of its terms) is for apps beside the host.
 
 pub mod admin;
+pub mod api;
 pub mod guard;
 pub mod page;
 pub mod readiness;
 pub mod snapshot;
 pub mod thread;
+pub mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -159,6 +162,8 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/readyz/leases/{*name}", get(readiness::lease_ready))
+        .route(api::PREFIX, get(api::list))
+        .route(&format!("{}/{{*name}}", api::PREFIX), get(api::one))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
         .route(admin::PREFIX, any(admin::serve))

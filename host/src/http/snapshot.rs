@@ -103,6 +103,12 @@ impl Snapshot {
         self.taken.elapsed()
     }
 
+    /// The status it was made from: its leases as the store showed them (without groups,
+    /// plugins and processes).
+    pub fn status(&self) -> &Status {
+        &self.status
+    }
+
     /// Why the store could not be read at the last refresh, if it could not.
     pub fn store_error(&self) -> Option<&str> {
         self.store_error.as_deref()

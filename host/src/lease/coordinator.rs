@@ -26,6 +26,7 @@ use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 use super::clock::ClockWatch;
+pub use super::leadership::EndReason;
 use super::leadership::Role;
 use super::store::{CampaignedMany, Epoch, RenewRequest, Renewed, RenewedOne};
 use super::timing::Timing;
@@ -186,19 +187,6 @@ pub enum Effect {
     },
     /// A transition worth logging.
     Announce(Announcement),
-}
-
-/// Why a term ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EndReason {
-    /// `safe_until` passed without a landed renewal.
-    SafeUntil,
-    /// A renewal was rejected: someone else holds the lease now, or it expired.
-    Lost,
-    /// This replica is giving the lease up (shutdown or step-down).
-    Releasing,
-    /// The database's clock stepped forward: the lease may expire before `safe_until`.
-    ClockStep,
 }
 
 /// A transition, for the log.

@@ -45,6 +45,14 @@ struct ActiveTerm {
     control: TermControl,
 }
 
+/// One lease's publisher, and the count of its term changes it publishes.
+struct Publisher {
+    /// Where its leadership goes.
+    tx: watch::Sender<Leadership>,
+    /// How many times a term of it started or ended here ([`Leadership::changes`]).
+    changes: u64,
+}
+
 /// Drives the [`Coordinator`] for every lease of this replica. Build with [`Driver::new`] and run
 /// with [`Driver::run`].
 pub struct Driver {
@@ -57,7 +65,7 @@ pub struct Driver {
     /// The process's root token: cancelling it starts the ordered shutdown; terms are its children.
     root: CancellationToken,
     /// Publishers of each lease's leadership.
-    publishers: BTreeMap<String, watch::Sender<Leadership>>,
+    publishers: BTreeMap<String, Publisher>,
     /// Running terms by lease.
     terms: BTreeMap<String, ActiveTerm>,
     /// Store results and term confirmations come back here.
@@ -122,7 +130,7 @@ impl Driver {
         let mut leaderships = BTreeMap::new();
         for name in leases.into_iter().chain(shards) {
             let (tx, rx) = watch::channel(Leadership::standby());
-            publishers.insert(name.clone(), tx);
+            publishers.insert(name.clone(), Publisher { tx, changes: 0 });
             leaderships.insert(name, rx);
         }
         let (events_tx, events_rx) = mpsc::unbounded_channel();
@@ -414,8 +422,15 @@ impl Driver {
 
     /// Starts a term of `lease`: its plugins may run until `safe_until`, which renewals extend.
     fn start_term(&mut self, lease: String, epoch: Epoch, safe_until: Instant) {
-        let (term, control) =
-            Term::start(lease.clone(), epoch, self.root.child_token(), safe_until);
+        let change = self.publishers.get_mut(&lease).map_or(0, |p| {
+            p.changes += 1;
+            p.changes
+        });
+        let (term, control) = Term::start(
+            (lease.clone(), epoch, change),
+            self.root.child_token(),
+            safe_until,
+        );
         logs::term_started(&lease, epoch);
         self.terms.insert(lease, ActiveTerm { term, control });
     }
@@ -425,7 +440,10 @@ impl Driver {
     fn end_term(&mut self, lease: String, epoch: Epoch, reason: EndReason, confirm: bool) {
         let active = self.terms.remove(&lease);
         if let Some(active) = &active {
-            active.control.end();
+            active.control.end_for(reason);
+            if let Some(p) = self.publishers.get_mut(&lease) {
+                p.changes += 1;
+            }
         }
         logs::term_ended(&lease, epoch, &self.holder, reason);
         let ended_at = Instant::now();
@@ -500,7 +518,7 @@ impl Driver {
     /// leases a lookup per lease per step was what held the driver's loop up.
     fn publish(&self) {
         let mut views = self.coordinator.views().peekable();
-        for (name, tx) in &self.publishers {
+        for (name, Publisher { tx, changes }) in &self.publishers {
             while views
                 .next_if(|(lease, _, _)| *lease < name.as_str())
                 .is_some()
@@ -510,16 +528,16 @@ impl Driver {
                 continue;
             };
             let active = self.terms.get(name);
-            let (was_role, was_epoch, same_term) = {
+            let (was_role, was_epoch, same_term, was_changes) = {
                 let current = tx.borrow();
                 let same_term = match (&current.term, active) {
                     (None, None) => true,
                     (Some(a), Some(b)) => a.epoch == b.term.epoch && !a.is_cancelled(),
                     _ => false,
                 };
-                (current.role, current.epoch, same_term)
+                (current.role, current.epoch, same_term, current.changes)
             };
-            if was_role == role && was_epoch == epoch && same_term {
+            if was_role == role && was_epoch == epoch && same_term && was_changes == *changes {
                 continue;
             }
             gauges::leadership_moved(&self.metrics, name, (was_role, was_epoch), (role, epoch));
@@ -527,6 +545,7 @@ impl Driver {
                 role,
                 epoch,
                 term: active.map(|a| a.term.clone()),
+                changes: *changes,
             });
         }
     }

@@ -3,6 +3,8 @@
 //! can follow leadership without polling.
 
 use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -24,6 +26,31 @@ pub enum Role {
     Uncertain,
 }
 
+/// Why a term ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    /// `safe_until` passed without a landed renewal.
+    SafeUntil,
+    /// A renewal was rejected: someone else holds the lease now, or it expired.
+    Lost,
+    /// This replica is giving the lease up (shutdown or step-down).
+    Releasing,
+    /// The database's clock stepped forward: the lease may expire before `safe_until`.
+    ClockStep,
+}
+
+impl EndReason {
+    /// The reason as the lease API spells it (`/v1/leases/NAME/watch`): a contract.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndReason::SafeUntil => "deadline",
+            EndReason::Lost => "lost",
+            EndReason::Releasing => "released",
+            EndReason::ClockStep => "clock-step",
+        }
+    }
+}
+
 /// One lease's leadership as published to subscribers.
 #[derive(Debug, Clone)]
 pub struct Leadership {
@@ -33,6 +60,9 @@ pub struct Leadership {
     pub epoch: Option<Epoch>,
     /// The running term, while leader.
     pub term: Option<Term>,
+    /// How many times a term of this lease has started or ended on this replica since the
+    /// process started: a follower that saw a smaller count missed that many changes.
+    pub changes: u64,
 }
 
 impl Leadership {
@@ -42,8 +72,18 @@ impl Leadership {
             role: Role::Standby,
             epoch: None,
             term: None,
+            changes: 0,
         }
     }
+}
+
+/// How a term ended: why, and when by the wall clock (for a follower's account of it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TermEnd {
+    /// Why.
+    pub reason: EndReason,
+    /// When the driver ended it.
+    pub at: SystemTime,
 }
 
 /// One leadership term: from acquisition (or recovery) of a lease to its loss, release or
@@ -55,8 +95,14 @@ pub struct Term {
     pub lease: String,
     /// The fencing epoch of this term.
     pub epoch: Epoch,
+    /// [`Leadership::changes`] as this term started (its end is the next change).
+    pub change: u64,
+    /// When the term started, by the wall clock.
+    pub began: SystemTime,
     /// Cancelled when the term ends; a child of the process's root token.
     token: CancellationToken,
+    /// How it ended, once the driver ends it (unset when its control was dropped instead).
+    ended: Arc<OnceLock<TermEnd>>,
     /// Tracks the term's tasks so the holder can confirm they are gone before releasing.
     tracker: TaskTracker,
     /// The local deadline by which the term ends unless a renewal lands; moves forward on renewals.
@@ -73,6 +119,8 @@ pub struct TermControl {
     tracker: TaskTracker,
     /// Moves the term's deadline.
     safe_until: watch::Sender<Instant>,
+    /// Where the end is recorded, shared with the term.
+    ended: Arc<OnceLock<TermEnd>>,
 }
 
 impl TermControl {
@@ -80,6 +128,16 @@ impl TermControl {
     pub fn end(&self) {
         self.token.cancel();
         self.tracker.close();
+    }
+
+    /// [`TermControl::end`], recording `reason` first so that whoever sees the term end can
+    /// read why.
+    pub fn end_for(&self, reason: EndReason) {
+        let _ = self.ended.set(TermEnd {
+            reason,
+            at: SystemTime::now(),
+        });
+        self.end();
     }
 
     /// Resolves once the term has ended and every task of it has finished.
@@ -104,18 +162,22 @@ impl Drop for TermControl {
 impl Term {
     /// Starts a term of `lease` at `epoch` under `token` (a child of the process's root), to end
     /// no later than `safe_until`; the driver keeps the [`TermControl`].
+    /// `change` is the lease's [`Leadership::changes`] count with this start.
     pub(crate) fn start(
-        lease: String,
-        epoch: Epoch,
+        (lease, epoch, change): (String, Epoch, u64),
         token: CancellationToken,
         safe_until: Instant,
     ) -> (Term, TermControl) {
         let tracker = TaskTracker::new();
         let (tx, rx) = watch::channel(safe_until);
+        let ended = Arc::new(OnceLock::new());
         let term = Term {
             lease,
             epoch,
+            change,
+            began: SystemTime::now(),
             token: token.clone(),
+            ended: ended.clone(),
             tracker: tracker.clone(),
             safe_until: rx,
         };
@@ -123,6 +185,7 @@ impl Term {
             token,
             tracker,
             safe_until: tx,
+            ended,
         };
         (term, control)
     }
@@ -132,8 +195,7 @@ impl Term {
     /// dropped.
     pub fn standalone(lease: &str, epoch: Epoch, safe_until: Instant) -> (Term, TermControl) {
         Term::start(
-            lease.to_string(),
-            epoch,
+            (lease.to_string(), epoch, 1),
             CancellationToken::new(),
             safe_until,
         )
@@ -147,6 +209,11 @@ impl Term {
     /// Resolves when the term ends.
     pub fn cancelled(&self) -> WaitForCancellationFutureOwned {
         self.token.clone().cancelled_owned()
+    }
+
+    /// How the term ended, once the driver has ended it.
+    pub fn ended(&self) -> Option<TermEnd> {
+        self.ended.get().copied()
     }
 
     /// A child token of the term, for work that may end sooner.
