@@ -200,6 +200,10 @@ pub struct Metrics {
     pub group_count_conflicts: Family<GroupLabel, Gauge>,
     /// The OS processes bound to leases.
     pub process: ProcessMetrics,
+    /// Watch streams of the lease API open now.
+    pub http_watchers: Gauge,
+    /// Watch streams refused because as many as this replica serves were open.
+    pub http_watchers_refused: Counter,
 }
 
 /// What a look at one lease group found, for [`Metrics::record_group`]: the gauges as they stand
@@ -245,6 +249,7 @@ impl Metrics {
         m.register_plugin(&mut registry);
         m.register_group(&mut registry);
         m.process.register(&mut registry);
+        m.register_http(&mut registry);
         Arc::new(Metrics { registry, ..m })
     }
 
@@ -280,6 +285,8 @@ impl Metrics {
             store_errors: Family::default(),
             group_count_conflicts: Family::default(),
             process: ProcessMetrics::default(),
+            http_watchers: Gauge::default(),
+            http_watchers_refused: Counter::default(),
             registry: Registry::default(),
         }
     }
@@ -341,6 +348,20 @@ impl Metrics {
             "leasehold_store_errors",
             "The lease loop's store calls that failed, by operation (campaign, renew, release, heartbeat) and cause (timeout, permission, schema, connection, conflict, other)",
             self.store_errors.clone(),
+        );
+    }
+
+    /// Registers what the lease API's watchers cost: streams open, and those refused.
+    fn register_http(&self, registry: &mut Registry) {
+        registry.register(
+            "leasehold_http_watchers",
+            "Watch streams of the lease API (/v1/leases/NAME/watch) open now",
+            self.http_watchers.clone(),
+        );
+        registry.register(
+            "leasehold_http_watchers_refused",
+            "Watch streams refused (503) because as many as this replica serves were open",
+            self.http_watchers_refused.clone(),
         );
     }
 

@@ -8,7 +8,7 @@
 //! for a condition ([`eventually`]); a TCP proxy that injects network faults between a host and
 //! its database ([`proxy`]), what a process costs in CPU and memory ([`procstat`]), a watchdog that ends a test's process groups with it ([`reaper`]), the witness and history checker of fault trials ([`chaos`]), and etcd's lock CLI,
 //! the reference the handoff benchmark compares against ([`etcd`]).
-//! The admin API's token files and requests are in [`admin`]; the worker `leasehold exec` runs in
+//! The lease API's contract is read in [`openapi`], its watch streams in [`sse`]. The admin API's token files and requests are in [`admin`]; the worker `leasehold exec` runs in
 //! the tests and the bench, and the history it writes, in [`exec`].
 //! Integration tests live in `tests/`; the benchmarks are binaries in `src/bin/`.
 //!
@@ -40,10 +40,12 @@ pub mod in_process;
 pub mod leader;
 pub mod log;
 pub mod memory;
+pub mod openapi;
 pub mod pg;
 pub mod procstat;
 pub mod proxy;
 pub mod reaper;
+pub mod sse;
 pub mod stats;
 pub mod status;
 pub mod stores;

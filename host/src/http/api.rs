@@ -107,7 +107,12 @@ pub fn accepts(headers: &HeaderMap, offered: &str) -> bool {
 pub fn not_acceptable(headers: &HeaderMap, offered: &str) -> Response {
     let asked: String = headers
         .get(header::ACCEPT)
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).chars().take(200).collect())
+        .map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .chars()
+                .take(200)
+                .collect()
+        })
         .unwrap_or_default();
     error(
         StatusCode::NOT_ACCEPTABLE,
@@ -166,7 +171,9 @@ pub async fn one(
         return super::watch::serve(state, name.to_string(), headers).await;
     }
     if state.leases.leadership(&path).is_none() {
-        return unknown_lease(&state, &path);
+        // `x/watch` of an unknown `x` is a watch of `x`: the answer names `x`.
+        let name = path.strip_suffix(WATCH).unwrap_or(&path);
+        return unknown_lease(&state, name);
     }
     if !accepts(&headers, "application/json") {
         return not_acceptable(&headers, "application/json");
@@ -178,14 +185,16 @@ pub async fn one(
 /// The time left on `term` at `now`, in ms: 0 without a term, or once it has ended.
 pub fn time_left(term: Option<&Term>, now: Instant) -> u64 {
     term.filter(|t| !t.is_cancelled()).map_or(0, |t| {
-        u64::try_from(t.safe_until().saturating_duration_since(now).as_millis())
-            .unwrap_or(u64::MAX)
+        u64::try_from(t.safe_until().saturating_duration_since(now).as_millis()).unwrap_or(u64::MAX)
     })
 }
 
 /// `name` as this replica knows it now, with the holder elsewhere from `snapshot`.
 fn view(state: &AppState, name: &str, snapshot: Option<&Snapshot>) -> LeaseView {
-    let leadership = state.leases.leadership(name).unwrap_or_else(Leadership::standby);
+    let leadership = state
+        .leases
+        .leadership(name)
+        .unwrap_or_else(Leadership::standby);
     let me = state.leases.holder().to_string();
     let ttl_ms = u64::try_from(state.leases.timing().ttl.as_millis()).unwrap_or(u64::MAX);
     let stop_within_ms = time_left(leadership.term.as_ref(), Instant::now());

@@ -249,6 +249,8 @@ struct Slots {
     watching: usize,
     /// The most of those at once.
     max_watchers: usize,
+    /// Where the count of watchers, and of those refused, is shown.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Default for Slots {
@@ -258,11 +260,20 @@ impl Default for Slots {
             open: BTreeMap::new(),
             watching: 0,
             max_watchers: MAX_WATCHERS,
+            metrics: None,
         }
     }
 }
 
 impl Slots {
+    /// Shows the count of watchers in the metrics.
+    fn show_watchers(&self) {
+        if let Some(m) = &self.metrics {
+            m.http_watchers
+                .set(i64::try_from(self.watching).unwrap_or(i64::MAX));
+        }
+    }
+
     /// Moves connection `id` among the watchers, if there is room: false when
     /// `max_watchers` already watch.
     fn watch(&mut self, id: u64, slot: &Slot) -> bool {
@@ -270,10 +281,14 @@ impl Slots {
             return true;
         }
         if self.watching >= self.max_watchers {
+            if let Some(m) = &self.metrics {
+                m.http_watchers_refused.inc();
+            }
             return false;
         }
         self.open.remove(&id);
         self.watching += 1;
+        self.show_watchers();
         slot.watching.store(true, Ordering::Release);
         true
     }
@@ -325,6 +340,7 @@ impl Drop for Release {
         slots.open.remove(&self.id);
         if self.slot.watching.load(Ordering::Acquire) {
             slots.watching -= 1;
+            slots.show_watchers();
         }
     }
 }
@@ -356,9 +372,8 @@ pub fn watcher_limit() -> usize {
     }
     match soft {
         None => MAX_WATCHERS,
-        Some(files) => {
-            usize::try_from(files.saturating_sub(OTHER_FILES)).map_or(MAX_WATCHERS, |room| room.min(MAX_WATCHERS))
-        }
+        Some(files) => usize::try_from(files.saturating_sub(OTHER_FILES))
+            .map_or(MAX_WATCHERS, |room| room.min(MAX_WATCHERS)),
     }
 }
 
@@ -375,7 +390,9 @@ fn too_many_watchers(max: usize) -> Response {
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
     response
 }
 
@@ -400,7 +417,7 @@ impl Drop for InFlight {
 pub async fn serve(
     listener: TcpListener,
     router: Router,
-    allowed: AllowedHosts,
+    (allowed, metrics): (AllowedHosts, Option<Arc<crate::metrics::Metrics>>),
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let router = router.layer(axum::middleware::from_fn_with_state(
@@ -416,6 +433,7 @@ pub async fn serve(
     }
     let slots = Arc::new(Mutex::new(Slots {
         max_watchers,
+        metrics,
         ..Slots::default()
     }));
     let connections = TaskTracker::new();
@@ -600,7 +618,7 @@ mod tests {
         let server = tokio::spawn(serve(
             listener,
             router,
-            AllowedHosts::default(),
+            (AllowedHosts::default(), None),
             stop.clone(),
         ));
         let started = tokio::time::Instant::now();

@@ -179,7 +179,14 @@ pub async fn serve(
     allowed_hosts: guard::AllowedHosts,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    guard::serve(listener, router(state), allowed_hosts, shutdown).await
+    let metrics = state.metrics.clone();
+    guard::serve(
+        listener,
+        router(state),
+        (allowed_hosts, Some(metrics)),
+        shutdown,
+    )
+    .await
 }
 
 /// Builds the status: roles from the coordinator, holders and expiry from the database.

@@ -1,0 +1,216 @@
+//! The watch stream (`/v1/leases/NAME/watch`) attacked from outside, on real hosts: a handoff
+//! seen on both replicas on PostgreSQL, the old holder's end stamped before the new holder's
+//! start, with the time each event took to reach its client; what a reconnect is told; a client
+//! that never reads is dropped by the kernel while the lease goes on.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use leasehold_tests::endpoint::sample;
+use leasehold_tests::eventually::{eventually, when};
+use leasehold_tests::host::HostBuilder;
+use leasehold_tests::log::Logged;
+use leasehold_tests::sse::Watch;
+use serde_json::Value;
+
+const LEASE: &str = "leader";
+const WAIT: Duration = Duration::from_secs(10);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_reports_a_handoff_on_both_replicas_the_old_end_stamped_before_the_new_start() {
+    let url = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    let mut a = HostBuilder::new("a")
+        .database_url(&url)
+        .ttl(Duration::from_secs(2))
+        .spawn_leading(LEASE)
+        .await
+        .unwrap();
+    let b = HostBuilder::new("b")
+        .database_url(&url)
+        .ttl(Duration::from_secs(2))
+        .spawn()
+        .await
+        .unwrap();
+    let mut on_a = Watch::open(a.addr(), LEASE, None).await.unwrap();
+    let mut on_b = Watch::open(b.addr(), LEASE, None).await.unwrap();
+    let state_a = on_a.next(WAIT).await.unwrap();
+    assert_eq!(
+        (
+            state_a.event.as_str(),
+            state_a.field("role"),
+            state_a.field("epoch")
+        ),
+        ("state", Value::from("leader"), Value::from(1))
+    );
+    let state_b = on_b.next(WAIT).await.unwrap();
+    assert_eq!(state_b.field("role"), "standby");
+    // A replica that has just started hears of releases once its LISTEN connection is up, a
+    // moment after its lease loop: before that it would take the lease at its expiry instead.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    a.signal("TERM").unwrap();
+    let (ended, _) = on_a.until("ended", WAIT).await.unwrap();
+    let (started, _) = on_b.until("started", WAIT).await.unwrap();
+    let (ended_at, started_at) = (
+        ended.field("at_ms").as_u64().unwrap(),
+        started.field("at_ms").as_u64().unwrap(),
+    );
+    eprintln!(
+        "handoff: a's term ended at {ended_at}, b's began at {started_at} (+{} ms); events reached their clients {} ms and {} ms after",
+        started_at.saturating_sub(ended_at),
+        ended.received_ms().saturating_sub(ended_at),
+        started.received_ms().saturating_sub(started_at),
+    );
+    assert!(ended_at <= started_at, "{ended:?} / {started:?}");
+    assert_eq!(ended.field("reason"), "released");
+    assert_eq!(ended.field("epoch"), 1);
+    assert_eq!(started.field("epoch"), 2);
+    assert!(started.field("stop_within_ms").as_u64().unwrap() > 1000);
+    // The ids: one change on each (a: its term's end; b: its term's start).
+    let id = |e: &leasehold_tests::sse::SseEvent| e.id.clone().unwrap();
+    assert!(id(&state_a).starts_with("1@a-"), "{state_a:?}");
+    assert!(id(&ended).starts_with("2@a-"), "{ended:?}");
+    assert!(id(&state_b).starts_with("0@b-"), "{state_b:?}");
+    assert!(id(&started).starts_with("1@b-"), "{started:?}");
+    // The old holder's stream ends with its host.
+    a.wait_exit(WAIT).await.unwrap();
+    let rest = tokio::time::timeout(WAIT, async { while on_a.next(WAIT).await.is_ok() {} }).await;
+    assert!(rest.is_ok(), "a's stream ended when a stopped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_with_last_event_id_is_told_whether_it_missed_a_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let mut a = HostBuilder::new("a")
+        .database_url(&url)
+        .ttl(Duration::from_secs(2))
+        .spawn_leading(LEASE)
+        .await
+        .unwrap();
+    let b = HostBuilder::new("b")
+        .database_url(&url)
+        .ttl(Duration::from_secs(2))
+        .spawn()
+        .await
+        .unwrap();
+    let state = |addr: SocketAddr, id: Option<String>| async move {
+        let mut watch = Watch::open(addr, LEASE, id.as_deref()).await.unwrap();
+        watch.next(WAIT).await.unwrap()
+    };
+    let before = state(b.addr(), None).await;
+    assert_eq!(before.field("missed"), Value::Null, "no Last-Event-ID");
+    let again = state(b.addr(), before.id.clone()).await;
+    assert_eq!(
+        (again.field("missed"), again.field("missed_changes")),
+        (Value::Bool(false), Value::from(0)),
+        "nothing changed: {again:?}"
+    );
+
+    // b takes the lease while nobody watches it.
+    a.signal("TERM").unwrap();
+    eventually("b to lead", WAIT, async || {
+        when(b.role(LEASE).await, |r| {
+            *r == Some(leasehold::lease::Role::Leader)
+        })
+    })
+    .await
+    .unwrap();
+    let after = state(b.addr(), before.id.clone()).await;
+    assert_eq!(
+        (
+            after.field("missed"),
+            after.field("missed_changes"),
+            after.field("role")
+        ),
+        (Value::Bool(true), Value::from(1), Value::from("leader")),
+        "{after:?}"
+    );
+    assert!(
+        after.id.as_deref().unwrap().starts_with("1@b-"),
+        "{after:?}"
+    );
+    // An id of another process (a's), or none of any: missed, and how many cannot be known.
+    for id in [before.id.unwrap().replace("@b-", "@a-"), "garbage".into()] {
+        let told = state(b.addr(), Some(id.clone())).await;
+        assert_eq!(
+            (told.field("missed"), told.field("missed_changes")),
+            (Value::Bool(true), Value::Null),
+            "{id}: {told:?}"
+        );
+    }
+    a.wait_exit(WAIT).await.unwrap();
+}
+
+/// A TCP connection to `addr` whose receive buffer is as small as the kernel allows, so that a
+/// client that does not read closes its window after a few events.
+fn tiny_window_connection(addr: SocketAddr) -> std::net::TcpStream {
+    use rustix::net::{AddressFamily, SocketType, connect, socket, sockopt};
+    let fd: OwnedFd = socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
+    sockopt::set_socket_recv_buffer_size(&fd, 1).unwrap();
+    connect(&fd, &addr).unwrap();
+    std::net::TcpStream::from(fd)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_that_never_reads_is_dropped_and_no_lease_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let a = HostBuilder::new("a")
+        .database_url(&url)
+        .ttl(Duration::from_secs(1))
+        .spawn_leading(LEASE)
+        .await
+        .unwrap();
+    // One client that reads, three that never do.
+    let mut reader = Watch::open(a.addr(), LEASE, None).await.unwrap();
+    let mut stalled = Vec::new();
+    for _ in 0..3 {
+        let mut stream = tiny_window_connection(a.addr());
+        write!(
+            stream,
+            "GET /v1/leases/{LEASE}/watch HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        )
+        .unwrap();
+        stalled.push(stream);
+    }
+    eventually("four watchers counted", WAIT, async || {
+        let m = a.metrics().await.unwrap();
+        when(sample(&m, "leasehold_http_watchers"), |n| *n == Some(4.0))
+    })
+    .await
+    .unwrap();
+    let epoch = a.status().await.unwrap().leases[0].epoch;
+    // Their windows close after a few events; 10 s later the kernel gives up on them.
+    let started = tokio::time::Instant::now();
+    eventually(
+        "the stalled watchers dropped",
+        Duration::from_secs(60),
+        async || {
+            let m = a.metrics().await.unwrap();
+            // The reader keeps reading meanwhile.
+            reader.next(WAIT).await.unwrap();
+            when(sample(&m, "leasehold_http_watchers"), |n| *n == Some(1.0))
+        },
+    )
+    .await
+    .unwrap();
+    eprintln!(
+        "three watchers that never read dropped {:?} after they connected",
+        started.elapsed()
+    );
+    let status = a.status().await.unwrap();
+    assert_eq!(status.leases[0].epoch, epoch, "the lease never moved");
+    assert!(
+        !a.log_text().contains("renewal failing"),
+        "renewals landed throughout"
+    );
+    drop(stalled);
+}
