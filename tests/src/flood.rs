@@ -1,7 +1,8 @@
 //! A flood of watchers, shared by the flood test and its benchmark: a `leasehold run` holding every
 //! shard of one big lease group at a short ttl ([`start_holder`]), hundreds of keep-alive HTTP
-//! clients asking it for `/status`, `/` and `/metrics` as fast as it answers ([`flood`]), and what
-//! it held and how its renewals went before and during the flood ([`Holding`], [`renewals`]).
+//! clients asking it for `/status`, `/`, `/metrics` and the lease API as fast as it answers
+//! ([`flood`]), watch streams held open meanwhile ([`watch_all`]), and what it held and how its
+//! renewals went before and during the flood ([`Holding`], [`renewals`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -19,8 +20,18 @@ use crate::host::{Host, HostBuilder};
 pub const GROUP: &str = "orders";
 
 /// What each flooding client asks for, by client number modulo its length: the status (what the
-/// page polls) three times out of five, the page and the metrics once each.
-pub const PATHS: [&str; 5] = ["/status", "/status", "/status", "/", "/metrics"];
+/// page polls) three times out of eight, the page, the metrics, the lease API's list and one
+/// lease, and a lease's readiness once each.
+pub const PATHS: [&str; 8] = [
+    "/status",
+    "/status",
+    "/status",
+    "/",
+    "/metrics",
+    "/v1/leases",
+    "/v1/leases/orders/0",
+    "/readyz/leases/orders/0",
+];
 
 /// Starts `leasehold run` on `url` holding `shards` shards of [`GROUP`] at `ttl`, logging each
 /// renewal's round trip, and waits (at most a minute) until it leads them all.
@@ -96,6 +107,8 @@ pub struct Flooded {
     pub failed: BTreeMap<&'static str, u64>,
     /// How long it ran.
     pub took: Duration,
+    /// The first failure, as the client saw it.
+    pub first_failure: Option<String>,
 }
 
 impl Flooded {
@@ -125,7 +138,7 @@ pub async fn flood(addr: SocketAddr, clients: usize, window: Duration) -> anyhow
             .pool_max_idle_per_host(1)
             .build()?;
         tasks.spawn(async move {
-            let (mut ok, mut failed) = (0u64, 0u64);
+            let (mut ok, mut failed, mut first) = (0u64, 0u64, None);
             let url = format!("http://{addr}{path}");
             for _ in 0..1_000_000 {
                 if Instant::now() >= until {
@@ -133,9 +146,22 @@ pub async fn flood(addr: SocketAddr, clients: usize, window: Duration) -> anyhow
                 }
                 let answered = match client.get(&url).send().await {
                     Ok(response) if response.status().is_success() => {
-                        response.bytes().await.is_ok()
+                        match response.bytes().await {
+                            Ok(_) => true,
+                            Err(e) => {
+                                first.get_or_insert_with(|| format!("{path}: {e:#}"));
+                                false
+                            }
+                        }
                     }
-                    _ => false,
+                    Ok(response) => {
+                        first.get_or_insert_with(|| format!("{path}: {}", response.status()));
+                        false
+                    }
+                    Err(e) => {
+                        first.get_or_insert_with(|| format!("{path}: {e:?}"));
+                        false
+                    }
                 };
                 if answered {
                     ok += 1;
@@ -143,17 +169,84 @@ pub async fn flood(addr: SocketAddr, clients: usize, window: Duration) -> anyhow
                     failed += 1;
                 }
             }
-            (path, ok, failed)
+            (path, ok, failed, first)
         });
     }
     let mut flooded = Flooded::default();
     while let Some(done) = tasks.join_next().await {
-        let (path, ok, failed) = done?;
+        let (path, ok, failed, first) = done?;
+        if flooded.first_failure.is_none() {
+            flooded.first_failure = first;
+        }
         *flooded.ok.entry(path).or_default() += ok;
         *flooded.failed.entry(path).or_default() += failed;
     }
     flooded.took = started.elapsed();
     Ok(flooded)
+}
+
+/// What the watch streams of [`watch_all`] got.
+#[derive(Debug, Clone, Default)]
+pub struct Watched {
+    /// Streams that stayed open to the end.
+    pub open: usize,
+    /// Streams that ended or failed before it, with why.
+    pub lost: Vec<String>,
+    /// Events received, over every stream.
+    pub events: u64,
+    /// Times an event came after the deadline the one before it set (its arrival plus its
+    /// `stop_within_ms`): a client would have stopped its work for want of news.
+    pub late: u64,
+    /// The longest wait between two events of one stream.
+    pub longest_gap: Duration,
+}
+
+/// One watch stream of `/v1/leases/LEASE/watch` on `addr` per lease of `leases`, each read as it
+/// comes for `window`.
+pub async fn watch_all(
+    addr: SocketAddr,
+    leases: Vec<String>,
+    window: Duration,
+) -> anyhow::Result<Watched> {
+    let until = Instant::now() + window;
+    let mut tasks = tokio::task::JoinSet::new();
+    for lease in leases {
+        tasks.spawn(async move {
+            let mut watch = crate::sse::Watch::open(addr, &lease, None).await?;
+            let (mut events, mut late, mut longest) = (0u64, 0u64, Duration::ZERO);
+            let (mut last, mut deadline): (Instant, Option<Instant>) = (Instant::now(), None);
+            while Instant::now() < until {
+                let left = until.saturating_duration_since(Instant::now());
+                let event = match watch.next(left.min(Duration::from_secs(10))).await {
+                    Ok(event) => event,
+                    Err(_) if Instant::now() >= until => break,
+                    Err(e) => return Err(e.context(format!("watch of {lease}"))),
+                };
+                events += 1;
+                longest = longest.max(event.received_at - last);
+                last = event.received_at;
+                if deadline.is_some_and(|d| event.received_at > d) {
+                    late += 1;
+                }
+                let within = event.field("stop_within_ms").as_u64().unwrap_or(0);
+                deadline = (within > 0).then(|| event.received_at + Duration::from_millis(within));
+            }
+            anyhow::Ok((events, late, longest))
+        });
+    }
+    let mut watched = Watched::default();
+    while let Some(done) = tasks.join_next().await {
+        match done? {
+            Ok((events, late, longest)) => {
+                watched.open += 1;
+                watched.events += events;
+                watched.late += late;
+                watched.longest_gap = watched.longest_gap.max(longest);
+            }
+            Err(e) => watched.lost.push(format!("{e:#}")),
+        }
+    }
+    Ok(watched)
 }
 
 /// The batched renewals `host` logged from log line `from` on, and how many of them failed.

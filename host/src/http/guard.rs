@@ -227,8 +227,14 @@ fn has_body(request: &Request) -> bool {
             .is_some_and(|length| length.as_bytes() != b"0")
 }
 
+/// How long a new connection may wait for its first request before it can be closed to make
+/// room: a burst of clients connecting at once (watchers reconnecting to a restarted host)
+/// arrives faster than their requests are read, and must not push each other out. A client
+/// that sends nothing is closed after it as before, and by [`HEADER_READ_TIMEOUT`] anyway.
+const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
+
 /// One open connection.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Slot {
     /// Requests being answered on it (0 or 1: HTTP/1.1 answers in order).
     in_flight: AtomicUsize,
@@ -236,6 +242,29 @@ struct Slot {
     evicted: CancellationToken,
     /// Set once it asked for a watch stream: it counts among the watchers from then on.
     watching: AtomicBool,
+    /// Set once it sent a request.
+    asked: AtomicBool,
+    /// When it was accepted.
+    born: std::time::Instant,
+}
+
+impl Default for Slot {
+    fn default() -> Slot {
+        Slot {
+            in_flight: AtomicUsize::new(0),
+            evicted: CancellationToken::new(),
+            watching: AtomicBool::new(false),
+            asked: AtomicBool::new(false),
+            born: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Slot {
+    /// Whether it is within its [`FIRST_REQUEST_GRACE`] at `now`, its first request not yet sent.
+    fn is_new(&self, now: std::time::Instant) -> bool {
+        !self.asked.load(Ordering::Acquire) && now.duration_since(self.born) < FIRST_REQUEST_GRACE
+    }
 }
 
 /// The open connections, by the order they were accepted.
@@ -295,17 +324,30 @@ impl Slots {
 
     /// A slot for a new connection. At [`MAX_CONNECTIONS`] the oldest connection without a
     /// request in flight is closed for it (a client with one open loses only a kept-alive socket,
-    /// and clients that connect and send nothing, or trickle, cannot keep newcomers out); `None`
-    /// when every connection is answering a request.
+    /// and clients that connect and send nothing, or trickle, cannot keep newcomers out), unless
+    /// it is new ([`FIRST_REQUEST_GRACE`]): new ones raise the bound by their number, up to the
+    /// watchers' (each may be a watcher on its way out of these slots). `None` when every
+    /// connection is answering a request or new.
     fn admit(&mut self) -> Option<(u64, Arc<Slot>)> {
         if self.open.len() >= MAX_CONNECTIONS {
+            let now = std::time::Instant::now();
             let idle = self
                 .open
                 .iter()
-                .find(|(_, slot)| slot.in_flight.load(Ordering::Acquire) == 0)
-                .map(|(id, _)| *id)?;
-            if let Some(slot) = self.open.remove(&idle) {
-                slot.evicted.cancel();
+                .find(|(_, slot)| slot.in_flight.load(Ordering::Acquire) == 0 && !slot.is_new(now))
+                .map(|(id, _)| *id);
+            match idle {
+                Some(idle) => {
+                    if let Some(slot) = self.open.remove(&idle) {
+                        slot.evicted.cancel();
+                    }
+                }
+                None => {
+                    let new = self.open.values().filter(|s| s.is_new(now)).count();
+                    if self.open.len() >= MAX_CONNECTIONS + new.min(self.max_watchers) {
+                        return None;
+                    }
+                }
             }
         }
         let id = self.next;
@@ -505,6 +547,7 @@ async fn connection(
             }
             false => None,
         };
+        counted.asked.store(true, Ordering::Release);
         let in_flight = InFlight::enter(&counted);
         let response = refused.is_none().then(|| tower.call(request));
         async move {
@@ -585,6 +628,9 @@ mod tests {
         let all: Vec<(u64, Arc<Slot>)> = (0..MAX_CONNECTIONS)
             .map(|_| slots.admit().unwrap())
             .collect();
+        for (_, slot) in &all {
+            slot.asked.store(true, Ordering::Release);
+        }
         let busy: Vec<InFlight> = all.iter().map(|(_, s)| InFlight::enter(s)).collect();
         assert!(slots.admit().is_none(), "every slot is answering a request");
         // The second and third go idle: the second, the older, gives way.
@@ -600,6 +646,26 @@ mod tests {
         assert!(all[1].1.evicted.is_cancelled() && !all[2].1.evicted.is_cancelled());
         assert!(!all[0].1.evicted.is_cancelled());
         assert_eq!(slots.open.len(), MAX_CONNECTIONS);
+    }
+
+    #[test]
+    fn connections_that_have_not_yet_asked_are_not_pushed_out_by_a_burst_and_raise_the_bound() {
+        let mut slots = Slots {
+            max_watchers: 10,
+            ..Slots::default()
+        };
+        // A burst: every connection new, none has sent its request yet.
+        let burst: Vec<(u64, Arc<Slot>)> = (0..MAX_CONNECTIONS + 10)
+            .map(|_| slots.admit().expect("new connections raise the bound"))
+            .collect();
+        assert!(burst.iter().all(|(_, s)| !s.evicted.is_cancelled()));
+        assert!(slots.admit().is_none(), "raised by the watchers' bound at most");
+        // Once they have asked (and are idle), the oldest gives way again.
+        for (_, slot) in &burst {
+            slot.asked.store(true, Ordering::Release);
+        }
+        assert!(slots.admit().is_some());
+        assert!(burst[0].1.evicted.is_cancelled());
     }
 
     #[tokio::test]
