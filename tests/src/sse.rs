@@ -116,6 +116,21 @@ impl Watch {
         }
     }
 
+    /// Reads the stream on a task of its own, stamping each event as it arrives (a stream read
+    /// only when a test gets to it stamps late what waited in its buffer); the events come on the
+    /// channel, which closes when the stream ends.
+    pub fn follow(mut self) -> Followed {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok(event) = self.next(Duration::from_secs(3600)).await {
+                if tx.send(event).is_err() {
+                    break;
+                }
+            }
+        });
+        Followed { events: rx }
+    }
+
     /// Events until one named `kind` (returned with those before it), within `within`.
     pub async fn until(
         &mut self,
@@ -161,4 +176,35 @@ fn parse(block: &str) -> Option<SseEvent> {
         received: SystemTime::now(),
         received_at: Instant::now(),
     })
+}
+
+/// A stream read on a task of its own ([`Watch::follow`]).
+#[derive(Debug)]
+pub struct Followed {
+    /// The events, stamped as they arrived.
+    events: tokio::sync::mpsc::UnboundedReceiver<SseEvent>,
+}
+
+impl Followed {
+    /// Events until one named `kind` (returned with those before it), within `within`.
+    pub async fn until(
+        &mut self,
+        kind: &str,
+        within: Duration,
+    ) -> anyhow::Result<(SseEvent, Vec<SseEvent>)> {
+        let deadline = Instant::now() + within;
+        let mut before = Vec::new();
+        loop {
+            let event = tokio::time::timeout_at(deadline, self.events.recv())
+                .await
+                .with_context(|| format!("no {kind} within {within:?}; before it: {before:?}"))?
+                .with_context(|| {
+                    format!("the stream ended before {kind}; before it: {before:?}")
+                })?;
+            if event.event == kind {
+                return Ok((event, before));
+            }
+            before.push(event);
+        }
+    }
 }

@@ -397,6 +397,21 @@ async fn the_compose_file_runs_three_replicas_and_postgres_with_exactly_one_lead
     }
     let metrics = endpoints[leader].metrics().await.unwrap();
     assert!(metrics.contains("leasehold_"), "{metrics}");
+    // The health check is the holder's alone (`leasehold status --holds leader`), run here by
+    // hand: podman runs health checks on its own only under systemd.
+    for (i, (replica, _)) in REPLICAS.iter().enumerate() {
+        let container = project.container(replica).await.unwrap();
+        let checked = podman()
+            .args(["healthcheck", "run", &container])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(
+            checked.status.success(),
+            i == leader,
+            "{replica}'s health check: {checked:?}"
+        );
+    }
 
     // Only the holder runs the plugin.
     let container = project.container(service).await.unwrap();

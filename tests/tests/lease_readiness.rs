@@ -1,5 +1,6 @@
-//! `GET /readyz/leases/NAME` from outside: ready on the holder alone, flipping to the next
-//! holder within milliseconds of a handoff; 404 naming the known leases for any other name; a
+//! `GET /readyz/leases/NAME` from outside: ready on the holder alone (and `leasehold status
+//! --holds NAME` exits 0 there alone), flipping to the next holder within milliseconds of a
+//! handoff; 404 naming the known leases for any other name; a
 //! group's shard named with its slash.
 
 #![allow(clippy::unwrap_used, missing_docs)]
@@ -7,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use leasehold_tests::eventually::{eventually, when};
-use leasehold_tests::host::HostBuilder;
+use leasehold_tests::host::{HostBuilder, binary};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_is_ready_on_its_holder_alone_and_flips_within_milliseconds_of_a_handoff() {
@@ -32,6 +33,33 @@ async fn a_lease_is_ready_on_its_holder_alone_and_flips_within_milliseconds_of_a
     let (code, body) = b.get("/readyz/leases/leader").await.unwrap();
     assert_eq!(code, 503, "{body}");
     assert_eq!(body, "not ready: this replica does not hold leader\n");
+
+    // The same from the command line, for a container's health check: 0 holder, 1 standby,
+    // 2 for a lease the host does not know.
+    for (host, lease, code, said) in [
+        (&a, "leader", 0, "ready: this replica holds leader"),
+        (
+            &b,
+            "leader",
+            1,
+            "not ready: this replica does not hold leader",
+        ),
+        (&b, "nope", 2, "no lease named \"nope\" here"),
+    ] {
+        let url = host.addr().to_string();
+        let out = tokio::process::Command::new(binary().unwrap())
+            .args(["status", "--url", &url, "--holds", lease])
+            .output()
+            .await
+            .unwrap();
+        let told = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(code), "{told}");
+        assert!(told.contains(said), "{told}");
+    }
 
     let signalled = Instant::now();
     a.signal("TERM").unwrap();

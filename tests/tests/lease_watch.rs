@@ -38,9 +38,9 @@ async fn the_stream_reports_a_handoff_on_both_replicas_the_old_end_stamped_befor
         .spawn()
         .await
         .unwrap();
-    let mut on_a = Watch::open(a.addr(), LEASE, None).await.unwrap();
-    let mut on_b = Watch::open(b.addr(), LEASE, None).await.unwrap();
-    let state_a = on_a.next(WAIT).await.unwrap();
+    let mut on_a = Watch::open(a.addr(), LEASE, None).await.unwrap().follow();
+    let mut on_b = Watch::open(b.addr(), LEASE, None).await.unwrap().follow();
+    let (state_a, _) = on_a.until("state", WAIT).await.unwrap();
     assert_eq!(
         (
             state_a.event.as_str(),
@@ -49,7 +49,7 @@ async fn the_stream_reports_a_handoff_on_both_replicas_the_old_end_stamped_befor
         ),
         ("state", Value::from("leader"), Value::from(1))
     );
-    let state_b = on_b.next(WAIT).await.unwrap();
+    let (state_b, _) = on_b.until("state", WAIT).await.unwrap();
     assert_eq!(state_b.field("role"), "standby");
     // A replica that has just started hears of releases once its LISTEN connection is up, a
     // moment after its lease loop: before that it would take the lease at its expiry instead.
@@ -81,8 +81,11 @@ async fn the_stream_reports_a_handoff_on_both_replicas_the_old_end_stamped_befor
     assert!(id(&started).starts_with("1@b-"), "{started:?}");
     // The old holder's stream ends with its host.
     a.wait_exit(WAIT).await.unwrap();
-    let rest = tokio::time::timeout(WAIT, async { while on_a.next(WAIT).await.is_ok() {} }).await;
-    assert!(rest.is_ok(), "a's stream ended when a stopped");
+    let rest = on_a.until("never", WAIT).await.unwrap_err();
+    assert!(
+        format!("{rest:#}").contains("the stream ended"),
+        "a's stream ended when a stopped: {rest:#}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

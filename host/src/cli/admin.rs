@@ -67,6 +67,10 @@ pub struct StatusArgs {
     /// Print the JSON as served, indented.
     #[arg(long)]
     pub json: bool,
+    /// Only ask whether the host holds LEASE (GET /readyz/leases/LEASE): exit 0 when it does,
+    /// 1 when it does not, 2 when it cannot say; for a container's health check without curl.
+    #[arg(long, value_name = "LEASE", conflicts_with = "json")]
+    pub holds: Option<String>,
 }
 
 /// Flags of `leasehold migrate`.
@@ -300,11 +304,14 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     } else {
         format!("http://{}", args.url.trim_end_matches('/'))
     };
-    let url = format!("{base}/status");
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
         .build()
         .context("building the HTTP client")?;
+    if let Some(lease) = &args.holds {
+        return holds(&client, &base, lease).await;
+    }
+    let url = format!("{base}/status");
     let response = client
         .get(&url)
         .send()
@@ -336,6 +343,43 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     }
     write!(out, "{}", render_status(&status))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `leasehold status --holds LEASE`: the host's answer to `/readyz/leases/LEASE` on one line;
+/// exit 0 on 200, 1 on 503 (held elsewhere, or renewals failing here), 2 on any other answer (an
+/// unknown lease's 404 names the known ones) or none.
+async fn holds(client: &reqwest::Client, base: &str, lease: &str) -> anyhow::Result<ExitCode> {
+    let url = format!("{base}/readyz/leases/{lease}");
+    let answer = match client.get(&url).send().await {
+        Ok(response) => Ok((response.status(), response.text().await.unwrap_or_default())),
+        Err(e) => Err(e),
+    };
+    match answer {
+        Ok((code, said)) => {
+            let said: String = said
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .chars()
+                .filter(|c| !c.is_control())
+                .take(400)
+                .collect();
+            match code.as_u16() {
+                200 => println!("{said}"),
+                503 => println!("{said}"),
+                _ => eprintln!("leasehold: GET {url}: {code}: {said}"),
+            }
+            Ok(ExitCode::from(match code.as_u16() {
+                200 => 0,
+                503 => 1,
+                _ => 2,
+            }))
+        }
+        Err(e) => {
+            eprintln!("leasehold: GET {url}: {e}");
+            Ok(ExitCode::from(2))
+        }
+    }
 }
 
 /// The `/status` document as tables.

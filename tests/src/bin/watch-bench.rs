@@ -38,8 +38,8 @@ async fn replica(
 /// Hands the lease back and forth `handoffs` times, watching it on both replicas.
 async fn latency(hosts: &[Host; 2], handoffs: usize) -> anyhow::Result<()> {
     let mut watches = [
-        Watch::open(hosts[0].addr(), LEASE, None).await?,
-        Watch::open(hosts[1].addr(), LEASE, None).await?,
+        Watch::open(hosts[0].addr(), LEASE, None).await?.follow(),
+        Watch::open(hosts[1].addr(), LEASE, None).await?.follow(),
     ];
     let mut holder = if hosts[0].status().await?.leases[0].holder.as_deref()
         == Some(hosts[0].status().await?.replica.as_str())
