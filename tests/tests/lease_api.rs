@@ -2,7 +2,8 @@
 //! hosts: it answers as `docs/api/openapi.yaml` says, every documented response included; the
 //! watch stream reports a handoff on both replicas, the old holder's end before the new one's
 //! start; a reconnect after a missed change is told so; watchers are bounded apart from other
-//! clients, and one that never reads is dropped while the lease goes on.
+//! clients, and one that never reads is dropped while the lease goes on. The README's `curl`
+//! commands answer in the shape it shows.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -310,4 +311,78 @@ async fn the_api_answers_as_its_openapi_file_says_every_documented_response_incl
         contract.events("/v1/leases/{name}/watch", 200),
         "every documented event seen"
     );
+}
+
+/// The fenced `sh` block under `## Beside any app` in README.md: its commands, and the output
+/// each `# ` line under it shows.
+fn readme_block() -> Vec<(String, Vec<String>)> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let readme = std::fs::read_to_string(path).unwrap();
+    let section = readme.split("\n## Beside any app").nth(1).unwrap();
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .unwrap();
+    let mut steps: Vec<(String, Vec<String>)> = Vec::new();
+    for line in block.lines() {
+        match line.strip_prefix("# ").or(line.strip_prefix("#")) {
+            Some(shown) => steps.last_mut().unwrap().1.push(shown.to_string()),
+            None => steps.push((line.to_string(), Vec::new())),
+        }
+    }
+    steps
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_curl_commands_answer_in_the_shape_it_shows() {
+    let dir = tempfile::tempdir().unwrap();
+    // A short ttl, so that a second of the stream has a heartbeat after its `state`.
+    let host = HostBuilder::new("web-1")
+        .database_url(&sqlite(&dir))
+        .ttl(Duration::from_secs(3))
+        .spawn_leading(LEASE)
+        .await
+        .unwrap();
+    let steps = readme_block();
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    for (command, shown) in steps {
+        let command = command.replace("127.0.0.1:9464", &host.addr().to_string());
+        // The stream does not end: a second of it.
+        let out = tokio::process::Command::new("timeout")
+            .args(["2", "bash", "-c", &command])
+            .output()
+            .await
+            .unwrap();
+        let got = String::from_utf8_lossy(&out.stdout).into_owned();
+        if command.ends_with("/watch") {
+            let shown = shown.join("\n");
+            // The first event as shown, field by field: the same lines, the same JSON keys.
+            let first_shown: Vec<&str> = shown.split("\n\n").next().unwrap().lines().collect();
+            let first_got: Vec<&str> = got.split("\n\n").next().unwrap().lines().collect();
+            assert_eq!(first_got.len(), first_shown.len(), "{got}");
+            for (g, s) in first_got.iter().zip(&first_shown) {
+                let field = |l: &str| l.split(':').next().unwrap().to_string();
+                assert_eq!(field(g), field(s), "{got}");
+            }
+            let keys = |data: &str| -> BTreeSet<String> {
+                let v: Value = serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+                v.as_object().unwrap().keys().cloned().collect()
+            };
+            assert_eq!(keys(first_got[2]), keys(first_shown[2]));
+            assert!(first_got[0] == "event: state", "{got}");
+            assert!(
+                got.contains("event: renewed") || got.contains("event: heartbeat"),
+                "{got}"
+            );
+        } else {
+            let keys = |text: &str| -> BTreeSet<String> {
+                let v: Value = serde_json::from_str(text.trim()).unwrap();
+                v.as_object().unwrap().keys().cloned().collect()
+            };
+            assert_eq!(keys(&got), keys(&shown[0]), "{got}");
+            let v: Value = serde_json::from_str(got.trim()).unwrap();
+            assert_eq!(v["role"], "leader");
+        }
+    }
 }
