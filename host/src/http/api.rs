@@ -8,7 +8,7 @@
 //! so a flood of API calls costs the store no more than a flood of `/status`.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -167,20 +167,8 @@ pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Response
     .into_response()
 }
 
-/// `GET /v1/leases/NAME` and `GET /v1/leases/NAME/watch`. A lease name may hold `/` (a group's
-/// shard, `jobs/3`), so the path is matched whole: a lease's own name first, then with
-/// [`WATCH`] taken off.
-pub async fn one(
-    State(state): State<AppState>,
-    Path(path): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    if state.leases.leadership(&path).is_none()
-        && let Some(name) = path.strip_suffix(WATCH)
-        && state.leases.leadership(name).is_some()
-    {
-        return super::watch::serve(state, name.to_string(), headers).await;
-    }
+/// `GET /v1/leases/NAME` (the parent routes `NAME/watch` to [`super::watch`] first).
+pub async fn one(state: AppState, path: String, headers: HeaderMap) -> Response {
     if state.leases.leadership(&path).is_none() {
         // `x/watch` of an unknown `x` is a watch of `x`: the answer names `x`.
         let name = path.strip_suffix(WATCH).unwrap_or(&path);

@@ -23,8 +23,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{any, get};
 use serde::Serialize;
@@ -163,13 +163,30 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/readyz/leases/{*name}", get(readiness::lease_ready))
         .route(api::PREFIX, get(api::list))
-        .route(&format!("{}/{{*name}}", api::PREFIX), get(api::one))
+        .route(&format!("{}/{{*name}}", api::PREFIX), get(lease_path))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
         .route(admin::PREFIX, any(admin::serve))
         .route(&format!("{}/{{*rest}}", admin::PREFIX), any(admin::serve))
         .merge(page::routes())
         .with_state(state)
+}
+
+/// `GET /v1/leases/{path}`: one lease, or its watch stream. A lease name may hold `/` (a group's
+/// shard, `jobs/3`), so the path is matched whole: a lease's own name first, then with
+/// [`api::WATCH`] taken off.
+async fn lease_path(
+    State(state): State<AppState>,
+    Path(path): Path<String>,
+    headers: HeaderMap,
+) -> axum::response::Response {
+    if state.leases.leadership(&path).is_none()
+        && let Some(name) = path.strip_suffix(api::WATCH)
+        && state.leases.leadership(name).is_some()
+    {
+        return watch::serve(state, name.to_string(), headers).await;
+    }
+    api::one(state, path, headers).await
 }
 
 /// Serves the router on `listener`, behind [`guard`], until `shutdown` is cancelled.
