@@ -1,10 +1,16 @@
 //! Services leasehold does not own (`[[service]]`), from outside: real hosts whose activate,
-//! deactivate and health scripts append to one history file and read flag files the test sets.
+//! deactivate and health scripts append to one history file and read flag files the test sets;
+//! and apps that only lend their health to the lease, through an HTTP endpoint the test serves.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
 
 use leasehold_tests::eventually::{eventually, when};
 use leasehold_tests::host::{Host, HostBuilder};
@@ -256,8 +262,13 @@ async fn a_service_table_that_cannot_run_fails_at_start_in_one_line_naming_it() 
     let url = format!("sqlite:{}", dir.path().join("leases.db").display());
     let cases = [
         (
-            "activate = [\"true\"]",
+            "activate = [\"true\"]\ndeactivate = []",
             "invalid service \"relay\": deactivate is empty",
+        ),
+        ("", "invalid service \"relay\": nothing to run"),
+        (
+            "health = \"https://127.0.0.1:8443/healthz\"",
+            "invalid service \"relay\": health = \"https://127.0.0.1:8443/healthz\": https is not probed",
         ),
         (
             "activate = [\"/no/such/script\"]\ndeactivate = [\"true\"]",
@@ -321,4 +332,244 @@ async fn a_holder_resumed_past_its_deadline_still_deactivates_late_and_says_it_i
     host.wait_for_log("counted as an unconfirmed stop", Duration::from_secs(10))
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", host.log_text()));
+}
+
+/// One request the app's health endpoint answered.
+#[derive(Debug, Clone)]
+struct Probed {
+    /// Its query string.
+    query: String,
+    /// Its `X-Leasehold-Role`, `X-Leasehold-Lease` and `X-Leasehold-Epoch` headers.
+    role: Option<String>,
+    lease: Option<String>,
+    epoch: Option<String>,
+}
+
+/// An app's `/healthz`, served by the test on a port of its own: 200 while `healthy`, else 503.
+struct App {
+    port: u16,
+    healthy: Arc<AtomicBool>,
+    probed: Arc<Mutex<Vec<Probed>>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+type AppState = (Arc<AtomicBool>, Arc<Mutex<Vec<Probed>>>);
+
+async fn healthz(
+    State((healthy, probed)): State<AppState>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> StatusCode {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .map(|v| v.to_str().unwrap_or_default().to_string())
+    };
+    probed.lock().unwrap().push(Probed {
+        query: uri.query().unwrap_or_default().to_string(),
+        role: header("x-leasehold-role"),
+        lease: header("x-leasehold-lease"),
+        epoch: header("x-leasehold-epoch"),
+    });
+    match healthy.load(Ordering::SeqCst) {
+        true => StatusCode::OK,
+        false => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+impl App {
+    async fn start(healthy: bool) -> App {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let healthy = Arc::new(AtomicBool::new(healthy));
+        let probed = Arc::new(Mutex::new(Vec::new()));
+        let router = axum::Router::new()
+            .route("/healthz", axum::routing::get(healthz))
+            .with_state((healthy.clone(), probed.clone()));
+        let server = tokio::spawn(async move {
+            axum::serve(listener, router).await.unwrap();
+        });
+        App {
+            port,
+            healthy,
+            probed,
+            server,
+        }
+    }
+
+    fn set_healthy(&self, healthy: bool) {
+        self.healthy.store(healthy, Ordering::SeqCst);
+    }
+
+    /// The requests so far whose `X-Leasehold-Role` is `role`.
+    fn probed_as(&self, role: &str) -> Vec<Probed> {
+        let probed = self.probed.lock().unwrap();
+        probed
+            .iter()
+            .filter(|p| p.role.as_deref() == Some(role))
+            .cloned()
+            .collect()
+    }
+
+    /// Waits for a request in `role` and returns it.
+    async fn wait_probed_as(&self, role: &str) -> Probed {
+        eventually(
+            format!("a probe as {role}"),
+            Duration::from_secs(20),
+            async || self.probed_as(role).pop().ok_or(()),
+        )
+        .await
+        .unwrap()
+    }
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// A host whose `[[service]]` on lease `relay` is `app`'s health alone: no scripts.
+fn probed_replica(name: &str, url: &str, app: &App) -> HostBuilder {
+    HostBuilder::new(name)
+        .database_url(url)
+        .ttl(Duration::from_secs(2))
+        .config(&format!(
+            r#"leases = ["relay"]
+[[service]]
+name = "relay"
+health = "http://127.0.0.1:{}/healthz?from=leasehold"
+health_interval = "200ms"
+"#,
+            app.port
+        ))
+}
+
+/// Whether `host` is ready for `relay` (`GET /readyz/leases/relay` answers 200: the holder).
+async fn holds(host: &Host) -> bool {
+    matches!(host.get("/readyz/leases/relay").await, Ok((200, _)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_health_probe_that_fails_three_times_makes_the_holder_step_down_and_another_take_over()
+ {
+    let url = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    let (app_a, app_b) = (App::start(true).await, App::start(true).await);
+    let a = probed_replica("a", &url, &app_a)
+        .spawn_leading("relay")
+        .await
+        .unwrap();
+    let b = probed_replica("b", &url, &app_b).spawn().await.unwrap();
+    // A standby ready to take over: its gate open, its first campaign done.
+    b.wait_for_log("standby health probe passes", Duration::from_secs(10))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(holds(&a).await && !holds(&b).await);
+
+    // Each app is asked in its replica's role, in the query (after its own) and the headers.
+    let active = app_a.wait_probed_as("active").await;
+    assert_eq!(active.query, "from=leasehold&role=active", "{active:?}");
+    assert_eq!(active.lease.as_deref(), Some("relay"), "{active:?}");
+    assert_eq!(active.epoch.as_deref(), Some("1"), "{active:?}");
+    let standby = app_b.wait_probed_as("standby").await;
+    assert_eq!(standby.query, "from=leasehold&role=standby", "{standby:?}");
+    assert_eq!(standby.lease.as_deref(), Some("relay"), "{standby:?}");
+    assert_eq!(standby.epoch, None, "{standby:?}");
+    assert!(app_b.probed_as("active").is_empty());
+
+    app_a.set_healthy(false);
+    let sick = std::time::Instant::now();
+    a.wait_for_log(
+        "health probe failed 3 times in a row",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
+    let log = a.log_text();
+    assert!(
+        log.contains("active health probe failed: answered 503 Service Unavailable"),
+        "{log}"
+    );
+    eventually("b holds relay", Duration::from_secs(15), async || {
+        match (holds(&a).await, holds(&b).await) {
+            (false, true) => Ok(()),
+            seen => Err(seen),
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}\n{}", a.log_text(), b.log_text()));
+    eprintln!(
+        "a's app sick → b holds relay: {:.0} ms",
+        sick.elapsed().as_secs_f64() * 1e3
+    );
+    let active = app_b.wait_probed_as("active").await;
+    assert_eq!(active.epoch.as_deref(), Some("2"), "{active:?}");
+    // Every request says one role, the same in its query and its header.
+    for app in [&app_a, &app_b] {
+        for p in app.probed.lock().unwrap().iter() {
+            let role = p.role.as_deref().unwrap_or("none");
+            assert!(p.query.ends_with(&format!("&role={role}")), "{p:?}");
+        }
+    }
+    // The failed probes show in the card, as a script's exits do (more since, as a standby).
+    let status = a.status().await.unwrap();
+    let card = &status.processes[0];
+    assert_eq!(card.starts, 1, "{card:?}");
+    assert!(
+        card.exits.get("health http 503").copied() >= Some(3),
+        "{card:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_standby_http_probe_keeps_the_replica_from_campaigning_until_it_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let app = App::start(false).await;
+    let host = probed_replica("gated", &url, &app).spawn().await.unwrap();
+    host.wait_for_log("standby health probe fails", Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(
+        host.log_text()
+            .contains("standby health probe fails (answered 503 Service Unavailable)"),
+        "{}",
+        host.log_text()
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !host.log_text().contains("lease acquired"),
+        "{}",
+        host.log_text()
+    );
+    assert!(!holds(&host).await);
+    assert!(app.probed_as("active").is_empty());
+    app.set_healthy(true);
+    host.wait_for_log("lease acquired", Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(holds(&host).await);
+    app.wait_probed_as("active").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_of_an_app_that_is_not_listening_fails_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    // A port nothing listens on: the app is down.
+    let app = App::start(true).await;
+    app.server.abort();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let host = probed_replica("down", &url, &app).spawn().await.unwrap();
+    let line = host
+        .wait_for_log("standby health probe fails", Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(line.contains("Connection refused"), "{line}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!holds(&host).await);
 }

@@ -659,7 +659,10 @@ mod tests {
             .map(|_| slots.admit().expect("new connections raise the bound"))
             .collect();
         assert!(burst.iter().all(|(_, s)| !s.evicted.is_cancelled()));
-        assert!(slots.admit().is_none(), "raised by the watchers' bound at most");
+        assert!(
+            slots.admit().is_none(),
+            "raised by the watchers' bound at most"
+        );
         // Once they have asked (and are idle), the oldest gives way again.
         for (_, slot) in &burst {
             slot.asked.store(true, Ordering::Release);

@@ -12,7 +12,7 @@
 //! 5. [`bound`]: a process the operator bound to a lease: its command, stop signal, grace and
 //!    what its own exit means, and the graces the lease timing allows;
 //! 6. [`service`]: a service leasehold does not own, with its activate, deactivate and health
-//!    scripts.
+//!    checks (scripts, or an HTTP probe of the app for health), each optional.
 
 pub mod bound;
 pub mod handle;

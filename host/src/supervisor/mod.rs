@@ -21,6 +21,7 @@
 //! - [`exec`]: OS processes bound to leases, each term's run a `Work`;
 //! - [`service`]: services leasehold does not own, following their lease with activate,
 //!   deactivate and health scripts;
+//! - `probe`: a service's health asked over HTTP instead of by a script;
 //! - [`process_status`]: what `/status` shows of each of those processes and services;
 //! - [`process_card`]: where their tasks write it, and count it in the metrics.
 
@@ -28,6 +29,7 @@ pub mod exec;
 mod health;
 mod instance;
 pub mod policy;
+mod probe;
 pub mod process_card;
 pub mod process_status;
 mod reconcile;

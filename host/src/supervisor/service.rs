@@ -6,6 +6,9 @@
 //! keeper ([`crate::process`]) and is killed at its deadline: `activate` and `health active` at
 //! the term's, `deactivate` at the term's or after its grace, whichever comes first. A
 //! `deactivate` that did not finish (exit 0) by the lease's deadline is an unconfirmed stop.
+//! `health` may be an HTTP probe instead of a script ([`super::probe`]), bounded the same way;
+//! without `activate` a term counts as activated at once, without `deactivate` its stop is
+//! confirmed at once (an app that follows the lease itself).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -17,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
 use super::exec::log_output;
+use super::probe::Probe;
 use super::process_card::ProcessCard;
 use super::process_status::ProcessKind;
 use super::status::StatusBoard;
@@ -26,7 +30,7 @@ use crate::metrics::Metrics;
 use crate::process::bound::KILL_MARGIN;
 use crate::process::handle::{Kept, Spec};
 use crate::process::protocol::{Ended, Report};
-use crate::process::service::BoundService;
+use crate::process::service::{BoundService, Health};
 use crate::runtime::rate::PluginRate;
 
 /// Follows `service`'s lease until `shutdown`.
@@ -50,11 +54,15 @@ pub async fn follow(
             &lease,
         ),
         rate: Arc::new(PluginRate::for_process(&service.name, &metrics)),
+        probe: match &service.health {
+            Some(Health::Probe(url)) => Some(Probe::new(url.clone())),
+            _ => None,
+        },
         service,
         leases,
         keeper,
     };
-    // The host shut the gate of a service with a health script before its first campaign.
+    // The host shut the gate of a service with a health check before its first campaign.
     let gated = AtomicBool::new(scripts.service.health.is_some());
     let on_term = |term: Term| {
         let span = info_span!("service", service = %scripts.service.name, lease = %lease, epoch = term.epoch);
@@ -85,6 +93,8 @@ struct Scripts {
     card: ProcessCard,
     /// What the scripts' output may cost the log.
     rate: Arc<PluginRate>,
+    /// The HTTP probe, when `health` is a URL.
+    probe: Option<Probe>,
 }
 
 /// How one run of a script ended.
@@ -99,6 +109,15 @@ impl Ran {
     fn passed(&self) -> bool {
         self.ended == Some(Ended::Code(0)) && !self.killed
     }
+
+    /// How it ended, for a warning that does not say it already (`code 1`).
+    fn said(&self) -> String {
+        match (&self.ended, self.killed) {
+            (_, true) => "killed at its deadline".to_string(),
+            (Some(ended), false) => ended.to_string(),
+            (None, false) => "did not run".to_string(),
+        }
+    }
 }
 
 impl Scripts {
@@ -108,23 +127,22 @@ impl Scripts {
         let Some(health) = &self.service.health else {
             return std::future::pending().await;
         };
+        let noun = health.noun();
         // Said once per stretch of standby: the gate may have been shut before the first run.
         let mut said = false;
         loop {
             let until = Instant::now() + self.service.health_interval;
-            let ran = self
-                .run("health", health, Some("standby"), None, until)
-                .await;
+            let checked = self.check(health, "standby", None, until).await;
             let lease = self.service.lease.as_str();
-            match (ran.passed(), gated.load(Ordering::Relaxed) && said) {
-                (false, false) => {
+            match (checked, gated.load(Ordering::Relaxed) && said) {
+                (Err(why), false) => {
                     said = true;
-                    warn!("standby health script fails: not campaigning until it passes");
+                    warn!("standby health {noun} fails ({why}): not campaigning until it passes");
                     self.leases.allow_campaigns(lease, false);
                     gated.store(true, Ordering::Relaxed);
                 }
-                (true, _) if gated.load(Ordering::Relaxed) => {
-                    info!("standby health script passes: campaigning allowed");
+                (Ok(()), _) if gated.load(Ordering::Relaxed) => {
+                    info!("standby health {noun} passes: campaigning allowed");
                     self.leases.allow_campaigns(lease, true);
                     gated.store(false, Ordering::Relaxed);
                 }
@@ -145,12 +163,19 @@ impl Scripts {
         let service = &self.service;
         let lease = service.lease.as_str();
         self.card.starting();
-        let ran = self
-            .run("activate", &service.activate, None, Some(&term), kill_at())
-            .await;
-        if ran.passed() {
+        let activated = match &service.activate {
+            Some(activate) => {
+                let ran = self
+                    .run("activate", activate, None, Some(&term), kill_at())
+                    .await;
+                ran.passed().then_some("service activated")
+            }
+            // Nothing to start: the app beside the host follows the lease itself.
+            None => Some("service activated (no activate script)"),
+        };
+        if let Some(said) = activated {
             self.card.started(None, term.epoch);
-            info!("service activated");
+            info!("{said}");
             self.hold(&term, &deadlines).await;
         } else if !term.is_cancelled() {
             warn!("activate failed: deactivating, and giving the lease up");
@@ -161,13 +186,19 @@ impl Scripts {
         // unconfirmed, but with its whole grace.
         self.card.stopping();
         let asked = Instant::now();
+        let Some(deactivate) = &service.deactivate else {
+            // Nothing to stop: the app follows the lease on its own.
+            info!("service deactivated (no deactivate script)");
+            self.card.stopped(asked.elapsed(), true);
+            return;
+        };
         let by = kill_at();
         let until = match by > asked {
             true => (asked + service.grace).min(by),
             false => asked + service.grace,
         };
         let ran = self
-            .run("deactivate", &service.deactivate, None, Some(&term), until)
+            .run("deactivate", deactivate, None, Some(&term), until)
             .await;
         let confirmed = ran.passed() && Instant::now() <= *deadlines.borrow();
         if confirmed {
@@ -188,6 +219,7 @@ impl Scripts {
         let service = &self.service;
         let mut deadlines = deadlines.clone();
         let mut failures = 0;
+        let noun = service.health.as_ref().map_or("check", Health::noun);
         let mut next_check = Instant::now() + service.health_interval;
         loop {
             let safe_until = *deadlines.borrow_and_update();
@@ -205,21 +237,64 @@ impl Scripts {
                 _ = tokio::time::sleep_until(next_check), if service.health.is_some() => {
                     let Some(health) = &service.health else { continue };
                     let until = (Instant::now() + service.health_interval).min(stop_at);
-                    let ran = self.run("health", health, Some("active"), Some(term), until).await;
+                    let check = self.check(health, "active", Some(term), until);
+                    let checked = match health {
+                        // A probe is dropped when the term ends: the stop need not wait for
+                        // an answer. (A script runs on to its end under its keeper.)
+                        Health::Probe(_) => tokio::select! {
+                            biased;
+                            _ = term.cancelled() => return,
+                            checked = check => checked,
+                        },
+                        Health::Command(_) => check.await,
+                    };
                     next_check = Instant::now() + service.health_interval;
-                    if ran.passed() {
+                    let Err(why) = checked else {
                         failures = 0;
                         continue;
-                    }
+                    };
                     failures += 1;
-                    warn!(failures, "active health script failed");
+                    warn!(failures, "active health {noun} failed: {why}");
                     if failures >= service.failure_threshold {
-                        warn!(failures, "health script failed {failures} times in a row: deactivating, and giving the lease up");
+                        warn!(failures, "health {noun} failed {failures} times in a row: deactivating, and giving the lease up");
                         self.leases.step_down(service.lease.as_str());
                         return;
                     }
                 }
             }
+        }
+    }
+
+    /// One health check in `role` (`active` or `standby`), given up at `until`: passed, or how
+    /// it failed, for the warning. A failure shows in the card's exits (`health code 1`,
+    /// `health http 503`).
+    async fn check(
+        &self,
+        health: &Health,
+        role: &'static str,
+        term: Option<&Term>,
+        until: Instant,
+    ) -> Result<(), String> {
+        let command = match (health, &self.probe) {
+            (Health::Command(command), _) => command,
+            (Health::Probe(_), Some(probe)) => {
+                let lease = self.service.lease.as_str();
+                let epoch = term.map(|t| t.epoch);
+                return probe
+                    .check(role, lease, epoch, until)
+                    .await
+                    .map_err(|failed| {
+                        self.card.exited(&format!("health {}", failed.ended));
+                        failed.why
+                    });
+            }
+            // `follow` builds the probe of every URL: not reached.
+            (Health::Probe(_), None) => return Err("no probe".to_string()),
+        };
+        let ran = self.run("health", command, Some(role), term, until).await;
+        match ran.passed() {
+            true => Ok(()),
+            false => Err(ran.said()),
         }
     }
 
