@@ -5,7 +5,8 @@
 //! the client (median, p99). Then, for each count of `WATCH_COUNTS` (default 1000,2000,4000), it
 //! opens that many watch streams on one replica, holds them `WATCH_WINDOW` (default 10 s) and
 //! prints the host's memory and CPU per watcher, the events they got, and the times an event came
-//! after the deadline the one before it set.
+//! after the deadline the one before it set; and what `WATCH_STALLED` (default 1000) streams whose
+//! clients never read cost it over the same window.
 
 #![allow(clippy::unwrap_used)]
 
@@ -106,6 +107,34 @@ async fn cost(host: &Host, count: usize, window: Duration) -> anyhow::Result<()>
     Ok(())
 }
 
+/// Opens `count` streams on `host` that never read, for `window`; prints what they cost the host.
+async fn stalled(host: &Host, count: usize, window: Duration) -> anyhow::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let pid = host.pid();
+    let rss_before = rss_kib(pid)?;
+    let mut open = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut stream = tokio::net::TcpStream::connect(host.addr()).await?;
+        stream
+            .write_all(
+                format!("GET /v1/leases/{LEASE}/watch HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await?;
+        open.push(stream);
+    }
+    tokio::time::sleep(window).await;
+    let rss = rss_kib(pid)?;
+    let watchers =
+        leasehold_tests::endpoint::sample(&host.metrics().await?, "leasehold_http_watchers");
+    println!(
+        "  {count} watchers that never read, after {window:?}: host RSS {rss_before} → {rss} KiB ({:.1} KiB per watcher); still served: {watchers:?}",
+        rss.saturating_sub(rss_before) as f64 / count as f64
+    );
+    drop(open);
+    Ok(())
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let ttl = env_duration("WATCH_TTL", Duration::from_secs(3))?;
@@ -134,5 +163,6 @@ async fn main() -> anyhow::Result<()> {
     for count in counts {
         cost(&hosts[0], count, window).await?;
     }
+    stalled(&hosts[0], env_count("WATCH_STALLED", 1000), window).await?;
     Ok(())
 }
