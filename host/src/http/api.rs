@@ -184,6 +184,16 @@ pub async fn one(state: AppState, path: String, headers: HeaderMap) -> Response 
     Json(view(&state, &path, snapshot.as_deref(), read)).into_response()
 }
 
+/// The role the API shows for `role` with `left` ms on the term: a leader whose term is at its
+/// deadline (a host just resumed from a freeze, before its lease loop has ended the term) is
+/// `uncertain`, since no leader-only work may run on it.
+pub fn role_at(role: Role, left: u64) -> Role {
+    match (role, left) {
+        (Role::Leader, 0) => Role::Uncertain,
+        (role, _) => role,
+    }
+}
+
 /// The time left on `term` at `now`, in ms: 0 without a term, or once it has ended.
 pub fn time_left(term: Option<&Term>, now: Instant) -> u64 {
     term.filter(|t| !t.is_cancelled()).map_or(0, |t| {
@@ -221,7 +231,7 @@ fn view(
     };
     LeaseView {
         name: name.to_string(),
-        role: leadership.role,
+        role: role_at(leadership.role, stop_within_ms),
         holder,
         epoch,
         stop_within_ms,
@@ -241,6 +251,14 @@ mod tests {
             h.append(header::ACCEPT, v.parse().unwrap());
         }
         h
+    }
+
+    #[test]
+    fn a_leader_at_its_deadline_shows_uncertain_and_no_other_role_changes() {
+        assert_eq!(role_at(Role::Leader, 0), Role::Uncertain);
+        assert_eq!(role_at(Role::Leader, 1), Role::Leader);
+        assert_eq!(role_at(Role::Uncertain, 0), Role::Uncertain);
+        assert_eq!(role_at(Role::Standby, 0), Role::Standby);
     }
 
     #[test]

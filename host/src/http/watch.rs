@@ -33,7 +33,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use super::AppState;
-use super::api::{accepts, not_acceptable, time_left};
+use super::api::{accepts, not_acceptable, role_at, time_left};
 use crate::lease::{Epoch, Leadership, Role, Term, Timing};
 
 /// The longest between two events of a stream: a client learns within this that its stream is
@@ -151,6 +151,10 @@ impl Watcher {
     fn state(&mut self, now: &Leadership, missed: Option<bool>, missed_changes: Option<u64>) {
         let live = now.term.clone().filter(|t| !t.is_cancelled());
         let mut data = self.data(now.role, live.as_ref().map(|t| t.epoch), now);
+        if data.stop_within_ms == 0 {
+            // Past its deadline (a host just resumed from a freeze): no work may run on it.
+            data.epoch = None;
+        }
         data.missed = missed;
         data.missed_changes = missed_changes;
         self.seen = now.changes;
@@ -188,7 +192,10 @@ impl Watcher {
                 _ = self.heartbeat.tick() => {
                     let now = self.leadership.borrow().clone();
                     let epoch = self.reported.as_ref().filter(|t| !t.is_cancelled()).map(|t| t.epoch);
-                    let data = self.data(now.role, epoch, &now);
+                    let mut data = self.data(now.role, epoch, &now);
+                    if data.stop_within_ms == 0 {
+                        data.epoch = None;
+                    }
                     self.push("heartbeat", data, false);
                 }
             }
@@ -246,7 +253,10 @@ impl Watcher {
                 // Held, but renewals fail (uncertain), or recovered: said at once.
                 self.role = now.role;
                 let epoch = self.reported.as_ref().map(|t| t.epoch);
-                let data = self.data(now.role, epoch, &now);
+                let mut data = self.data(now.role, epoch, &now);
+                if data.stop_within_ms == 0 {
+                    data.epoch = None;
+                }
                 self.push("heartbeat", data, false);
             }
             _ => {}
@@ -273,7 +283,7 @@ impl Watcher {
         let left = time_left(term, Instant::now());
         WatchData {
             lease: self.lease.clone(),
-            role,
+            role: role_at(role, left),
             epoch,
             stop_within_ms: left,
             at_ms: unix_ms(SystemTime::now()),
