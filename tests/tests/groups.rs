@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use leasehold_tests::eventually::eventually;
+use leasehold_tests::eventually::{eventually, when};
 use leasehold_tests::groups::{Checker, group, led};
 use leasehold_tests::host::{Host, HostBuilder};
 use leasehold_tests::log::Logged;
@@ -173,18 +173,40 @@ async fn postgres_a_group_spreads_over_the_replicas_and_moves_by_handoff_as_they
     // by its release, as the cluster recorded it. (The replicas' own handoff counters are not
     // the measure here: a replica that gave a shard to d and takes it back without having looked
     // while d held it does not count it as an arrival.)
-    let status = a.status().await.unwrap();
-    for shard in before
+    // Read from a's status, whose store reading may be up to 250 ms old: until it shows them.
+    let d_shards: Vec<&String> = before
         .iter()
         .filter(|(_, h)| h.as_str() == "d")
         .map(|(s, _)| s)
-    {
-        let handoff = status
-            .leases
-            .iter()
-            .find(|l| &l.name == shard)
-            .and_then(|l| l.last_handoff.clone())
-            .unwrap_or_else(|| panic!("{shard}: no handoff recorded"));
+        .collect();
+    let handoffs = eventually(
+        "d's handoffs in a's status",
+        Duration::from_secs(5),
+        async || {
+            let status = a.status().await.unwrap();
+            let handoffs: Vec<_> = d_shards
+                .iter()
+                .map(|shard| {
+                    let lease = status.leases.iter().find(|l| &l.name == *shard);
+                    (
+                        shard.to_string(),
+                        lease.and_then(|l| l.last_handoff.clone()),
+                    )
+                })
+                .collect();
+            when(handoffs, |h| {
+                h.iter().all(|(_, handoff)| {
+                    handoff
+                        .as_ref()
+                        .is_some_and(|h| h.from.as_str() == d_id.as_str())
+                })
+            })
+        },
+    )
+    .await
+    .unwrap();
+    for (shard, handoff) in handoffs {
+        let handoff = handoff.unwrap();
         assert_eq!(
             (handoff.from.as_str(), handoff.reason),
             (d_id.as_str(), leasehold::lease::history::TermEnd::Released),

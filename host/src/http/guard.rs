@@ -13,8 +13,10 @@
 //!   every response.
 //! - [`serve`]: the accept loop, in place of `axum::serve`, which sets none of hyper's bounds:
 //!   at most [`MAX_CONNECTIONS`] connections (a new one takes the slot of the oldest with no
-//!   request in flight), [`HEADER_READ_TIMEOUT`] for a request's head (and between requests on
-//!   a kept-alive connection), [`MAX_HEADER_BYTES`] of head; graceful shutdown. A connection
+//!   request in flight, but not one in its first second that has not asked yet: with none to
+//!   close, the next client waits in the kernel's backlog), [`HEADER_READ_TIMEOUT`] for a
+//!   request's head (and between requests on a kept-alive connection), [`MAX_HEADER_BYTES`] of
+//!   head; graceful shutdown. A connection
 //!   that asks for a watch stream leaves those slots for [`MAX_WATCHERS`] of its own, and a
 //!   client that stops reading is cut off after [`STALLED_CLIENT_TIMEOUT`].
 
@@ -280,6 +282,9 @@ struct Slots {
     max_watchers: usize,
     /// Where the count of watchers, and of those refused, is shown.
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// Woken when a slot frees (a connection ends or becomes a watcher's), for an accept loop
+    /// waiting for room.
+    freed: Arc<tokio::sync::Notify>,
 }
 
 impl Default for Slots {
@@ -290,6 +295,7 @@ impl Default for Slots {
             watching: 0,
             max_watchers: MAX_WATCHERS,
             metrics: None,
+            freed: Arc::new(tokio::sync::Notify::new()),
         }
     }
 }
@@ -318,36 +324,43 @@ impl Slots {
         self.open.remove(&id);
         self.watching += 1;
         self.show_watchers();
+        self.freed.notify_one();
         slot.watching.store(true, Ordering::Release);
         true
+    }
+
+    /// Whether a connection can be admitted now: below [`MAX_CONNECTIONS`], or with one to close
+    /// for it (the oldest without a request in flight that is not new, [`FIRST_REQUEST_GRACE`]).
+    /// `None` when it can; else when to look again (the first new connection's grace ending), the
+    /// next client waiting meanwhile in the kernel's backlog.
+    fn room(&self, now: std::time::Instant) -> Option<std::time::Instant> {
+        if self.open.len() < MAX_CONNECTIONS || self.closable(now).is_some() {
+            return None;
+        }
+        let graces = self.open.values().filter(|s| s.is_new(now));
+        let next = graces.map(|s| s.born + FIRST_REQUEST_GRACE).min();
+        Some(next.unwrap_or(now + Duration::from_millis(50)))
+    }
+
+    /// The oldest connection that may be closed to make room: none in flight, not new.
+    fn closable(&self, now: std::time::Instant) -> Option<u64> {
+        self.open
+            .iter()
+            .find(|(_, slot)| slot.in_flight.load(Ordering::Acquire) == 0 && !slot.is_new(now))
+            .map(|(id, _)| *id)
     }
 
     /// A slot for a new connection. At [`MAX_CONNECTIONS`] the oldest connection without a
     /// request in flight is closed for it (a client with one open loses only a kept-alive socket,
     /// and clients that connect and send nothing, or trickle, cannot keep newcomers out), unless
-    /// it is new ([`FIRST_REQUEST_GRACE`]): new ones raise the bound by their number, up to the
-    /// watchers' (each may be a watcher on its way out of these slots). `None` when every
-    /// connection is answering a request or new.
+    /// it is new ([`FIRST_REQUEST_GRACE`]): a burst of clients connecting at once must not push
+    /// each other out before their requests are read. `None` when every connection is answering
+    /// a request or new ([`Slots::room`] says when to try again).
     fn admit(&mut self) -> Option<(u64, Arc<Slot>)> {
         if self.open.len() >= MAX_CONNECTIONS {
-            let now = std::time::Instant::now();
-            let idle = self
-                .open
-                .iter()
-                .find(|(_, slot)| slot.in_flight.load(Ordering::Acquire) == 0 && !slot.is_new(now))
-                .map(|(id, _)| *id);
-            match idle {
-                Some(idle) => {
-                    if let Some(slot) = self.open.remove(&idle) {
-                        slot.evicted.cancel();
-                    }
-                }
-                None => {
-                    let new = self.open.values().filter(|s| s.is_new(now)).count();
-                    if self.open.len() >= MAX_CONNECTIONS + new.min(self.max_watchers) {
-                        return None;
-                    }
-                }
+            let closable = self.closable(std::time::Instant::now())?;
+            if let Some(slot) = self.open.remove(&closable) {
+                slot.evicted.cancel();
             }
         }
         let id = self.next;
@@ -380,6 +393,7 @@ impl Drop for Release {
     fn drop(&mut self) {
         let mut slots = lock(&self.slots);
         slots.open.remove(&self.id);
+        slots.freed.notify_one();
         if self.slot.watching.load(Ordering::Acquire) {
             slots.watching -= 1;
             slots.show_watchers();
@@ -479,7 +493,17 @@ pub async fn serve(
         ..Slots::default()
     }));
     let connections = TaskTracker::new();
+    let freed = lock(&slots).freed.clone();
     loop {
+        let wait = lock(&slots).room(std::time::Instant::now());
+        if let Some(until) = wait {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = freed.notified() => {}
+                _ = tokio::time::sleep_until(until.into()) => {}
+            }
+            continue;
+        }
         let (stream, peer) = tokio::select! {
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
@@ -649,26 +673,26 @@ mod tests {
     }
 
     #[test]
-    fn connections_that_have_not_yet_asked_are_not_pushed_out_by_a_burst_and_raise_the_bound() {
-        let mut slots = Slots {
-            max_watchers: 10,
-            ..Slots::default()
-        };
+    fn a_burst_of_new_connections_is_not_pushed_out_and_the_next_waits_for_room() {
+        let mut slots = Slots::default();
         // A burst: every connection new, none has sent its request yet.
-        let burst: Vec<(u64, Arc<Slot>)> = (0..MAX_CONNECTIONS + 10)
-            .map(|_| slots.admit().expect("new connections raise the bound"))
+        let burst: Vec<(u64, Arc<Slot>)> = (0..MAX_CONNECTIONS)
+            .map(|_| slots.admit().unwrap())
             .collect();
+        let now = std::time::Instant::now();
+        let again = slots.room(now).expect("no room: the next waits");
+        assert!(again > now && again <= burst[0].1.born + FIRST_REQUEST_GRACE);
+        assert!(slots.admit().is_none(), "the bound holds");
         assert!(burst.iter().all(|(_, s)| !s.evicted.is_cancelled()));
-        assert!(
-            slots.admit().is_none(),
-            "raised by the watchers' bound at most"
-        );
-        // Once they have asked (and are idle), the oldest gives way again.
-        for (_, slot) in &burst {
-            slot.asked.store(true, Ordering::Release);
-        }
+        // Once one has asked and gone idle, it gives way.
+        burst[5].1.asked.store(true, Ordering::Release);
+        assert_eq!(slots.room(now), None);
         assert!(slots.admit().is_some());
-        assert!(burst[0].1.evicted.is_cancelled());
+        assert!(burst[5].1.evicted.is_cancelled());
+        assert_eq!(slots.open.len(), MAX_CONNECTIONS);
+        // Past their grace, the oldest silent one gives way too.
+        let later = now + FIRST_REQUEST_GRACE * 2;
+        assert_eq!(slots.room(later), None);
     }
 
     #[tokio::test]
