@@ -209,8 +209,9 @@ impl HostBuilder {
         if let Some(command) = &self.exec {
             cmd.arg("--").args(command);
         }
-        // Defaults first, so that a test's own `.env("RUST_LOG", …)` wins.
-        cmd.env("RUST_LOG", "info")
+        // Defaults first, so that a test's own `.env("RUST_LOG", …)` wins: the binary's own
+        // filter, as an operator who sets none sees it.
+        cmd.env("RUST_LOG", leasehold::cli::DEFAULT_LOG_FILTER)
             .env("RUST_BACKTRACE", "0")
             .envs(self.env.iter().map(|(k, v)| (k, v)));
         if let Some(dir) = &self.dir {

@@ -72,7 +72,7 @@ impl Log {
     /// A tracing dispatcher that writes into this log as `leasehold run` writes to stderr: the
     /// same text format (without colour) and the same default filter.
     pub fn dispatch(&self) -> tracing::Dispatch {
-        let filter = tracing_subscriber::EnvFilter::new("info,sqlx::postgres::notice=warn");
+        let filter = tracing_subscriber::EnvFilter::new(leasehold::cli::DEFAULT_LOG_FILTER);
         let subscriber = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_ansi(false)

@@ -100,8 +100,8 @@ async fn a_database_outage_fails_closed_and_recovers() {
     wait_for_single_leader(&hosts, "leader", Duration::from_secs(20))
         .await
         .unwrap();
-    // Ready again once each replica's own next call lands: a standby whose last campaign timed
-    // out is ready at its retry, a retry interval (ttl/15) after the server is back.
+    // Ready again once each replica's own next call lands: a standby whose last campaign failed
+    // is ready at its next retry, at most a quarter of the poll (ttl/4) after the server is back.
     for h in hosts {
         eventually("ready again", ttl, async || {
             let (code, body) = h.get("/readyz").await?;

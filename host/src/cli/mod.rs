@@ -414,6 +414,10 @@ fn file_log_format(command: &Command) -> Option<LogFormat> {
 /// pipe to a container runtime) would otherwise stall renewals, and every line's write was a
 /// system call on the handoff's path. Lines beyond the queue's 8,192 are dropped, not waited for,
 /// and counted by the returned counter, which the last line logged reports.
+/// The log filter without `RUST_LOG`.
+pub const DEFAULT_LOG_FILTER: &str =
+    "info,sqlx::postgres::notice=warn,sqlx_core::pool::connection=error";
+
 fn init_logging(
     format: LogFormat,
 ) -> (
@@ -422,8 +426,11 @@ fn init_logging(
 ) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         // PostgreSQL's NOTICEs ("relation … already exists, skipping" on every start) are noise
-        // at info; warnings and errors from the server still show.
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx::postgres::notice=warn"));
+        // at info; warnings and errors from the server still show. The pool's own warnings about
+        // a connection found dead on its way back ("error occurred while testing the connection
+        // on-release") come in twos and threes with every outage, which the lease loop's account
+        // already tells.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     use std::io::IsTerminal;
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(true)

@@ -358,6 +358,9 @@ struct Campaigning {
     /// The last answer said the database holds campaigns off after a change of its incarnation:
     /// announced once when it starts.
     held_off: bool,
+    /// Campaigns that failed with a store error since the last that was answered: each waits
+    /// twice as long as the one before ([`Coordinator::campaign_backoff`]).
+    failed_in_a_row: u32,
 }
 
 impl Campaigning {
@@ -610,6 +613,19 @@ impl Coordinator {
         now + interval + jitter
     }
 
+    /// How long to wait after the latest of [`Campaigning::failed_in_a_row`] failed campaigns:
+    /// the retry interval at first (the database may be back in a moment, as after a dropped
+    /// connection), twice as long after each further failure, at most a quarter of the poll
+    /// interval. Through an outage a replica then tries a few times a second at most, not every
+    /// retry interval, and still notices the database is back within a fraction of a poll; a
+    /// release notification, or the listener subscribing again, campaigns at once whatever the wait.
+    fn campaign_backoff(&self) -> Duration {
+        let first = self.timing.retry_interval;
+        let cap = (self.timing.poll_interval / 4).max(first);
+        let doublings = self.campaigning.failed_in_a_row.saturating_sub(1).min(16);
+        first.saturating_mul(1 << doublings).min(cap)
+    }
+
     /// When a standby that lost a lease campaigns for it again: just after the database said it
     /// can be won (its holder's expiry, or the end of a hold-off), measured from the answer's
     /// arrival, so never early by the database's clock; at the latest after a poll, the fallback
@@ -638,14 +654,17 @@ impl Coordinator {
                     leases: batch.clone(),
                     error,
                 }));
+                self.campaigning.failed_in_a_row =
+                    self.campaigning.failed_in_a_row.saturating_add(1);
+                let wait = self.campaign_backoff();
                 for name in batch {
-                    // Soon again, as a failed renewal is: the database may be back in a moment.
-                    let retry = self.jittered(now, self.timing.retry_interval);
+                    let retry = self.jittered(now, wait);
                     self.campaign_again(&name, retry);
                 }
                 return;
             }
         };
+        self.campaigning.failed_in_a_row = 0;
         // The clock first: a campaign won across a clock step must not start a term.
         self.observe_clock(sent, now, campaigned.db_now, fx);
         let was_held_off = std::mem::replace(

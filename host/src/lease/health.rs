@@ -4,9 +4,16 @@
 //! operation and [`Cause`] in `leasehold_store_errors_total`. The display reads the store on
 //! connections of their own, so a role that may connect but not write the lease table looked
 //! ready while every campaign failed.
+//!
+//! The log tells a run of failures once, not per call: one warning when calls start failing,
+//! naming what failed ([`describe`]: refused, reset, closed before the server answered, …), one
+//! summary per [`SUMMARY_EVERY`] while they go on, and one line when a call lands again, with how
+//! long they failed. The counts are in `/metrics`; each failure is at debug level.
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
 
 use serde::{Deserialize, Serialize};
 
@@ -128,8 +135,62 @@ pub struct CallsFailing {
     pub failing_for_ms: u64,
 }
 
-/// Failing calls as [`LoopHealth`] keeps them: (op, cause, text, failures, since).
-type Failing = (&'static str, Cause, String, u64, Instant);
+/// How often the log sums up a run of failing calls: an operator sees that it goes on, and how
+/// many calls failed, in a handful of lines a minute whatever the retry rate.
+pub const SUMMARY_EVERY: Duration = Duration::from_secs(10);
+
+/// Failing calls as [`LoopHealth`] keeps them: (op, cause, text, failures, since, last said).
+type Failing = (&'static str, Cause, String, u64, Instant, Instant);
+
+/// What the log says of a failed call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Say {
+    /// The first of a run: warn, naming it.
+    Began,
+    /// A summary is due: this many have failed in a row, for this long.
+    Summary(u64, Duration),
+    /// Nothing above debug.
+    Quiet,
+}
+
+/// What failed, in a few words an operator can act on, from a store error's text: the driver's
+/// words for a connection are its own (sqlx's "unexpected response from SSLRequest: 0x00" is a
+/// proxy accepting and closing because no server is up behind it).
+pub fn describe(error: &str) -> &'static str {
+    let e = error.to_ascii_lowercase();
+    let has = |words: &[&str]| words.iter().any(|w| e.contains(w));
+    if has(&["connection refused"]) {
+        "connection refused: nothing listens at the address"
+    } else if has(&[
+        "sslrequest",
+        "unexpected eof",
+        "early eof",
+        "connection closed",
+        "unexpected end of file",
+    ]) {
+        "the connection was closed before the server answered (a proxy with no server behind it?)"
+    } else if has(&["connection reset", "broken pipe"]) {
+        "the connection was reset"
+    } else if has(&["read-only", "read only", "25006"]) {
+        "the server is read-only (a standby, or a failover under way)"
+    } else if has(&["timed out", "timeout"]) {
+        "no answer in time"
+    } else if has(&[
+        "starting up",
+        "shutting down",
+        "57p0",
+        "terminating connection",
+        "administrator command",
+    ]) {
+        "the server is starting, shutting down or restarting"
+    } else if has(&["permission denied", "42501", "readonly database"]) {
+        "permission denied"
+    } else if has(&["does not exist", "no such table", "no such column"]) {
+        "the schema is missing or older than this binary"
+    } else {
+        "an error of the store's"
+    }
+}
 
 /// The last outcome of the lease loop's store calls. Shared by the driver, which records, and
 /// the endpoint, which reads.
@@ -140,22 +201,32 @@ pub struct LoopHealth {
 }
 
 impl LoopHealth {
-    /// A call of the lease loop landed: the replica can campaign.
-    pub fn landed(&self) {
+    /// A call of the lease loop landed: the replica can campaign. After failures, how many
+    /// there were in a row and for how long.
+    pub fn landed(&self) -> Option<(u64, Duration)> {
         let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
-        *failing = None;
+        failing
+            .take()
+            .map(|(_, _, _, failures, since, _)| (failures, since.elapsed()))
     }
 
-    /// Call `op` failed with `error`; returns its cause (for the metric).
-    pub fn failed(&self, op: &'static str, error: &StoreError) -> Cause {
+    /// Call `op` failed with `error` at `now`; returns its cause (for the metric) and what the
+    /// log should say of it.
+    pub fn failed(&self, op: &'static str, error: &StoreError, now: Instant) -> (Cause, Say) {
         let cause = Cause::of(error);
         let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
-        let (failures, since) = match failing.take() {
-            Some((_, _, _, n, since)) => (n + 1, since),
-            None => (1, Instant::now()),
+        let (failures, since, said, say) = match failing.take() {
+            Some((_, _, _, n, since, said)) if now.duration_since(said) >= SUMMARY_EVERY => (
+                n + 1,
+                since,
+                now,
+                Say::Summary(n + 1, now.duration_since(since)),
+            ),
+            Some((_, _, _, n, since, said)) => (n + 1, since, said, Say::Quiet),
+            None => (1, now, now, Say::Began),
         };
-        *failing = Some((op, cause, error.to_string(), failures, since));
-        cause
+        *failing = Some((op, cause, error.to_string(), failures, since, said));
+        (cause, say)
     }
 
     /// The failure in force, if the last call failed.
@@ -163,7 +234,7 @@ impl LoopHealth {
         let failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
         failing
             .as_ref()
-            .map(|(op, cause, error, failures, since)| CallsFailing {
+            .map(|(op, cause, error, failures, since, _)| CallsFailing {
                 op: (*op).to_string(),
                 cause: *cause,
                 error: error.clone(),
@@ -194,13 +265,28 @@ impl Recorder {
     pub fn outcome<T>(&self, op: &'static str, result: Result<T, StoreError>) -> Result<T, String> {
         match result {
             Ok(value) => {
-                self.health.landed();
+                if let Some((failures, lasted)) = self.health.landed() {
+                    info!(op, failures, lasted = ?lasted, "lease store calls land again after {} ({failures} failed in a row)", crate::report::duration(lasted));
+                }
                 Ok(value)
             }
             Err(e) => {
-                let cause = self.health.failed(op, &e);
+                let (cause, say) = self.health.failed(op, &e, Instant::now());
                 self.metrics.count_store_error(op, cause.as_str());
-                Err(e.to_string())
+                let text = e.to_string();
+                let why = describe(&text);
+                match say {
+                    Say::Began => {
+                        warn!(op, cause = cause.as_str(), error = %text, "lease store calls failing: {op} failed: {why}; retrying with backoff, summed up every {}s until one lands", SUMMARY_EVERY.as_secs())
+                    }
+                    Say::Summary(failures, lasted) => {
+                        warn!(op, cause = cause.as_str(), failures, error = %text, "lease store calls still failing after {}: {failures} in a row, the last ({op}): {why}", crate::report::duration(lasted))
+                    }
+                    Say::Quiet => {
+                        tracing::debug!(op, cause = cause.as_str(), error = %text, "{op} failed")
+                    }
+                }
+                Err(text)
             }
         }
     }
@@ -219,16 +305,66 @@ mod tests {
             op: "campaign",
             after: Duration::from_secs(1),
         };
-        assert_eq!(health.failed("campaign", &timeout), Cause::Timeout);
+        let t0 = Instant::now();
         assert_eq!(
-            health.failed("renew", &StoreError::Unavailable("down".into())),
-            Cause::Connection
+            health.failed("campaign", &timeout, t0),
+            (Cause::Timeout, Say::Began)
+        );
+        let down = StoreError::Unavailable("down".into());
+        assert_eq!(
+            health.failed("renew", &down, t0 + Duration::from_secs(1)),
+            (Cause::Connection, Say::Quiet)
         );
         let failing = health.failing().unwrap();
         assert_eq!((failing.op.as_str(), failing.failures), ("renew", 2));
         assert_eq!(failing.cause, Cause::Connection);
-        health.landed();
+        // One summary per SUMMARY_EVERY, counting every failure.
+        let later = t0 + SUMMARY_EVERY;
+        assert_eq!(
+            health.failed("campaign", &down, later).1,
+            Say::Summary(3, SUMMARY_EVERY)
+        );
+        assert_eq!(health.failed("campaign", &down, later).1, Say::Quiet);
+        assert_eq!(
+            health.failed("campaign", &down, later + SUMMARY_EVERY).1,
+            Say::Summary(5, SUMMARY_EVERY * 2)
+        );
+        assert_eq!(health.landed().map(|(n, _)| n), Some(5));
         assert_eq!(health.failing(), None);
+        assert_eq!(health.landed(), None, "said once");
+    }
+
+    #[test]
+    fn a_failure_is_described_in_words_an_operator_can_act_on() {
+        for (error, said) in [
+            (
+                "error communicating with database: Connection refused (os error 111)",
+                "connection refused",
+            ),
+            (
+                "encountered unexpected or invalid data: unexpected response from SSLRequest: 0x00",
+                "closed before the server answered",
+            ),
+            (
+                "error communicating with database: Connection reset by peer (os error 104)",
+                "reset",
+            ),
+            (
+                "error returned from database: cannot execute UPDATE in a read-only transaction",
+                "read-only",
+            ),
+            ("campaign timed out after 1s", "no answer in time"),
+            (
+                "error returned from database: the database system is shutting down",
+                "shutting down",
+            ),
+        ] {
+            assert!(
+                describe(error).contains(said),
+                "{error}: {}",
+                describe(error)
+            );
+        }
     }
 
     #[test]

@@ -292,6 +292,46 @@ fn a_lost_campaign_without_a_known_expiry_polls_with_jitter_and_a_failed_one_ret
 }
 
 #[test]
+fn failed_campaigns_back_off_to_a_quarter_of_the_poll_and_an_answer_or_a_release_ends_the_wait() {
+    let t0 = Instant::now();
+    let mut c = coordinator(&["a"], t0);
+    let timing = *c.timing();
+    let mut now = t0;
+    let mut waits = Vec::new();
+    for _ in 0..8 {
+        assert_eq!(campaigns(&c.step(Event::Tick, now)), ["a"]);
+        let failed = now + ms(5);
+        c.step(campaign_done("a", Err("refused".into())), failed);
+        let next = c.next_deadline().unwrap();
+        waits.push(next - failed);
+        now = next;
+    }
+    // Doubling from the retry interval (each with up to 20% jitter), then a quarter of the poll.
+    let cap = timing.poll_interval / 4;
+    for (i, wait) in waits.iter().enumerate() {
+        let base = (timing.retry_interval * (1 << i)).min(cap);
+        assert!(
+            *wait >= base && *wait <= base.mul_f64(1.2),
+            "wait {i}: {wait:?}, base {base:?}: {waits:?}"
+        );
+    }
+    assert!(waits[7] <= cap.mul_f64(1.2), "{waits:?}");
+    // A release notification campaigns at once, however long the wait.
+    assert_eq!(campaigns(&c.step(Event::Tick, now)), ["a"]);
+    c.step(campaign_done("a", Err("refused".into())), now + ms(5));
+    let later = now + ms(10);
+    let fx = c.step(Event::ReleasedElsewhere { lease: "a".into() }, later);
+    assert_eq!(campaigns(&fx), ["a"], "{fx:?}");
+    // An answered campaign (lost) resets the backoff: the next failure waits the retry interval.
+    c.step(campaign_done("a", Ok(None)), later + ms(5));
+    let next = c.next_deadline().unwrap();
+    assert_eq!(campaigns(&c.step(Event::Tick, next)), ["a"]);
+    c.step(campaign_done("a", Err("refused".into())), next + ms(5));
+    let wait = c.next_deadline().unwrap() - (next + ms(5));
+    assert!(wait <= timing.retry_interval.mul_f64(1.2), "{wait:?}");
+}
+
+#[test]
 fn one_campaign_carries_every_lease_due_within_the_margin_and_none_while_one_is_in_flight() {
     let t0 = Instant::now();
     let mut c = coordinator(&["a", "b", "c", "d"], t0);

@@ -65,7 +65,9 @@ pub(super) fn announcement(holder: &HolderId, announcement: Announcement) {
             info!(target: LOG_TARGET, lease = %lease, epoch, holder = %holder, "handoff requested by an operator: stopping the lease's plugins and releasing it")
         }
         Announcement::CampaignFailed { leases, error } => {
-            warn!(target: LOG_TARGET, lease = %some(&leases), leases = leases.len(), holder = %holder, error = %error, "campaign failed")
+            // Told once per run of failures, and summed up, by the store calls' account
+            // (`lease::health`): a campaign retried through an outage is not a line each.
+            debug!(target: LOG_TARGET, lease = %some(&leases), leases = leases.len(), holder = %holder, error = %error, "campaign failed")
         }
     }
 }

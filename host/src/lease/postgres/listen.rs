@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgListener, PgNotification, PgPool};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, field, warn};
+use tracing::{debug, field, info, warn};
 
 /// The first wait after a failed subscription: a connection that dropped is usually back at once.
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -15,6 +15,10 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest wait between attempts: notifications sent meanwhile are lost, so a database that
 /// is back must be heard again within seconds (standbys and plugins poll as a fallback).
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How often a run of failed attempts is summed up in the log: the first is warned, then one
+/// line per this long, then one when it listens again; each attempt is at debug level.
+const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 
 /// What a subscription logs, in its caller's words (tests and operators grep them).
 #[derive(Debug, Clone)]
@@ -56,6 +60,8 @@ pub struct Subscription {
     backoff: Duration,
     /// Whether a subscription was established before (so the next one is a resubscription).
     subscribed_before: bool,
+    /// The run of failed attempts under way: when it began, how many, when it was last summed up.
+    failing: Option<(tokio::time::Instant, u32, tokio::time::Instant)>,
 }
 
 impl Subscription {
@@ -75,6 +81,7 @@ impl Subscription {
             listener: None,
             backoff: FIRST_BACKOFF,
             subscribed_before: false,
+            failing: None,
         }
     }
 
@@ -100,6 +107,15 @@ impl Subscription {
                     r = subscribed => match r {
                         Ok(listener) => {
                             self.listener = Some(listener);
+                            if let Some((since, attempts, _)) = self.failing.take() {
+                                info!(
+                                    database,
+                                    attempts,
+                                    after = %self.logs.cannot_subscribe,
+                                    "listening again after {} ({attempts} failed attempts)",
+                                    crate::report::duration(since.elapsed())
+                                );
+                            }
                             if let Some(listening) = self.logs.listening {
                                 debug!(database, channels = ?self.channels, "{listening}");
                             }
@@ -113,7 +129,22 @@ impl Subscription {
                     },
                 };
                 let retry_in = self.backoff;
-                warn!(database, error = %error, retry_in = ?retry_in, "{}", self.logs.cannot_subscribe);
+                let now = tokio::time::Instant::now();
+                match &mut self.failing {
+                    None => {
+                        self.failing = Some((now, 1, now));
+                        warn!(database, error = %error, retry_in = ?retry_in, "{}; retrying with backoff, summed up every {}s", self.logs.cannot_subscribe, SUMMARY_EVERY.as_secs());
+                    }
+                    Some((since, attempts, said)) => {
+                        *attempts += 1;
+                        if now.duration_since(*said) >= SUMMARY_EVERY {
+                            *said = now;
+                            warn!(database, error = %error, attempts = *attempts, "{} for {} ({} attempts)", self.logs.cannot_subscribe, crate::report::duration(now.duration_since(*since)), *attempts);
+                        } else {
+                            debug!(database, error = %error, retry_in = ?retry_in, "{}", self.logs.cannot_subscribe);
+                        }
+                    }
+                }
                 tokio::select! {
                     _ = self.stop.cancelled() => return None,
                     _ = tokio::time::sleep(retry_in) => {}
