@@ -29,9 +29,18 @@ use crate::app::App;
 use crate::config::{Config, Layer};
 use crate::lease::RawUrl;
 
+/// The version `leasehold --version` prints: the release, and the commit checked out when it was
+/// built, so that a binary names its source.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("LEASEHOLD_COMMIT"),
+    ")"
+);
+
 /// leasehold: replicas compete for named leases; the holder runs the work bound to each lease.
 #[derive(Debug, Parser)]
-#[command(name = "leasehold", version, about)]
+#[command(name = "leasehold", version = VERSION, about)]
 pub struct Cli {
     /// Log format on stderr, text or json [default: log_format of the config file, else text];
     /// under json a fatal error is a JSON line too.
