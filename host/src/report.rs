@@ -89,6 +89,20 @@ impl<W: fmt::Write> fmt::Write for EscapeControls<W> {
     }
 }
 
+/// `text` cut to at most `max` bytes on a character boundary, with `mark` after the cut; as it is
+/// when it fits.
+pub fn cut_at(mut text: String, max: usize, mark: &str) -> String {
+    if text.len() > max {
+        let mut at = max;
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        text.truncate(at);
+        text.push_str(mark);
+    }
+    text
+}
+
 /// The longest text kept from a guest (a log line, an error); longer text is cut so a guest
 /// cannot flood a line or `/status`.
 pub const MAX_GUEST_TEXT: usize = 8 * 1024;
@@ -98,17 +112,7 @@ pub const MAX_GUEST_TEXT: usize = 8 * 1024;
 /// [`escape_controls`] does, so a guest cannot forge host log lines or bloat `/status`.
 pub fn guest_text(text: String) -> String {
     // Cut first (the guest may hand over megabytes), escape, then cut what escaping added.
-    let cut = |mut text: String| {
-        if text.len() > MAX_GUEST_TEXT {
-            let mut at = MAX_GUEST_TEXT;
-            while !text.is_char_boundary(at) {
-                at -= 1;
-            }
-            text.truncate(at);
-            text.push_str("… (truncated)");
-        }
-        text
-    };
+    let cut = |text: String| cut_at(text, MAX_GUEST_TEXT, "… (truncated)");
     let text = cut(text);
     match escape_controls(&text) {
         Cow::Borrowed(_) => text,

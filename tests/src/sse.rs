@@ -130,27 +130,6 @@ impl Watch {
         });
         Followed { events: rx }
     }
-
-    /// Events until one named `kind` (returned with those before it), within `within`.
-    pub async fn until(
-        &mut self,
-        kind: &str,
-        within: Duration,
-    ) -> anyhow::Result<(SseEvent, Vec<SseEvent>)> {
-        let deadline = Instant::now() + within;
-        let mut before = Vec::new();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let event = self
-                .next(left)
-                .await
-                .with_context(|| format!("waiting for {kind}; before it: {before:?}"))?;
-            if event.event == kind {
-                return Ok((event, before));
-            }
-            before.push(event);
-        }
-    }
 }
 
 /// One event block, stamped now; `None` for a block of comments alone.

@@ -213,9 +213,9 @@ async fn the_api_answers_as_its_openapi_file_says_every_documented_response_incl
     seen.text(&contract, "/readyz/leases/{name}", code);
 
     // The streams: state at once, then renewals and heartbeats on the holder; a handoff.
-    let mut on_a = Watch::open(a.addr(), LEASE, None).await.unwrap();
-    let mut on_b = Watch::open(b.addr(), LEASE, None).await.unwrap();
-    let state_b = on_b.next(WAIT).await.unwrap();
+    let mut on_a = Watch::open(a.addr(), LEASE, None).await.unwrap().follow();
+    let mut on_b = Watch::open(b.addr(), LEASE, None).await.unwrap().follow();
+    let (state_b, _) = on_b.until("state", WAIT).await.unwrap();
     assert_eq!(state_b.event, "state");
     seen.event(&contract, &state_b);
     let (renewed, before) = on_a.until("renewed", WAIT).await.unwrap();

@@ -321,15 +321,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     if !code.is_success() {
         // The host's refusal says what to change (a 421 names `http_allowed_hosts`): show its
         // first line, without control characters a terminal would act on.
-        let said = response.text().await.unwrap_or_default();
-        let said: String = said
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(400)
-            .collect();
+        let said = first_line(&response.text().await.unwrap_or_default());
         anyhow::bail!("GET {url}: {code}: {said}");
     }
     let status: Value = response
@@ -345,6 +337,18 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The first line of a host's answer, without control characters a terminal would act on, at
+/// most 400 characters: a host of another version, or a proxy, may answer anything.
+fn first_line(text: &str) -> String {
+    text.lines()
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(400)
+        .collect()
+}
+
 /// `leasehold status --holds LEASE`: the host's answer to `/readyz/leases/LEASE` on one line;
 /// exit 0 on 200, 1 on 503 (held elsewhere, or renewals failing here), 2 on any other answer (an
 /// unknown lease's 404 names the known ones) or none.
@@ -356,14 +360,7 @@ async fn holds(client: &reqwest::Client, base: &str, lease: &str) -> anyhow::Res
     };
     match answer {
         Ok((code, said)) => {
-            let said: String = said
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .chars()
-                .filter(|c| !c.is_control())
-                .take(400)
-                .collect();
+            let said = first_line(&said);
             match code.as_u16() {
                 200 => println!("{said}"),
                 503 => println!("{said}"),

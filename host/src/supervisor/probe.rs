@@ -96,16 +96,8 @@ impl Probe {
 
 /// `text` on one line, control characters escaped, cut to [`MAX_REASON`] bytes.
 fn line(text: &str) -> String {
-    let mut text = crate::report::escape_controls(text).into_owned();
-    if text.len() > MAX_REASON {
-        let mut at = MAX_REASON;
-        while !text.is_char_boundary(at) {
-            at -= 1;
-        }
-        text.truncate(at);
-        text.push('…');
-    }
-    text
+    let text = crate::report::escape_controls(text).into_owned();
+    crate::report::cut_at(text, MAX_REASON, "…")
 }
 
 #[cfg(test)]
