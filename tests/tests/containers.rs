@@ -438,4 +438,16 @@ async fn the_image_has_ca_certificates_no_compiler_and_oci_labels() {
         "certs",
         "CA certificates, and no compiler: {found}"
     );
+    // The binary names the commit the image's revision label names.
+    let version =
+        leasehold_tests::containers::podman_out(&["run", "--rm", image, "--version"]).unwrap();
+    let revision = labels["org.opencontainers.image.revision"]
+        .as_str()
+        .unwrap_or_default()
+        .trim_end_matches("-dirty");
+    assert_eq!(
+        version.trim(),
+        format!("leasehold {} ({revision})", env!("CARGO_PKG_VERSION")),
+        "{labels}"
+    );
 }
