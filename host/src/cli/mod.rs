@@ -30,17 +30,18 @@ use crate::config::{Config, Layer};
 use crate::lease::RawUrl;
 
 /// The version `leasehold --version` prints: the release, and the commit checked out when it was
-/// built, so that a binary names its source.
-pub const VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (",
-    env!("LEASEHOLD_COMMIT"),
-    ")"
-);
+/// built, so that a binary names its source (`unknown` when the build script could not say).
+pub fn version() -> &'static str {
+    static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let commit = option_env!("LEASEHOLD_COMMIT").unwrap_or("unknown");
+        format!("{} ({commit})", env!("CARGO_PKG_VERSION"))
+    });
+    &VERSION
+}
 
 /// leasehold: replicas compete for named leases; the holder runs the work bound to each lease.
 #[derive(Debug, Parser)]
-#[command(name = "leasehold", version = VERSION, about)]
+#[command(name = "leasehold", version = version(), about)]
 pub struct Cli {
     /// Log format on stderr, text or json [default: log_format of the config file, else text];
     /// under json a fatal error is a JSON line too.
