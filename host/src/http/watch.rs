@@ -150,13 +150,6 @@ impl Watcher {
     /// Pushes a `state` event of `now`, and takes its term as the one reported.
     fn state(&mut self, now: &Leadership, missed: Option<bool>, missed_changes: Option<u64>) {
         let live = now.term.clone().filter(|t| !t.is_cancelled());
-        let mut data = self.data(now.role, live.as_ref().map(|t| t.epoch), now);
-        if data.stop_within_ms == 0 {
-            // Past its deadline (a host just resumed from a freeze): no work may run on it.
-            data.epoch = None;
-        }
-        data.missed = missed;
-        data.missed_changes = missed_changes;
         self.seen = now.changes;
         self.role = now.role;
         self.deadlines = live.as_ref().map(|t| {
@@ -165,6 +158,9 @@ impl Watcher {
             d
         });
         self.reported = live;
+        let mut data = self.current(now.role);
+        data.missed = missed;
+        data.missed_changes = missed_changes;
         self.push("state", data, true);
     }
 
@@ -190,12 +186,8 @@ impl Watcher {
                     }
                 }
                 _ = self.heartbeat.tick() => {
-                    let now = self.leadership.borrow().clone();
-                    let epoch = self.reported.as_ref().filter(|t| !t.is_cancelled()).map(|t| t.epoch);
-                    let mut data = self.data(now.role, epoch, &now);
-                    if data.stop_within_ms == 0 {
-                        data.epoch = None;
-                    }
+                    let role = self.leadership.borrow().role;
+                    let data = self.current(role);
                     self.push("heartbeat", data, false);
                 }
             }
@@ -215,7 +207,7 @@ impl Watcher {
                 return;
             }
             let end = term.ended();
-            let mut data = self.data(now.role, Some(term.epoch), &now);
+            let mut data = self.data(now.role, Some(term.epoch));
             data.stop_within_ms = 0;
             data.reason = Some(end.map_or("stopped", |e| e.reason.as_str()).to_string());
             if let Some(end) = end {
@@ -235,14 +227,15 @@ impl Watcher {
                     let missed = now.changes.saturating_sub(self.seen);
                     return self.state(&now, Some(true), Some(missed));
                 }
-                let mut data = self.data(now.role, Some(term.epoch), &now);
-                data.at_ms = unix_ms(term.began);
+                let (epoch, began) = (term.epoch, term.began);
                 self.seen = term.change;
                 self.role = now.role;
                 let mut deadlines = term.deadlines();
                 deadlines.borrow_and_update();
                 self.deadlines = Some(deadlines);
                 self.reported = Some(term);
+                let mut data = self.data(now.role, Some(epoch));
+                data.at_ms = unix_ms(began);
                 self.push("started", data, true);
             }
             None if now.changes > self.seen => {
@@ -252,11 +245,7 @@ impl Watcher {
             _ if now.role != self.role => {
                 // Held, but renewals fail (uncertain), or recovered: said at once.
                 self.role = now.role;
-                let epoch = self.reported.as_ref().map(|t| t.epoch);
-                let mut data = self.data(now.role, epoch, &now);
-                if data.stop_within_ms == 0 {
-                    data.epoch = None;
-                }
+                let data = self.current(now.role);
                 self.push("heartbeat", data, false);
             }
             _ => {}
@@ -265,21 +254,38 @@ impl Watcher {
 
     /// A renewal moved the reported term's deadline.
     fn renewed(&mut self) {
-        let now = self.leadership.borrow().clone();
-        if let Some(term) = self.reported.clone().filter(|t| !t.is_cancelled()) {
-            let data = self.data(now.role, Some(term.epoch), &now);
+        let role = self.leadership.borrow().role;
+        if let Some(epoch) = self
+            .reported
+            .as_ref()
+            .filter(|t| !t.is_cancelled())
+            .map(|t| t.epoch)
+        {
+            let data = self.data(role, Some(epoch));
             self.push("renewed", data, false);
         }
     }
 
-    /// The fields every event has, as of now; `stop_within_ms` from the reported term, or the
-    /// running one.
-    fn data(&self, role: Role, epoch: Option<Epoch>, now: &Leadership) -> WatchData {
-        let term = self
+    /// The fields of a `state` or `heartbeat` in `role`: the reported term's epoch while it runs
+    /// with time left (past its deadline, as in a host just resumed from a freeze, no work may
+    /// run on it, whatever the lease loop has yet to publish).
+    fn current(&self, role: Role) -> WatchData {
+        let epoch = self
             .reported
             .as_ref()
-            .filter(|t| Some(t.epoch) == epoch)
-            .or(now.term.as_ref());
+            .filter(|t| !t.is_cancelled())
+            .map(|t| t.epoch);
+        let mut data = self.data(role, epoch);
+        if data.stop_within_ms == 0 {
+            data.epoch = None;
+        }
+        data
+    }
+
+    /// The fields every event has, as of now; `stop_within_ms` from the reported term when it
+    /// is of `epoch`.
+    fn data(&self, role: Role, epoch: Option<Epoch>) -> WatchData {
+        let term = self.reported.as_ref().filter(|t| Some(t.epoch) == epoch);
         let left = time_left(term, Instant::now());
         WatchData {
             lease: self.lease.clone(),
