@@ -76,6 +76,8 @@ pub struct Proxy {
     addr: SocketAddr,
     state: watch::Sender<State>,
     open: Arc<AtomicUsize>,
+    /// Client connections accepted since the start: the connection attempts clients made.
+    accepted: Arc<AtomicUsize>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -97,6 +99,8 @@ impl Proxy {
             .enable_all()
             .build()?;
         let counter = open.clone();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let accept_counter = accepted.clone();
         let thread = std::thread::Builder::new()
             .name(format!("proxy-{}", addr.port()))
             .spawn(move || {
@@ -104,7 +108,7 @@ impl Proxy {
                     let Ok(listener) = TcpListener::from_std(listener) else {
                         return;
                     };
-                    accept_loop(listener, watcher, counter).await;
+                    accept_loop(listener, watcher, counter, accept_counter).await;
                 });
                 // Dropping the runtime drops every connection task, closing their sockets.
             })
@@ -113,6 +117,7 @@ impl Proxy {
             addr,
             state,
             open,
+            accepted,
             thread: Some(thread),
         })
     }
@@ -158,6 +163,11 @@ impl Proxy {
         self.state.send_modify(|s| s.upstream = upstream);
     }
 
+    /// How many client connections it has accepted since it started.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
     /// How many client connections are open.
     pub fn connections(&self) -> usize {
         self.open.load(Ordering::SeqCst)
@@ -193,12 +203,18 @@ fn authority_host(url: &str) -> anyhow::Result<(usize, usize)> {
     Ok((host, end))
 }
 
-async fn accept_loop(listener: TcpListener, state: watch::Receiver<State>, open: Arc<AtomicUsize>) {
+async fn accept_loop(
+    listener: TcpListener,
+    state: watch::Receiver<State>,
+    open: Arc<AtomicUsize>,
+    accepted_total: Arc<AtomicUsize>,
+) {
     let mut stop = state.clone();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((client, _)) = accepted else { continue };
+                accepted_total.fetch_add(1, Ordering::SeqCst);
                 let guard = OpenGuard::new(open.clone());
                 tokio::spawn(connection(client, state.clone(), guard));
             }

@@ -49,8 +49,11 @@ async fn an_outage_behind_a_proxy_is_told_in_a_few_lines_and_campaigns_back_off(
     let before = [failed_campaigns(&a).await, failed_campaigns(&b).await];
 
     pg::server().stop().unwrap();
+    let connects_before = proxy.accepted();
     tokio::time::sleep(OUTAGE).await;
     let during = [failed_campaigns(&a).await, failed_campaigns(&b).await];
+    // Every connection the replicas tried reached the proxy, which accepted and closed it.
+    let connects = (proxy.accepted() - connects_before) as f64 / 2.0 / OUTAGE.as_secs_f64();
     pg::server().restart().unwrap();
     let restarted = Instant::now();
     wait_for_single_leader(&hosts, "leader", Duration::from_secs(20))
@@ -95,6 +98,13 @@ async fn an_outage_behind_a_proxy_is_told_in_a_few_lines_and_campaigns_back_off(
         // past the first few, where every retry interval (133 ms) was 7.5 a second.
         assert!(rate <= 4.0, "{rate:.1} failed campaigns a second");
     }
+    // One connection attempt per call (the pool's own retries are for a refused connection,
+    // which the proxy never answers with): about as many as the failed calls.
+    println!("{connects:.1} connection attempts a second per replica");
+    assert!(
+        connects <= 6.0,
+        "{connects:.1} connection attempts a second"
+    );
     println!("server restarted → a leader again after {back:?}");
     assert!(back < Duration::from_secs(2), "{back:?}");
     drop(proxy);

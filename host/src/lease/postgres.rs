@@ -6,10 +6,12 @@
 //! operators' statements go to a small pool of their own, and the release listener to a
 //! connection of its own, so that no number of watchers makes a renewal wait for a connection.
 
+mod gate;
 pub mod listen;
 mod nodelay;
 mod statements;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -110,6 +112,8 @@ pub struct PostgresStore {
     observers: PgPool,
     /// The release listener's one connection, connected when it first listens.
     listener: PgPool,
+    /// While the server cannot be reached, one connection attempt per call (see [`gate`]).
+    gate: Arc<gate::Gate>,
 }
 
 /// Connections for reads and operators' statements: `/status` reads through one refresh at a
@@ -198,11 +202,14 @@ impl PostgresStore {
                 .acquire_timeout(connect_timeout)
                 .connect_lazy_with(options.clone())
         };
+        let observers = lazy(OBSERVERS);
+        let pools = vec![few.clone(), pool.clone(), observers.clone()];
         Ok(PostgresStore {
             pool,
             few,
-            observers: lazy(OBSERVERS),
+            observers,
             listener: lazy(1),
+            gate: Arc::new(gate::Gate::new(options, pools)),
         })
     }
 }
@@ -377,16 +384,19 @@ impl LeaseStore for PostgresStore {
         // Per lease not won, `wait_ms` says how long until a campaign can win it: the holder's
         // expiry or the hold-off, whichever ends later; NULL when a concurrent campaign took a
         // row this statement saw free. `held_off_ms` is the hold-off alone.
-        let rows: Vec<(String, Option<Epoch>, Option<i64>, Option<i64>, DbMillis)> =
-            sqlx::query_as(statements::CAMPAIGN)
-                .bind(holder)
-                .bind(names)
-                .bind(ttl_ms)
-                .bind(i64::from(TERMS_KEPT))
-                .bind(i64::from(PRUNE_EVERY))
-                .fetch_all(self.pool_for(names.len()))
-                .await
-                .map_err(StoreError::query("campaign"))?;
+        let rows: Vec<(String, Option<Epoch>, Option<i64>, Option<i64>, DbMillis)> = self
+            .gate
+            .call(
+                "campaign",
+                sqlx::query_as(statements::CAMPAIGN)
+                    .bind(holder)
+                    .bind(names)
+                    .bind(ttl_ms)
+                    .bind(i64::from(TERMS_KEPT))
+                    .bind(i64::from(PRUNE_EVERY))
+                    .fetch_all(self.pool_for(names.len())),
+            )
+            .await?;
         let mut out = CampaignedMany::default();
         for (name, epoch, wait_ms, held_off_ms, db_now) in rows {
             out.db_now = Some(out.db_now.map_or(db_now, |t: DbMillis| t.max(db_now)));
@@ -416,14 +426,18 @@ impl LeaseStore for PostgresStore {
         // (docs/ARCHITECTURE.md §5.3). Those still ours by the statement's snapshot come back as
         // busy, for a renewal of their own. Expiry is judged by clock_timestamp() once the row is
         // locked. The last row (no name) carries the clock's reading when nothing landed.
-        let rows: Vec<(Option<String>, bool, bool, DbMillis)> = sqlx::query_as(statements::RENEW)
-            .bind(holder)
-            .bind(&names)
-            .bind(&epochs)
-            .bind(&ttls)
-            .fetch_all(self.pool_for(leases.len()))
-            .await
-            .map_err(StoreError::query("renew"))?;
+        let rows: Vec<(Option<String>, bool, bool, DbMillis)> = self
+            .gate
+            .call(
+                "renew",
+                sqlx::query_as(statements::RENEW)
+                    .bind(holder)
+                    .bind(&names)
+                    .bind(&epochs)
+                    .bind(&ttls)
+                    .fetch_all(self.pool_for(leases.len())),
+            )
+            .await?;
         let mut renewed = Renewed::default();
         for (name, landed, handoff, db_now) in rows {
             renewed.db_now = Some(renewed.db_now.map_or(db_now, |t| t.max(db_now)));
@@ -449,7 +463,7 @@ impl LeaseStore for PostgresStore {
     ) -> Result<RenewedOne, StoreError> {
         let ttl_ms = ttl_ms(lease.ttl)?;
         let err = StoreError::query("renew");
-        let mut tx = self.few.begin().await.map_err(err)?;
+        let mut tx = self.gate.call("renew", self.few.begin()).await?;
         // This one waits for the row lock, but on the server too no longer than its caller.
         let budget = super::server_budget(timeout).as_millis().to_string();
         sqlx::query(
@@ -478,14 +492,18 @@ impl LeaseStore for PostgresStore {
 
     async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
         // One statement: the notification is sent when (and only if) the expiry commits.
-        let released: Option<String> = sqlx::query_scalar(statements::RELEASE)
-            .bind(name)
-            .bind(holder)
-            .bind(epoch)
-            .bind(RELEASE_CHANNEL)
-            .fetch_optional(&self.few)
-            .await
-            .map_err(StoreError::query("release"))?;
+        let released: Option<String> = self
+            .gate
+            .call(
+                "release",
+                sqlx::query_scalar(statements::RELEASE)
+                    .bind(name)
+                    .bind(holder)
+                    .bind(epoch)
+                    .bind(RELEASE_CHANNEL)
+                    .fetch_optional(&self.few),
+            )
+            .await?;
         Ok(released.is_some())
     }
 
@@ -496,20 +514,26 @@ impl LeaseStore for PostgresStore {
     ) -> Result<Vec<String>, StoreError> {
         let (names, epochs): (Vec<&str>, Vec<Epoch>) =
             leases.iter().map(|(n, e)| (n.as_str(), *e)).unzip();
-        sqlx::query_scalar(statements::RELEASE_MANY)
-            .bind(holder)
-            .bind(names)
-            .bind(epochs)
-            .bind(RELEASE_CHANNEL)
-            .fetch_all(&self.few)
+        self.gate
+            .call(
+                "release",
+                sqlx::query_scalar(statements::RELEASE_MANY)
+                    .bind(holder)
+                    .bind(names)
+                    .bind(epochs)
+                    .bind(RELEASE_CHANNEL)
+                    .fetch_all(&self.few),
+            )
             .await
-            .map_err(StoreError::query("release"))
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError> {
         // A forced release ends any handoff under way: nobody is reserved the lease.
-        sqlx::query_as(
-            "WITH released AS (
+        self.gate
+            .call(
+                "force release",
+                sqlx::query_as(
+                    "WITH released AS (
                 UPDATE leasehold_leases SET expires_at = clock_timestamp(),
                        handoff_epoch = NULL, handoff_to = NULL,
                        reserved_for = NULL, reserved_until = NULL
@@ -520,12 +544,12 @@ impl LeaseStore for PostgresStore {
                   FROM released AS r
                  WHERE t.name = r.name AND t.epoch = r.epoch AND t.ended_at IS NULL)
              SELECT holder, epoch FROM released, pg_notify($2, released.name) AS n",
-        )
-        .bind(name)
-        .bind(RELEASE_CHANNEL)
-        .fetch_optional(&self.observers)
-        .await
-        .map_err(StoreError::query("force release"))
+                )
+                .bind(name)
+                .bind(RELEASE_CHANNEL)
+                .fetch_optional(&self.observers),
+            )
+            .await
     }
 
     async fn request_handoff(
@@ -535,43 +559,51 @@ impl LeaseStore for PostgresStore {
     ) -> Result<Option<LeaseRecord>, StoreError> {
         // An operator's statement: on the observers' connections. The notification goes out when
         // (and only if) the request commits.
-        let row: Option<RecordRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "WITH asked AS (
+        let row: Option<RecordRow> = self
+            .gate
+            .call(
+                "request handoff",
+                sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "WITH asked AS (
                 UPDATE leasehold_leases SET handoff_epoch = epoch, handoff_to = $2
                  WHERE name = $1 AND expires_at > clock_timestamp()
                 RETURNING {RECORD_COLUMNS})
              SELECT asked.* FROM asked, pg_notify($3, asked.epoch || ' ' || asked.name) AS n"
-        )))
-        .bind(name)
-        .bind(to)
-        .bind(HANDOFF_CHANNEL)
-        .fetch_optional(&self.observers)
-        .await
-        .map_err(StoreError::query("request handoff"))?;
+                )))
+                .bind(name)
+                .bind(to)
+                .bind(HANDOFF_CHANNEL)
+                .fetch_optional(&self.observers),
+            )
+            .await?;
         Ok(row.map(to_record))
     }
 
     async fn get(&self, names: &[String]) -> Result<Vec<LeaseRecord>, StoreError> {
-        let rows: Vec<RecordRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let rows: Vec<RecordRow> = self.gate.call("get", sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT {RECORD_COLUMNS} FROM leasehold_leases WHERE name = ANY($1) ORDER BY name"
         )))
         .bind(names)
         .fetch_all(&self.observers)
-        .await
-        .map_err(StoreError::query("get"))?;
+        )
+        .await?;
         Ok(rows.into_iter().map(to_record).collect())
     }
 
     async fn list(&self, after: Option<&str>, limit: u32) -> Result<Vec<LeaseRecord>, StoreError> {
-        let rows: Vec<RecordRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {RECORD_COLUMNS} FROM leasehold_leases
+        let rows: Vec<RecordRow> = self
+            .gate
+            .call(
+                "list",
+                sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "SELECT {RECORD_COLUMNS} FROM leasehold_leases
               WHERE $1::text IS NULL OR name > $1 ORDER BY name LIMIT $2"
-        )))
-        .bind(after)
-        .bind(i64::from(limit))
-        .fetch_all(&self.observers)
-        .await
-        .map_err(StoreError::query("list"))?;
+                )))
+                .bind(after)
+                .bind(i64::from(limit))
+                .fetch_all(&self.observers),
+            )
+            .await?;
         Ok(rows.into_iter().map(to_record).collect())
     }
 
@@ -579,8 +611,12 @@ impl LeaseStore for PostgresStore {
         // Ages by one reading of the clock, so that a term's end is never after the next's start.
         // The lease row's own term, left open until a campaign closes it, has ended once the row
         // has expired: released when that was before its ttl ran out, as the campaign will say.
-        let rows: Vec<TermRow> = sqlx::query_as(
-            "WITH now AS (SELECT clock_timestamp() AS t),
+        let rows: Vec<TermRow> = self
+            .gate
+            .call(
+                "terms",
+                sqlx::query_as(
+                    "WITH now AS (SELECT clock_timestamp() AS t),
                   ranked AS (
                     SELECT k.*, row_number() OVER (PARTITION BY k.name ORDER BY k.epoch DESC) AS n
                       FROM leasehold_terms AS k WHERE k.name = ANY($1)),
@@ -599,12 +635,12 @@ impl LeaseStore for PostgresStore {
                     CASE WHEN e.lapsed THEN CASE WHEN e.released THEN 'released' ELSE 'expired' END
                          ELSE e.ended_by END
                FROM ended AS e, now ORDER BY e.name, e.epoch DESC",
-        )
-        .bind(names)
-        .bind(i64::from(per_lease))
-        .fetch_all(&self.observers)
-        .await
-        .map_err(StoreError::query("terms"))?;
+                )
+                .bind(names)
+                .bind(i64::from(per_lease))
+                .fetch_all(&self.observers),
+            )
+            .await?;
         rows.into_iter().map(to_term).collect()
     }
 
@@ -616,48 +652,58 @@ impl LeaseStore for PostgresStore {
         ttl: Duration,
     ) -> Result<GroupView, StoreError> {
         let ttl_ms = ttl_ms(ttl)?;
-        let rows: Vec<super::store::GroupRow> = sqlx::query_as(statements::HEARTBEAT)
-            .bind(group)
-            .bind(member)
-            .bind(ttl_ms)
-            .bind(shards)
-            .bind(shard_count(shards)?)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(StoreError::query("heartbeat"))?;
+        let rows: Vec<super::store::GroupRow> = self
+            .gate
+            .call(
+                "heartbeat",
+                sqlx::query_as(statements::HEARTBEAT)
+                    .bind(group)
+                    .bind(member)
+                    .bind(ttl_ms)
+                    .bind(shards)
+                    .bind(shard_count(shards)?)
+                    .fetch_all(&self.pool),
+            )
+            .await?;
         Ok(super::store::group_view(rows))
     }
 
     async fn members(&self) -> Result<Vec<super::store::MemberRecord>, StoreError> {
-        let rows: Vec<super::store::MemberRow> = sqlx::query_as(
-            "SELECT grp, member,
+        let rows: Vec<super::store::MemberRow> = self
+            .gate
+            .call(
+                "members",
+                sqlx::query_as(
+                    "SELECT grp, member,
                     (extract(epoch FROM clock_timestamp() - joined_at) * 1000)::bigint,
                     ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint,
                     shards::bigint
                FROM leasehold_members WHERE expires_at > clock_timestamp()
               ORDER BY grp, member",
-        )
-        .fetch_all(&self.observers)
-        .await
-        .map_err(StoreError::query("members"))?;
+                )
+                .fetch_all(&self.observers),
+            )
+            .await?;
         Ok(rows.into_iter().map(super::store::to_member).collect())
     }
 
     async fn leave(&self, groups: &[String], member: &str) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM leasehold_members WHERE grp = ANY($1) AND member = $2")
-            .bind(groups)
-            .bind(member)
-            .execute(&self.few)
-            .await
-            .map_err(StoreError::query("leave"))?;
+        self.gate
+            .call(
+                "leave",
+                sqlx::query("DELETE FROM leasehold_members WHERE grp = ANY($1) AND member = $2")
+                    .bind(groups)
+                    .bind(member)
+                    .execute(&self.few),
+            )
+            .await?;
         Ok(())
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1")
-            .execute(&self.observers)
-            .await
-            .map_err(StoreError::query("ping"))?;
+        self.gate
+            .call("ping", sqlx::query("SELECT 1").execute(&self.observers))
+            .await?;
         Ok(())
     }
 

@@ -4,7 +4,8 @@
 //! down (as HAProxy does with no primary behind it). Each of `OUTAGE_TRIALS` (default 3) trials
 //! stops the server for `OUTAGE_LENGTH` (default 20 s) and starts it again; the bench prints, per
 //! replica, the warnings and errors it logged, its failed campaigns a second (from
-//! `leasehold_store_errors_total`), and the time from the restart to a leader.
+//! `leasehold_store_errors_total`), the connection attempts a second per replica (the proxy's
+//! count of connections accepted), and the time from the restart to a leader.
 
 #![allow(clippy::unwrap_used)]
 
@@ -63,7 +64,9 @@ async fn main() -> anyhow::Result<()> {
             before.push(failed_campaigns(h).await?);
         }
         pg.stop()?;
+        let connects_before = proxy.accepted();
         tokio::time::sleep(length).await;
+        let connects = proxy.accepted() - connects_before;
         let mut during = Vec::new();
         for h in &hosts {
             during.push(failed_campaigns(h).await?);
@@ -84,6 +87,10 @@ async fn main() -> anyhow::Result<()> {
                 (during[i] - before[i]) / length.as_secs_f64()
             );
         }
+        println!(
+            "  trial {trial}: {:.2} connection attempts a second per replica (the proxy's count)",
+            connects as f64 / hosts.len() as f64 / length.as_secs_f64()
+        );
     }
     println!(
         "  {}",

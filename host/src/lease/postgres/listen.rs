@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgListener, PgNotification, PgPool};
+use sqlx::Connection;
+use sqlx::postgres::{PgConnection, PgListener, PgNotification, PgPool};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, field, info, warn};
 
@@ -95,8 +96,20 @@ impl Subscription {
                     return None;
                 }
                 let (pool, channels) = (&self.pool, &self.channels);
+                // After a lost connection or a failed attempt, one connection attempt of its own
+                // first: the pool, asked for a connection the server refuses, tries again and
+                // again until its acquire timeout, where this loop's backoff should decide.
+                let probe_first = self.subscribed_before || self.failing.is_some();
                 let subscribed = async {
+                    if probe_first {
+                        let options = pool.connect_options();
+                        drop(PgConnection::connect_with(&options).await?);
+                    }
                     let mut listener = PgListener::connect_with(pool).await?;
+                    // A lost connection ends `try_recv` at once (`Ok(None)`) and this loop
+                    // subscribes again, with its probe and backoff: the listener's own reconnect
+                    // would wait in the pool, retrying, until its acquire timeout.
+                    listener.eager_reconnect(false);
                     listener
                         .listen_all(channels.iter().map(String::as_str))
                         .await?;
