@@ -93,6 +93,14 @@ const PINNED: &[(&str, &str)] = &[
         "sqlite/20261204000001_group_shard_counts.sql",
         "cb75ba998b74996ffb5db0bde1dc8ab39012e152c924ec89653388cd5976c73621d78891dca60b6389f1c0ef70a374db",
     ),
+    (
+        "postgres/20261206000001_protocol.sql",
+        "06c6d2c890c780090836ff8bee46c55f164c59571e73221b9558e50234c354bf1c03eaf83ddf603bd882ac001b9852b7",
+    ),
+    (
+        "sqlite/20261206000001_protocol.sql",
+        "1d1a2bde99d345cb27e6c44a36945f9e2a6a381f9f6b6a83c904f95d33f390fea3bdb40286577ecba9769ec4dfb691f6",
+    ),
 ];
 
 #[test]

@@ -20,18 +20,33 @@ use serde::{Deserialize, Serialize};
 use super::store::StoreError;
 use crate::metrics::Metrics;
 
-/// Why a store call failed, as far as an operator's fix is concerned.
+/// Why a store call failed, as far as an operator's fix is concerned: the `cause` label of
+/// `leasehold_store_errors_total`, and the words the log uses ([`Cause::says`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Cause {
+    /// Nothing listens at the address: the server is down, or not yet up.
+    Refused,
+    /// The connection closed before the server answered: a proxy that accepts and closes while
+    /// no server is behind it (sqlx: "unexpected response from SSLRequest: 0x00").
+    Closed,
+    /// The connection was reset or broken mid-call.
+    Reset,
     /// No answer in time (the call's or the database's statement timeout).
     Timeout,
+    /// The server is read-only: a standby, or a failover under way (PostgreSQL 25006).
+    ReadOnly,
+    /// The server is starting, shutting down or restarting (PostgreSQL 57P01–57P03).
+    Restarting,
+    /// Any other failure to have a connection (TLS, the pool could not get one).
+    Connection,
     /// The role may not do it (PostgreSQL 42501; a read-only SQLite file).
     Permission,
     /// The schema is missing or older than this binary (a table or column unknown).
     Schema,
-    /// No connection: refused, dropped, or the pool could not get one.
-    Connection,
+    /// The schema needs a newer binary: its lease protocol is above this one's (PostgreSQL
+    /// LH002, or this binary's own check).
+    Protocol,
     /// Another transaction was in the way (a serialization failure, a deadlock, a busy file).
     Conflict,
     /// Anything else.
@@ -40,11 +55,17 @@ pub enum Cause {
 
 impl Cause {
     /// Every cause, for documentation and tests.
-    pub const ALL: [Cause; 6] = [
+    pub const ALL: [Cause; 12] = [
+        Cause::Refused,
+        Cause::Closed,
+        Cause::Reset,
         Cause::Timeout,
+        Cause::ReadOnly,
+        Cause::Restarting,
+        Cause::Connection,
         Cause::Permission,
         Cause::Schema,
-        Cause::Connection,
+        Cause::Protocol,
         Cause::Conflict,
         Cause::Other,
     ];
@@ -52,33 +73,75 @@ impl Cause {
     /// Its label value.
     pub fn as_str(self) -> &'static str {
         match self {
+            Cause::Refused => "refused",
+            Cause::Closed => "closed",
+            Cause::Reset => "reset",
             Cause::Timeout => "timeout",
+            Cause::ReadOnly => "read_only",
+            Cause::Restarting => "restarting",
+            Cause::Connection => "connection",
             Cause::Permission => "permission",
             Cause::Schema => "schema",
-            Cause::Connection => "connection",
+            Cause::Protocol => "protocol",
             Cause::Conflict => "conflict",
             Cause::Other => "other",
         }
     }
 
-    /// What `error`'s cause is.
+    /// What failed, in a few words an operator can act on.
+    pub fn says(self) -> &'static str {
+        match self {
+            Cause::Refused => "connection refused: nothing listens at the address",
+            Cause::Closed => {
+                "the connection was closed before the server answered (a proxy with no server behind it?)"
+            }
+            Cause::Reset => "the connection was reset",
+            Cause::Timeout => "no answer in time",
+            Cause::ReadOnly => "the server is read-only (a standby, or a failover under way)",
+            Cause::Restarting => "the server is starting, shutting down or restarting",
+            Cause::Connection => "no connection to the server",
+            Cause::Permission => "permission denied",
+            Cause::Schema => "the schema is missing or older than this binary",
+            Cause::Protocol => "this database needs a newer leasehold (see the error)",
+            Cause::Conflict => "another transaction was in the way",
+            Cause::Other => "an error of the store's",
+        }
+    }
+
+    /// What `error`'s cause is: from the error's kind, SQLSTATE or SQLite code, and from its
+    /// words where the driver gives only words (an I/O or protocol error).
     pub fn of(error: &StoreError) -> Cause {
-        match error {
+        let found = match error {
             StoreError::Timeout { .. } | StoreError::ConnectTimeout { .. } => Cause::Timeout,
-            StoreError::Connect { .. } | StoreError::Unavailable(_) => Cause::Connection,
+            StoreError::Connect { source, .. } => Cause::of_driver(source),
+            StoreError::Unavailable(_) => Cause::Connection,
             StoreError::CreateFile { .. } | StoreError::Grants { .. } => Cause::Permission,
             StoreError::Migrate { .. } => Cause::Schema,
+            StoreError::Protocol(_) => Cause::Protocol,
             StoreError::Query { source, .. } => Cause::of_driver(source),
             StoreError::Invalid { .. } => Cause::Other,
+        };
+        match found {
+            Cause::Connection | Cause::Other => Cause::of_text(&error.to_string()).unwrap_or(found),
+            _ => found,
         }
     }
 
     /// The cause of a driver error: SQLite's result codes, PostgreSQL's SQLSTATEs.
     fn of_driver(error: &sqlx::Error) -> Cause {
+        use std::io::ErrorKind;
         match error {
+            sqlx::Error::Io(e) => match e.kind() {
+                ErrorKind::ConnectionRefused => Cause::Refused,
+                ErrorKind::UnexpectedEof => Cause::Closed,
+                ErrorKind::ConnectionReset
+                | ErrorKind::ConnectionAborted
+                | ErrorKind::BrokenPipe => Cause::Reset,
+                ErrorKind::TimedOut => Cause::Timeout,
+                _ => Cause::Connection,
+            },
             sqlx::Error::PoolTimedOut
             | sqlx::Error::PoolClosed
-            | sqlx::Error::Io(_)
             | sqlx::Error::Tls(_)
             | sqlx::Error::Protocol(_)
             | sqlx::Error::WorkerCrashed => Cause::Connection,
@@ -110,13 +173,58 @@ impl Cause {
                     "57014" | "55P03" => Cause::Timeout,
                     // serialization_failure, deadlock_detected
                     "40001" | "40P01" => Cause::Conflict,
-                    // connection_exception, operator_intervention (a shutdown, a terminated backend)
+                    // read_only_sql_transaction
+                    "25006" => Cause::ReadOnly,
+                    // admin_shutdown, crash_shutdown, cannot_connect_now (starting up)
+                    "57P01" | "57P02" | "57P03" => Cause::Restarting,
+                    // the schema's protocol guard (migration 20261206000001)
+                    "LH002" => Cause::Protocol,
+                    // connection_exception, operator_intervention
                     _ if code.starts_with("08") || code.starts_with("57P") => Cause::Connection,
                     _ => Cause::Other,
                 }
             }
             _ => Cause::Other,
         }
+    }
+
+    /// The cause an error's words name, if they name one.
+    fn of_text(error: &str) -> Option<Cause> {
+        let e = error.to_ascii_lowercase();
+        let has = |words: &[&str]| words.iter().any(|w| e.contains(w));
+        Some(if has(&["this database needs leasehold", "lh002"]) {
+            Cause::Protocol
+        } else if has(&["connection refused"]) {
+            Cause::Refused
+        } else if has(&[
+            "sslrequest",
+            "unexpected eof",
+            "early eof",
+            "connection closed",
+            "unexpected end of file",
+        ]) {
+            Cause::Closed
+        } else if has(&["connection reset", "broken pipe"]) {
+            Cause::Reset
+        } else if has(&["read-only", "read only", "25006"]) {
+            Cause::ReadOnly
+        } else if has(&["timed out", "timeout"]) {
+            Cause::Timeout
+        } else if has(&[
+            "starting up",
+            "shutting down",
+            "57p0",
+            "terminating connection",
+            "administrator command",
+        ]) {
+            Cause::Restarting
+        } else if has(&["permission denied", "42501", "readonly database"]) {
+            Cause::Permission
+        } else if has(&["does not exist", "no such table", "no such column"]) {
+            Cause::Schema
+        } else {
+            return None;
+        })
     }
 }
 
@@ -151,45 +259,6 @@ pub enum Say {
     Summary(u64, Duration),
     /// Nothing above debug.
     Quiet,
-}
-
-/// What failed, in a few words an operator can act on, from a store error's text: the driver's
-/// words for a connection are its own (sqlx's "unexpected response from SSLRequest: 0x00" is a
-/// proxy accepting and closing because no server is up behind it).
-pub fn describe(error: &str) -> &'static str {
-    let e = error.to_ascii_lowercase();
-    let has = |words: &[&str]| words.iter().any(|w| e.contains(w));
-    if has(&["connection refused"]) {
-        "connection refused: nothing listens at the address"
-    } else if has(&[
-        "sslrequest",
-        "unexpected eof",
-        "early eof",
-        "connection closed",
-        "unexpected end of file",
-    ]) {
-        "the connection was closed before the server answered (a proxy with no server behind it?)"
-    } else if has(&["connection reset", "broken pipe"]) {
-        "the connection was reset"
-    } else if has(&["read-only", "read only", "25006"]) {
-        "the server is read-only (a standby, or a failover under way)"
-    } else if has(&["timed out", "timeout"]) {
-        "no answer in time"
-    } else if has(&[
-        "starting up",
-        "shutting down",
-        "57p0",
-        "terminating connection",
-        "administrator command",
-    ]) {
-        "the server is starting, shutting down or restarting"
-    } else if has(&["permission denied", "42501", "readonly database"]) {
-        "permission denied"
-    } else if has(&["does not exist", "no such table", "no such column"]) {
-        "the schema is missing or older than this binary"
-    } else {
-        "an error of the store's"
-    }
 }
 
 /// The last outcome of the lease loop's store calls. Shared by the driver, which records, and
@@ -274,7 +343,7 @@ impl Recorder {
                 let (cause, say) = self.health.failed(op, &e, Instant::now());
                 self.metrics.count_store_error(op, cause.as_str());
                 let text = e.to_string();
-                let why = describe(&text);
+                let why = cause.says();
                 match say {
                     Say::Began => {
                         warn!(op, cause = cause.as_str(), error = %text, "lease store calls failing: {op} failed: {why}; retrying with backoff, summed up every {}s until one lands", SUMMARY_EVERY.as_secs())
@@ -335,35 +404,75 @@ mod tests {
     }
 
     #[test]
-    fn a_failure_is_described_in_words_an_operator_can_act_on() {
-        for (error, said) in [
+    fn a_failure_is_counted_by_its_cause_and_described_in_words_an_operator_can_act_on() {
+        let io = |kind| StoreError::Query {
+            op: "campaign",
+            source: sqlx::Error::Io(std::io::Error::from(kind)),
+        };
+        let query = |text: &str| StoreError::Query {
+            op: "campaign",
+            source: sqlx::Error::Protocol(text.into()),
+        };
+        let needs_newer = StoreError::Protocol(crate::lease::protocol::NeedsNewer(
+            crate::lease::protocol::Requirement {
+                required: 9,
+                since: "9.0.0".into(),
+                why: "a rule".into(),
+            },
+        ));
+        for (error, cause, said) in [
             (
-                "error communicating with database: Connection refused (os error 111)",
+                io(std::io::ErrorKind::ConnectionRefused),
+                Cause::Refused,
                 "connection refused",
             ),
             (
-                "encountered unexpected or invalid data: unexpected response from SSLRequest: 0x00",
+                query("unexpected response from SSLRequest: 0x00"),
+                Cause::Closed,
                 "closed before the server answered",
             ),
             (
-                "error communicating with database: Connection reset by peer (os error 104)",
+                io(std::io::ErrorKind::UnexpectedEof),
+                Cause::Closed,
+                "closed before",
+            ),
+            (
+                io(std::io::ErrorKind::ConnectionReset),
+                Cause::Reset,
                 "reset",
             ),
             (
-                "error returned from database: cannot execute UPDATE in a read-only transaction",
+                query("cannot execute UPDATE in a read-only transaction"),
+                Cause::ReadOnly,
                 "read-only",
             ),
-            ("campaign timed out after 1s", "no answer in time"),
             (
-                "error returned from database: the database system is shutting down",
+                StoreError::Timeout {
+                    op: "campaign",
+                    after: Duration::from_secs(1),
+                },
+                Cause::Timeout,
+                "no answer in time",
+            ),
+            (
+                query("the database system is shutting down"),
+                Cause::Restarting,
                 "shutting down",
             ),
+            (
+                query("this database needs leasehold ≥ 9.0.0 (protocol 9: a rule)"),
+                Cause::Protocol,
+                "newer leasehold",
+            ),
+            (needs_newer, Cause::Protocol, "newer leasehold"),
+            (
+                query("relation \"leasehold_leases\" does not exist"),
+                Cause::Schema,
+                "schema",
+            ),
         ] {
-            assert!(
-                describe(error).contains(said),
-                "{error}: {}",
-                describe(error)
-            );
+            assert_eq!(Cause::of(&error), cause, "{error}");
+            assert!(cause.says().contains(said), "{error}: {}", cause.says());
         }
     }
 

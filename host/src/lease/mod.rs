@@ -13,22 +13,23 @@
 //! 5. [`identity`]: the holder id, and the replica id it starts with;
 //! 6. [`history`]: the terms of each lease as the cluster recorded them, and its last handoff,
 //!    for display;
-//! 7. [`store`]: the [`LeaseStore`] trait every backend implements, what its calls return, and
+//! 7. [`protocol`]: the safety rules this binary follows, as a number the schema may require;
+//! 8. [`store`]: the [`LeaseStore`] trait every backend implements, what its calls return, and
 //!    its error type;
-//! 8. [`memory`]: the in-memory store, for tests, with injected faults;
-//! 9. [`sqlite`]: the SQLite store, its boot clock and its event file;
-//! 10. [`postgres`]: the PostgreSQL store; [`postgres::listen`] is the host's one `LISTEN` loop,
+//! 9. [`memory`]: the in-memory store, for tests, with injected faults;
+//! 10. [`sqlite`]: the SQLite store, its boot clock and its event file;
+//! 11. [`postgres`]: the PostgreSQL store; [`postgres::listen`] is the host's one `LISTEN` loop,
 //!     for release notifications and plugin events alike;
-//! 11. [`clock`]: watching the database's clock for steps, pure;
-//! 12. [`leadership`]: what the rest of the host sees of a lease: its role, epoch and live term;
-//! 13. [`coordinator`]: the pure state machine, one `step(state, event, now)` for all leases;
-//! 14. [`groups`]: lease groups' fair shares and who hands which shard to whom, pure;
-//! 15. [`health`]: whether the lease loop's store calls land, and why they fail;
-//! 16. [`handle`]: the [`Leases`] handle, what the rest of the host sees of this replica's leases
+//! 12. [`clock`]: watching the database's clock for steps, pure;
+//! 13. [`leadership`]: what the rest of the host sees of a lease: its role, epoch and live term;
+//! 14. [`coordinator`]: the pure state machine, one `step(state, event, now)` for all leases;
+//! 15. [`groups`]: lease groups' fair shares and who hands which shard to whom, pure;
+//! 16. [`health`]: whether the lease loop's store calls land, and why they fail;
+//! 17. [`handle`]: the [`Leases`] handle, what the rest of the host sees of this replica's leases
 //!     and asks of them;
-//! 17. [`driver`]: the thin async loop that runs the coordinator against a store;
-//! 18. [`handoff`]: an operator's graceful step-down, asked for and waited on;
-//! 19. [`group_runner`]: the thin async loop that heartbeats each lease group and hands its
+//! 18. [`driver`]: the thin async loop that runs the coordinator against a store;
+//! 19. [`handoff`]: an operator's graceful step-down, asked for and waited on;
+//! 20. [`group_runner`]: the thin async loop that heartbeats each lease group and hands its
 //!     decisions to the driver.
 //!
 //! This file opens a store from its URL ([`open_store`]); the stores use [`server_budget`].
@@ -48,6 +49,7 @@ pub mod leadership;
 pub mod memory;
 pub mod name;
 pub mod postgres;
+pub mod protocol;
 pub mod sqlite;
 pub mod store;
 pub mod timing;

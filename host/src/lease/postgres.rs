@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::history::{PRUNE_EVERY, TERMS_KEPT, TermRecord};
+use super::protocol;
 use super::store::{
     CampaignedMany, DbMillis, Epoch, GroupView, LeaseRecord, LeaseStore, ReleaseNotice,
     RenewRequest, Renewed, RenewedOne, StoreError, ttl_ms,
@@ -49,7 +50,7 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres
 /// (docs/ARCHITECTURE.md §5.3). They override the URL's `options`: a longer value there would let a
 /// campaign that timed out on the host commit later and hand this replica a lease it believes it
 /// lost.
-fn session_settings(call_timeout: Duration, plans: Plans) -> [(&'static str, String); 6] {
+fn session_settings(call_timeout: Duration, plans: Plans) -> [(&'static str, String); 7] {
     let ms = super::server_budget(call_timeout).as_millis().to_string();
     [
         // A statement the host stopped waiting for must not commit afterwards.
@@ -68,6 +69,9 @@ fn session_settings(call_timeout: Duration, plans: Plans) -> [(&'static str, Str
         // A campaign for 1,000 leases is estimated costly enough for the server's default JIT,
         // which then spent 440 ms compiling a statement that runs in 4.
         ("jit", "off".to_string()),
+        // The protocol this binary speaks: the schema's trigger refuses a campaign from a session
+        // that announces less than the database requires (`super::protocol`).
+        ("leasehold.protocol", super::protocol::PROTOCOL.to_string()),
     ]
 }
 
@@ -189,6 +193,13 @@ impl PostgresStore {
             .await
             .map_err(connect_err)?;
         migrate(&pool, &redacted).await?;
+        // A schema that needs a newer binary is refused here, before anything is taken; the
+        // schema's trigger refuses each campaign after a raise while this replica runs.
+        let found = sqlx::query_as(protocol::READ_POSTGRES)
+            .fetch_optional(&pool)
+            .await
+            .map_err(StoreError::query("protocol check"))?;
+        protocol::Requirement::check(found.map(protocol::from_row))?;
         // Opened after the migration, so that every connection finds the tables to warm up on.
         // A campaign and a renewal find a warm connection each.
         let few = open_pool(&with_plans(Plans::Once), 2, connect_timeout)
@@ -304,7 +315,14 @@ async fn migrate(pool: &PgPool, url: &str) -> Result<(), StoreError> {
             .execute(&mut conn)
             .await;
         let outcome = match unbounded {
-            Ok(_) => MIGRATOR.run_direct(None, &mut conn, false).await,
+            Ok(_) => {
+                // A schema migrated by a newer release is accepted: rolling a replica back to the
+                // previous release must work, and what a newer schema requires of this binary is
+                // the protocol's to say (checked after), not the list of migrations'.
+                let mut migrator = sqlx::migrate!("./migrations/postgres");
+                migrator.set_ignore_missing(true);
+                migrator.run_direct(None, &mut conn, false).await
+            }
             Err(e) => Err(sqlx::migrate::MigrateError::Execute(e)),
         };
         if outcome.is_ok() {

@@ -30,7 +30,27 @@ use super::store::{TermRow, to_term};
 use super::url::DatabaseUrl;
 use events::{EventFile, Wakeup};
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+/// The embedded migrations, accepting a file migrated by a newer release: rolling a replica back
+/// to the previous release must work, and what a newer schema requires of this binary is the
+/// protocol's to say ([`check_protocol`]), not the list of migrations'.
+fn migrator() -> sqlx::migrate::Migrator {
+    let mut migrator = sqlx::migrate!("./migrations/sqlite");
+    migrator.set_ignore_missing(true);
+    migrator
+}
+
+/// Refuses when the file needs a newer binary ([`super::protocol`]).
+async fn check_protocol<'c, E>(on: E) -> Result<(), StoreError>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
+{
+    let found = sqlx::query_as(super::protocol::READ_SQLITE)
+        .fetch_optional(on)
+        .await
+        .map_err(StoreError::query("protocol check"))?;
+    super::protocol::Requirement::check(found.map(super::protocol::from_row))?;
+    Ok(())
+}
 
 /// The clock SQLite leases expire by: `CLOCK_BOOTTIME` in milliseconds, and the boot it counts
 /// from. The boot clock runs through suspend and cannot be set; the wall clock can be stepped, and
@@ -159,8 +179,11 @@ impl SqliteStore {
                 .connect_with(options.clone())
                 .await;
             let error = match opened {
-                Ok(pool) => match MIGRATOR.run(&pool).await {
+                Ok(pool) => match migrator().run(&pool).await {
                     Ok(()) => {
+                        // A file that needs a newer binary is refused here, before anything is
+                        // taken; each campaign checks again (`campaign_many`).
+                        check_protocol(&pool).await?;
                         let observers = SqlitePoolOptions::new()
                             .max_connections(OBSERVERS)
                             .acquire_timeout(connect_timeout)
@@ -423,6 +446,9 @@ impl LeaseStore for SqliteStore {
         })?;
         let err = StoreError::query("campaign");
         let mut tx = self.write().await.map_err(err)?;
+        // Under the write lock: a binary that raised the protocol since this one opened the file
+        // has committed its raise before this campaign can.
+        check_protocol(&mut *tx).await?;
         let now = self.clock.now_ms();
         let wall = wall_ms();
         // The terms of the leases this campaign can win (expired, or of another boot) ended when

@@ -321,6 +321,9 @@ pub enum StoreError {
         /// The timeout that ran out.
         after: Duration,
     },
+    /// The schema needs a newer binary: its required protocol is above this one's.
+    #[error(transparent)]
+    Protocol(#[from] super::protocol::NeedsNewer),
     /// The store is unreachable (the in-memory store's injected outage).
     #[error("store unavailable: {0}")]
     Unavailable(String),
