@@ -37,6 +37,8 @@ run: build guests
 # harness starts itself unless DATABASE_URL is set), the process tests and the plugin tests with
 # real compiled guests; then the guests' own unit tests, natively (the SDK, its testing fakes,
 # the examples' logic).
+# The mixed-version test (tests/tests/upgrades.rs) runs the previous release beside this build:
+# scripts/build-release.sh builds it from the repository's history, once.
 # The container tests (tests/tests/containers.rs, compose.rs) build the image from the dev binary
 # with scripts/image.sh and run it with podman, which the first line installs.
 # Every test binary, and the guests' tests, run to the end however many fail before them, so one
@@ -44,6 +46,7 @@ run: build guests
 test: build guests
 	@scripts/install-deps.sh --containers
 	failed=0; \
+	scripts/build-release.sh || failed=1; \
 	$(CARGO) test --workspace --no-fail-fast || failed=1; \
 	(cd guests && $(CARGO) test --workspace --locked --no-fail-fast) || failed=1; \
 	exit $$failed

@@ -70,6 +70,8 @@ pub struct HostBuilder {
     pub(crate) default_http: bool,
     /// `leasehold exec … -- COMMAND` instead of `leasehold run` (process only).
     pub(crate) exec: Option<Vec<String>>,
+    /// Another `leasehold` binary than [`binary`], e.g. an earlier release (process only).
+    pub(crate) program: Option<PathBuf>,
 }
 
 impl HostBuilder {
@@ -149,6 +151,12 @@ impl HostBuilder {
         self
     }
 
+    /// Runs `program` instead of this tree's binary, e.g. an earlier release (process only).
+    pub fn program(mut self, program: &Path) -> Self {
+        self.program = Some(program.to_path_buf());
+        self
+    }
+
     /// Spawns the host and waits (15 s at most) until it leads `lease`, as a test that needs a
     /// holder first does.
     pub async fn spawn_leading(self, lease: &str) -> anyhow::Result<Host> {
@@ -160,6 +168,10 @@ impl HostBuilder {
     /// Starts `leasehold run --http 127.0.0.1:0 --replica-id NAME …` (the test's own `--http`
     /// instead, if its arguments have one) and waits until it serves HTTP.
     pub async fn spawn(self) -> anyhow::Result<Host> {
+        let program = match &self.program {
+            Some(program) => program.clone(),
+            None => binary()?,
+        };
         let mut cmd = match &self.shell {
             Some(prefix) => {
                 let mut shell = Command::new("bash");
@@ -167,10 +179,10 @@ impl HostBuilder {
                     .arg("-c")
                     .arg(format!("{prefix}; exec \"$@\""))
                     .arg("bash")
-                    .arg(binary()?);
+                    .arg(&program);
                 shell
             }
-            None => Command::new(binary()?),
+            None => Command::new(&program),
         };
         cmd.arg(if self.exec.is_some() { "exec" } else { "run" });
         let config_dir = match &self.config {
