@@ -71,7 +71,9 @@ pub struct RoleLabel {
 pub struct StoreErrorLabel {
     /// The lease loop's operation: `campaign`, `renew`, `release` or `heartbeat`.
     pub op: LabelText,
-    /// Why it failed: `timeout`, `permission`, `schema`, `connection`, `conflict` or `other`.
+    /// Why it failed: one of `lease::health::Cause`'s labels (`refused`, `closed`, `reset`,
+    /// `timeout`, `read_only`, `restarting`, `connection`, `permission`, `schema`, `protocol`,
+    /// `conflict`, `other`).
     pub cause: LabelText,
 }
 
@@ -346,7 +348,7 @@ impl Metrics {
         );
         registry.register(
             "leasehold_store_errors",
-            "The lease loop's store calls that failed, by operation (campaign, renew, release, heartbeat) and cause (timeout, permission, schema, connection, conflict, other)",
+            "The lease loop's store calls that failed, by operation (campaign, renew, release, heartbeat) and cause (refused, closed, reset, timeout, read_only, restarting, connection, permission, schema, protocol, conflict, other)",
             self.store_errors.clone(),
         );
     }

@@ -6,9 +6,10 @@
 //! ready while every campaign failed.
 //!
 //! The log tells a run of failures once, not per call: one warning when calls start failing,
-//! naming what failed ([`describe`]: refused, reset, closed before the server answered, …), one
-//! summary per [`SUMMARY_EVERY`] while they go on, and one line when a call lands again, with how
-//! long they failed. The counts are in `/metrics`; each failure is at debug level.
+//! naming what failed ([`Cause::says`]: refused, reset, closed before the server answered, …),
+//! one summary per [`SUMMARY_EVERY`] while they go on, and one line when a call lands again, with
+//! how long they failed. The counts are in `/metrics`, by the same cause; each failure is at debug
+//! level.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -38,9 +39,11 @@ pub enum Cause {
     ReadOnly,
     /// The server is starting, shutting down or restarting (PostgreSQL 57P01–57P03).
     Restarting,
-    /// Any other failure to have a connection (TLS, the pool could not get one).
+    /// Any other failure to have a connection (TLS, the pool could not get one, no such
+    /// database, too many clients).
     Connection,
-    /// The role may not do it (PostgreSQL 42501; a read-only SQLite file).
+    /// The role may not do it, or may not log in (PostgreSQL 42501, 28000, 28P01; a read-only
+    /// SQLite file).
     Permission,
     /// The schema is missing or older than this binary (a table or column unknown).
     Schema,
@@ -108,43 +111,52 @@ impl Cause {
         }
     }
 
-    /// What `error`'s cause is: from the error's kind, SQLSTATE or SQLite code, and from its
-    /// words where the driver gives only words (an I/O or protocol error).
+    /// What `error`'s cause is: from the error's kind, SQLSTATE or SQLite code, and from the
+    /// driver's words where it gives only words (an I/O or protocol error).
     pub fn of(error: &StoreError) -> Cause {
-        let found = match error {
+        match error {
             StoreError::Timeout { .. } | StoreError::ConnectTimeout { .. } => Cause::Timeout,
-            StoreError::Connect { source, .. } => Cause::of_driver(source),
-            StoreError::Unavailable(_) => Cause::Connection,
+            StoreError::Connect { source, .. } | StoreError::Query { source, .. } => {
+                Cause::of_driver(source)
+            }
+            StoreError::Unavailable(text) => Cause::of_text(text).unwrap_or(Cause::Connection),
             StoreError::CreateFile { .. } | StoreError::Grants { .. } => Cause::Permission,
             StoreError::Migrate { .. } => Cause::Schema,
             StoreError::Protocol(_) => Cause::Protocol,
-            StoreError::Query { source, .. } => Cause::of_driver(source),
             StoreError::Invalid { .. } => Cause::Other,
-        };
-        match found {
-            Cause::Connection | Cause::Other => Cause::of_text(&error.to_string()).unwrap_or(found),
-            _ => found,
         }
     }
 
-    /// The cause of a driver error: SQLite's result codes, PostgreSQL's SQLSTATEs.
+    /// The cause of a driver error: its I/O error's kind, SQLite's result codes, PostgreSQL's
+    /// SQLSTATEs, and where those say no more than "a connection" or "something", its words.
+    /// Only the driver's words: the store's own (a URL, an operation) could name a cause by
+    /// chance, a host called `standby-read-only` say.
     fn of_driver(error: &sqlx::Error) -> Cause {
+        Cause::of_driver_kind(error)
+            .unwrap_or_else(|vague| Cause::of_text(&error.to_string()).unwrap_or(vague))
+    }
+
+    /// The cause a driver error's kind or code names, without reading its words; `Err` with the
+    /// cause to fall back on where they name none more precise than "a connection" or "other".
+    fn of_driver_kind(error: &sqlx::Error) -> Result<Cause, Cause> {
         use std::io::ErrorKind;
         match error {
             sqlx::Error::Io(e) => match e.kind() {
-                ErrorKind::ConnectionRefused => Cause::Refused,
-                ErrorKind::UnexpectedEof => Cause::Closed,
+                ErrorKind::ConnectionRefused => Ok(Cause::Refused),
+                ErrorKind::UnexpectedEof => Ok(Cause::Closed),
                 ErrorKind::ConnectionReset
                 | ErrorKind::ConnectionAborted
-                | ErrorKind::BrokenPipe => Cause::Reset,
-                ErrorKind::TimedOut => Cause::Timeout,
-                _ => Cause::Connection,
+                | ErrorKind::BrokenPipe => Ok(Cause::Reset),
+                ErrorKind::TimedOut => Ok(Cause::Timeout),
+                _ => Err(Cause::Connection),
             },
+            // sqlx tells a proxy that accepts and closes only in words ("unexpected response
+            // from SSLRequest: 0x00"), which `of_text` reads.
             sqlx::Error::PoolTimedOut
             | sqlx::Error::PoolClosed
             | sqlx::Error::Tls(_)
             | sqlx::Error::Protocol(_)
-            | sqlx::Error::WorkerCrashed => Cause::Connection,
+            | sqlx::Error::WorkerCrashed => Err(Cause::Connection),
             sqlx::Error::Database(db)
                 if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() =>
             {
@@ -152,23 +164,24 @@ impl Cause {
                 let code = db.code().and_then(|c| c.parse::<i64>().ok()).unwrap_or(0);
                 match code & 0xff {
                     // SQLITE_PERM, SQLITE_READONLY, SQLITE_AUTH
-                    3 | 8 | 23 => Cause::Permission,
+                    3 | 8 | 23 => Ok(Cause::Permission),
                     // SQLITE_BUSY, SQLITE_LOCKED
-                    5 | 6 => Cause::Conflict,
+                    5 | 6 => Ok(Cause::Conflict),
                     // SQLITE_IOERR, SQLITE_CANTOPEN, SQLITE_NOTADB
-                    10 | 14 | 26 => Cause::Connection,
-                    1 if db.message().contains("no such") => Cause::Schema,
-                    _ => Cause::Other,
+                    10 | 14 | 26 => Ok(Cause::Connection),
+                    1 if db.message().contains("no such") => Ok(Cause::Schema),
+                    _ => Err(Cause::Other),
                 }
             }
             sqlx::Error::Database(db) => {
                 let code = db.code();
                 let code = code.as_deref().unwrap_or_default();
-                match code {
-                    // insufficient_privilege
-                    "42501" => Cause::Permission,
-                    // undefined_table, undefined_column, undefined_function
-                    "42P01" | "42703" | "42883" => Cause::Schema,
+                Ok(match code {
+                    // insufficient_privilege; invalid_authorization_specification and
+                    // invalid_password (a login refused: the role, not the server, is the fix)
+                    "42501" | "28000" | "28P01" => Cause::Permission,
+                    // undefined_table, undefined_column, undefined_function, invalid_schema_name
+                    "42P01" | "42703" | "42883" | "3F000" => Cause::Schema,
                     // query_canceled (statement_timeout), lock_not_available (lock_timeout)
                     "57014" | "55P03" => Cause::Timeout,
                     // serialization_failure, deadlock_detected
@@ -179,12 +192,17 @@ impl Cause {
                     "57P01" | "57P02" | "57P03" => Cause::Restarting,
                     // the schema's protocol guard (migration 20261206000001)
                     "LH002" => Cause::Protocol,
-                    // connection_exception, operator_intervention
-                    _ if code.starts_with("08") || code.starts_with("57P") => Cause::Connection,
-                    _ => Cause::Other,
-                }
+                    // invalid_catalog_name (no such database), too_many_connections: no
+                    // connection to be had, whatever the words ("does not exist" is no table's)
+                    "3D000" | "53300" => Cause::Connection,
+                    // connection_exception, operator_intervention: its words may say more
+                    _ if code.starts_with("08") || code.starts_with("57P") => {
+                        return Err(Cause::Connection);
+                    }
+                    _ => return Err(Cause::Other),
+                })
             }
-            _ => Cause::Other,
+            _ => Err(Cause::Other),
         }
     }
 
@@ -403,15 +421,53 @@ mod tests {
         assert_eq!(health.landed(), None, "said once");
     }
 
+    /// A PostgreSQL error with a SQLSTATE, as the server sends one (sqlx's own cannot be built).
+    #[derive(Debug)]
+    struct Sqlstate(&'static str, &'static str);
+
+    impl std::fmt::Display for Sqlstate {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.1)
+        }
+    }
+
+    impl std::error::Error for Sqlstate {}
+
+    impl sqlx::error::DatabaseError for Sqlstate {
+        fn message(&self) -> &str {
+            self.1
+        }
+        fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
+            Some(self.0.into())
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+
     #[test]
     fn a_failure_is_counted_by_its_cause_and_described_in_words_an_operator_can_act_on() {
         let io = |kind| StoreError::Query {
             op: "campaign",
             source: sqlx::Error::Io(std::io::Error::from(kind)),
         };
-        let query = |text: &str| StoreError::Query {
+        // Words only, as sqlx gives an I/O or protocol failure.
+        let words = |text: &str| StoreError::Query {
             op: "campaign",
             source: sqlx::Error::Protocol(text.into()),
+        };
+        let sqlstate = |code, message| StoreError::Query {
+            op: "campaign",
+            source: sqlx::Error::Database(Box::new(Sqlstate(code, message))),
         };
         let needs_newer = StoreError::Protocol(crate::lease::protocol::NeedsNewer(
             crate::lease::protocol::Requirement {
@@ -420,6 +476,10 @@ mod tests {
                 why: "a rule".into(),
             },
         ));
+        let timeout = StoreError::Timeout {
+            op: "campaign",
+            after: Duration::from_secs(1),
+        };
         for (error, cause, said) in [
             (
                 io(std::io::ErrorKind::ConnectionRefused),
@@ -427,7 +487,13 @@ mod tests {
                 "connection refused",
             ),
             (
-                query("unexpected response from SSLRequest: 0x00"),
+                words("error communicating with database: Connection refused (os error 111)"),
+                Cause::Refused,
+                "connection refused",
+            ),
+            // A proxy that accepts and closes with no server behind it.
+            (
+                words("unexpected response from SSLRequest: 0x00"),
                 Cause::Closed,
                 "closed before the server answered",
             ),
@@ -441,34 +507,92 @@ mod tests {
                 Cause::Reset,
                 "reset",
             ),
+            (io(std::io::ErrorKind::BrokenPipe), Cause::Reset, "reset"),
             (
-                query("cannot execute UPDATE in a read-only transaction"),
+                sqlstate("25006", "cannot execute UPDATE in a read-only transaction"),
                 Cause::ReadOnly,
                 "read-only",
             ),
             (
-                StoreError::Timeout {
-                    op: "campaign",
-                    after: Duration::from_secs(1),
-                },
-                Cause::Timeout,
-                "no answer in time",
+                words("cannot execute UPDATE in a read-only transaction"),
+                Cause::ReadOnly,
+                "read-only",
             ),
             (
-                query("the database system is shutting down"),
+                sqlstate(
+                    "57P01",
+                    "terminating connection due to administrator command",
+                ),
+                Cause::Restarting,
+                "restarting",
+            ),
+            (
+                sqlstate("57P03", "the database system is starting up"),
+                Cause::Restarting,
+                "starting",
+            ),
+            (
+                words("the database system is shutting down"),
                 Cause::Restarting,
                 "shutting down",
             ),
             (
-                query("this database needs leasehold ≥ 9.0.0 (protocol 9: a rule)"),
+                sqlstate("LH002", "leasehold protocol 9 is required"),
+                Cause::Protocol,
+                "newer leasehold",
+            ),
+            (
+                words("this database needs leasehold ≥ 9.0.0 (protocol 9: a rule)"),
                 Cause::Protocol,
                 "newer leasehold",
             ),
             (needs_newer, Cause::Protocol, "newer leasehold"),
+            (timeout, Cause::Timeout, "no answer in time"),
             (
-                query("relation \"leasehold_leases\" does not exist"),
+                sqlstate("57014", "canceling statement due to statement timeout"),
+                Cause::Timeout,
+                "no answer in time",
+            ),
+            (
+                sqlstate("42501", "permission denied for table leasehold_leases"),
+                Cause::Permission,
+                "permission denied",
+            ),
+            (
+                sqlstate("28P01", "password authentication failed for user \"lh\""),
+                Cause::Permission,
+                "permission denied",
+            ),
+            (
+                sqlstate("42P01", "relation \"leasehold_leases\" does not exist"),
                 Cause::Schema,
                 "schema",
+            ),
+            (
+                words("relation \"leasehold_leases\" does not exist"),
+                Cause::Schema,
+                "schema",
+            ),
+            // No database to connect to is not a table missing, whatever the words.
+            (
+                sqlstate("3D000", "database \"leases\" does not exist"),
+                Cause::Connection,
+                "no connection",
+            ),
+            (
+                sqlstate("40001", "could not serialize access"),
+                Cause::Conflict,
+                "another transaction",
+            ),
+            (
+                io(std::io::ErrorKind::NotFound),
+                Cause::Connection,
+                "no connection",
+            ),
+            (
+                sqlstate("23505", "duplicate key value violates unique constraint"),
+                Cause::Other,
+                "an error of the store's",
             ),
         ] {
             assert_eq!(Cause::of(&error), cause, "{error}");
@@ -477,10 +601,33 @@ mod tests {
     }
 
     #[test]
-    fn causes_have_distinct_label_values() {
+    fn only_the_drivers_words_name_a_cause_not_the_url() {
+        // A host whose name reads like a cause: the refusal is what counts.
+        let error = StoreError::Connect {
+            url: "postgres://lh@standby-read-only-timeout.internal/leases".into(),
+            source: sqlx::Error::Io(std::io::Error::other("no route to host")),
+        };
+        assert_eq!(Cause::of(&error), Cause::Connection);
+    }
+
+    #[test]
+    fn causes_have_distinct_label_values_and_status_names_them_as_the_metric_does() {
         let mut seen: Vec<&str> = Cause::ALL.iter().map(|c| c.as_str()).collect();
         seen.sort_unstable();
         seen.dedup();
         assert_eq!(seen.len(), Cause::ALL.len());
+        let mut says: Vec<&str> = Cause::ALL.iter().map(|c| c.says()).collect();
+        says.sort_unstable();
+        says.dedup();
+        assert_eq!(
+            says.len(),
+            Cause::ALL.len(),
+            "each cause in words of its own"
+        );
+        for cause in Cause::ALL {
+            let status = serde_json::to_value(cause).unwrap();
+            assert_eq!(status, serde_json::json!(cause.as_str()));
+            assert_eq!(serde_json::from_value::<Cause>(status).unwrap(), cause);
+        }
     }
 }

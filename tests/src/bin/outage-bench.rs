@@ -3,12 +3,13 @@
 //! the server through a TCP proxy that accepts every connection and closes it while the server is
 //! down (as HAProxy does with no primary behind it). Each of `OUTAGE_TRIALS` (default 3) trials
 //! stops the server for `OUTAGE_LENGTH` (default 20 s) and starts it again; the bench prints, per
-//! replica, the warnings and errors it logged, its failed campaigns a second (from
-//! `leasehold_store_errors_total`), the connection attempts a second per replica (the proxy's
-//! count of connections accepted), and the time from the restart to a leader.
+//! replica, the warnings and errors it logged, its failed campaigns a second and how many of each
+//! cause (from `leasehold_store_errors_total`), the connection attempts a second per replica (the
+//! proxy's count of connections accepted), and the time from the restart to a leader.
 
 #![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use leasehold_tests::host::{Host, wait_for_single_leader};
@@ -17,14 +18,39 @@ use leasehold_tests::pg::Postgres;
 use leasehold_tests::proxy::{Proxy, upstream_of};
 use leasehold_tests::stats::{env_count, env_duration, summary};
 
-/// The campaigns `host` has seen fail, by its metrics.
-async fn failed_campaigns(host: &Host) -> anyhow::Result<f64> {
+/// The campaigns `host` has seen fail, by the `cause` label of its metrics (every cause a line
+/// of its own, so the total is their sum).
+async fn failed_campaigns(host: &Host) -> anyhow::Result<BTreeMap<String, f64>> {
     let metrics = host.metrics().await?;
-    Ok(metrics
+    let mut by_cause = BTreeMap::new();
+    for line in metrics
         .lines()
         .filter(|l| l.starts_with("leasehold_store_errors_total{") && l.contains("op=\"campaign\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum())
+    {
+        let Some(count) = line.rsplit(' ').next().and_then(|n| n.parse::<f64>().ok()) else {
+            continue;
+        };
+        let cause = line
+            .split_once("cause=\"")
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map_or("?", |(cause, _)| cause);
+        *by_cause.entry(cause.to_string()).or_insert(0.0) += count;
+    }
+    Ok(by_cause)
+}
+
+/// The failures in `during` and not in `before`, per cause, and their total.
+fn failed_between(before: &BTreeMap<String, f64>, during: &BTreeMap<String, f64>) -> (f64, String) {
+    let mut total = 0.0;
+    let mut causes = Vec::new();
+    for (cause, n) in during {
+        let n = n - before.get(cause).copied().unwrap_or(0.0);
+        if n > 0.0 {
+            total += n;
+            causes.push(format!("{cause} {n}"));
+        }
+    }
+    (total, causes.join(", "))
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -81,10 +107,11 @@ async fn main() -> anyhow::Result<()> {
                 .iter()
                 .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
                 .count();
+            let (failed, causes) = failed_between(&before[i], &during[i]);
             println!(
-                "  trial {trial}, {}: {warned} warnings and errors, {:.2} failed campaigns a second",
+                "  trial {trial}, {}: {warned} warnings and errors, {:.2} failed campaigns a second (by cause: {causes})",
                 h.name,
-                (during[i] - before[i]) / length.as_secs_f64()
+                failed / length.as_secs_f64()
             );
         }
         println!(
