@@ -1,14 +1,14 @@
 //! One connection attempt per call while the server cannot be reached.
 //!
-//! A pool asked for a connection it does not have opens one, and when the server refuses it the
-//! pool tries again, from 10 ms doubling, until its acquire timeout: one campaign during an outage
-//! became eight connection attempts, and a replica at ttl 2 s made ~12 a second (ten times its
-//! campaigns) against a server coming back up. The gate keeps count of nothing; it only knows
-//! whether the last call failed for want of a connection. While it did, a call first makes one
-//! connection attempt of its own, and fails with that attempt's error instead of entering the
-//! pool; the first that connects opens the gate for everyone. So the connection attempts during
-//! an outage are the calls themselves, which back off (campaigns) or are bounded by the term
-//! (renewals), and a pool never queues a call behind a server that is not there.
+//! A pool asked for a connection it does not have opens one, and when the server refuses it (or
+//! says it is starting up) the pool tries again, from 10 ms doubling, until its acquire timeout:
+//! one campaign against a stopped server became about eight connection attempts, ~12 a second
+//! from one replica at ttl 2 s. The gate knows only whether the last call ended that way (its
+//! error is one the pool retries, or its caller gave up on it while it waited). While it did, a
+//! call first makes one connection attempt of its own and fails with that attempt's error without
+//! entering the pool; the first that connects opens the gate for everyone. A server that accepts
+//! and closes (a proxy with nothing behind it) fails each attempt at once, without the pool's
+//! retries, so those calls go to the pool directly and a recovery costs no extra connection.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -40,8 +40,8 @@ impl Gate {
         }
     }
 
-    /// Runs `call` (op `op`), first making one connection attempt of its own if the server was
-    /// last found unreachable; notes whether the call found it unreachable.
+    /// Runs `call` (op `op`), first making one connection attempt of its own if the last call
+    /// found the server refusing; notes whether this one did.
     pub(super) async fn call<T>(
         &self,
         op: &'static str,
@@ -61,9 +61,13 @@ impl Gate {
                 }
             }
         }
+        // A call its caller gives up on (the store call's timeout) may have been waiting in the
+        // pool's retries: closed unless it ends here.
+        let mut given_up = GivenUp(&self.down, true);
         let result = call.await;
+        given_up.1 = false;
         if let Err(error) = &result
-            && unreachable(error)
+            && pool_retries(error)
         {
             self.down.store(true, Ordering::Relaxed);
         }
@@ -71,19 +75,25 @@ impl Gate {
     }
 }
 
-/// Whether `error` says no connection could be had: the server refused, reset or closed it, the
-/// pool could not open one in time, or the server is shutting down or starting.
-fn unreachable(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::PoolTimedOut => true,
-        sqlx::Error::Database(db) => {
-            let code = db.code();
-            let code = code.as_deref().unwrap_or_default();
-            code.starts_with("08") || code.starts_with("57P")
+/// Closes the gate when dropped armed: the call it watched did not end.
+struct GivenUp<'a>(&'a AtomicBool, bool);
+
+impl Drop for GivenUp<'_> {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0.store(true, Ordering::Relaxed);
         }
+    }
+}
+
+/// Whether `error` is one the pool retries on its own while connecting: the server refused
+/// the connection, is starting up or has no connection slot left (sqlx's transient errors), or
+/// the pool gave up waiting for one.
+fn pool_retries(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(io) => io.kind() == std::io::ErrorKind::ConnectionRefused,
+        sqlx::Error::PoolTimedOut => true,
+        sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("57P03" | "53300")),
         _ => false,
     }
 }
@@ -93,15 +103,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_refused_reset_or_closed_connection_closes_the_gate_and_a_statement_error_does_not() {
+    fn a_refused_connection_closes_the_gate_and_one_closed_at_once_does_not() {
         let io = |kind| sqlx::Error::Io(std::io::Error::from(kind));
-        assert!(unreachable(&io(std::io::ErrorKind::ConnectionRefused)));
-        assert!(unreachable(&io(std::io::ErrorKind::ConnectionReset)));
-        assert!(unreachable(&sqlx::Error::Protocol(
+        assert!(pool_retries(&io(std::io::ErrorKind::ConnectionRefused)));
+        assert!(pool_retries(&sqlx::Error::PoolTimedOut));
+        // The pool gives up on these at once: a call makes one attempt anyway.
+        assert!(!pool_retries(&io(std::io::ErrorKind::ConnectionReset)));
+        assert!(!pool_retries(&sqlx::Error::Protocol(
             "unexpected response from SSLRequest: 0x00".into()
         )));
-        assert!(unreachable(&sqlx::Error::PoolTimedOut));
-        assert!(!unreachable(&sqlx::Error::RowNotFound));
+        assert!(!pool_retries(&sqlx::Error::RowNotFound));
+    }
+
+    #[tokio::test]
+    async fn a_call_its_caller_gave_up_on_closes_the_gate() {
+        let gate = Gate::new(PgConnectOptions::new(), Vec::new());
+        let waiting = gate.call(
+            "campaign",
+            std::future::pending::<Result<(), sqlx::Error>>(),
+        );
+        let given_up = tokio::time::timeout(std::time::Duration::from_millis(10), waiting).await;
+        assert!(given_up.is_err());
+        assert!(gate.down.load(Ordering::Relaxed));
     }
 
     #[tokio::test]
