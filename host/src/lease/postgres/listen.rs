@@ -141,7 +141,11 @@ impl Subscription {
                         Err(error) => error,
                     },
                 };
-                let retry_in = self.backoff;
+                // Plus up to 20% jitter, as campaigns have: replicas that lost the server together
+                // do not all come back to it in the same millisecond.
+                let retry_in = self
+                    .backoff
+                    .mul_f64(1.0 + rand::Rng::random_range(&mut rand::rng(), 0.0..0.2));
                 let now = tokio::time::Instant::now();
                 match &mut self.failing {
                     None => {
@@ -162,7 +166,7 @@ impl Subscription {
                     _ = self.stop.cancelled() => return None,
                     _ = tokio::time::sleep(retry_in) => {}
                 }
-                self.backoff = (retry_in * 2).min(MAX_BACKOFF);
+                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
                 continue;
             };
             let received = tokio::select! {
