@@ -15,6 +15,7 @@ use std::time::Duration;
 use leasehold_tests::eventually::eventually;
 use leasehold_tests::host::{Host, HostBuilder, run_to_exit};
 use leasehold_tests::log::Logged;
+use leasehold_tests::stores::{Backend, Db};
 use sqlx::Connection;
 
 const LEASE: &str = "mixed";
@@ -37,12 +38,6 @@ fn previous_release() -> Option<PathBuf> {
             None
         }
     }
-}
-
-fn sqlite_file() -> (tempfile::TempDir, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
-    (dir, url)
 }
 
 /// (role, holder, epoch) of the lease as `host` answers the versioned lease API, which both
@@ -210,17 +205,14 @@ async fn beside_the_previous_release(url: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn this_release_runs_beside_the_previous_one_and_rolls_back_to_it_on_sqlite() {
-    let (_dir, url) = sqlite_file();
-    beside_the_previous_release(&url).await;
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    beside_the_previous_release(&db.url().unwrap()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn this_release_runs_beside_the_previous_one_and_rolls_back_to_it_on_postgres() {
-    let url = leasehold_tests::pg::server()
-        .fresh_database()
-        .await
-        .unwrap();
-    beside_the_previous_release(&url).await;
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    beside_the_previous_release(&db.url().unwrap()).await;
 }
 
 /// Raises the schema's required protocol above every binary's.
@@ -299,18 +291,15 @@ async fn a_newer_protocol_is_refused(url: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_that_needs_a_newer_protocol_is_refused_at_start_and_before_each_campaign_on_sqlite()
  {
-    let (_dir, url) = sqlite_file();
-    a_newer_protocol_is_refused(&url).await;
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    a_newer_protocol_is_refused(&db.url().unwrap()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_that_needs_a_newer_protocol_is_refused_at_start_and_before_each_campaign_on_postgres()
  {
-    let url = leasehold_tests::pg::server()
-        .fresh_database()
-        .await
-        .unwrap();
-    a_newer_protocol_is_refused(&url).await;
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    a_newer_protocol_is_refused(&db.url().unwrap()).await;
 }
 
 /// On PostgreSQL the database refuses, by itself, a campaign from a session that announces no
@@ -318,16 +307,9 @@ async fn a_database_that_needs_a_newer_protocol_is_refused_at_start_and_before_e
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_refuses_a_takeover_from_a_session_below_the_protocol_by_itself() {
     let url = leasehold_tests::pg::server()
-        .fresh_database()
+        .fresh_lease_database()
         .await
         .unwrap();
-    let (status, stderr) = run_to_exit(
-        &["migrate", "--database-url", &url],
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
-    assert!(status.success(), "{stderr}");
     let insert = "INSERT INTO leasehold_leases (name, holder, epoch, acquired_at, renewed_at, expires_at, ttl_ms)
                   VALUES ('by-hand', 'someone', 1, now(), now(), now() + interval '1 minute', 60000)";
     let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
