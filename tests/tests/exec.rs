@@ -121,22 +121,30 @@ async fn a_holder_killed_alone_takes_its_worker_and_grandchild_with_it() {
     );
 }
 
+/// The host frozen alone: its keeper stops the worker on its own clock before the next holder's
+/// starts. Once resumed, the host's log and `/status` give the keeper's time of the stop, not the
+/// time the host read of it: the log line says how long before the resume the tree was gone, and
+/// that moment comes before the next holder's start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_frozen_alone_past_the_ttl_has_its_worker_dead_before_the_next_starts() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("history");
-    let (a, _b) = hosts(&database().await, &file).await;
+    let (a, b) = hosts(&database().await, &file).await;
     a.signal("STOP").unwrap();
     started(&file, 2).await;
     tokio::time::sleep(TTL * 3).await;
     a.signal("CONT").unwrap();
     // Its keeper did it, on its own clock, while the host was frozen; the host hears it after.
     a.wait_for_log(
-        "the process was sent its stop signal ahead of the lease's deadline",
+        "the process was sent its stop signal ahead of the lease's deadline, by its keeper",
         Duration::from_secs(10),
     )
     .await
     .unwrap();
+    let over = a
+        .wait_for_log("before this host resumed", Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
     let lines = assert_no_overlap(&file);
     assert!(
         !lines
@@ -144,6 +152,26 @@ async fn a_holder_frozen_alone_past_the_ttl_has_its_worker_dead_before_the_next_
             .any(|l| l.epoch == 1 && l.what == "start" && l.at > lines[0].at),
         "epoch 1's worker started again after the thaw: {lines:?}"
     );
+    // The stop as the record tells it: the resumed host's line, less the time it says the tree
+    // had been gone, against the next holder's start.
+    let ago_ms: f64 = over
+        .split("left ")
+        .nth(1)
+        .and_then(|rest| rest.split(" ms before").next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no figure in {over:?}"));
+    let gone = leasehold_tests::host::time_of_day(&over).unwrap() - ago_ms / 1000.0;
+    let next = leasehold_tests::host::log_time(&b.log_text(), "process started").unwrap();
+    eprintln!(
+        "the keeper's stop by the resumed host's log: {:.0} ms before the next holder's start",
+        (next - gone) * 1000.0
+    );
+    assert!(gone < next, "{over}\n{}", b.log_text());
+    let status = a.status().await.unwrap();
+    let card = &status.processes[0];
+    assert_eq!(card.keeper_stops, 1, "{card:?}");
+    let took = card.last_stop_ms.unwrap();
+    assert!(took < 1000.0, "{card:?}");
 }
 
 /// A process that writes as fast as it can, and a line of 1 MB: the host's log takes what a

@@ -314,24 +314,188 @@ async fn a_service_table_that_cannot_run_fails_at_start_in_one_line_naming_it() 
     }
 }
 
+/// A holder frozen alone (SIGSTOP of its host, a debugger, a stuck runtime) cannot stop its
+/// service: the keeper holding `deactivate` ready runs it on its own clock a grace before the
+/// lease's deadline, so it has ended before the next holder's `activate` begins; the resumed host
+/// says the keeper did it, counts the stop as the keeper's and as confirmed (it ended in time).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_holder_resumed_past_its_deadline_still_deactivates_late_and_says_it_is_unconfirmed() {
+async fn a_frozen_holder_s_service_is_deactivated_by_its_keeper_before_the_next_holder_activates() {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
-    // A deactivate that takes 200 ms: more than the moment left before a deadline.
-    let host = replica("frozen", &url, dir.path(), "sleep 0.2; ", "500ms")
+    let url = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    let a = replica("a", &url, dir.path(), "sleep 0.2; ", "500ms")
         .spawn_leading("relay")
         .await
         .unwrap();
     in_history(dir.path(), 1, "activate").await;
-    host.signal("STOP").unwrap();
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    host.signal("CONT").unwrap();
-    // Its whole grace, though late: stopping the service late beats leaving it running.
-    in_history(dir.path(), 1, "deactivate").await;
-    host.wait_for_log("counted as an unconfirmed stop", Duration::from_secs(10))
+    let b = replica("b", &url, dir.path(), "", "500ms")
+        .spawn()
+        .await
+        .unwrap();
+    b.wait_for_log("campaigning allowed", Duration::from_secs(10))
+        .await
+        .unwrap();
+    a.signal("STOP").unwrap();
+    let deactivated = in_history(dir.path(), 1, "deactivate").await;
+    let next = in_history(dir.path(), 2, "activate").await;
+    assert!(deactivated < next, "{:?}", history(dir.path()));
+    eprintln!(
+        "frozen holder: epoch 1 deactivated by its keeper {:.0} ms before epoch 2 activated",
+        (next - deactivated) as f64 / 1e6
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    a.signal("CONT").unwrap();
+    a.wait_for_log(
+        "the keeper began deactivate on its own",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
+    let over = a
+        .wait_for_log("before this host resumed", Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
+    a.wait_for_log("service deactivated", Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
+    eprintln!("{over}");
+    let status = a.status().await.unwrap();
+    let card = &status.processes[0];
+    assert_eq!(card.keeper_stops, 1, "{card:?}");
+    assert_eq!(card.unconfirmed_stops, 0, "{card:?}");
+    let took = card.last_stop_ms.unwrap();
+    assert!((200.0..500.0).contains(&took), "{card:?}");
+    drop(b);
+}
+
+/// A holder's host killed alone (the OOM killer, a crash): the keeper holding `deactivate` ready
+/// sees its host gone and runs it at once; the next holder activates after it has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holder_s_service_is_deactivated_by_its_keeper_before_the_next_holder_activates() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    let mut a = replica("a", &url, dir.path(), "", "500ms")
+        .spawn_leading("relay")
+        .await
+        .unwrap();
+    in_history(dir.path(), 1, "activate").await;
+    let b = replica("b", &url, dir.path(), "", "500ms")
+        .spawn()
+        .await
+        .unwrap();
+    b.wait_for_log("campaigning allowed", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let killed = leasehold_tests::exec::now_ns();
+    a.kill().await.unwrap();
+    let deactivated = in_history(dir.path(), 1, "deactivate").await;
+    let next = in_history(dir.path(), 2, "activate").await;
+    assert!(deactivated < next, "{:?}", history(dir.path()));
+    let after = (deactivated - killed) as f64 / 1e6;
+    eprintln!(
+        "killed holder: epoch 1 deactivated {after:.0} ms after the kill, {:.0} ms before epoch 2 activated",
+        (next - deactivated) as f64 / 1e6
+    );
+    assert!(
+        after < 1000.0,
+        "deactivate ran {after:.0} ms after the kill"
+    );
+    drop(b);
+}
+
+/// What `activate` leaves running when it exits is the service (a daemon it started, as
+/// `redis-server --daemonize yes`, `nginx` or `pg_ctl start` do): the term is activated on the
+/// first try and the daemon runs on until `deactivate` stops it. The log says it left them running,
+/// and, when they still hold the script's output, that their output is no longer read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_activate_leaves_running_is_the_service_and_runs_until_deactivate() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let config = format!(
+        r#"leases = ["relay"]
+[[service]]
+name = "relay"
+activate = ["sh", "-c", "setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $! > {d}/daemon; sleep 300 & echo $! > {d}/chatty; echo started"]
+deactivate = ["sh", "-c", "kill $(cat {d}/daemon) $(cat {d}/chatty)"]
+grace = "500ms"
+"#
+    );
+    let mut host = HostBuilder::new("daemon")
+        .database_url(&url)
+        .ttl(Duration::from_secs(2))
+        .config(&config)
+        .spawn_leading("relay")
+        .await
+        .unwrap();
+    host.wait_for_log("service activated", Duration::from_secs(10))
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", host.log_text()));
+    let pid = |name: &str| -> i32 {
+        std::fs::read_to_string(dir.path().join(name))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let alive = |pid: i32| std::path::Path::new(&format!("/proc/{pid}")).exists();
+    let (daemon, chatty) = (pid("daemon"), pid("chatty"));
+    // Two terms' worth of renewals: nothing kills them, and the lease stays.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(alive(daemon) && alive(chatty), "{}", host.log_text());
+    let log = host.log_text();
+    assert!(
+        log.contains("the activate script left 2 process(es) running"),
+        "{log}"
+    );
+    assert!(log.contains("no longer read: redirect it"), "{log}");
+    assert!(!log.contains("activate failed"), "{log}");
+    assert!(!log.contains("killed"), "{log}");
+    assert_eq!(log.matches("lease acquired").count(), 1, "{log}");
+    let last = host.stop_for_last_line().await.unwrap();
+    assert!(last.contains("relay (relay) deactivated"), "{last}");
+    eventually(
+        "the daemon stopped by deactivate",
+        Duration::from_secs(5),
+        async || when((alive(daemon), alive(chatty)), |(d, c)| !*d && !*c),
+    )
+    .await
+    .unwrap();
+}
+
+/// A script that does not exit by its time limit is killed with its tree, and the log says that
+/// (not that it left anything behind).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_activate_that_does_not_exit_by_the_deadline_is_killed_and_the_log_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let config = r#"leases = ["relay"]
+[[service]]
+name = "relay"
+activate = ["sleep", "600"]
+deactivate = ["true"]
+grace = "300ms"
+"#;
+    let host = HostBuilder::new("hung")
+        .database_url(&url)
+        .ttl(Duration::from_secs(2))
+        .config(config)
+        .spawn_leading("relay")
+        .await
+        .unwrap();
+    let line = host
+        .wait_for_log("did not exit by its time limit", Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", host.log_text()));
+    assert!(line.contains("the activate script"), "{line}");
+    host.wait_for_log("activate failed", Duration::from_secs(5))
+        .await
+        .unwrap();
 }
 
 /// One request the app's health endpoint answered.

@@ -13,15 +13,15 @@ use std::time::{Duration, Instant};
 
 use leasehold::process::handle::{Kept, Spec};
 use leasehold::process::keeper::monotonic_ns;
-use leasehold::process::protocol::{Ended, Report, Why};
+use leasehold::process::protocol::{Ended, Mode, Report, Timed, Why};
 use leasehold_tests::host::binary;
 
 /// A keeper under test: its orders pipe, and its reports with the instant each was read.
 struct Keeper {
     process: Child,
     orders: Option<ChildStdin>,
-    reports: Receiver<(Instant, Report)>,
-    seen: Vec<(Instant, Report)>,
+    reports: Receiver<(Instant, Timed)>,
+    seen: Vec<(Instant, Timed)>,
 }
 
 impl Keeper {
@@ -33,11 +33,17 @@ impl Keeper {
 
     /// A keeper of `command` as [`Keeper::start`] has it.
     fn start_command(command: &[&str], grace: Duration, within: Duration) -> Keeper {
+        Keeper::start_mode(command, grace, within, Mode::Own)
+    }
+
+    /// A keeper of `command` in `mode`.
+    fn start_mode(command: &[&str], grace: Duration, within: Duration, mode: Mode) -> Keeper {
         let until = monotonic_ns() + within.as_nanos() as u64;
         let mut process = Command::new(binary().unwrap())
             .args(["keeper", "--signal", "15"])
             .arg(format!("--grace-ms={}", grace.as_millis()))
             .arg(format!("--until={until}"))
+            .arg(format!("--mode={}", mode.as_str()))
             .arg("--")
             .args(command)
             .stdin(Stdio::piped())
@@ -51,7 +57,7 @@ impl Keeper {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 let report =
-                    Report::parse(&line).unwrap_or_else(|| panic!("not a report: {line:?}"));
+                    Timed::parse(&line).unwrap_or_else(|| panic!("not a report: {line:?}"));
                 if send.send((Instant::now(), report)).is_err() {
                     break;
                 }
@@ -73,7 +79,7 @@ impl Keeper {
 
     /// Waits for the first report that `matches`, returning when it was read.
     fn wait_for(&mut self, what: &str, matches: impl Fn(&Report) -> bool) -> Instant {
-        if let Some((at, _)) = self.seen.iter().find(|(_, r)| matches(r)) {
+        if let Some((at, _)) = self.seen.iter().find(|(_, r)| matches(&r.report)) {
             return *at;
         }
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -81,7 +87,7 @@ impl Keeper {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.reports.recv_timeout(left) {
                 Ok((at, report)) => {
-                    let found = matches(&report);
+                    let found = matches(&report.report);
                     self.seen.push((at, report));
                     if found {
                         return at;
@@ -94,7 +100,16 @@ impl Keeper {
 
     /// Every report seen so far.
     fn reports(&self) -> Vec<&Report> {
-        self.seen.iter().map(|(_, r)| r).collect()
+        self.seen.iter().map(|(_, r)| &r.report).collect()
+    }
+
+    /// The keeper's own clock reading of the first report that `matches`.
+    fn stamp(&self, matches: impl Fn(&Report) -> bool) -> u64 {
+        self.seen
+            .iter()
+            .find(|(_, r)| matches(&r.report))
+            .and_then(|(_, r)| r.at)
+            .unwrap_or_else(|| panic!("no stamped report: {:?}", self.reports()))
     }
 
     /// The pids the script printed as `NAME PID` lines, for `names`.
@@ -109,7 +124,7 @@ impl Keeper {
                 );
                 self.seen
                     .iter()
-                    .find_map(|(_, r)| match r {
+                    .find_map(|(_, r)| match &r.report {
                         Report::Output { text, .. } => text.strip_prefix(&prefix)?.parse().ok(),
                         _ => None,
                     })
@@ -260,9 +275,173 @@ fn what_the_child_leaves_behind_dies_with_it() {
     );
     let left = keeper.pids(&["left"])[0];
     keeper.wait_for("exited", |r| *r == Report::Exited(Ended::Code(3)));
+    keeper.wait_for("left", |r| {
+        *r == Report::Left {
+            count: 1,
+            output_held: false,
+        }
+    });
     keeper.wait_for("killed", |r| *r == Report::Killed(Why::Leftovers));
     keeper.gone();
     assert!(!alive(left), "{left} outlived the child that started it");
+}
+
+/// A service's `activate` (`--mode leave`): what it leaves running when it exits is the service
+/// it started, and runs on after the keeper is gone; the keeper says how many, and whether they
+/// still held the script's output.
+#[test]
+fn in_leave_mode_what_the_child_leaves_running_runs_on_after_the_keeper() {
+    let mut keeper = Keeper::start_mode(
+        &[
+            "sh",
+            "-c",
+            "(setsid sh -c 'echo daemon $$; exec sleep 300' </dev/null &); sleep 0.2; exit 0",
+        ],
+        Duration::ZERO,
+        LONG,
+        Mode::Leave,
+    );
+    let daemon = keeper.pids(&["daemon"])[0];
+    keeper.wait_for("exited", |r| *r == Report::Exited(Ended::Code(0)));
+    // The daemon's stdout is still the script's pipe: the keeper says so.
+    keeper.wait_for("left", |r| {
+        *r == Report::Left {
+            count: 1,
+            output_held: true,
+        }
+    });
+    keeper.gone();
+    assert!(
+        !keeper
+            .reports()
+            .iter()
+            .any(|r| matches!(r, Report::Killed(_))),
+        "{:?}",
+        keeper.reports()
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(alive(daemon), "the daemon {daemon} died with its keeper");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(daemon).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+}
+
+/// In leave mode a script still running at its deadline is killed with its whole tree, as ever.
+#[test]
+fn in_leave_mode_a_child_still_running_at_its_deadline_is_killed_with_its_tree() {
+    let mut keeper = Keeper::start_mode(
+        &["sh", "-c", &daemonising(true)],
+        Duration::ZERO,
+        Duration::from_millis(500),
+        Mode::Leave,
+    );
+    let pids = keeper.pids(&["child", "grandchild"]);
+    keeper.wait_for("killed", |r| *r == Report::Killed(Why::Deadline));
+    keeper.gone();
+    for pid in pids {
+        assert!(!alive(pid), "{pid} outlived its deadline");
+    }
+}
+
+/// A service's `deactivate` held ready (`--mode deferred`) does not start while deadlines keep
+/// coming; once they stop (a frozen host), it starts on its own a grace before the last one, is
+/// killed at it if it has not exited, and every report carries the keeper's clock.
+#[test]
+fn a_deferred_command_starts_on_its_own_a_grace_before_an_unextended_deadline() {
+    let grace = Duration::from_millis(300);
+    let mut keeper = Keeper::start_mode(
+        &["sh", "-c", "echo began; exec sleep 300"],
+        grace,
+        Duration::from_millis(600),
+        Mode::Deferred,
+    );
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(150));
+        let until = monotonic_ns() + 600_000_000;
+        keeper.order(&format!("until {until}"));
+    }
+    assert!(keeper.reports.try_recv().is_err(), "it began while renewed");
+    let last = monotonic_ns() + 600_000_000;
+    keeper.order(&format!("until {last}"));
+    keeper.wait_for("began", |r| *r == Report::Began(Why::Deadline));
+    keeper.wait_for("killed", |r| *r == Report::Killed(Why::Deadline));
+    keeper.gone();
+    let began = keeper.stamp(|r| *r == Report::Began(Why::Deadline));
+    let killed = keeper.stamp(|r| *r == Report::Killed(Why::Deadline));
+    let soft = last - grace.as_nanos() as u64;
+    eprintln!(
+        "began {:.1} ms after the soft deadline, killed {:.1} ms after the deadline",
+        began.saturating_sub(soft) as f64 / 1e6,
+        killed.saturating_sub(last) as f64 / 1e6
+    );
+    assert!(
+        began >= soft && began < soft + 100_000_000,
+        "{began} vs {soft}"
+    );
+    assert!(
+        killed >= last && killed < last + 100_000_000,
+        "{killed} vs {last}"
+    );
+}
+
+/// A deferred command starts at once when its host is gone (stdin closed: the host was killed),
+/// and runs to its end (here it exits by itself) rather than being killed with the host.
+#[test]
+fn a_deferred_command_starts_at_once_when_the_host_is_gone_and_runs_to_its_end() {
+    let mut keeper = Keeper::start_mode(
+        &["sh", "-c", "sleep 0.2; echo done"],
+        Duration::from_secs(5),
+        LONG,
+        Mode::Deferred,
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(keeper.reports.try_recv().is_err(), "it began on its own");
+    let closed = Instant::now();
+    keeper.orders = None;
+    let began = keeper.wait_for("began", |r| *r == Report::Began(Why::HostGone));
+    keeper.wait_for(
+        "done",
+        |r| matches!(r, Report::Output { text, .. } if text == "done"),
+    );
+    keeper.wait_for("exited", |r| *r == Report::Exited(Ended::Code(0)));
+    keeper.gone();
+    assert!(
+        began - closed < Duration::from_millis(200),
+        "{:?}",
+        began - closed
+    );
+    assert!(
+        !keeper
+            .reports()
+            .iter()
+            .any(|r| matches!(r, Report::Killed(_))),
+        "{:?}",
+        keeper.reports()
+    );
+}
+
+/// Asked by its host, a deferred command starts at once and may run its grace, no longer.
+#[test]
+fn a_deferred_command_asked_to_begin_starts_at_once_and_is_killed_after_its_grace() {
+    let grace = Duration::from_millis(300);
+    let mut keeper = Keeper::start_mode(
+        &["sh", "-c", "trap '' TERM; exec sleep 300"],
+        grace,
+        LONG,
+        Mode::Deferred,
+    );
+    let asked = Instant::now();
+    keeper.order("stop");
+    keeper.wait_for("began", |r| *r == Report::Began(Why::Asked));
+    let killed = keeper.wait_for("killed", |r| matches!(r, Report::Killed(_)));
+    keeper.gone();
+    let took = killed - asked;
+    assert!(
+        took >= grace && took < grace + Duration::from_millis(400),
+        "{took:?}"
+    );
 }
 
 #[test]
@@ -334,6 +513,7 @@ async fn the_host_side_keeps_the_child_running_with_later_deadlines_and_stops_it
             .to_vec(),
         signal: rustix::process::Signal::TERM,
         grace: Duration::from_millis(100),
+        mode: Mode::Own,
     };
     let first = tokio::time::Instant::now() + Duration::from_millis(400);
     let env = [("LEASEHOLD_LEASE", "nightly".to_string())];
@@ -374,6 +554,7 @@ async fn dropping_the_host_side_kills_the_tree() {
         command: ["sh", "-c", &daemonising(true)].map(Into::into).to_vec(),
         signal: rustix::process::Signal::TERM,
         grace: Duration::from_secs(10),
+        mode: Mode::Own,
     };
     let until = tokio::time::Instant::now() + LONG;
     let mut kept = Kept::spawn(&binary().unwrap(), &spec, &[], until).unwrap();

@@ -122,6 +122,10 @@ pub struct KeeperArgs {
     /// The first deadline: a reading of CLOCK_MONOTONIC in nanoseconds.
     #[arg(long, default_value_t = 0)]
     pub until: u64,
+    /// What becomes of what the child leaves behind, and when it starts: `own`, `leave` or
+    /// `deferred` ([`crate::process::protocol::Mode`]).
+    #[arg(long, default_value = "own")]
+    pub mode: String,
     /// Start as the keeper's child: become the command (the keeper's pid).
     #[arg(long)]
     pub child_of: Option<u32>,
@@ -351,10 +355,15 @@ fn keeper(args: KeeperArgs) -> ExitCode {
         eprintln!("leasehold keeper: no signal numbered {}", args.signal);
         return ExitCode::from(2);
     };
+    let Some(mode) = crate::process::protocol::Mode::parse(&args.mode) else {
+        eprintln!("leasehold keeper: no mode named {:?}", args.mode);
+        return ExitCode::from(2);
+    };
     keeper::run(keeper::Settings {
         signal,
         grace: Duration::from_millis(args.grace_ms),
         until: args.until,
+        mode,
         command: args.command,
     })
 }

@@ -14,6 +14,7 @@ use crate::process::bound::{
     BoundProcess, DEFAULT_MAX_FAILURES, OnExit, default_grace, max_grace, parse_signal,
 };
 use crate::process::handle::Spec;
+use crate::process::protocol::Mode;
 
 /// One `[[process]]` table as written; every key but `command` optional.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
@@ -180,6 +181,7 @@ fn one(
             command,
             signal,
             grace,
+            mode: Mode::Own,
         },
         on_exit,
         max_failures,

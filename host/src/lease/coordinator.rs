@@ -118,6 +118,16 @@ pub enum Event {
         /// The lease.
         lease: String,
     },
+    /// The work bound to `lease` keeps ending soon after it is taken: after this replica's next
+    /// release of it, wait `wait` longer than a step-down's poll before campaigning again, so a
+    /// broken command does not take (and spend) an epoch at every poll. Another replica, where
+    /// the work may run, can take the lease meanwhile.
+    BackOff {
+        /// The lease.
+        lease: String,
+        /// The wait added to the step-down's hold-off.
+        wait: Duration,
+    },
     /// Release every lease in order and finish.
     Shutdown,
 }
@@ -312,6 +322,8 @@ struct LeaseState {
     hold_off: Option<Instant>,
     /// Campaigns are forbidden (a failing standby health check).
     gated: bool,
+    /// Added to the hold-off after this replica's next release ([`Event::BackOff`]).
+    back_off: Duration,
     /// A lease group's plan gives this shard to another replica: no campaign for it. Always
     /// `false` outside groups.
     unassigned: bool,
@@ -430,6 +442,7 @@ impl Coordinator {
                     phase: Phase::Standby { next_campaign: now },
                     hold_off: None,
                     gated: false,
+                    back_off: Duration::ZERO,
                     unassigned,
                     solo: None,
                 };
@@ -592,6 +605,11 @@ impl Coordinator {
             }
             Event::HandoffNoticed { lease, epoch } => self.renew_for_notice(&lease, epoch, now),
             Event::StepDown { lease } => self.give_up(&lease, After::Standby, fx),
+            Event::BackOff { lease, wait } => {
+                if let Some(state) = self.leases.get_mut(&lease) {
+                    state.back_off = wait;
+                }
+            }
             Event::Shutdown => {
                 self.shutting_down = true;
                 let names: Vec<String> = self.leases.keys().cloned().collect();
@@ -778,8 +796,10 @@ impl Coordinator {
         }));
         state.phase = match then {
             After::Done => Phase::Done,
-            // After a step-down, wait a poll before campaigning so another replica gets a chance.
+            // After a step-down, wait a poll before campaigning so another replica gets a chance
+            // (longer when the work bound to it keeps ending soon after it is taken).
             After::Standby => {
+                let next_campaign = next_campaign + std::mem::take(&mut state.back_off);
                 state.hold_off = Some(next_campaign);
                 Phase::Standby { next_campaign }
             }

@@ -126,6 +126,17 @@ impl Leases {
         });
     }
 
+    /// Asks the driver to give `lease` up in order, and to wait `wait` longer than a step-down's
+    /// poll before campaigning for it again: the work bound to it keeps ending soon after it is
+    /// taken ([`crate::supervisor::policy::Churn`]).
+    pub fn step_down_backing_off(&self, lease: &str, wait: std::time::Duration) {
+        let _ = self.requests.send(Event::BackOff {
+            lease: lease.to_string(),
+            wait,
+        });
+        self.step_down(lease);
+    }
+
     /// Allows or forbids campaigning for `lease` (a standby whose health check fails must not
     /// take it over).
     pub fn allow_campaigns(&self, lease: &str, allowed: bool) {

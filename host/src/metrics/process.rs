@@ -38,6 +38,9 @@ pub struct ProcessMetrics {
     pub exits: Family<ProcessEndLabel, Counter>,
     /// Stops that needed SIGKILL of the tree: the grace ran out, or the deadline came.
     pub forced_kills: Family<ProcessLabel, Counter>,
+    /// Stops its keeper made on its own, on its own clock: the lease's deadline came without a
+    /// later one (this host frozen, or its renewals failing), or this host was gone.
+    pub keeper_stops: Family<ProcessLabel, Counter>,
     /// Stops the host could not confirm before the term's deadline: the tree's end was not
     /// reported (its keeper was lost) or came later than the deadline.
     pub unconfirmed_stops: Family<ProcessLabel, Counter>,
@@ -81,6 +84,11 @@ impl ProcessMetrics {
             "leasehold_process_forced_kills",
             "Stops of a process that needed SIGKILL of its tree (the grace ran out, or the lease's deadline came)",
             self.forced_kills.clone(),
+        );
+        registry.register(
+            "leasehold_process_keeper_stops",
+            "Stops of a process (or a service's deactivate) its keeper made on its own at the lease's deadline, the host not having stopped it (frozen, or renewals failing)",
+            self.keeper_stops.clone(),
         );
         registry.register(
             "leasehold_process_unconfirmed_stops",

@@ -16,7 +16,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::time::Instant;
 
 use super::keeper::monotonic_ns;
-use super::protocol::{Order, Report};
+use super::protocol::{Mode, Order, Report, Timed};
 
 /// The prefix of the host's own settings among environment variables: a child does not inherit
 /// them (the database URL among them carries a password), and gets its lease's own instead.
@@ -29,8 +29,11 @@ pub struct Spec {
     pub command: Vec<OsString>,
     /// The signal that asks it to stop.
     pub signal: Signal,
-    /// How long it has between that signal and SIGKILL.
+    /// How long it has between that signal and SIGKILL (a deferred command: how long it may
+    /// run once begun).
     pub grace: Duration,
+    /// What becomes of what it leaves behind, and when it starts.
+    pub mode: Mode,
 }
 
 /// Why a keeper could not be started or spoken to.
@@ -70,6 +73,17 @@ pub fn monotonic_ns_at(at: Instant) -> u64 {
     }
 }
 
+/// How long ago the keeper's clock reading `at` was ([`Timed::at`]): a report read much later
+/// than it was stamped was not read as it came (this host was frozen, or starved).
+pub fn since(at: u64) -> Duration {
+    Duration::from_nanos(monotonic_ns().saturating_sub(at))
+}
+
+/// A report this much older than its reading says its host was not reading as it came (frozen,
+/// or starved of the CPU): long against a healthy host's few microseconds, short against a
+/// freeze worth reporting.
+pub const LATE_READ: Duration = Duration::from_millis(200);
+
 impl Kept {
     /// Starts `keeper` (the path of this binary) as the keeper of `spec`'s command, with the
     /// environment `env` on top of the host's own (less the host's settings), the command to be
@@ -86,6 +100,7 @@ impl Kept {
             .arg(format!("--signal={}", spec.signal.as_raw()))
             .arg(format!("--grace-ms={}", spec.grace.as_millis()))
             .arg(format!("--until={}", monotonic_ns_at(until)))
+            .arg(format!("--mode={}", spec.mode.as_str()))
             .arg("--")
             .args(&spec.command)
             // Its own group: a terminal's Ctrl-C goes to the host's, and must not reach the
@@ -149,11 +164,16 @@ impl Kept {
     /// The next report; `None` once the keeper has closed its stdout (after [`Report::Gone`],
     /// or because it died). A line that is no report is skipped.
     pub async fn report(&mut self) -> Option<Report> {
+        self.timed().await.map(|t| t.report)
+    }
+
+    /// The next report with the keeper's clock reading of it, as [`Kept::report`].
+    pub async fn timed(&mut self) -> Option<Timed> {
         loop {
             match self.reports.next_line().await {
                 Ok(Some(line)) => {
-                    if let Some(report) = Report::parse(&line) {
-                        return Some(report);
+                    if let Some(timed) = Timed::parse(&line) {
+                        return Some(timed);
                     }
                 }
                 Ok(None) | Err(_) => return None,

@@ -9,6 +9,16 @@
 //! - the keeper itself is killed: the child has it as its parent-death signal's parent and gets
 //!   SIGKILL (what the child started may then outlive it: nothing is left to kill it).
 //!
+//! Three [`Mode`]s: a process under a lease is the keeper's to the end (`own`: what it leaves
+//! behind when it exits is killed); a service's `activate` script starts what it leaves behind
+//! (`leave`: those processes are the service, and run on); a service's `deactivate` is held
+//! ready (`deferred`): it starts when the host asks, when the host is gone, or a grace before
+//! the deadline when no later one came, so the service is stopped on time even when its host
+//! cannot stop it.
+//!
+//! Every report but output carries the keeper's own clock reading ([`Timed`]): a host resumed
+//! from a freeze tells when its keeper acted, not when it read of it.
+//!
 //! The keeper is the tree's subreaper ([`super::tree`]), in a process group of its own (a
 //! terminal's Ctrl-C, sent to the host's group, does not reach it), and starts the child in
 //! another, through itself again ([`exec_child`]): that second start sets the parent-death
@@ -27,7 +37,7 @@ use std::time::Duration;
 use rustix::io::Errno;
 use rustix::process::{Pid, Signal, WaitOptions};
 
-use super::protocol::{Ended, MAX_LINE_BYTES, Order, Report, Why};
+use super::protocol::{Ended, MAX_LINE_BYTES, Mode, Order, Report, Timed, Why};
 use super::tree;
 
 /// What a keeper is started with.
@@ -35,10 +45,13 @@ use super::tree;
 pub struct Settings {
     /// The signal that asks the child to stop (SIGTERM unless configured).
     pub signal: Signal,
-    /// How long the child has between the stop signal and SIGKILL.
+    /// How long the child has between the stop signal and SIGKILL; with [`Mode::Deferred`],
+    /// how long the command may run once it begins.
     pub grace: Duration,
     /// The first deadline, as [`Order::Until`] gives later ones.
     pub until: u64,
+    /// What becomes of what the child leaves behind, and when it starts.
+    pub mode: Mode,
     /// The command and its arguments.
     pub command: Vec<OsString>,
 }
@@ -51,10 +64,19 @@ const KILL_ROUND: Duration = Duration::from_millis(2);
 /// on: the pipes closed when the tree died, so this is the time to write what was read.
 const OUTPUT_DRAIN: Duration = Duration::from_millis(500);
 
+/// How long a keeper that leaves processes running ([`Mode::Leave`]) waits for the child's
+/// pipes to close: what the child wrote before it exited is read by then, and a daemon that kept
+/// the pipes open would otherwise hold the activation up for the whole [`OUTPUT_DRAIN`].
+const LEAVE_DRAIN: Duration = Duration::from_millis(100);
+
 /// A reading of `CLOCK_MONOTONIC` in nanoseconds, the clock deadlines are given on.
 pub fn monotonic_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// What the main thread hears.
@@ -67,6 +89,29 @@ enum Heard {
     Reaped(Pid, rustix::process::WaitStatus),
     /// The keeper has no child left: the tree is gone.
     NoChildren,
+}
+
+/// How the main thread's watch over the tree ended.
+enum Watched {
+    /// No process of the tree is left.
+    TreeGone,
+    /// The child exited before its deadline and left this many processes, which are left
+    /// running ([`Mode::Leave`]).
+    LeftRunning(u32),
+}
+
+/// The deadlines the child runs under once started.
+struct Deadlines {
+    /// The tree is killed at this reading.
+    until: u64,
+    /// Whether later deadlines, the stop and the host's end still move them: not for a
+    /// deferred command, whose end was set when it began.
+    follows_host: bool,
+}
+
+/// Sends `report`, stamped with the keeper's clock now.
+fn say(reports: &Sender<Timed>, report: Report) {
+    let _ = reports.send(Timed::new(report, monotonic_ns()));
 }
 
 /// Runs the keeper until its tree is gone; the exit code is 0 unless the keeper itself could
@@ -82,6 +127,22 @@ pub fn run(settings: Settings) -> ExitCode {
         eprintln!("leasehold keeper: cannot find its own executable");
         return ExitCode::FAILURE;
     };
+    let (heard, hear) = mpsc::channel();
+    read_orders(heard.clone());
+    let deadlines = match settings.mode {
+        Mode::Deferred => {
+            let (why, until) = await_start(&settings, &hear);
+            say(&reports, Report::Began(why));
+            Deadlines {
+                until,
+                follows_host: false,
+            }
+        }
+        Mode::Own | Mode::Leave => Deadlines {
+            until: settings.until,
+            follows_host: true,
+        },
+    };
     let spawned = Command::new(program)
         .arg("keeper")
         .arg("--child-of")
@@ -96,8 +157,8 @@ pub fn run(settings: Settings) -> ExitCode {
     let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
-            let _ = reports.send(Report::NotStarted(e.to_string()));
-            let _ = reports.send(Report::Gone);
+            say(&reports, Report::NotStarted(e.to_string()));
+            say(&reports, Report::Gone);
             drop(reports);
             let _ = last_written.recv_timeout(OUTPUT_DRAIN);
             return ExitCode::SUCCESS;
@@ -106,9 +167,9 @@ pub fn run(settings: Settings) -> ExitCode {
     let Some(group) = Pid::from_raw(i32::try_from(child.id()).unwrap_or(0)) else {
         return ExitCode::FAILURE;
     };
-    let _ = reports.send(Report::Started(child.id()));
-    let (heard, hear) = mpsc::channel();
+    say(&reports, Report::Started(child.id()));
     let (drained, outputs_done) = mpsc::channel();
+    let mut streams = 0;
     for (err, stream) in [
         (
             false,
@@ -126,6 +187,7 @@ pub fn run(settings: Settings) -> ExitCode {
         ),
     ] {
         if let Some(stream) = stream {
+            streams += 1;
             let reports = reports.clone();
             let drained = drained.clone();
             std::thread::spawn(move || {
@@ -135,18 +197,32 @@ pub fn run(settings: Settings) -> ExitCode {
         }
     }
     drop(drained);
-    read_orders(heard.clone());
     reap(heard);
-    keep_time(&settings, group, &hear, &reports);
-    // The tree is gone; its pipes closed with it.
-    let until = std::time::Instant::now() + OUTPUT_DRAIN;
-    for _ in 0..2 {
+    let watched = keep_time(&settings, deadlines, group, &hear, &reports);
+    // The tree is gone, its pipes closed with it; or the processes left running may hold them.
+    let drain = match watched {
+        Watched::TreeGone => OUTPUT_DRAIN,
+        Watched::LeftRunning(_) => LEAVE_DRAIN,
+    };
+    let until = std::time::Instant::now() + drain;
+    let mut closed = 0;
+    while closed < streams {
         let left = until.saturating_duration_since(std::time::Instant::now());
         if outputs_done.recv_timeout(left).is_err() {
             break;
         }
+        closed += 1;
     }
-    let _ = reports.send(Report::Gone);
+    if let Watched::LeftRunning(count) = watched {
+        say(
+            &reports,
+            Report::Left {
+                count,
+                output_held: closed < streams,
+            },
+        );
+    }
+    say(&reports, Report::Gone);
     drop(reports);
     // The last line out before the keeper exits; a host that does not read (frozen) is not
     // waited for long.
@@ -154,18 +230,56 @@ pub fn run(settings: Settings) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The main thread's work: signal and kill as the deadlines say, until no process is left.
+/// A deferred command's wait for its start: the host asks ([`Order::Stop`]), the host is gone,
+/// or the last deadline less the grace passes unextended (the host is frozen, or its renewals
+/// fail). Returns why, and when the command is to be killed: a grace after it began, but no
+/// later than the deadline while that is still ahead (a start past the deadline, the keeper
+/// itself having been frozen, gets its whole grace).
+fn await_start(settings: &Settings, hear: &mpsc::Receiver<Heard>) -> (Why, u64) {
+    let grace = nanos(settings.grace);
+    let mut until = settings.until;
+    let end = |until: u64| {
+        let now = monotonic_ns();
+        match now < until {
+            true => now.saturating_add(grace).min(until),
+            false => now.saturating_add(grace),
+        }
+    };
+    loop {
+        let soft = until.saturating_sub(grace);
+        let now = monotonic_ns();
+        if now >= soft {
+            return (Why::Deadline, end(until));
+        }
+        match hear.recv_timeout(Duration::from_nanos(soft - now)) {
+            Ok(Heard::Order(Order::Until(ns))) => until = ns,
+            Ok(Heard::Order(Order::Stop)) => return (Why::Asked, end(until)),
+            Ok(Heard::HostGone) | Err(RecvTimeoutError::Disconnected) => {
+                return (Why::HostGone, end(until));
+            }
+            Ok(Heard::Reaped(..) | Heard::NoChildren) | Err(RecvTimeoutError::Timeout) => {}
+        }
+    }
+}
+
+/// The main thread's work: signal and kill as the deadlines say, until no process is left (or,
+/// with [`Mode::Leave`], until the child exits leaving processes to run on).
 fn keep_time(
     settings: &Settings,
+    deadlines: Deadlines,
     group: Pid,
     hear: &mpsc::Receiver<Heard>,
-    reports: &Sender<Report>,
-) {
-    let grace = u64::try_from(settings.grace.as_nanos()).unwrap_or(u64::MAX);
-    let mut until = settings.until;
+    reports: &Sender<Timed>,
+) -> Watched {
+    let grace = nanos(settings.grace);
+    let Deadlines {
+        mut until,
+        follows_host,
+    } = deadlines;
     // The kill after a stop the host asked for: the grace after it.
     let mut asked_by: Option<u64> = None;
-    let mut signalled = false;
+    // A deferred command gets no stop signal: it is the stop, killed at its end.
+    let mut signalled = !follows_host;
     let mut killing: Option<Why> = None;
     let mut exited = false;
     loop {
@@ -174,7 +288,7 @@ fn keep_time(
             if !signalled && now >= until.saturating_sub(grace) {
                 tree::signal_group(group, settings.signal);
                 signalled = true;
-                let _ = reports.send(Report::Signalled(Why::Deadline));
+                say(reports, Report::Signalled(Why::Deadline));
             }
             if now >= until {
                 killing = Some(Why::Deadline);
@@ -182,7 +296,7 @@ fn keep_time(
                 killing = Some(Why::Grace);
             }
             if let Some(why) = killing {
-                let _ = reports.send(Report::Killed(why));
+                say(reports, Report::Killed(why));
             }
         }
         let wait = if killing.is_some() {
@@ -198,21 +312,23 @@ fn keep_time(
             Duration::from_nanos(next.saturating_sub(now))
         };
         match hear.recv_timeout(wait) {
-            Ok(Heard::Order(Order::Until(ns))) => until = ns,
-            Ok(Heard::Order(Order::Stop)) => {
+            Ok(Heard::Order(Order::Until(ns))) if follows_host => until = ns,
+            Ok(Heard::Order(Order::Stop)) if follows_host => {
                 if !signalled {
                     tree::signal_group(group, settings.signal);
                     signalled = true;
-                    let _ = reports.send(Report::Signalled(Why::Asked));
+                    say(reports, Report::Signalled(Why::Asked));
                 }
                 asked_by.get_or_insert(monotonic_ns().saturating_add(grace));
             }
-            Ok(Heard::HostGone) => {
+            Ok(Heard::HostGone) if follows_host => {
                 if killing.is_none() {
                     killing = Some(Why::HostGone);
-                    let _ = reports.send(Report::Killed(Why::HostGone));
+                    say(reports, Report::Killed(Why::HostGone));
                 }
             }
+            // A deferred command's end was set when it began.
+            Ok(Heard::Order(_) | Heard::HostGone) => {}
             Ok(Heard::Reaped(pid, status)) => {
                 if pid == group && !exited {
                     exited = true;
@@ -221,15 +337,32 @@ fn keep_time(
                         (None, Some(signal)) => Ended::Signal(signal),
                         (None, None) => Ended::Code(-1),
                     };
-                    let _ = reports.send(Report::Exited(ended));
-                    // Whatever the child left behind goes with it.
-                    if killing.is_none() && !tree::children().is_empty() {
+                    say(reports, Report::Exited(ended));
+                    let left = match killing {
+                        Some(_) => 0,
+                        None => u32::try_from(tree::children().len()).unwrap_or(u32::MAX),
+                    };
+                    if left > 0 {
+                        if settings.mode == Mode::Leave {
+                            // What it started is what it was run to start.
+                            return Watched::LeftRunning(left);
+                        }
+                        // Whatever the child left behind goes with it.
+                        say(
+                            reports,
+                            Report::Left {
+                                count: left,
+                                output_held: false,
+                            },
+                        );
                         killing = Some(Why::Leftovers);
-                        let _ = reports.send(Report::Killed(Why::Leftovers));
+                        say(reports, Report::Killed(Why::Leftovers));
                     }
                 }
             }
-            Ok(Heard::NoChildren) | Err(RecvTimeoutError::Disconnected) => return,
+            Ok(Heard::NoChildren) | Err(RecvTimeoutError::Disconnected) => {
+                return Watched::TreeGone;
+            }
             Err(RecvTimeoutError::Timeout) => {}
         }
     }
@@ -238,21 +371,18 @@ fn keep_time(
 /// Writes each report on its own line to stdout, on a thread of its own: a host that does not
 /// read (frozen) blocks this thread, never the one that keeps time.
 /// The receiver hears once the last report, [`Report::Gone`], is written (or cannot be).
-fn reporter() -> (Sender<Report>, mpsc::Receiver<()>) {
-    let (send, receive) = mpsc::channel::<Report>();
+fn reporter() -> (Sender<Timed>, mpsc::Receiver<()>) {
+    let (send, receive) = mpsc::channel::<Timed>();
     let (written, last_written) = mpsc::channel();
     std::thread::spawn(move || {
         let stdout = std::io::stdout();
-        for report in receive {
+        for timed in receive {
             let mut out = stdout.lock();
-            if writeln!(out, "{report}")
-                .and_then(|()| out.flush())
-                .is_err()
-            {
+            if writeln!(out, "{timed}").and_then(|()| out.flush()).is_err() {
                 // The host is gone; the stdin thread says so too.
                 break;
             }
-            if report == Report::Gone {
+            if timed.report == Report::Gone {
                 break;
             }
         }
@@ -263,7 +393,7 @@ fn reporter() -> (Sender<Report>, mpsc::Receiver<()>) {
 
 /// Passes each line of the child's `stream` on as a report, cut at [`MAX_LINE_BYTES`], until
 /// the stream closes.
-fn pass_on(stream: Box<dyn Read + Send>, err: bool, reports: &Sender<Report>) {
+fn pass_on(stream: Box<dyn Read + Send>, err: bool, reports: &Sender<Timed>) {
     let mut reader = BufReader::with_capacity(MAX_LINE_BYTES, stream);
     let mut line: Vec<u8> = Vec::with_capacity(256);
     let mut cut: u64 = 0;
@@ -292,13 +422,16 @@ fn pass_on(stream: Box<dyn Read + Send>, err: bool, reports: &Sender<Report>) {
     }
 }
 
-fn send_line(reports: &Sender<Report>, err: bool, line: &mut Vec<u8>, cut: &mut u64) {
+fn send_line(reports: &Sender<Timed>, err: bool, line: &mut Vec<u8>, cut: &mut u64) {
     let text = String::from_utf8_lossy(line).into_owned();
-    let _ = reports.send(Report::Output {
-        err,
-        text,
-        cut: *cut,
-    });
+    say(
+        reports,
+        Report::Output {
+            err,
+            text,
+            cut: *cut,
+        },
+    );
     line.clear();
     *cut = 0;
 }

@@ -61,6 +61,43 @@ pub enum Why {
     Leftovers,
 }
 
+/// What a keeper does with the processes its child leaves behind when it exits on its own,
+/// and when it starts the child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// The tree is the keeper's to the end: what the child leaves behind is killed (a process
+    /// under a lease, a health or deactivate script).
+    #[default]
+    Own,
+    /// What the child leaves behind when it exits before its deadline is left running: it is
+    /// what the child started (a service's `activate` script starting its daemon). A child still
+    /// running at its deadline is killed with its whole tree, as ever.
+    Leave,
+    /// The child is not started until the host asks ([`Order::Stop`]), the host is gone, or the
+    /// soft deadline (a grace before the last) passes unextended: a service's `deactivate`, run
+    /// by the keeper when its host cannot. It is then killed at the deadline, or a grace after
+    /// it began when that is later than the deadline (the whole grace for a late start).
+    Deferred,
+}
+
+impl Mode {
+    /// The word `leasehold keeper --mode` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Own => "own",
+            Mode::Leave => "leave",
+            Mode::Deferred => "deferred",
+        }
+    }
+
+    /// Reads [`Mode::as_str`]'s word.
+    pub fn parse(text: &str) -> Option<Mode> {
+        [Mode::Own, Mode::Leave, Mode::Deferred]
+            .into_iter()
+            .find(|m| m.as_str() == text)
+    }
+}
+
 impl Why {
     fn as_str(self) -> &'static str {
         match self {
@@ -126,14 +163,73 @@ pub enum Report {
         /// How many bytes of the line were dropped.
         cut: u64,
     },
+    /// A deferred command ([`Mode::Deferred`]) started, for this reason (asked, the deadline,
+    /// or the host gone).
+    Began(Why),
     /// The stop signal went to the child's process group.
     Signalled(Why),
     /// Every process of the tree was sent SIGKILL.
     Killed(Why),
     /// The child itself ended.
     Exited(Ended),
-    /// No process of the tree is left; the keeper exits after this line.
+    /// The child exited leaving `count` processes of its tree behind: killed next
+    /// ([`Report::Killed`] with [`Why::Leftovers`]), or left running ([`Mode::Leave`]; then
+    /// `output_held` says they still held the child's output pipes when the keeper let go, so
+    /// what they write there is lost, and may end them with SIGPIPE).
+    Left {
+        /// How many processes.
+        count: u32,
+        /// Whether they still held the child's stdout or stderr.
+        output_held: bool,
+    },
+    /// No process of the tree is left (or, with [`Mode::Leave`], none the keeper keeps); the
+    /// keeper exits after this line.
     Gone,
+}
+
+/// A report as the keeper writes it: control reports carry the keeper's own reading of
+/// `CLOCK_MONOTONIC` (ns) when the thing happened, so a host that was frozen while its keeper
+/// acted can tell when the keeper acted, not when the host read of it. Output lines carry none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timed {
+    /// What happened.
+    pub report: Report,
+    /// When, on the keeper's monotonic clock; `None` for output (and a keeper that did not say).
+    pub at: Option<u64>,
+}
+
+impl Timed {
+    /// `report`, stamped with `at` unless it is output.
+    pub fn new(report: Report, at: u64) -> Timed {
+        let at = (!matches!(report, Report::Output { .. })).then_some(at);
+        Timed { report, at }
+    }
+
+    /// Reads a line as [`Timed`]'s `Display` writes it; `None` for anything that is no report.
+    pub fn parse(line: &str) -> Option<Timed> {
+        if line.starts_with("out ") || line.starts_with("err ") {
+            return Report::parse(line).map(|report| Timed { report, at: None });
+        }
+        let stamped = line
+            .rsplit_once(" @")
+            .and_then(|(rest, at)| Some((rest, at.parse::<u64>().ok()?)));
+        match stamped {
+            Some((rest, at)) => Report::parse(rest).map(|report| Timed {
+                report,
+                at: Some(at),
+            }),
+            None => Report::parse(line).map(|report| Timed { report, at: None }),
+        }
+    }
+}
+
+impl fmt::Display for Timed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.at {
+            Some(at) => write!(f, "{} @{at}", self.report),
+            None => write!(f, "{}", self.report),
+        }
+    }
 }
 
 impl fmt::Display for Report {
@@ -145,9 +241,18 @@ impl fmt::Display for Report {
                 let stream = if *err { "err" } else { "out" };
                 write!(f, "{stream} {cut} {}", one_line(text))
             }
+            Report::Began(why) => write!(f, "began {why}"),
             Report::Signalled(why) => write!(f, "signalled {why}"),
             Report::Killed(why) => write!(f, "killed {why}"),
             Report::Exited(ended) => write!(f, "exited {ended}"),
+            Report::Left {
+                count,
+                output_held: false,
+            } => write!(f, "left {count}"),
+            Report::Left {
+                count,
+                output_held: true,
+            } => write!(f, "left {count} output-held"),
             Report::Gone => f.write_str("gone"),
         }
     }
@@ -168,6 +273,7 @@ impl Report {
                     cut: cut.parse().ok()?,
                 }
             }
+            "began" => Report::Began(Why::parse(rest)?),
             "signalled" => Report::Signalled(Why::parse(rest)?),
             "killed" => Report::Killed(Why::parse(rest)?),
             "exited" => Report::Exited(match rest.split_once(' ')? {
@@ -175,6 +281,17 @@ impl Report {
                 ("signal", n) => Ended::Signal(n.parse().ok()?),
                 _ => return None,
             }),
+            "left" => match rest.split_once(' ') {
+                None => Report::Left {
+                    count: rest.parse().ok()?,
+                    output_held: false,
+                },
+                Some((count, "output-held")) => Report::Left {
+                    count: count.parse().ok()?,
+                    output_held: true,
+                },
+                Some(_) => return None,
+            },
             "gone" if rest.is_empty() => Report::Gone,
             _ => return None,
         })
@@ -218,11 +335,41 @@ mod tests {
             Report::Killed(Why::Leftovers),
             Report::Exited(Ended::Code(-1)),
             Report::Exited(Ended::Signal(9)),
+            Report::Began(Why::HostGone),
+            Report::Left {
+                count: 3,
+                output_held: false,
+            },
+            Report::Left {
+                count: 1,
+                output_held: true,
+            },
             Report::Gone,
         ];
         for report in reports {
-            assert_eq!(Report::parse(&report.to_string()), Some(report));
+            assert_eq!(Report::parse(&report.to_string()), Some(report.clone()));
+            let timed = Timed::new(report, 123_456_789);
+            assert_eq!(Timed::parse(&timed.to_string()), Some(timed));
         }
+        for mode in [Mode::Own, Mode::Leave, Mode::Deferred] {
+            assert_eq!(Mode::parse(mode.as_str()), Some(mode));
+        }
+    }
+
+    #[test]
+    fn output_that_ends_like_a_stamp_is_output_whole_and_a_report_without_one_has_no_time() {
+        let line = "out 0 done @42";
+        let timed = Timed::parse(line).unwrap();
+        assert_eq!(timed.at, None);
+        assert!(matches!(timed.report, Report::Output { ref text, .. } if text == "done @42"));
+        assert_eq!(
+            Timed::parse("gone"),
+            Some(Timed {
+                report: Report::Gone,
+                at: None
+            })
+        );
+        assert_eq!(Timed::parse("gone @x"), None);
     }
 
     #[test]

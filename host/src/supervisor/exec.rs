@@ -7,14 +7,16 @@
 //! again after a backoff and the lease is given up after `max_failures` in a row.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
-use super::policy::{BACKOFF_BASE, BACKOFF_MAX, Failures, Policy, Step};
+use super::policy::{BACKOFF_BASE, BACKOFF_MAX, Churn, Failures, Policy, Step};
 use super::process_card::ProcessCard;
 use super::process_status::{ProcessKind, ProcessState};
 use super::status::StatusBoard;
@@ -24,8 +26,8 @@ use crate::lease::{Leases, Term};
 use crate::manifest::Binding;
 use crate::metrics::Metrics;
 use crate::process::bound::{BoundProcess, KILL_MARGIN, OnExit, signal_name};
-use crate::process::handle::Kept;
-use crate::process::protocol::{Ended, Report, Why};
+use crate::process::handle::{Kept, LATE_READ, monotonic_ns_at, since};
+use crate::process::protocol::{Ended, Report, Timed, Why};
 use crate::runtime::rate::PluginRate;
 use crate::runtime::{CallFailure, Cancel};
 
@@ -85,6 +87,12 @@ async fn follow_lease(
     let Some(leadership) = leases.subscribe(lease) else {
         return;
     };
+    // Kept across terms: how often the work gave its term up soon after it began, and whether
+    // the daemonizing hint was given (once for the host's life is enough).
+    let across = Across {
+        churn: Arc::new(Mutex::new(Churn::default())),
+        hinted: Arc::new(AtomicBool::new(false)),
+    };
     let on_term = |term: Term| {
         let span = info_span!("process", process = %bound.name, lease = %lease, epoch = term.epoch);
         let exec = Exec::new(
@@ -93,7 +101,7 @@ async fn follow_lease(
             leases.clone(),
             keeper.clone(),
             rate.clone(),
-            card.clone(),
+            (card.clone(), across.clone()),
         );
         // Under the term's tracker: the release waits until the process is gone.
         exec.run(board.clone()).instrument(span)
@@ -116,6 +124,15 @@ pub(super) fn log_output(rate: &PluginRate, err: bool, text: &str, cut: u64) {
     }
 }
 
+/// What one process under one lease keeps from term to term.
+#[derive(Clone)]
+struct Across {
+    /// Terms given up soon after they began, in a row.
+    churn: Arc<Mutex<Churn>>,
+    /// Whether the hint to run it in the foreground was given.
+    hinted: Arc<AtomicBool>,
+}
+
 /// One process in one term.
 struct Exec {
     /// What to run.
@@ -136,6 +153,15 @@ struct Exec {
     card: ProcessCard,
     /// What its card shows once the stop under way is over: backoff before a restart.
     after_stop: ProcessState,
+    /// What it keeps from term to term.
+    across: Across,
+    /// When the term began here.
+    began: Instant,
+    /// When its keeper stopped it on its own (the deadline came with no later one), on the
+    /// keeper's clock: its first signal or kill for that reason.
+    keeper_stopped: Option<u64>,
+    /// How the process last ended.
+    ended: Option<Ended>,
 }
 
 impl Exec {
@@ -145,7 +171,7 @@ impl Exec {
         leases: Arc<Leases>,
         keeper: PathBuf,
         rate: Arc<PluginRate>,
-        card: ProcessCard,
+        (card, across): (ProcessCard, Across),
     ) -> Self {
         let mut env = vec![
             ("LEASEHOLD_LEASE", term.lease.clone()),
@@ -171,6 +197,10 @@ impl Exec {
             rate,
             card,
             after_stop: ProcessState::Idle,
+            across,
+            began: Instant::now(),
+            keeper_stopped: None,
+            ended: None,
         }
     }
 
@@ -195,12 +225,20 @@ impl Exec {
             self.card.show(ProcessState::Idle);
         } else if !self.term.is_cancelled() {
             self.card.show(ProcessState::GaveUp);
+            let held = self.began.elapsed();
+            let wait = match self.across.churn.lock() {
+                Ok(mut churn) => churn.gave_up(held),
+                Err(_) => Duration::ZERO,
+            };
             warn!(
                 exits = failures.count(),
                 on_exit = %self.bound.on_exit,
-                "giving the lease up: another replica may run the process"
+                held = ?held,
+                backoff = ?wait,
+                "giving the lease up: another replica may run the process; this one waits {} beyond its poll before campaigning again",
+                humantime::format_duration(wait)
             );
-            self.leases.step_down(&self.term.lease);
+            self.leases.step_down_backing_off(&self.term.lease, wait);
         }
     }
 
@@ -215,21 +253,74 @@ impl Exec {
         log_output(&self.rate, err, text, cut);
     }
 
-    /// Logs what the keeper did.
-    fn keeper_said(&self, report: &Report) {
+    /// Logs what the keeper did; a report read late (this host was frozen) says how long ago
+    /// the keeper did it, by its own clock.
+    fn keeper_said(&mut self, timed: &Timed) {
         let signal = signal_name(self.bound.spec.signal);
-        match report {
-            Report::Signalled(Why::Deadline) => warn!(
-                signal = %signal,
-                "renewals have not landed: the process was sent its stop signal ahead of the lease's deadline"
-            ),
+        let ago = late(timed);
+        match &timed.report {
+            Report::Signalled(Why::Deadline) => {
+                self.keeper_stopped = self.keeper_stopped.or(timed.at);
+                warn!(
+                    signal = %signal,
+                    ago,
+                    "renewals have not landed: the process was sent its stop signal ahead of the lease's deadline, by its keeper{}",
+                    ago_said(ago)
+                )
+            }
             Report::Signalled(_) => info!(signal = %signal, "process asked to stop"),
             Report::Killed(why) => {
+                if matches!(why, Why::Deadline | Why::HostGone) {
+                    self.keeper_stopped = self.keeper_stopped.or(timed.at);
+                }
                 self.card.killed();
-                warn!(%why, "process tree killed");
+                warn!(%why, ago, "process tree killed{}", ago_said(ago));
             }
+            Report::Left { count, .. } => self.left_behind(*count),
             _ => {}
         }
+    }
+
+    /// The process exited and left `count` processes behind, which its keeper kills: says what
+    /// that likely means, once for the host's life.
+    fn left_behind(&self, count: u32) {
+        if self.across.hinted.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let ended = self
+            .ended
+            .map_or_else(|| "exited".to_string(), |e| format!("ended with {e}"));
+        warn!(
+            left = count,
+            "the process {ended} and left {count} process(es) behind, which are killed with it: did it daemonize? Under a lease a program must stay in the foreground, or leasehold cannot stop it: run it so (e.g. nginx -g 'daemon off;', redis-server --daemonize no, memcached without -d)"
+        );
+    }
+
+    /// Logs the process's exit; read late, with how long ago it was by the keeper's clock.
+    fn exited(&mut self, timed: &Timed, ended: Ended) {
+        let ago = late(timed);
+        info!(%ended, ago, "process exited{}", ago_said(ago));
+        self.ended = Some(ended);
+        self.card.exited(&ended.to_string());
+    }
+}
+
+/// How many milliseconds before its reading the keeper stamped `timed`, when that is long
+/// enough to say this host was not reading as it came ([`LATE_READ`]); else 0.
+fn late(timed: &Timed) -> u64 {
+    match timed.at.map(since) {
+        Some(ago) if ago > LATE_READ => u64::try_from(ago.as_millis()).unwrap_or(u64::MAX),
+        _ => 0,
+    }
+}
+
+/// The words a line read late ends with.
+fn ago_said(ago: u64) -> String {
+    match ago {
+        0 => String::new(),
+        ago => format!(
+            ", {ago} ms before this host read of it (by the keeper's clock: this host was not running)"
+        ),
     }
 }
 
@@ -286,11 +377,10 @@ impl Work for Exec {
                         }
                     }
                 }
-                report = kept.report() => match report {
-                    Some(Report::Output { err, text, cut }) => self.output(err, &text, cut),
-                    Some(Report::Exited(ended)) => {
-                        info!(%ended, "process exited");
-                        self.card.exited(&ended.to_string());
+                timed = kept.timed() => match timed.as_ref().map(|t| (t, &t.report)) {
+                    Some((_, Report::Output { err, text, cut })) => self.output(*err, text, *cut),
+                    Some((timed, &Report::Exited(ended))) => {
+                        self.exited(timed, ended);
                         // Stopped at the deadline a renewal did not move: the term's to resume.
                         if deadline_stopped {
                             return Some(Err(CallFailure::Cancelled {
@@ -303,14 +393,14 @@ impl Work for Exec {
                             Ended::Signal(signal) => format!("ended by signal {signal}"),
                         })));
                     }
-                    Some(report) => {
+                    Some((timed, report)) => {
                         // Stopped for want of a renewal, not by its own fault: whether it
                         // ended on the signal or the kill, the term's to resume.
                         deadline_stopped |= matches!(
                             report,
                             Report::Signalled(Why::Deadline) | Report::Killed(Why::Deadline)
                         );
-                        self.keeper_said(&report);
+                        self.keeper_said(timed);
                     }
                     None => {
                         return Some(Err(CallFailure::Exited("its keeper ended".to_string())));
@@ -342,34 +432,58 @@ impl Work for Exec {
 
     /// The ordered stop: the stop signal, SIGKILL of the tree after the grace; the keeper's
     /// reports are logged until it is gone. The keeper keeps its deadline meanwhile, so even a
-    /// host that stalls here has the tree dead by `safe_until`.
+    /// host that stalls here has the tree dead by `safe_until`. How long the stop took is read
+    /// on the keeper's clock, from the first of this host's ask and the keeper's own stop: a host
+    /// resumed from a freeze says when the keeper stopped the process, not when it read of it.
     async fn stop(&mut self, mut kept: Kept) {
         let asked = Instant::now();
         self.card.stopping();
         if kept.stop().await.is_err() {
             kept.kill();
         }
+        let mut gone_at = None;
         let mut gone = false;
-        while let Some(report) = kept.report().await {
-            match report {
-                Report::Output { err, text, cut } => self.output(err, &text, cut),
-                Report::Exited(ended) => {
-                    info!(%ended, "process exited");
-                    self.card.exited(&ended.to_string());
-                }
+        while let Some(timed) = kept.timed().await {
+            match timed.report {
+                Report::Output { err, ref text, cut } => self.output(err, text, cut),
+                Report::Exited(ended) => self.exited(&timed, ended),
                 Report::Gone => {
                     gone = true;
-                    info!(took = ?asked.elapsed(), "process stopped: no process of its tree is left");
+                    gone_at = timed.at;
                 }
-                report => self.keeper_said(&report),
+                _ => self.keeper_said(&timed),
             }
         }
         let _ = kept.wait().await;
+        let start = monotonic_ns_at(asked).min(self.keeper_stopped.unwrap_or(u64::MAX));
+        let took = match gone_at {
+            Some(at) => Duration::from_nanos(at.saturating_sub(start)),
+            None => asked.elapsed(),
+        };
+        if let Some(at) = gone_at {
+            let ago = since(at);
+            match (self.keeper_stopped.is_some(), ago > LATE_READ) {
+                (true, true) => warn!(
+                    took = ?took,
+                    "process stopped by its keeper on its own at the lease's deadline: no process of its tree was left {} ms before this host resumed",
+                    ago.as_millis()
+                ),
+                (true, false) => {
+                    warn!(took = ?took, "process stopped by its keeper on its own at the lease's deadline: no process of its tree is left")
+                }
+                (false, _) => {
+                    info!(took = ?took, "process stopped: no process of its tree is left")
+                }
+            }
+        }
+        if self.keeper_stopped.take().is_some() {
+            self.card.stopped_by_keeper();
+        }
         // Without the keeper's word, nothing says the tree is gone: the stop is unconfirmed.
         if !gone {
             warn!("the process's keeper ended without reporting its tree gone: stop unconfirmed");
         }
-        self.card.stopped(asked.elapsed(), gone);
+        self.card.stopped(took, gone);
         self.card
             .show(std::mem::replace(&mut self.after_stop, ProcessState::Idle));
     }

@@ -42,6 +42,7 @@ impl ProcessCard {
             starts: 0,
             exits: BTreeMap::new(),
             forced_kills: 0,
+            keeper_stops: 0,
             last_stop_ms: None,
             unconfirmed_stops: 0,
             last_exit: None,
@@ -116,6 +117,17 @@ impl ProcessCard {
             .get_or_create(&self.label())
             .inc();
         self.update(|s| s.forced_kills += 1);
+    }
+
+    /// Its keeper stopped it on its own (the lease's deadline came without a later one, or the
+    /// host was gone): counted apart, so a host resumed from a freeze shows who stopped it.
+    pub fn stopped_by_keeper(&self) {
+        self.metrics
+            .process
+            .keeper_stops
+            .get_or_create(&self.label())
+            .inc();
+        self.update(|s| s.keeper_stops += 1);
     }
 
     /// Its stop began.

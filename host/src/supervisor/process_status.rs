@@ -60,7 +60,13 @@ pub struct ProcessStatus {
     pub exits: BTreeMap<String, u64>,
     /// Stops that needed SIGKILL of the tree: `leasehold_process_forced_kills_total`.
     pub forced_kills: u64,
-    /// From the stop signal to no process of the tree left, the last time it was stopped.
+    /// Stops its keeper made on its own at the lease's deadline (or with this host gone), on
+    /// its own clock, this host not having stopped it (frozen, or renewals failing):
+    /// `leasehold_process_keeper_stops_total`.
+    #[serde(default)]
+    pub keeper_stops: u64,
+    /// From the stop signal (or the stop's start, whoever made it) to no process of the tree
+    /// left, the last time it was stopped, on the keeper's clock.
     pub last_stop_ms: Option<f64>,
     /// Stops not confirmed by the term's deadline: `leasehold_process_unconfirmed_stops_total`.
     pub unconfirmed_stops: u64,
@@ -113,6 +119,7 @@ mod tests {
             starts: 1,
             exits: BTreeMap::new(),
             forced_kills: 0,
+            keeper_stops: 0,
             last_stop_ms: None,
             unconfirmed_stops: 0,
             last_exit: None,

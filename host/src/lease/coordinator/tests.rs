@@ -1041,6 +1041,69 @@ fn step_down_releases_then_campaigns_again_after_a_poll() {
 }
 
 #[test]
+fn a_step_down_backing_off_waits_the_backoff_beyond_the_poll_and_only_once() {
+    let t0 = Instant::now();
+    let mut c = leader("a", 2, t0, ms(10));
+    c.step(
+        Event::BackOff {
+            lease: "a".into(),
+            wait: ms(8000),
+        },
+        t0 + ms(300),
+    );
+    c.step(Event::StepDown { lease: "a".into() }, t0 + ms(300));
+    c.step(
+        Event::TermStopped {
+            lease: "a".into(),
+            epoch: 2,
+        },
+        t0 + ms(400),
+    );
+    let released = t0 + ms(410);
+    c.step(
+        Event::ReleaseDone {
+            lease: "a".into(),
+            result: Ok(true),
+        },
+        released,
+    );
+    let next = c.next_deadline().unwrap();
+    assert!(
+        next >= released + ms(11_000) && next < released + ms(11_600),
+        "{:?}",
+        next - released
+    );
+    // Another replica's release notice does not cut it short either.
+    c.step(
+        Event::ReleasedElsewhere { lease: "a".into() },
+        released + ms(500),
+    );
+    assert!(campaigns(&c.step(Event::Tick, next - ms(1))).is_empty());
+    assert_eq!(campaigns(&c.step(Event::Tick, next)), ["a"]);
+    // Taken again and stepped down without a backoff: a poll only.
+    let fx = c.step(campaign_done("a", Ok(Some(3))), next + ms(5));
+    assert_eq!(start_terms(&fx).len(), 1);
+    c.step(Event::StepDown { lease: "a".into() }, next + ms(10));
+    c.step(
+        Event::TermStopped {
+            lease: "a".into(),
+            epoch: 3,
+        },
+        next + ms(10),
+    );
+    let again = next + ms(20);
+    c.step(
+        Event::ReleaseDone {
+            lease: "a".into(),
+            result: Ok(true),
+        },
+        again,
+    );
+    let after = c.next_deadline().unwrap();
+    assert!(after < again + ms(3600), "{:?}", after - again);
+}
+
+#[test]
 fn after_a_step_down_our_own_release_notice_does_not_make_us_campaign() {
     let t0 = Instant::now();
     let mut c = leader("a", 2, t0, ms(10));
