@@ -562,6 +562,7 @@
       starts: dd("starts"),
       exits: dd("exits"),
       kills: dd("forced-kills"),
+      keeperStops: dd("keeper-stops"),
       lastStop: dd("last-stop"),
       unconfirmed: dd("unconfirmed-stops"),
       lastExit: el("p", { class: "warning", "data-field": "last-exit" }),
@@ -579,6 +580,7 @@
         pair("starts", f.starts),
         pair("exits", f.exits),
         pair("killed by force", f.kills),
+        pair("stopped by its keeper", f.keeperStops),
         pair("last stop took", f.lastStop),
         pair("unconfirmed stops", f.unconfirmed),
       ),
@@ -600,6 +602,8 @@
     const exits = p.exits && typeof p.exits === "object" ? Object.entries(p.exits) : [];
     setText(f.exits, exits.length === 0 ? NONE : exits.map(([how, n]) => how + ": " + count(n)).join(", "));
     setText(f.kills, count(p.forced_kills));
+    // Stops the keeper made on its own while this host could not (frozen, renewals failing).
+    setText(f.keeperStops, count(p.keeper_stops || 0));
     const took = millis(p.last_stop_ms);
     setText(f.lastStop, took === null ? NONE : took < 10 ? took.toFixed(2) + " ms" : span(took));
     setText(f.unconfirmed, count(p.unconfirmed_stops));
