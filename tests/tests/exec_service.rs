@@ -370,6 +370,39 @@ async fn a_frozen_holder_s_service_is_deactivated_by_its_keeper_before_the_next_
     drop(b);
 }
 
+/// The whole tree frozen (host and keepers together, as a frozen machine or container would be)
+/// and resumed past the deadline: nothing ran while it was frozen, so `deactivate` runs late, with
+/// its whole grace (stopping the service late beats leaving it running), and the stop is counted
+/// unconfirmed: here the fence is the backstop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_frozen_with_its_keepers_deactivates_late_on_resume_and_says_it_is_unconfirmed() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let host = replica("frozen", &url, dir.path(), "sleep 0.2; ", "500ms")
+        .spawn_leading("relay")
+        .await
+        .unwrap();
+    in_history(dir.path(), 1, "activate").await;
+    let signal_all = |pids: &[u32], signal| {
+        for pid in pids {
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_raw(*pid as i32).unwrap(),
+                signal,
+            );
+        }
+    };
+    host.signal("STOP").unwrap();
+    let mut tree = vec![host.pid()];
+    tree.extend(leasehold_tests::exec::descendants(host.pid()));
+    signal_all(&tree, rustix::process::Signal::STOP);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    signal_all(&tree, rustix::process::Signal::CONT);
+    in_history(dir.path(), 1, "deactivate").await;
+    host.wait_for_log("counted as an unconfirmed stop", Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", host.log_text()));
+}
+
 /// A holder's host killed alone (the OOM killer, a crash): the keeper holding `deactivate` ready
 /// sees its host gone and runs it at once; the next holder activates after it has ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
