@@ -25,6 +25,9 @@ command -v promtool >/dev/null 2>&1 || need_pkgs+=(prometheus)
 # Headless Chromium and its WebDriver server load the status page in the browser tests.
 [ -x /usr/bin/chromium ] || need_pkgs+=(chromium)
 [ -x /usr/bin/chromedriver ] || need_pkgs+=(chromium-driver)
+# PgBouncer stands in front of the test server in the pooler tests (session pooling works,
+# transaction pooling is refused at start-up).
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || need_pkgs+=(pgbouncer)
 # psycopg runs the Python example worker of examples/exec/ (with the system python3), which the
 # exec fence tests start.
 /usr/bin/python3 -c 'import psycopg' >/dev/null 2>&1 || need_pkgs+=(python3-psycopg)

@@ -229,7 +229,8 @@ pub struct Layer {
         display_order = 7
     )]
     pub shutdown_grace: Option<Duration>,
-    /// How long the first database connection may take at start-up [default: 5s].
+    /// How long start-up waits for the database: the first connection, and a lock another
+    /// session holds (the migrators') [default: 5s].
     #[serde(default, with = "humantime_serde")]
     #[arg(
         long,
@@ -478,7 +479,8 @@ pub struct Config {
     /// How long an ordered shutdown may take.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
-    /// How long the first database connection may take.
+    /// How long start-up waits for the database: the first connection, and a lock another
+    /// session holds.
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
     /// The plugin directory, if plugins are enabled.

@@ -1,4 +1,5 @@
-//! The test harness of leasehold: a real PostgreSQL started on demand ([`pg`]); hosts started as
+//! The test harness of leasehold: a real PostgreSQL started on demand ([`pg`]), and PgBouncer
+//! in front of it ([`pgbouncer`]); hosts started as
 //! real `leasehold` processes ([`host`]), in containers of the project's image ([`containers`]) or
 //! in the test's process ([`in_process`]), asked through
 //! one [`endpoint`] that reads `/status` in the host's own types ([`status`]), their pages
@@ -42,6 +43,7 @@ pub mod log;
 pub mod memory;
 pub mod openapi;
 pub mod pg;
+pub mod pgbouncer;
 pub mod procstat;
 pub mod proxy;
 pub mod reaper;

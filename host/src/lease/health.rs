@@ -115,7 +115,9 @@ impl Cause {
     /// driver's words where it gives only words (an I/O or protocol error).
     pub fn of(error: &StoreError) -> Cause {
         match error {
-            StoreError::Timeout { .. } | StoreError::ConnectTimeout { .. } => Cause::Timeout,
+            StoreError::Timeout { .. }
+            | StoreError::ConnectTimeout { .. }
+            | StoreError::Waited { .. } => Cause::Timeout,
             StoreError::Connect { source, .. } | StoreError::Query { source, .. } => {
                 Cause::of_driver(source)
             }
@@ -123,7 +125,7 @@ impl Cause {
             StoreError::CreateFile { .. } | StoreError::Grants { .. } => Cause::Permission,
             StoreError::Migrate { .. } => Cause::Schema,
             StoreError::Protocol(_) => Cause::Protocol,
-            StoreError::Invalid { .. } => Cause::Other,
+            StoreError::Invalid { .. } | StoreError::TransactionPooling { .. } => Cause::Other,
         }
     }
 

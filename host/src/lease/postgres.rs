@@ -8,7 +8,9 @@
 
 mod gate;
 pub mod listen;
+mod migration_lock;
 mod nodelay;
+mod pooler;
 mod statements;
 
 use std::sync::Arc;
@@ -27,9 +29,15 @@ use super::store::{
     CampaignedMany, DbMillis, Epoch, GroupView, LeaseRecord, LeaseStore, ReleaseNotice,
     RenewRequest, Renewed, RenewedOne, StoreError, ttl_ms,
 };
-use super::store::{TermRow, shard_count, to_term};
+use super::store::{TermRow, is_permission_denied, shard_count, to_term};
 use super::url::DatabaseUrl;
 use listen::{Logs, Received, Subscription};
+
+/// The advisory lock key the schema's migrators take in database `name` (sqlx's, so that every
+/// release excludes every other): for operators and tests that look for it in `pg_locks`.
+pub fn migration_lock_key(name: &str) -> i64 {
+    migration_lock::key(name)
+}
 
 /// The channel releases are announced on; the payload is the lease name.
 pub const RELEASE_CHANNEL: &str = "leasehold_released";
@@ -178,39 +186,91 @@ impl PostgresStore {
                 .options(settings.iter().map(|(k, v)| (*k, v.as_str())))
         };
         let options = with_plans(Plans::EachTime);
-        // One direct connection first: a pool would hide "connection refused" or a bad password
-        // behind a generic acquire timeout.
-        let probe = tokio::time::timeout(connect_timeout, PgConnection::connect_with(&options))
-            .await
-            .map_err(|_| StoreError::ConnectTimeout {
-                url: redacted.clone(),
-                after: connect_timeout,
-            })?
-            .map_err(connect_err)?;
-        probe.close().await.map_err(connect_err)?;
+        // Two connections first, at once: what is between the host and the server must give
+        // each a session of its own (`pooler`), and a pool would hide "connection refused" or a
+        // bad password behind a generic acquire timeout.
+        let sessions = match pooler::check(
+            &options,
+            connect_timeout,
+            &protocol::PROTOCOL.to_string(),
+        )
+        .await
+        {
+            Ok(sessions) => sessions,
+            Err(pooler::CheckError::Driver(source)) => return Err(connect_err(source)),
+            Err(pooler::CheckError::Stalled(what)) => {
+                return Err(StoreError::Waited {
+                    url: redacted.clone(),
+                    what: format!(
+                        "{what}: leasehold needs several sessions at once (a few per host), so a pooler in front of PostgreSQL needs a pool of more sessions than hosts times {PER_HOST}"
+                    ),
+                    after: connect_timeout,
+                });
+            }
+        };
+        let by_hand = match sessions {
+            pooler::Sessions::Shared(evidence) => {
+                return Err(StoreError::TransactionPooling {
+                    url: redacted.clone(),
+                    evidence: evidence.to_string(),
+                });
+            }
+            pooler::Sessions::OwnEach { settings_arrived } => !settings_arrived,
+        };
+        if by_hand {
+            debug!(
+                "the session settings sent at connect did not arrive (a pooler ignores them): set on each connection"
+            );
+        }
+        // What a connection of plans `plans` runs as it opens when the settings did not arrive.
+        let set_by_hand = |plans| {
+            by_hand
+                .then(|| Arc::<str>::from(set_statements(&session_settings(call_timeout, plans))))
+        };
         // One connection for the migration, kept for the first batch of many leases.
-        let pool = open_pool(&options, 1, connect_timeout)
+        let pool = open_pool(&options, 1, connect_timeout, set_by_hand(Plans::EachTime))
             .await
             .map_err(connect_err)?;
-        migrate(&pool, &redacted).await?;
+        migrate(&pool, &redacted, connect_timeout).await?;
         // A schema that needs a newer binary is refused here, before anything is taken; the
-        // schema's trigger refuses each campaign after a raise while this replica runs.
-        let found = sqlx::query_as(protocol::READ_POSTGRES)
-            .fetch_optional(&pool)
-            .await
-            .map_err(StoreError::query("protocol check"))?;
+        // schema's trigger refuses each campaign after a raise while this replica runs. It waits
+        // for nothing but a lock on the protocol table (a migration under way elsewhere, or a
+        // session that kept one): said after a while, and bounded like the connection.
+        let read = sqlx::query_as(protocol::READ_POSTGRES).fetch_optional(&pool);
+        let found = migration_lock::said_and_bounded(
+            read,
+            connect_timeout,
+            "the protocol check to read leasehold_protocol (a lock on the lease schema held by another session: a migration under way, or a transaction left open)",
+        )
+        .await
+        .map_err(|after| StoreError::Waited {
+            url: redacted.clone(),
+            what: "the protocol check to read leasehold_protocol, which another session keeps locked (see pg_locks): end that session or wait for its migration, then start again".to_string(),
+            after,
+        })?
+        .map_err(StoreError::query("protocol check"))?;
         protocol::Requirement::check(found.map(protocol::from_row))?;
         // Opened after the migration, so that every connection finds the tables to warm up on.
         // A campaign and a renewal find a warm connection each.
-        let few = open_pool(&with_plans(Plans::Once), 2, connect_timeout)
-            .await
-            .map_err(connect_err)?;
+        let few = open_pool(
+            &with_plans(Plans::Once),
+            2,
+            connect_timeout,
+            set_by_hand(Plans::Once),
+        )
+        .await
+        .map_err(connect_err)?;
         // Neither prepares the lease statements: they run none. A replica nobody watches never
         // connects `observers`.
         let lazy = |max| {
+            let set = set_by_hand(Plans::EachTime);
             PgPoolOptions::new()
                 .max_connections(max)
                 .acquire_timeout(connect_timeout)
+                .after_connect(move |conn, _| {
+                    let set = set.clone();
+                    Box::pin(async move { set_settings(conn, set.as_deref()).await })
+                })
                 .connect_lazy_with(options.clone())
         };
         let observers = lazy(OBSERVERS);
@@ -225,12 +285,14 @@ impl PostgresStore {
     }
 }
 
-/// A pool of at least `min` connections; each prepares the lease statements and warms up as it
-/// opens ([`statements::prepare_and_warm_up`]).
+/// A pool of at least `min` connections; each sets the session settings when `set_by_hand` has
+/// them (they did not arrive at connect), prepares the lease statements and warms up as it opens
+/// ([`statements::prepare_and_warm_up`]).
 async fn open_pool(
     options: &PgConnectOptions,
     min: u32,
     connect_timeout: Duration,
+    set_by_hand: Option<Arc<str>>,
 ) -> Result<PgPool, sqlx::Error> {
     PgPoolOptions::new()
         // Campaigns for several leases may run at once; renewals are one statement.
@@ -239,8 +301,10 @@ async fn open_pool(
         // statement on a broken connection fails (and is retried) like any other.
         .test_before_acquire(false)
         .min_connections(min)
-        .after_connect(|conn, _| {
+        .after_connect(move |conn, _| {
+            let set = set_by_hand.clone();
             Box::pin(async move {
+                set_settings(conn, set.as_deref()).await?;
                 let sockets = nodelay::set_on_every_tcp_socket();
                 debug!(sockets, "TCP_NODELAY set on the process's TCP sockets");
                 // Only a warm-up: before the first migration the tables are missing, and a
@@ -254,6 +318,31 @@ async fn open_pool(
         .acquire_timeout(connect_timeout)
         .connect_with(options.clone())
         .await
+}
+
+/// About how many sessions one host keeps open: the lease pools' few, the listener's and the
+/// observers', for the message that asks a pooler for enough of them.
+const PER_HOST: u32 = 6;
+
+/// The `SET` statements that give a session `settings`, for a connection they did not arrive
+/// with: a pooler that ignores the startup packet's `options` (PgBouncer with
+/// `ignore_startup_parameters = options`) would otherwise leave the session without its bounds.
+fn set_statements(settings: &[(&'static str, String)]) -> String {
+    settings
+        .iter()
+        .map(|(name, value)| format!("SET {name} = '{}';", value.replace('\'', "''")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs `set` (from [`set_statements`]) on a new connection, when there is one.
+async fn set_settings(conn: &mut PgConnection, set: Option<&str>) -> Result<(), sqlx::Error> {
+    if let Some(set) = set {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(set.to_string()))
+            .execute(conn)
+            .await?;
+    }
+    Ok(())
 }
 
 /// Whether every embedded migration is already applied (with the same checksum). A role with DML
@@ -279,7 +368,9 @@ async fn schema_is_current(pool: &PgPool) -> Result<bool, sqlx::Error> {
         }))
 }
 
-async fn migrate(pool: &PgPool, url: &str) -> Result<(), StoreError> {
+/// Migrates the schema unless it is current. Waiting for another session's migration lock, or
+/// for a lock another session keeps on a table a migration changes, is bounded by `lock_wait`.
+async fn migrate(pool: &PgPool, url: &str, lock_wait: Duration) -> Result<(), StoreError> {
     // A current schema needs nothing, and the check needs only SELECT: the least-privileged role
     // the host may run as (the schema owner migrates, with `leasehold migrate`).
     match schema_is_current(pool).await {
@@ -294,65 +385,90 @@ async fn migrate(pool: &PgPool, url: &str) -> Result<(), StoreError> {
         }
         _ => {}
     }
+    let failed = |source| StoreError::Migrate {
+        url: url.to_string(),
+        source,
+    };
     // The advisory lock serialises concurrent migrators; a retry covers the rare race on creating
     // the bookkeeping table itself.
+    let deadline = tokio::time::Instant::now() + lock_wait;
     let mut attempt = 0;
     loop {
-        // On a connection of its own, closed after a failure: the migrator's session-level
-        // advisory lock is not released on error, and a pooled connection would keep it, making
-        // every later migrator (ours or another replica's) wait for it.
+        // On a connection of its own, closed after a failure: the advisory lock is held by the
+        // session, and a pooled connection would keep it after an error, making every later
+        // migrator (ours or another replica's) wait for it.
         let mut conn = pool
             .acquire()
             .await
-            .map_err(|e| StoreError::Migrate {
-                url: url.to_string(),
-                source: sqlx::migrate::MigrateError::Execute(e),
-            })?
+            .map_err(|e| failed(sqlx::migrate::MigrateError::Execute(e)))?
             .detach();
-        // A migration of a large table may take longer than any lease call, and waits for the
-        // migrator's advisory lock while another replica migrates.
-        let unbounded = sqlx::raw_sql("SET statement_timeout = 0; SET lock_timeout = 0")
-            .execute(&mut conn)
-            .await;
-        let outcome = match unbounded {
-            Ok(_) => {
-                // A schema migrated by a newer release is accepted: rolling a replica back to the
-                // previous release must work, and what a newer schema requires of this binary is
-                // the protocol's to say (checked after), not the list of migrations'.
-                let mut migrator = sqlx::migrate!("./migrations/postgres");
-                migrator.set_ignore_missing(true);
-                migrator.run_direct(None, &mut conn, false).await
+        // A migration of a large table may take longer than any lease call: no statement
+        // timeout. But a lock another session keeps on a table is waited for only as long as
+        // the migrators' lock is.
+        let unbounded = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "SET statement_timeout = 0; SET lock_timeout = {}",
+            lock_wait.as_millis().max(1)
+        )))
+        .execute(&mut conn)
+        .await;
+        if let Err(e) = unbounded {
+            return Err(failed(sqlx::migrate::MigrateError::Execute(e)));
+        }
+        let key = match migration_lock::lock(&mut conn, deadline).await {
+            Ok(key) => key,
+            Err(migration_lock::LockError::Driver(e)) => {
+                return Err(failed(sqlx::migrate::MigrateError::Execute(e)));
             }
-            Err(e) => Err(sqlx::migrate::MigrateError::Execute(e)),
+            Err(migration_lock::LockError::HeldElsewhere(what)) => {
+                return Err(StoreError::Waited {
+                    url: url.to_string(),
+                    what,
+                    after: lock_wait,
+                });
+            }
+        };
+        // A schema migrated by a newer release is accepted: rolling a replica back to the
+        // previous release must work, and what a newer schema requires of this binary is the
+        // protocol's to say (checked after), not the list of migrations'. The lock is this
+        // function's, taken above.
+        let mut migrator = sqlx::migrate!("./migrations/postgres");
+        migrator.set_ignore_missing(true).set_locking(false);
+        let run = migrator.run_direct(None, &mut conn, false);
+        // Not bounded: a migration that works (a large table's) is not given up on; what it
+        // waits for another session to let go of is, by the lock timeout above.
+        let outcome =
+            migration_lock::said(run, "the lease schema's migrations to finish", None).await;
+        let outcome = match outcome {
+            Ok(()) => migration_lock::unlock(&mut conn, key)
+                .await
+                .map_err(sqlx::migrate::MigrateError::Execute),
+            Err(e) => Err(e),
         };
         if outcome.is_ok() {
             let _ = conn.close().await;
         }
         match outcome {
             Ok(()) => return Ok(()),
-            Err(e) if attempt < 5 && !is_permission_denied(&e) => {
+            Err(e) if attempt < 5 && !is_permission_denied(&e) && !is_lock_timeout(&e) => {
                 attempt += 1;
                 debug!(error = %e, attempt, "migration raced another replica; retrying");
                 tokio::time::sleep(Duration::from_millis(50 * attempt)).await;
             }
-            Err(source) => {
-                return Err(StoreError::Migrate {
-                    url: url.to_string(),
-                    source,
-                });
-            }
+            Err(source) => return Err(failed(source)),
         }
     }
 }
 
-/// SQLSTATE 42501: no retry will grant the privilege.
-fn is_permission_denied(error: &sqlx::migrate::MigrateError) -> bool {
-    let db = match error {
+/// SQLSTATE 55P03: a migration waited for a lock another session keeps, past its bound; waiting
+/// again would only double it.
+fn is_lock_timeout(error: &sqlx::migrate::MigrateError) -> bool {
+    match error {
         sqlx::migrate::MigrateError::Execute(sqlx::Error::Database(db))
-        | sqlx::migrate::MigrateError::ExecuteMigration(sqlx::Error::Database(db), _) => db,
-        _ => return false,
-    };
-    db.code().as_deref() == Some("42501")
+        | sqlx::migrate::MigrateError::ExecuteMigration(sqlx::Error::Database(db), _) => {
+            db.code().as_deref() == Some("55P03")
+        }
+        _ => false,
+    }
 }
 
 const RECORD_COLUMNS: &str = "name, holder, epoch, ttl_ms, \

@@ -255,7 +255,7 @@ pub enum ReleaseNotice {
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The first connection could not be made.
-    #[error("cannot connect to {url}: {source}")]
+    #[error("cannot connect to {url}: {source}{}", startup_hint(source))]
     Connect {
         /// The redacted URL.
         url: String,
@@ -295,7 +295,8 @@ pub enum StoreError {
     },
     /// The schema migrations failed.
     #[error(
-        "cannot prepare the lease schema in {url}: {source} (a role without DDL rights needs the schema owner to run `leasehold migrate` first)"
+        "cannot prepare the lease schema in {url}: {source}{}",
+        ddl_hint(source)
     )]
     Migrate {
         /// The redacted URL.
@@ -303,6 +304,28 @@ pub enum StoreError {
         /// The migrator's error.
         #[source]
         source: sqlx::migrate::MigrateError,
+    },
+    /// The URL leads through a pooler that shares server sessions between client connections
+    /// (transaction or statement pooling), which the store cannot work through.
+    #[error(
+        "{url} goes through a connection pooler in transaction (or statement) pooling mode ({evidence}): leasehold needs session pooling or a direct connection to PostgreSQL, because it keeps LISTEN/NOTIFY (the instant handoff), session-level locks and prepared statements in its sessions; set pool_mode = session for this database in the pooler (PgBouncer), or connect to PostgreSQL directly"
+    )]
+    TransactionPooling {
+        /// The redacted URL.
+        url: String,
+        /// What gave the pooler away.
+        evidence: String,
+    },
+    /// Start-up waited for something another session holds, or for the database (or a pooler in
+    /// front of it) to serve a connection, and gave up at its bound.
+    #[error("cannot open the lease store in {url}: gave up after {after:?} waiting for {what}")]
+    Waited {
+        /// The redacted URL.
+        url: String,
+        /// What it waited for, and what to do about it.
+        what: String,
+        /// The bound that ran out.
+        after: Duration,
     },
     /// A statement failed.
     #[error("{op} failed: {}{}", crate::report::driver_text(&source.to_string()), denied_hint(source))]
@@ -350,6 +373,38 @@ fn denied_hint(error: &sqlx::Error) -> String {
         }
         _ => String::new(),
     }
+}
+
+/// What to do when a pooler refused a parameter of the startup packet: PgBouncer takes only the
+/// few it tracks, and leasehold sends its session settings in `options` (and the driver
+/// `extra_float_digits`).
+fn startup_hint(error: &sqlx::Error) -> &'static str {
+    if error.to_string().contains("unsupported startup parameter") {
+        " (a pooler in front of PostgreSQL refuses a parameter leasehold sends at connect: in PgBouncer, set ignore_startup_parameters = extra_float_digits, options; leasehold then sets its session settings itself)"
+    } else {
+        ""
+    }
+}
+
+/// What to do about a failed migration that the database refused for want of a privilege
+/// (SQLSTATE 42501), else nothing: other failures (a lost connection, a lock, a pooler) are not
+/// solved by running the migration as another role.
+fn ddl_hint(error: &sqlx::migrate::MigrateError) -> &'static str {
+    if is_permission_denied(error) {
+        " (a role without DDL rights needs the schema owner to run `leasehold migrate` first)"
+    } else {
+        ""
+    }
+}
+
+/// SQLSTATE 42501: no retry will grant the privilege.
+pub(crate) fn is_permission_denied(error: &sqlx::migrate::MigrateError) -> bool {
+    let db = match error {
+        sqlx::migrate::MigrateError::Execute(sqlx::Error::Database(db))
+        | sqlx::migrate::MigrateError::ExecuteMigration(sqlx::Error::Database(db), _) => db,
+        _ => return false,
+    };
+    db.code().as_deref() == Some("42501")
 }
 
 impl StoreError {
