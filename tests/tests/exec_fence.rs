@@ -62,10 +62,9 @@ fn replica(name: &str, url: &str, worker_url: &str, worker: &[&str]) -> HostBuil
 /// URL on that database.
 async fn readme_worker_role(url: &str) -> String {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let readme = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
-    )
-    .unwrap();
+    let readme =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
     let section = readme
         .split("\n### A fence for your own SQL\n")
         .nth(1)

@@ -551,7 +551,11 @@ async fn config_check_prints_its_verdict_alone_with_a_relative_sqlite_path_shown
             "{args:?}: {stdout}"
         );
         let cwd = dir.path().canonicalize().unwrap();
-        let db = if args.len() == 3 { "leases.db" } else { "leasehold.db" };
+        let db = if args.len() == 3 {
+            "leases.db"
+        } else {
+            "leasehold.db"
+        };
         assert!(
             stdout.contains(&format!("sqlite:{}", cwd.join(db).display())),
             "{args:?}: {stdout}"

@@ -116,7 +116,13 @@ async fn status_holds_against_a_host_that_is_down_exits_2_naming_the_cause() {
         .unwrap()
         .port();
     let out = tokio::process::Command::new(binary().unwrap())
-        .args(["status", "--url", &format!("127.0.0.1:{port}"), "--holds", "web"])
+        .args([
+            "status",
+            "--url",
+            &format!("127.0.0.1:{port}"),
+            "--holds",
+            "web",
+        ])
         .env_remove("RUST_LOG")
         .env_remove("LEASEHOLD_STATUS_URL")
         .output()
@@ -124,7 +130,11 @@ async fn status_holds_against_a_host_that_is_down_exits_2_naming_the_cause() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(
         err.contains("cannot say whether the host holds web")
             && err.contains(&format!("GET http://127.0.0.1:{port}/readyz/leases/web"))

@@ -298,10 +298,9 @@ async fn every_toml_block_of_the_readme_is_accepted_as_pasted_by_config_check_or
         }
         std::fs::write(dir.join("leasehold.toml"), block).unwrap();
         let path = std::env::var_os("PATH").unwrap_or_default();
-        let path = std::env::join_paths(
-            std::iter::once(bin.clone()).chain(std::env::split_paths(&path)),
-        )
-        .unwrap();
+        let path =
+            std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(&path)))
+                .unwrap();
         let mut check = Command::new(binary().unwrap());
         check
             .args(["config", "check", "leasehold.toml"])

@@ -90,12 +90,7 @@ pub async fn serve(state: AppState, lease: String, headers: HeaderMap) -> Respon
         .get("last-event-id")
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let every = heartbeat_every(state.leases.timing());
-    let mut watcher = Watcher::new(
-        lease,
-        state.leases.holder().to_string(),
-        leadership,
-        every,
-    );
+    let mut watcher = Watcher::new(lease, state.leases.holder().to_string(), leadership, every);
     watcher.open(last_id.as_deref());
     let events = futures::stream::unfold(watcher, |mut w| async move {
         let event = w.next().await?;
@@ -452,7 +447,10 @@ mod tests {
         assert_eq!(events[0].2.epoch, Some(2));
         let (_, id, data) = &events[1];
         assert_eq!(id.as_deref(), Some("6@h"));
-        assert_eq!((data.role, data.epoch, data.stop_within_ms), (Role::Standby, None, 0));
+        assert_eq!(
+            (data.role, data.epoch, data.stop_within_ms),
+            (Role::Standby, None, 0)
+        );
         assert_eq!((data.missed, data.missed_changes), (Some(true), Some(2)));
     }
 }
