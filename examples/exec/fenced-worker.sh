@@ -4,9 +4,10 @@
 #
 #   leasehold exec --database-url "$DATABASE_URL" --lease orders -- examples/exec/fenced-worker.sh
 #
-# DATABASE_URL is the worker's own connection (its role needs EXECUTE on leasehold_fence(text,
-# bigint) in the lease database, and its own table); LEASEHOLD_LEASE and LEASEHOLD_EPOCH come from
-# the host. WORKER_INTERVAL: seconds between writes (default 1). WORKER_HOLD: seconds each
+# DATABASE_URL is the worker's own connection: its role needs EXECUTE on leasehold_fence(text,
+# bigint) in the lease database, and somewhere to create its table (README: "A fence for your own
+# SQL" makes it a schema of its own). LEASEHOLD_LEASE and LEASEHOLD_EPOCH come from the host. The
+# table keeps each row's lease: the workers of several leases may share it. WORKER_INTERVAL: seconds between writes (default 1). WORKER_HOLD: seconds each
 # transaction stays open after the fence call, standing for slow work (default 0).
 set -eu
 : "${DATABASE_URL:?set DATABASE_URL to the worker's PostgreSQL connection}"
@@ -14,8 +15,8 @@ set -eu
 : "${LEASEHOLD_EPOCH:?run this under leasehold exec}"
 
 psql "$DATABASE_URL" -X -q -v ON_ERROR_STOP=1 \
-  -c "SET client_min_messages = warning" -c "CREATE TABLE IF NOT EXISTS fenced_writes (epoch bigint NOT NULL, n bigint NOT NULL,
-        at timestamptz NOT NULL DEFAULT clock_timestamp())"
+  -c "SET client_min_messages = warning" -c "CREATE TABLE IF NOT EXISTS fenced_writes (lease text NOT NULL,
+        epoch bigint NOT NULL, n bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())"
 
 n=0
 while :; do
@@ -24,7 +25,7 @@ while :; do
   psql "$DATABASE_URL" -X -q -o /dev/null -v ON_ERROR_STOP=1 -v lease="$LEASEHOLD_LEASE" \
     -v epoch="$LEASEHOLD_EPOCH" -v n="$n" -v hold="${WORKER_HOLD:-0}" <<'SQL'
 BEGIN;
-INSERT INTO fenced_writes (epoch, n) VALUES (:epoch, :n);
+INSERT INTO fenced_writes (lease, epoch, n) VALUES (:'lease', :epoch, :n);
 SELECT leasehold_fence(:'lease', :epoch);
 \echo fenced :n at epoch :epoch
 SELECT pg_sleep(:hold);

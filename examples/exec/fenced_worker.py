@@ -5,9 +5,12 @@
 
 Each transaction calls leasehold_fence(lease, epoch) before it commits, so it commits only while
 the epoch this process was started with still holds the lease. A refused commit raises with
-SQLSTATE LH001: the worker is stale, and it exits rather than retry. Needs psycopg 3 (Debian:
-python3-psycopg). DATABASE_URL is the worker's own connection; WORKER_INTERVAL is the seconds
-between writes (default 1).
+SQLSTATE LH001: the worker is stale, and it exits rather than retry. Needs psycopg 3: Debian's
+python3-psycopg, or `pip install psycopg` where python3 is not Debian's. DATABASE_URL is the
+worker's own connection: its role needs EXECUTE on leasehold_fence(text, bigint) and somewhere to
+create its table (README: "A fence for your own SQL" makes it a schema of its own). The table
+keeps each row's lease: the workers of several leases may share it. WORKER_INTERVAL is the
+seconds between writes (default 1).
 """
 
 import os
@@ -25,8 +28,8 @@ def main() -> int:
     interval = float(os.environ.get("WORKER_INTERVAL", "1"))
     with psycopg.connect(os.environ["DATABASE_URL"]) as conn:
         conn.execute(
-            "CREATE TABLE IF NOT EXISTS fenced_writes (epoch bigint NOT NULL, n bigint NOT NULL,"
-            " at timestamptz NOT NULL DEFAULT clock_timestamp())"
+            "CREATE TABLE IF NOT EXISTS fenced_writes (lease text NOT NULL, epoch bigint NOT NULL,"
+            " n bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())"
         )
         conn.commit()
         n = 0
@@ -35,7 +38,8 @@ def main() -> int:
             try:
                 with conn.transaction():
                     conn.execute(
-                        "INSERT INTO fenced_writes (epoch, n) VALUES (%s, %s)", (epoch, n)
+                        "INSERT INTO fenced_writes (lease, epoch, n) VALUES (%s, %s, %s)",
+                        (lease, epoch, n),
                     )
                     conn.execute("SELECT leasehold_fence(%s, %s)", (lease, epoch))
             except psycopg.Error as e:

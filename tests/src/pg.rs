@@ -345,7 +345,7 @@ pub fn user_of(url: &str) -> &str {
 }
 
 /// `url` with `user` (and no password) in place of its user.
-fn with_user(url: &str, user: &str) -> String {
+pub fn with_user(url: &str, user: &str) -> String {
     let start = url.find("://").map_or(0, |i| i + 3);
     let authority_end = url[start..].find('/').map_or(url.len(), |i| start + i);
     let host = match url[start..authority_end].rfind('@') {

@@ -1,7 +1,9 @@
 //! The fence for a process's own SQL, `leasehold_fence(lease, epoch)`, from outside: real hosts
-//! running the example workers of `examples/exec/` under `leasehold exec` on a real PostgreSQL; a
-//! worker frozen with its host past the ttl and then resumed; a role granted only EXECUTE trying
-//! to stall the holder's renewals; and a takeover arriving while a fenced commit is under way.
+//! running the example workers of `examples/exec/` under `leasehold exec` on a real PostgreSQL, as
+//! a role made by the README's own lines; a worker frozen with its host past the ttl and then
+//! resumed; a role granted only EXECUTE trying to stall the holder's renewals; a takeover arriving
+//! while a fenced commit is under way; and a transaction checked early committing after its epoch
+//! expired, with the takeover waiting for it.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -32,36 +34,82 @@ async fn database() -> String {
         .unwrap()
 }
 
-/// `(epoch, n)` of every committed write of the example workers, in order.
+/// `(epoch, n)` of every committed write of the example workers for lease `orders`, in order,
+/// read as `url`'s role (whose `fenced_writes` it is).
 async fn writes(url: &str) -> Vec<(i64, i64)> {
     let mut conn = PgConnection::connect(url).await.unwrap();
-    sqlx::query_as("SELECT epoch, n FROM fenced_writes ORDER BY epoch, n")
+    sqlx::query_as("SELECT epoch, n FROM fenced_writes WHERE lease = 'orders' ORDER BY epoch, n")
         .fetch_all(&mut conn)
         .await
         .unwrap_or_default()
 }
 
-/// A replica that runs `worker` under lease `orders`, writing to `url` as the lease's owner.
-fn replica(name: &str, url: &str, worker: &[&str]) -> HostBuilder {
+/// A replica that runs `worker` under lease `orders` on the lease database `url`, the worker
+/// writing as `worker_url`'s role.
+fn replica(name: &str, url: &str, worker_url: &str, worker: &[&str]) -> HostBuilder {
     HostBuilder::new(name)
         .database_url(url)
         .lease("orders")
         .ttl(TTL)
-        .env("DATABASE_URL", url)
+        .env("DATABASE_URL", worker_url)
         .env("WORKER_INTERVAL", "0.05")
         .exec(worker)
 }
 
+/// The README's block that makes the worker's role ("A fence for your own SQL": the `sql` block
+/// with `CREATE ROLE`), run as written on the migrated lease database `url` by its owner, but for
+/// the role's name: roles are the whole server's, so each test's is its own. Returns the role's
+/// URL on that database.
+async fn readme_worker_role(url: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let readme =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let section = readme
+        .split("\n### A fence for your own SQL\n")
+        .nth(1)
+        .expect("README.md has no \"### A fence for your own SQL\"");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let block = section
+        .split("```sql\n")
+        .skip(1)
+        .filter_map(|rest| rest.split("\n```").next())
+        .find(|block| block.contains("CREATE ROLE worker"))
+        .expect("no ```sql block of the fence's section makes the role `worker`");
+    let role = format!(
+        "worker_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    );
+    let mut owner = PgConnection::connect(url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(block.replace("worker", &role)))
+        .execute(&mut owner)
+        .await
+        .unwrap_or_else(|e| panic!("the README's lines failed: {e}\n{block}"));
+    leasehold_tests::pg::with_user(url, &role)
+}
+
+/// The example `worker` writes at epoch 1, as a role made by the README's lines, beside another
+/// lease's rows in the same table.
 async fn writes_at_epoch_1(worker: &[&str]) {
-    let url = database().await;
-    let host = replica("a", &url, worker)
+    let url = leasehold_tests::pg::server()
+        .fresh_lease_database()
+        .await
+        .unwrap();
+    let worker_url = readme_worker_role(&url).await;
+    let host = replica("a", &url, &worker_url, worker)
         .spawn_leading("orders")
         .await
         .unwrap();
     host.wait_for_log("wrote 3 at epoch 1", Duration::from_secs(30))
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", host.log_text()));
-    let rows = writes(&url).await;
+    let mut conn = PgConnection::connect(&worker_url).await.unwrap();
+    sqlx::raw_sql("INSERT INTO fenced_writes (lease, epoch, n) VALUES ('billing', 9, 1)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let rows = writes(&worker_url).await;
     assert!(rows.len() >= 3, "{rows:?}");
     assert!(rows.iter().all(|(epoch, _)| *epoch == 1), "{rows:?}");
 }
@@ -83,12 +131,12 @@ async fn a_worker_frozen_with_its_host_past_the_ttl_has_its_commit_refused_when_
     let worker = [example("fenced-worker.sh")];
     let worker = [worker[0].as_str()];
     // Each transaction stays open for a second after its fence call.
-    let a = replica("a", &url, &worker)
+    let a = replica("a", &url, &url, &worker)
         .env("WORKER_HOLD", "1")
         .spawn_leading("orders")
         .await
         .unwrap();
-    let b = replica("b", &url, &worker).spawn().await.unwrap();
+    let b = replica("b", &url, &url, &worker).spawn().await.unwrap();
     a.wait_for_log("wrote 1 at epoch 1", Duration::from_secs(30))
         .await
         .unwrap();
@@ -274,11 +322,11 @@ async fn a_role_granted_execute_on_the_fence_cannot_stall_a_renewal_or_change_a_
 async fn a_takeover_waits_for_a_fenced_commit_under_way_so_the_write_lands_before_the_next_term() {
     let url = database().await;
     let sleeper = ["sleep", "600"];
-    let mut a = replica("a", &url, &sleeper)
+    let mut a = replica("a", &url, &url, &sleeper)
         .spawn_leading("orders")
         .await
         .unwrap();
-    let b = replica("b", &url, &sleeper).spawn().await.unwrap();
+    let b = replica("b", &url, &url, &sleeper).spawn().await.unwrap();
     let mut owner = PgConnection::connect(&url).await.unwrap();
     // A commit that takes 3 s after the fence's check has passed: the caller's own deferred
     // trigger, queued after the fence's, sleeps and then notes when it finished.
@@ -328,5 +376,63 @@ async fn a_takeover_waits_for_a_fenced_commit_under_way_so_the_write_lands_befor
     assert!(
         next > done,
         "epoch 2 began before epoch 1's fenced commit was done"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_checked_early_commits_after_its_epoch_expired_and_the_takeover_waits_for_it()
+{
+    let url = database().await;
+    let sleeper = ["sleep", "600"];
+    let mut a = replica("a", &url, &url, &sleeper)
+        .spawn_leading("orders")
+        .await
+        .unwrap();
+    let b = replica("b", &url, &url, &sleeper).spawn().await.unwrap();
+    let mut owner = PgConnection::connect(&url).await.unwrap();
+    sqlx::raw_sql("CREATE TABLE early (at timestamptz)")
+        .execute(&mut owner)
+        .await
+        .unwrap();
+    let mut worker = PgConnection::connect(&url).await.unwrap();
+    let mut tx = worker.begin().await.unwrap();
+    sqlx::raw_sql("SET CONSTRAINTS ALL IMMEDIATE; SELECT leasehold_fence('orders', 1)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    a.kill().await.unwrap();
+    // Well past epoch 1's expiry by any clock: the check that passed at the call is the only one.
+    tokio::time::sleep(3 * TTL).await;
+    sqlx::raw_sql("INSERT INTO early VALUES (clock_timestamp())")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    leasehold_tests::host::wait_for_single_leader(&[&b], "orders", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let (expired, committed, next): (f64, f64, f64) = sqlx::query_as(
+        "SELECT (SELECT extract(epoch FROM ended_at)::float8 FROM leasehold_terms
+                  WHERE name = 'orders' AND epoch = 1),
+                (SELECT extract(epoch FROM at)::float8 FROM early),
+                (SELECT extract(epoch FROM started_at)::float8 FROM leasehold_terms
+                  WHERE name = 'orders' AND epoch = 2)",
+    )
+    .fetch_one(&mut owner)
+    .await
+    .unwrap();
+    eprintln!(
+        "the early-checked commit landed {:.0} ms after epoch 1 expired; epoch 2 began {:.0} ms after it",
+        (committed - expired) * 1e3,
+        (next - committed) * 1e3
+    );
+    assert!(
+        committed > expired + TTL.as_secs_f64(),
+        "the commit did not land long after epoch 1 expired: the test proved nothing"
+    );
+    assert!(
+        next > committed,
+        "epoch 2 began before epoch 1's early-checked commit"
     );
 }

@@ -3,7 +3,8 @@
 //! names the fix. A second `run` on the default port; a shutdown that cannot release (its exit
 //! code and last line); a signal delivered twice; fatal errors under `--log-format json`; a ttl
 //! the database cannot time out; admin commands without a database; a misspelt lease; a
-//! misspelt URL parameter; `migrate`'s count, `--http localhost:…`, a timing key out of its table.
+//! misspelt URL parameter; `migrate`'s count, `--http localhost:…`, a timing key out of its table;
+//! `config check`'s verdict with no log line beside it.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -15,10 +16,14 @@ use leasehold_tests::host::{Host, HostBuilder, binary, wait_for_single_leader};
 use leasehold_tests::log::Logged;
 use leasehold_tests::pg::{RowLock, lock_lease_row};
 
-/// Runs `leasehold ARGS` in `dir` with `env` (and no `LEASEHOLD_*` of the test's own), at most 60 s.
+/// Runs `leasehold ARGS` in `dir` with `env` (and no `LEASEHOLD_*` or `RUST_LOG` of the test's
+/// own), at most 60 s.
 async fn leasehold(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = tokio::process::Command::new(binary().unwrap());
-    cmd.args(args).current_dir(dir).env("RUST_BACKTRACE", "0");
+    cmd.args(args)
+        .current_dir(dir)
+        .env("RUST_BACKTRACE", "0")
+        .env_remove("RUST_LOG");
     for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("LEASEHOLD_")) {
         cmd.env_remove(key);
     }
@@ -524,6 +529,38 @@ async fn config_check_takes_localhost_and_points_a_timing_key_to_its_table() {
         "{}",
         text(&out.stderr)
     );
+}
+
+#[tokio::test]
+async fn config_check_prints_its_verdict_alone_with_a_relative_sqlite_path_shown_absolute() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("leasehold.toml");
+    std::fs::write(&file, "database_url = \"sqlite:./leases.db\"\n").unwrap();
+    for args in [
+        vec!["config", "check", "leasehold.toml"],
+        // The built-in default is a relative path too.
+        vec!["config", "check"],
+    ] {
+        let out = leasehold(dir.path(), &args, &[]).await;
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        assert_eq!(stderr, "", "{args:?}: a check logged beside its verdict");
+        assert!(
+            stdout.starts_with("# leasehold.toml: ok;")
+                || stdout.starts_with("# built-in defaults: ok;"),
+            "{args:?}: {stdout}"
+        );
+        let cwd = dir.path().canonicalize().unwrap();
+        let db = if args.len() == 3 {
+            "leases.db"
+        } else {
+            "leasehold.db"
+        };
+        assert!(
+            stdout.contains(&format!("sqlite:{}", cwd.join(db).display())),
+            "{args:?}: {stdout}"
+        );
+    }
 }
 
 #[tokio::test]

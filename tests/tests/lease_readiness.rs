@@ -1,7 +1,7 @@
 //! `GET /readyz/leases/NAME` from outside: ready on the holder alone (and `leasehold status
 //! --holds NAME` exits 0 there alone), flipping to the next holder within milliseconds of a
 //! handoff; 404 naming the known leases for any other name; a
-//! group's shard named with its slash.
+//! group's shard named with its slash; `--holds` against a host that is down exits 2 naming why.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -105,4 +105,41 @@ async fn an_unknown_lease_is_404_naming_the_known_ones_and_a_shard_is_named_with
     )
     .await
     .unwrap();
+}
+
+#[tokio::test]
+async fn status_holds_against_a_host_that_is_down_exits_2_naming_the_cause() {
+    // A port nobody listens on: bound, then let go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = tokio::process::Command::new(binary().unwrap())
+        .args([
+            "status",
+            "--url",
+            &format!("127.0.0.1:{port}"),
+            "--holds",
+            "web",
+        ])
+        .env_remove("RUST_LOG")
+        .env_remove("LEASEHOLD_STATUS_URL")
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        err.contains("cannot say whether the host holds web")
+            && err.contains(&format!("GET http://127.0.0.1:{port}/readyz/leases/web"))
+            && err.contains("Connection refused"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
 }

@@ -10,6 +10,12 @@
 //! project's scripts honour; its Rust target directory), so no run but the first installs
 //! componentize-py or builds std for the target. Each step's time is printed, from bash's own
 //! trace.
+//!
+//! And every fenced `toml` block of the README, as pasted: a plugin's manifest (the blocks under
+//! `## Plugins` and `## Fenced capabilities`) parses as the host parses `plugins/NAME.toml`; any
+//! other is a whole config file that `leasehold config check` accepts, printing its verdict and
+//! nothing else. The programs a block names are stood in for by scripts on `PATH`, as the check
+//! looks for them.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -203,4 +209,125 @@ async fn steps_as_written(lang: &str, env: &[(&str, PathBuf)]) {
         .map_or(started, |c| c.start);
     eprintln!("  {:>6.1}  copy -> first line", first_at - copied);
     eprintln!("  {:>6.1}  total: new -> first line", first_at - started);
+}
+
+/// Every fenced `toml` block of `readme`, with the `## ` section it is under.
+fn toml_blocks(readme: &str) -> Vec<(String, String)> {
+    let mut section = String::new();
+    let mut blocks = Vec::new();
+    let mut block: Option<String> = None;
+    for line in readme.lines() {
+        match &mut block {
+            Some(text) if line == "```" => {
+                blocks.push((section.clone(), std::mem::take(text)));
+                block = None;
+            }
+            Some(text) => {
+                text.push_str(line);
+                text.push('\n');
+            }
+            None if line == "```toml" => block = Some(String::new()),
+            None => {
+                if let Some(heading) = line.strip_prefix("## ") {
+                    section = heading.to_string();
+                }
+            }
+        }
+    }
+    assert!(block.is_none(), "README.md ends inside a ```toml block");
+    blocks
+}
+
+/// The sections whose `toml` blocks are a plugin's manifest (`plugins/NAME.toml`).
+const MANIFEST_SECTIONS: [&str; 2] = ["Plugins", "Fenced capabilities"];
+
+/// The programs a config's `[[process]]` and `[[service]]` tables run.
+fn programs(config: &toml::Table) -> Vec<String> {
+    let tables = ["process", "service"]
+        .into_iter()
+        .filter_map(|key| config.get(key)?.as_array())
+        .flatten()
+        .filter_map(toml::Value::as_table);
+    tables
+        .flat_map(|table| {
+            ["command", "activate", "deactivate", "health"]
+                .into_iter()
+                .filter_map(|key| table.get(key)?.as_array()?.first()?.as_str())
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn every_toml_block_of_the_readme_is_accepted_as_pasted_by_config_check_or_as_a_manifest() {
+    use std::os::unix::fs::PermissionsExt;
+    let readme_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let readme = std::fs::read_to_string(&readme_path).unwrap();
+    let blocks = toml_blocks(&readme);
+    let configs = blocks
+        .iter()
+        .filter(|(section, _)| !MANIFEST_SECTIONS.contains(&section.as_str()))
+        .count();
+    assert!(
+        configs >= 3 && blocks.len() > configs,
+        "the README's toml blocks are not where this test looks for them: {blocks:#?}"
+    );
+    for (i, (section, block)) in blocks.iter().enumerate() {
+        if MANIFEST_SECTIONS.contains(&section.as_str()) {
+            if let Err(e) = leasehold::manifest::Manifest::parse("plugins/readme.toml", block) {
+                panic!("block {i} (## {section}) is not a plugin manifest: {e}\n{block}");
+            }
+            continue;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path();
+        // Stand-ins for the programs the block names, found on PATH as the check looks.
+        let bin = dir.join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let config: toml::Table = toml::from_str(block)
+            .unwrap_or_else(|e| panic!("block {i} (## {section}) is not TOML: {e}\n{block}"));
+        for program in programs(&config) {
+            assert!(
+                !program.contains('/'),
+                "block {i} (## {section}) names {program}: a bare name is looked up in PATH, \
+                 where this test puts a stand-in; a path would have to exist here\n{block}"
+            );
+            let stand_in = bin.join(&program);
+            std::fs::write(&stand_in, "#!/bin/sh\nexit 0\n").unwrap();
+            std::fs::set_permissions(&stand_in, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        std::fs::write(dir.join("leasehold.toml"), block).unwrap();
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let path =
+            std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(&path)))
+                .unwrap();
+        let mut check = Command::new(binary().unwrap());
+        check
+            .args(["config", "check", "leasehold.toml"])
+            .current_dir(dir)
+            .env("PATH", path)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("LEASEHOLD_")) {
+            check.env_remove(key);
+        }
+        let out = tokio::time::timeout(Duration::from_secs(60), check.output())
+            .await
+            .expect("config check still running after 60 s")
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(
+            out.status.success(),
+            "block {i} (## {section}) is refused by `leasehold config check`:\n{stderr}\n{block}"
+        );
+        assert_eq!(stderr, "", "block {i} (## {section}): the check logged");
+        assert!(
+            stdout.starts_with("# leasehold.toml: ok;"),
+            "block {i} (## {section}): {stdout}"
+        );
+    }
 }

@@ -297,6 +297,9 @@ fn how_it_ended(ended: Option<TermEnd>) -> &'static str {
     }
 }
 
+/// How long `leasehold status` waits for the host's answer.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// `leasehold status --url URL`.
 pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let base = if args.url.contains("://") {
@@ -305,7 +308,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         format!("http://{}", args.url.trim_end_matches('/'))
     };
     let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
+        .timeout(STATUS_TIMEOUT)
         .build()
         .context("building the HTTP client")?;
     if let Some(lease) = &args.holds {
@@ -373,9 +376,27 @@ async fn holds(client: &reqwest::Client, base: &str, lease: &str) -> anyhow::Res
             }))
         }
         Err(e) => {
-            eprintln!("leasehold: GET {url}: {e}");
+            eprintln!(
+                "leasehold: cannot say whether the host holds {}: GET {url}: {}",
+                crate::report::escape_controls(lease),
+                unanswered(&e)
+            );
             Ok(ExitCode::from(2))
         }
+    }
+}
+
+/// Why a request got no answer, in the words of its deepest cause (`Connection refused (os
+/// error 111)`, `dns error: …`): the client's own text ("error sending request for url") names
+/// no cause.
+fn unanswered(error: &reqwest::Error) -> String {
+    if error.is_timeout() {
+        return format!("no answer within {} s", STATUS_TIMEOUT.as_secs());
+    }
+    let deepest = std::iter::successors(std::error::Error::source(error), |e| e.source()).last();
+    match deepest {
+        Some(cause) => cause.to_string(),
+        None => error.to_string(),
     }
 }
 

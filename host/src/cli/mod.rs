@@ -249,7 +249,13 @@ pub fn main() -> ExitCode {
         .log_format
         .or_else(|| file_log_format(&cli.command))
         .unwrap_or(LogFormat::Text);
-    let (log_writer, log_dropped) = init_logging(format);
+    // A check's output is its verdict alone: what `run` logs on the way (a relative SQLite path
+    // made absolute) shows in the verdict's effective configuration instead. Warnings still show.
+    let filter = match cli.command {
+        Command::Check(_) | Command::Config(ConfigCommand::Check(_)) => CHECK_LOG_FILTER,
+        _ => DEFAULT_LOG_FILTER,
+    };
+    let (log_writer, log_dropped) = init_logging(format, filter);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -437,8 +443,12 @@ fn file_log_format(command: &Command) -> Option<LogFormat> {
 pub const DEFAULT_LOG_FILTER: &str =
     "info,sqlx::postgres::notice=warn,sqlx_core::pool::connection=error";
 
+/// The log filter of `check` and `config check` without `RUST_LOG`.
+const CHECK_LOG_FILTER: &str = "warn";
+
 fn init_logging(
     format: LogFormat,
+    default_filter: &str,
 ) -> (
     tracing_appender::non_blocking::WorkerGuard,
     tracing_appender::non_blocking::ErrorCounter,
@@ -449,7 +459,7 @@ fn init_logging(
         // a connection found dead on its way back ("error occurred while testing the connection
         // on-release") come in twos and threes with every outage, which the lease loop's account
         // already tells.
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     use std::io::IsTerminal;
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(true)

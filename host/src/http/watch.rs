@@ -6,7 +6,9 @@
 //! (a term of the lease began here), `ended` (it ended, and why), `renewed` (a renewal moved
 //! the deadline) and `heartbeat` (at least every [`heartbeat_every`], and at once when the role
 //! changes without a term changing). Every event carries the same fields: the lease, this
-//! replica's role, the epoch, `stop_within_ms` and the host's wall-clock `at_ms`.
+//! replica's role, the epoch, `stop_within_ms` and the host's wall-clock `at_ms`. When terms
+//! began or ended faster than the stream looked, a fresh `state` (with the count missed) stands
+//! in for the `started` and `ended` it cannot tell one by one.
 //!
 //! `started`, `ended` and `state` carry an `id:` of `CHANGES@HOLDER`: how many times a term of
 //! the lease has started or ended in this host process, and the process's holder id. A client
@@ -66,11 +68,12 @@ pub struct WatchData {
     /// `stopped` when the host stopped without a reason).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// `state` only, after a `Last-Event-ID`: whether a change happened since that event.
+    /// `state` only, after a `Last-Event-ID` or mid-stream: whether a change happened since the
+    /// last id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missed: Option<bool>,
-    /// `state` only, after a `Last-Event-ID`: how many changes were missed; absent when that
-    /// cannot be known (the id is another host process's).
+    /// `state` only, after a `Last-Event-ID` or mid-stream: how many changes were missed; absent
+    /// when that cannot be known (the id is another host process's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missed_changes: Option<u64>,
 }
@@ -87,25 +90,35 @@ pub async fn serve(state: AppState, lease: String, headers: HeaderMap) -> Respon
         .get("last-event-id")
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let every = heartbeat_every(state.leases.timing());
-    let mut heartbeat = tokio::time::interval_at(Instant::now() + every, every);
-    heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut watcher = Watcher {
-        lease,
-        holder: state.leases.holder().to_string(),
-        leadership,
-        reported: None,
-        deadlines: None,
-        seen: 0,
-        role: Role::Standby,
-        pending: VecDeque::new(),
-        heartbeat,
-    };
+    let mut watcher = Watcher::new(lease, state.leases.holder().to_string(), leadership, every);
     watcher.open(last_id.as_deref());
     let events = futures::stream::unfold(watcher, |mut w| async move {
         let event = w.next().await?;
         Some((Ok::<_, Infallible>(event), w))
     });
     Sse::new(events).into_response()
+}
+
+/// An event made and not yet sent: its kind, its id when it carries one, and its data.
+#[derive(Debug)]
+struct Told {
+    kind: &'static str,
+    id: Option<String>,
+    data: WatchData,
+}
+
+impl Told {
+    fn event(self) -> Event {
+        let mut event = Event::default().event(self.kind);
+        if let Some(id) = self.id {
+            event = event.id(id);
+        }
+        // `WatchData` always serialises; an event without data would still tell its kind.
+        match serde_json::to_string(&self.data) {
+            Ok(json) => event.data(json),
+            Err(_) => event,
+        }
+    }
 }
 
 /// One client's stream.
@@ -125,12 +138,35 @@ struct Watcher {
     /// The role last reported.
     role: Role,
     /// Events made and not yet taken (at most a few: one look makes at most three).
-    pending: VecDeque<Event>,
+    pending: VecDeque<Told>,
     /// When the next heartbeat is due.
     heartbeat: Interval,
 }
 
 impl Watcher {
+    /// A stream of `lease` as `leadership` publishes it, with a heartbeat `every`; nothing is
+    /// told before [`Watcher::open`].
+    fn new(
+        lease: String,
+        holder: String,
+        leadership: watch::Receiver<Leadership>,
+        every: Duration,
+    ) -> Self {
+        let mut heartbeat = tokio::time::interval_at(Instant::now() + every, every);
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        Watcher {
+            lease,
+            holder,
+            leadership,
+            reported: None,
+            deadlines: None,
+            seen: 0,
+            role: Role::Standby,
+            pending: VecDeque::new(),
+            heartbeat,
+        }
+    }
+
     /// The opening `state` event, told against `last_id` when the client sent one.
     fn open(&mut self, last_id: Option<&str>) {
         let now = self.leadership.borrow_and_update().clone();
@@ -168,8 +204,8 @@ impl Watcher {
     /// once the lease's driver is gone (the host is stopping).
     async fn next(&mut self) -> Option<Event> {
         loop {
-            if let Some(event) = self.pending.pop_front() {
-                return Some(event);
+            if let Some(told) = self.pending.pop_front() {
+                return Some(told.event());
             }
             tokio::select! {
                 biased;
@@ -300,17 +336,9 @@ impl Watcher {
     }
 
     /// Queues an event named `kind`; with `id`, tagged with the change count last seen.
-    fn push(&mut self, kind: &str, data: WatchData, id: bool) {
-        let mut event = Event::default().event(kind);
-        if id {
-            event = event.id(format!("{}@{}", self.seen, self.holder));
-        }
-        // `WatchData` always serialises; an event without data would still tell its kind.
-        let event = match serde_json::to_string(&data) {
-            Ok(json) => event.data(json),
-            Err(_) => event,
-        };
-        self.pending.push_back(event);
+    fn push(&mut self, kind: &'static str, data: WatchData, id: bool) {
+        let id = id.then(|| format!("{}@{}", self.seen, self.holder));
+        self.pending.push_back(Told { kind, id, data });
         // Any event tells the client the stream lives: the next heartbeat is a full period on.
         self.heartbeat.reset();
     }
@@ -337,4 +365,92 @@ async fn deadline_moved(deadlines: Option<&mut watch::Receiver<Instant>>) -> boo
 fn unix_ms(at: SystemTime) -> u64 {
     at.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::coordinator::EndReason;
+    use tokio_util::sync::CancellationToken;
+
+    /// Publishes a term of `orders` at `epoch` as the driver does: its start is change `change`.
+    fn leading(epoch: Epoch, change: u64) -> (Leadership, crate::lease::TermControl) {
+        let (term, control) = Term::start(
+            ("orders".to_string(), epoch, change),
+            CancellationToken::new(),
+            Instant::now() + Duration::from_secs(60),
+        );
+        let leadership = Leadership {
+            role: Role::Leader,
+            epoch: Some(epoch),
+            term: Some(term),
+            changes: change,
+        };
+        (leadership, control)
+    }
+
+    fn standby(changes: u64) -> Leadership {
+        Leadership {
+            changes,
+            ..Leadership::standby()
+        }
+    }
+
+    fn told(watcher: &mut Watcher) -> Vec<(&'static str, Option<String>, WatchData)> {
+        watcher
+            .pending
+            .drain(..)
+            .map(|t| (t.kind, t.id, t.data))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn terms_that_came_and_went_between_two_looks_are_told_by_a_state_mid_stream() {
+        let (tx, rx) = watch::channel(Leadership::standby());
+        let mut watcher = Watcher::new("orders".into(), "h".into(), rx, Duration::from_secs(1));
+        watcher.open(None);
+        let opening = told(&mut watcher);
+        assert_eq!(opening.len(), 1, "{opening:?}");
+        assert_eq!(opening[0].0, "state");
+
+        // Epoch 1 starts and ends, and epoch 2 starts, before the stream looks again: it tells
+        // the lease as it is now, in a `state` that says three changes were missed.
+        let (one, first) = leading(1, 1);
+        tx.send_replace(one);
+        first.end_for(EndReason::Releasing);
+        tx.send_replace(standby(2));
+        let (two, second) = leading(2, 3);
+        tx.send_replace(two);
+        watcher.look();
+        let events = told(&mut watcher);
+        assert_eq!(events.len(), 1, "{events:?}");
+        let (kind, id, data) = &events[0];
+        assert_eq!(*kind, "state");
+        assert_eq!(id.as_deref(), Some("3@h"));
+        assert_eq!((data.role, data.epoch), (Role::Leader, Some(2)));
+        assert!(data.stop_within_ms > 0, "{data:?}");
+        assert_eq!((data.missed, data.missed_changes), (Some(true), Some(3)));
+
+        // Epoch 2 ends (told by its `ended`), then epoch 3 comes and goes unseen: a `state`
+        // again, standby, two changes missed.
+        second.end_for(EndReason::Lost);
+        tx.send_replace(standby(4));
+        let (three, third) = leading(3, 5);
+        tx.send_replace(three);
+        third.end_for(EndReason::SafeUntil);
+        tx.send_replace(standby(6));
+        watcher.look();
+        let events = told(&mut watcher);
+        let kinds: Vec<&str> = events.iter().map(|e| e.0).collect();
+        assert_eq!(kinds, ["ended", "state"], "{events:?}");
+        assert_eq!(events[0].2.reason.as_deref(), Some("lost"));
+        assert_eq!(events[0].2.epoch, Some(2));
+        let (_, id, data) = &events[1];
+        assert_eq!(id.as_deref(), Some("6@h"));
+        assert_eq!(
+            (data.role, data.epoch, data.stop_within_ms),
+            (Role::Standby, None, 0)
+        );
+        assert_eq!((data.missed, data.missed_changes), (Some(true), Some(2)));
+    }
 }
