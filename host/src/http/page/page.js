@@ -602,8 +602,7 @@
     const exits = p.exits && typeof p.exits === "object" ? Object.entries(p.exits) : [];
     setText(f.exits, exits.length === 0 ? NONE : exits.map(([how, n]) => how + ": " + count(n)).join(", "));
     setText(f.kills, count(p.forced_kills));
-    // Stops the keeper made on its own while this host could not (frozen, renewals failing).
-    setText(f.keeperStops, count(p.keeper_stops || 0));
+    setText(f.keeperStops, count(p.keeper_stops));
     const took = millis(p.last_stop_ms);
     setText(f.lastStop, took === null ? NONE : took < 10 ? took.toFixed(2) + " ms" : span(took));
     setText(f.unconfirmed, count(p.unconfirmed_stops));
