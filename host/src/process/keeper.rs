@@ -16,7 +16,7 @@
 //! the deadline when no later one came, so the service is stopped on time even when its host
 //! cannot stop it.
 //!
-//! Every report but output carries the keeper's own clock reading ([`Timed`]): a host resumed
+//! Every report but output carries the keeper's own clock reading ([`super::protocol::Timed`]): a host resumed
 //! from a freeze tells when its keeper acted, not when it read of it.
 //!
 //! The keeper is the tree's subreaper ([`super::tree`]), in a process group of its own (a
@@ -28,7 +28,7 @@
 //! orders, one reaps, one writes reports, one per output stream; the main thread keeps time.
 
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
@@ -37,7 +37,8 @@ use std::time::Duration;
 use rustix::io::Errno;
 use rustix::process::{Pid, Signal, WaitOptions};
 
-use super::protocol::{Ended, MAX_LINE_BYTES, Mode, Order, Report, Timed, Why};
+use super::outbox::Outbox;
+use super::protocol::{Ended, MAX_LINE_BYTES, Mode, Order, Report, Why};
 use super::tree;
 
 /// What a keeper is started with.
@@ -69,11 +70,7 @@ const OUTPUT_DRAIN: Duration = Duration::from_millis(500);
 /// the pipes open would otherwise hold the activation up for the whole [`OUTPUT_DRAIN`].
 const LEAVE_DRAIN: Duration = Duration::from_millis(100);
 
-/// A reading of `CLOCK_MONOTONIC` in nanoseconds, the clock deadlines are given on.
-pub fn monotonic_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
-}
+pub use super::protocol::monotonic_ns;
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -109,11 +106,6 @@ struct Deadlines {
     follows_host: bool,
 }
 
-/// Sends `report`, stamped with the keeper's clock now.
-fn say(reports: &Sender<Timed>, report: Report) {
-    let _ = reports.send(Timed::new(report, monotonic_ns()));
-}
-
 /// Runs the keeper until its tree is gone; the exit code is 0 unless the keeper itself could
 /// not work (then 1, with the reason on stderr).
 pub fn run(settings: Settings) -> ExitCode {
@@ -122,7 +114,7 @@ pub fn run(settings: Settings) -> ExitCode {
         eprintln!("leasehold keeper: cannot become the subreaper of its tree: {e}");
         return ExitCode::FAILURE;
     }
-    let (reports, last_written) = reporter();
+    let reports = Outbox::start(std::io::stdout());
     let Some(program) = std::env::current_exe().ok() else {
         eprintln!("leasehold keeper: cannot find its own executable");
         return ExitCode::FAILURE;
@@ -132,7 +124,7 @@ pub fn run(settings: Settings) -> ExitCode {
     let deadlines = match settings.mode {
         Mode::Deferred => {
             let (why, until) = await_start(&settings, &hear);
-            say(&reports, Report::Began(why));
+            reports.say(Report::Began(why));
             Deadlines {
                 until,
                 follows_host: false,
@@ -157,17 +149,16 @@ pub fn run(settings: Settings) -> ExitCode {
     let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
-            say(&reports, Report::NotStarted(e.to_string()));
-            say(&reports, Report::Gone);
-            drop(reports);
-            let _ = last_written.recv_timeout(OUTPUT_DRAIN);
+            reports.say(Report::NotStarted(e.to_string()));
+            reports.say(Report::Gone);
+            reports.wait_done(OUTPUT_DRAIN);
             return ExitCode::SUCCESS;
         }
     };
     let Some(group) = Pid::from_raw(i32::try_from(child.id()).unwrap_or(0)) else {
         return ExitCode::FAILURE;
     };
-    say(&reports, Report::Started(child.id()));
+    reports.say(Report::Started(child.id()));
     let (drained, outputs_done) = mpsc::channel();
     let mut streams = 0;
     for (err, stream) in [
@@ -214,19 +205,15 @@ pub fn run(settings: Settings) -> ExitCode {
         closed += 1;
     }
     if let Watched::LeftRunning(count) = watched {
-        say(
-            &reports,
-            Report::Left {
-                count,
-                output_held: closed < streams,
-            },
-        );
+        reports.say(Report::Left {
+            count,
+            output_held: closed < streams,
+        });
     }
-    say(&reports, Report::Gone);
-    drop(reports);
+    reports.say(Report::Gone);
     // The last line out before the keeper exits; a host that does not read (frozen) is not
     // waited for long.
-    let _ = last_written.recv_timeout(OUTPUT_DRAIN);
+    reports.wait_done(OUTPUT_DRAIN);
     ExitCode::SUCCESS
 }
 
@@ -269,7 +256,7 @@ fn keep_time(
     deadlines: Deadlines,
     group: Pid,
     hear: &mpsc::Receiver<Heard>,
-    reports: &Sender<Timed>,
+    reports: &Outbox,
 ) -> Watched {
     let grace = nanos(settings.grace);
     let Deadlines {
@@ -288,7 +275,7 @@ fn keep_time(
             if !signalled && now >= until.saturating_sub(grace) {
                 tree::signal_group(group, settings.signal);
                 signalled = true;
-                say(reports, Report::Signalled(Why::Deadline));
+                reports.say(Report::Signalled(Why::Deadline));
             }
             if now >= until {
                 killing = Some(Why::Deadline);
@@ -296,7 +283,7 @@ fn keep_time(
                 killing = Some(Why::Grace);
             }
             if let Some(why) = killing {
-                say(reports, Report::Killed(why));
+                reports.say(Report::Killed(why));
             }
         }
         let wait = if killing.is_some() {
@@ -317,14 +304,14 @@ fn keep_time(
                 if !signalled {
                     tree::signal_group(group, settings.signal);
                     signalled = true;
-                    say(reports, Report::Signalled(Why::Asked));
+                    reports.say(Report::Signalled(Why::Asked));
                 }
                 asked_by.get_or_insert(monotonic_ns().saturating_add(grace));
             }
             Ok(Heard::HostGone) if follows_host => {
                 if killing.is_none() {
                     killing = Some(Why::HostGone);
-                    say(reports, Report::Killed(Why::HostGone));
+                    reports.say(Report::Killed(Why::HostGone));
                 }
             }
             // A deferred command's end was set when it began.
@@ -337,7 +324,7 @@ fn keep_time(
                         (None, Some(signal)) => Ended::Signal(signal),
                         (None, None) => Ended::Code(-1),
                     };
-                    say(reports, Report::Exited(ended));
+                    reports.say(Report::Exited(ended));
                     let left = match killing {
                         Some(_) => 0,
                         None => u32::try_from(tree::children().len()).unwrap_or(u32::MAX),
@@ -348,15 +335,12 @@ fn keep_time(
                             return Watched::LeftRunning(left);
                         }
                         // Whatever the child left behind goes with it.
-                        say(
-                            reports,
-                            Report::Left {
-                                count: left,
-                                output_held: false,
-                            },
-                        );
+                        reports.say(Report::Left {
+                            count: left,
+                            output_held: false,
+                        });
                         killing = Some(Why::Leftovers);
-                        say(reports, Report::Killed(Why::Leftovers));
+                        reports.say(Report::Killed(Why::Leftovers));
                     }
                 }
             }
@@ -368,32 +352,9 @@ fn keep_time(
     }
 }
 
-/// Writes each report on its own line to stdout, on a thread of its own: a host that does not
-/// read (frozen) blocks this thread, never the one that keeps time.
-/// The receiver hears once the last report, [`Report::Gone`], is written (or cannot be).
-fn reporter() -> (Sender<Timed>, mpsc::Receiver<()>) {
-    let (send, receive) = mpsc::channel::<Timed>();
-    let (written, last_written) = mpsc::channel();
-    std::thread::spawn(move || {
-        let stdout = std::io::stdout();
-        for timed in receive {
-            let mut out = stdout.lock();
-            if writeln!(out, "{timed}").and_then(|()| out.flush()).is_err() {
-                // The host is gone; the stdin thread says so too.
-                break;
-            }
-            if timed.report == Report::Gone {
-                break;
-            }
-        }
-        let _ = written.send(());
-    });
-    (send, last_written)
-}
-
 /// Passes each line of the child's `stream` on as a report, cut at [`MAX_LINE_BYTES`], until
 /// the stream closes.
-fn pass_on(stream: Box<dyn Read + Send>, err: bool, reports: &Sender<Timed>) {
+fn pass_on(stream: Box<dyn Read + Send>, err: bool, reports: &Outbox) {
     let mut reader = BufReader::with_capacity(MAX_LINE_BYTES, stream);
     let mut line: Vec<u8> = Vec::with_capacity(256);
     let mut cut: u64 = 0;
@@ -422,16 +383,13 @@ fn pass_on(stream: Box<dyn Read + Send>, err: bool, reports: &Sender<Timed>) {
     }
 }
 
-fn send_line(reports: &Sender<Timed>, err: bool, line: &mut Vec<u8>, cut: &mut u64) {
+fn send_line(reports: &Outbox, err: bool, line: &mut Vec<u8>, cut: &mut u64) {
     let text = String::from_utf8_lossy(line).into_owned();
-    say(
-        reports,
-        Report::Output {
-            err,
-            text,
-            cut: *cut,
-        },
-    );
+    reports.say(Report::Output {
+        err,
+        text,
+        cut: *cut,
+    });
     line.clear();
     *cut = 0;
 }

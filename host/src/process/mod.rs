@@ -6,17 +6,23 @@
 //!
 //! 1. [`protocol`]: the lines the host and a keeper exchange: orders, reports, output;
 //! 2. [`tree`]: the keeper's process tree, found through `/proc` and killed without cgroups;
-//! 3. [`keeper`]: the keeper process itself, and the child's own start under it;
-//! 4. [`handle`]: the host's side of a keeper: start it, send deadlines and the stop, read
+//! 3. [`outbox`]: a keeper's reports on their way to the host, control before output, output
+//!    bounded;
+//! 4. [`keeper`]: the keeper process itself, and the child's own start under it;
+//! 5. [`adopted`]: the host as subreaper of its keepers' trees: a dead keeper's orphans killed,
+//!    adopted children reaped;
+//! 6. [`handle`]: the host's side of a keeper: start it, send deadlines and the stop, read
 //!    reports;
-//! 5. [`bound`]: a process the operator bound to a lease: its command, stop signal, grace and
+//! 7. [`bound`]: a process the operator bound to a lease: its command, stop signal, grace and
 //!    what its own exit means, and the graces the lease timing allows;
-//! 6. [`service`]: a service leasehold does not own, with its activate, deactivate and health
+//! 8. [`service`]: a service leasehold does not own, with its activate, deactivate and health
 //!    checks (scripts, or an HTTP probe of the app for health), each optional.
 
+pub mod adopted;
 pub mod bound;
 pub mod handle;
 pub mod keeper;
+pub mod outbox;
 pub mod protocol;
 pub mod service;
 pub mod tree;

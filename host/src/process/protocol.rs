@@ -13,6 +13,13 @@ use std::fmt;
 /// the host. The same bound as a plugin's output lines.
 pub const MAX_LINE_BYTES: usize = 8 * 1024;
 
+/// A reading of `CLOCK_MONOTONIC` in nanoseconds, the clock deadlines and reports' stamps are
+/// given on.
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
+}
+
 /// An order from the host to a keeper.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Order {
@@ -182,6 +189,14 @@ pub enum Report {
         /// Whether they still held the child's stdout or stderr.
         output_held: bool,
     },
+    /// The keeper dropped this much of the child's output (lines, and their bytes as written):
+    /// the host was not reading it as fast as the child wrote, and the keeper's queue is bounded.
+    Dropped {
+        /// Lines.
+        lines: u64,
+        /// Their bytes.
+        bytes: u64,
+    },
     /// No process of the tree is left (or, with [`Mode::Leave`], none the keeper keeps); the
     /// keeper exits after this line.
     Gone,
@@ -253,6 +268,7 @@ impl fmt::Display for Report {
                 count,
                 output_held: true,
             } => write!(f, "left {count} output-held"),
+            Report::Dropped { lines, bytes } => write!(f, "dropped {lines} {bytes}"),
             Report::Gone => f.write_str("gone"),
         }
     }
@@ -292,6 +308,13 @@ impl Report {
                 },
                 Some(_) => return None,
             },
+            "dropped" => {
+                let (lines, bytes) = rest.split_once(' ')?;
+                Report::Dropped {
+                    lines: lines.parse().ok()?,
+                    bytes: bytes.parse().ok()?,
+                }
+            }
             "gone" if rest.is_empty() => Report::Gone,
             _ => return None,
         })
@@ -343,6 +366,10 @@ mod tests {
             Report::Left {
                 count: 1,
                 output_held: true,
+            },
+            Report::Dropped {
+                lines: 12,
+                bytes: 3400,
             },
             Report::Gone,
         ];

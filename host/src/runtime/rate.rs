@@ -238,6 +238,30 @@ impl PluginRate {
         false
     }
 
+    /// Counts `lines` (`bytes` as written) that never reached the host: a process's keeper
+    /// dropped them when the host did not read as fast as the process wrote. Reported with the
+    /// lines the rate dropped.
+    pub fn dropped_before(&self, lines: u64, bytes: u64) {
+        let now = Instant::now();
+        let report = {
+            let mut state = self.state();
+            state
+                .pending
+                .add(now, Dropped { lines, bytes }, Dropped::default());
+            state.pending.due(now, false)
+        };
+        self.dropped.inc_by(lines);
+        if let Some(report) = report {
+            self.report(&report);
+        }
+    }
+
+    /// A process's run is over: what it had dropped is reported now if nothing of it was yet,
+    /// as at a plugin call's end, so a short flood is told too.
+    pub fn run_ended(&self) {
+        self.call_ended(Dropped::default());
+    }
+
     /// Ends a call that dropped `over_budget` for want of its per-call budget, and reports what
     /// waits to be, if that is due.
     pub(super) fn call_ended(&self, over_budget: Dropped) {

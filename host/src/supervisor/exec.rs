@@ -379,6 +379,9 @@ impl Work for Exec {
                 }
                 timed = kept.timed() => match timed.as_ref().map(|t| (t, &t.report)) {
                     Some((_, Report::Output { err, text, cut })) => self.output(*err, text, *cut),
+                    Some((_, &Report::Dropped { lines, bytes })) => {
+                        self.rate.dropped_before(lines, bytes);
+                    }
                     Some((timed, &Report::Exited(ended))) => {
                         self.exited(timed, ended);
                         // Stopped at the deadline a renewal did not move: the term's to resume.
@@ -446,6 +449,7 @@ impl Work for Exec {
         while let Some(timed) = kept.timed().await {
             match timed.report {
                 Report::Output { err, ref text, cut } => self.output(err, text, cut),
+                Report::Dropped { lines, bytes } => self.rate.dropped_before(lines, bytes),
                 Report::Exited(ended) => self.exited(&timed, ended),
                 Report::Gone => {
                     gone = true;
@@ -454,7 +458,22 @@ impl Work for Exec {
                 _ => self.keeper_said(&timed),
             }
         }
-        let _ = kept.wait().await;
+        // A keeper that ended without its word (killed on its own) left its tree to this
+        // host: what is left of it is killed before the work starts again or the lease goes.
+        if gone {
+            let _ = kept.wait().await;
+        } else {
+            let swept = kept.sweep().await;
+            let killed = swept.killed.len();
+            if swept.clean {
+                warn!(
+                    killed,
+                    "the process's keeper ended without reporting its tree gone (killed on its own?): killed {killed} process(es) left of its tree; none is left"
+                );
+            }
+            gone = swept.clean;
+        }
+        self.rate.run_ended();
         let start = monotonic_ns_at(asked).min(self.keeper_stopped.unwrap_or(u64::MAX));
         let took = match gone_at {
             Some(at) => Duration::from_nanos(at.saturating_sub(start)),
@@ -479,9 +498,12 @@ impl Work for Exec {
         if self.keeper_stopped.take().is_some() {
             self.card.stopped_by_keeper();
         }
-        // Without the keeper's word, nothing says the tree is gone: the stop is unconfirmed.
+        // Neither the keeper's word nor the sweep says the tree is gone: the stop is
+        // unconfirmed.
         if !gone {
-            warn!("the process's keeper ended without reporting its tree gone: stop unconfirmed");
+            warn!(
+                "the process's keeper ended without reporting its tree gone, and what is left of it could not all be killed: stop unconfirmed"
+            );
         }
         self.card.stopped(took, gone);
         self.card

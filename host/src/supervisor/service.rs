@@ -518,6 +518,7 @@ impl Scripts {
                     self.card.not_started(&why);
                 }
                 Report::Output { err, text, cut } => log_output(&self.rate, err, &text, cut),
+                Report::Dropped { lines, bytes } => self.rate.dropped_before(lines, bytes),
                 Report::Began(why) => ran.began = timed.at.map(|at| (why, at)),
                 Report::Exited(ended) => {
                     // A health script's runs show in its card and its role's warnings.
@@ -557,7 +558,20 @@ impl Scripts {
                 Report::Started(_) | Report::Signalled(_) => {}
             }
         }
-        let _ = kept.wait().await;
+        if ran.gone_at.is_some() {
+            let _ = kept.wait().await;
+        } else {
+            // Its keeper ended without its word (killed on its own): what is left of the
+            // script's tree came to this host, and is killed.
+            let swept = kept.sweep().await;
+            if !swept.killed.is_empty() {
+                warn!(
+                    killed = swept.killed.len(),
+                    "the {script} script's keeper ended without reporting its tree gone: killed what was left of it"
+                );
+            }
+        }
+        self.rate.run_ended();
         ran
     }
 }
