@@ -298,6 +298,15 @@ impl App {
         let mut plugins = plugins;
         if !config.processes.is_empty() || !config.services.is_empty() {
             let keeper = std::env::current_exe().map_err(AppError::Keeper)?;
+            // The subreaper of its keepers' trees: a keeper killed on its own leaves its
+            // orphans to this host, which kills them before the work starts again or the lease
+            // goes; and reaps what comes to it (a service's daemon, once it ends).
+            if let Err(e) = crate::process::adopted::become_subreaper() {
+                warn!(
+                    "cannot become the subreaper of the processes' trees ({e}): should a keeper be killed on its own, what its process started may run on"
+                );
+            }
+            tasks.spawn(crate::process::adopted::reap_loop(root.clone()));
             // Processes show on the plugins' board, which `/status` reads: one without plugins
             // has a board all the same.
             let board = plugins

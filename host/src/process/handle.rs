@@ -15,6 +15,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::time::Instant;
 
+use super::adopted;
 use super::keeper::monotonic_ns;
 use super::protocol::{Mode, Order, Report, Timed};
 
@@ -61,6 +62,27 @@ pub struct Kept {
     orders: Option<ChildStdin>,
     /// Its stdout: reports, one a line.
     reports: Lines<BufReader<ChildStdout>>,
+    /// The keeper's pid, while this handle may still wait for it.
+    pid: Option<u32>,
+    /// The mark its tree carries ([`adopted::TREE_VAR`]), to find what the tree left should
+    /// the keeper die on its own.
+    mark: String,
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        // tokio reaps a dropped child: it is no longer a keeper to leave alone.
+        if let Some(pid) = self.pid.take() {
+            adopted::keeper_ended(pid);
+        }
+    }
+}
+
+/// A mark no other tree of this host carries: this host, its count of keepers, and the time.
+fn new_mark() -> String {
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}-{n}-{}", std::process::id(), monotonic_ns())
 }
 
 /// A tokio instant as a reading of `CLOCK_MONOTONIC` in nanoseconds, the clock a keeper keeps
@@ -115,10 +137,16 @@ impl Kept {
             }
         }
         command.envs(env.iter().map(|(k, v)| (k, v)));
+        let mark = new_mark();
+        command.env(adopted::TREE_VAR, &mark);
         let mut child = command.spawn().map_err(|source| ProcessError::Keeper {
             program: keeper.to_path_buf(),
             source,
         })?;
+        let pid = child.id();
+        if let Some(pid) = pid {
+            adopted::keeper_started(pid);
+        }
         let (Some(orders), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(ProcessError::Keeper {
                 program: keeper.to_path_buf(),
@@ -129,6 +157,8 @@ impl Kept {
             keeper: child,
             orders: Some(orders),
             reports: BufReader::new(stdout).lines(),
+            pid,
+            mark,
         })
     }
 
@@ -185,5 +215,15 @@ impl Kept {
     pub async fn wait(mut self) -> std::io::Result<std::process::ExitStatus> {
         self.orders = None;
         self.keeper.wait().await
+    }
+
+    /// After its keeper ended without reporting its tree gone (killed on its own): waits for
+    /// the keeper, then kills what is left of its tree, which came to this host as subreaper
+    /// ([`adopted::sweep`]).
+    pub async fn sweep(mut self) -> adopted::Swept {
+        self.orders = None;
+        // Reaped, the keeper has handed its orphans to this host.
+        let _ = self.keeper.wait().await;
+        adopted::sweep(&self.mark).await
     }
 }

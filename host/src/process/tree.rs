@@ -20,10 +20,32 @@ pub fn children() -> Vec<Pid> {
         .collect()
 }
 
+/// The pids whose parent is this process now, each with its state letter (`Z` for one that
+/// ended and waits to be reaped), read from `/proc`.
+pub fn children_with_state() -> Vec<(Pid, char)> {
+    let me = getpid().as_raw_nonzero().get();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            (parent_in_stat(&stat) == Some(me)).then_some(())?;
+            Some((Pid::from_raw(pid)?, state_in_stat(&stat)?))
+        })
+        .collect()
+}
+
 /// The parent of `pid`, from `/proc/PID/stat`; `None` once it is gone.
 fn parent_of(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     parent_in_stat(&stat)
+}
+
+/// The state letter in a `/proc/PID/stat` line (`R`, `S`, `Z` …), after the command name.
+fn state_in_stat(stat: &str) -> Option<char> {
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
 }
 
 /// The parent pid in a `/proc/PID/stat` line: `pid (comm) state ppid …`, where `comm` may
@@ -52,12 +74,13 @@ pub fn kill_round(group: Pid) {
 
 #[cfg(test)]
 mod tests {
-    use super::parent_in_stat;
+    use super::{parent_in_stat, state_in_stat};
 
     #[test]
     fn the_parent_is_read_after_a_command_name_with_spaces_and_parentheses() {
         assert_eq!(parent_in_stat("12 (sh) S 7 12 12 0"), Some(7));
         assert_eq!(parent_in_stat("12 (a) b) (c) Z 1 0"), Some(1));
         assert_eq!(parent_in_stat("12 (sh"), None);
+        assert_eq!(state_in_stat("12 (a) b) (c) Z 1 0"), Some('Z'));
     }
 }
