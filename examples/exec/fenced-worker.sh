@@ -2,11 +2,13 @@
 # A worker for `leasehold exec` that writes to PostgreSQL through the lease's fence: each of its
 # transactions commits only while the epoch it was started with still holds the lease.
 #
-#   leasehold exec --database-url "$DATABASE_URL" --lease orders -- examples/exec/fenced-worker.sh
+#   export LEASEHOLD_DATABASE_URL=postgres://leasehold:…@db/app   # the host's, never passed on
+#   export DATABASE_URL=postgres://worker:…@db/app                # the worker's own
+#   leasehold exec --lease orders -- examples/exec/fenced-worker.sh
 #
-# DATABASE_URL is the worker's own connection: its role needs EXECUTE on leasehold_fence(text,
-# bigint) in the lease database, and somewhere to create its table (README: "A fence for your own
-# SQL" makes it a schema of its own). LEASEHOLD_LEASE and LEASEHOLD_EPOCH come from the host. The
+# DATABASE_URL is the worker's own connection, as a role other than the host's: it needs EXECUTE
+# on leasehold_fence(text, bigint) in the lease database, and somewhere to create its table
+# (README: "A fence for your own SQL" makes it a schema of its own). LEASEHOLD_LEASE and LEASEHOLD_EPOCH come from the host. The
 # table keeps each row's lease: the workers of several leases may share it. WORKER_INTERVAL: seconds between writes (default 1). WORKER_HOLD: seconds each
 # transaction stays open after the fence call, standing for slow work (default 0).
 set -eu

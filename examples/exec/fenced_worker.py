@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A worker for `leasehold exec` that writes to PostgreSQL through the lease's fence.
 
-    leasehold exec --database-url "$DATABASE_URL" --lease orders -- examples/exec/fenced_worker.py
+    export LEASEHOLD_DATABASE_URL=postgres://leasehold:…@db/app   # the host's, never passed on
+    export DATABASE_URL=postgres://worker:…@db/app                # the worker's own
+    leasehold exec --lease orders -- examples/exec/fenced_worker.py
 
 Each transaction calls leasehold_fence(lease, epoch) before it commits, so it commits only while
 the epoch this process was started with still holds the lease. A refused commit raises with

@@ -72,6 +72,8 @@ pub struct HostBuilder {
     pub(crate) exec: Option<Vec<String>>,
     /// Another `leasehold` binary than [`binary`], e.g. an earlier release (process only).
     pub(crate) program: Option<PathBuf>,
+    /// The uid and gid to run as, when the tests run as root (process only).
+    pub(crate) user: Option<(u32, u32)>,
 }
 
 impl HostBuilder {
@@ -148,6 +150,14 @@ impl HostBuilder {
     /// Starts `leasehold exec … -- COMMAND` instead of `leasehold run …` (process only).
     pub fn exec(mut self, command: &[&str]) -> Self {
         self.exec = Some(command.iter().map(|a| a.to_string()).collect());
+        self
+    }
+
+    /// Runs the process as `uid` and `gid` with no supplementary groups, as a service account
+    /// runs it: root's capabilities would let it past checks that hold for every other user
+    /// (process only; the tests must run as root to use it).
+    pub fn user(mut self, uid: u32, gid: u32) -> Self {
+        self.user = Some((uid, gid));
         self
     }
 
@@ -228,6 +238,9 @@ impl HostBuilder {
             .envs(self.env.iter().map(|(k, v)| (k, v)));
         if let Some(dir) = &self.dir {
             cmd.current_dir(dir);
+        }
+        if let Some((uid, gid)) = self.user {
+            cmd.uid(uid).gid(gid);
         }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())

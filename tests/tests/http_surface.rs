@@ -209,7 +209,8 @@ fn allow_descriptors(wanted: u64) {
     );
 }
 
-/// The descriptors process `pid` holds open.
+/// The descriptors process `pid` holds open. A host's `/proc/PID/fd` is root's alone (the host
+/// makes itself undumpable): these tests run as root.
 fn descriptors(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()

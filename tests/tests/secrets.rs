@@ -6,6 +6,10 @@
 //! lines — holds the password. A plugin whose grant names a variable with such a URL (another
 //! service's, say) learns nothing of it either.
 //!
+//! A process the host runs under a lease, as the host's own user, reads neither the host's
+//! environment (`/proc/HOST/environ`) nor the PostgreSQL client's credential variables, and a
+//! password given on the command line, where every user reads it, is warned about.
+//!
 //! And the cancel at a term's end finds every session of a plugin's grant on PostgreSQL however
 //! long the plugin's name, and a remote PostgreSQL URL without `sslmode` is warned about.
 
@@ -363,4 +367,150 @@ async fn a_long_named_plugin_s_statement_is_cancelled_on_the_server_when_its_ter
         opened.contains(&name) && opened.contains("application_name=leasehold:"),
         "{opened}"
     );
+}
+
+/// The uid and gid to run a host as so that its child runs as the same user without root's
+/// `CAP_SYS_PTRACE` (which reads any process's environment): `nobody` when the tests run as
+/// root, and the tests' own user otherwise.
+fn same_user_without_root() -> Option<(u32, u32)> {
+    rustix::process::geteuid()
+        .is_root()
+        .then_some((65534, 65534))
+}
+
+/// A child under `leasehold exec`, of the host's user, looks for the host's secrets: its own
+/// environment holds none of the PostgreSQL client's credential variables (the others pass), the
+/// host's `/proc/PID/environ` (where they are, with every `LEASEHOLD_*` setting) is refused, and
+/// what every user may read of the host, its arguments, still is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_under_exec_reads_neither_the_host_s_environment_nor_its_postgres_password() {
+    let m = marker();
+    let dir = tempfile::tempdir().unwrap();
+    let user = same_user_without_root();
+    if let Some((uid, gid)) = user {
+        std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
+    }
+    // The keeper is the child's parent, the host the keeper's: `pid (comm) state ppid …`.
+    let script = r#"host=$(cut -d' ' -f4 /proc/$PPID/stat)
+echo "host-pid=$host"
+for v in PGPASSWORD PGPASSFILE PGSERVICEFILE PGSSLKEY PGSSLCERT PGHOST LEASEHOLD_DATABASE_URL; do
+  echo "own $v: $(env | grep -c "^$v=")"
+done
+if tr '\0' '\n' < /proc/$host/environ > environ.txt 2>/dev/null; then
+  echo "host environ: read, $(grep -c '^PGPASSWORD=' environ.txt) PGPASSWORD"
+else
+  echo "host environ: refused"
+fi
+tr '\0' ' ' < /proc/$host/cmdline | grep -q ' exec ' && echo "host cmdline: read"
+exec sleep 600"#;
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let mut builder = HostBuilder::new("child")
+        .lease("nightly")
+        .current_dir(dir.path())
+        .env("HOME", dir.path().to_str().unwrap())
+        .env("LEASEHOLD_DATABASE_URL", &url)
+        .env("PGPASSWORD", &m)
+        .env("PGPASSFILE", &format!("/nonexistent/{m}"))
+        .env("PGSERVICEFILE", &format!("/nonexistent/{m}"))
+        .env("PGSSLKEY", &format!("/nonexistent/{m}.key"))
+        .env("PGSSLCERT", &format!("/nonexistent/{m}.crt"))
+        .env("PGHOST", "db.example")
+        .exec(&["sh", "-c", script]);
+    if let Some((uid, gid)) = user {
+        builder = builder.user(uid, gid);
+    }
+    let host = builder.spawn_leading("nightly").await.unwrap();
+    host.wait_for_log("host environ:", Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", host.log_text()));
+    host.wait_for_log("host cmdline:", Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", host.log_text()));
+    let log = host.log_text();
+    let seen: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("host-pid=") || l.contains(" own ") || l.contains("host "))
+        .collect();
+    println!(
+        "the child as uid {:?}:\n{}",
+        user.map(|u| u.0),
+        seen.join("\n")
+    );
+    assert!(
+        log.contains(&format!("host-pid={}", host.pid())),
+        "the child did not find its host:\n{log}"
+    );
+    for hidden in [
+        "PGPASSWORD",
+        "PGPASSFILE",
+        "PGSERVICEFILE",
+        "PGSSLKEY",
+        "PGSSLCERT",
+        "LEASEHOLD_DATABASE_URL",
+    ] {
+        assert!(
+            log.contains(&format!("own {hidden}: 0")),
+            "{hidden}:\n{log}"
+        );
+    }
+    assert!(log.contains("own PGHOST: 1"), "{log}");
+    assert!(log.contains("host environ: refused"), "{log}");
+    assert!(log.contains("host cmdline: read"), "{log}");
+    assert!(!log.contains(&m), "the password reached the log:\n{log}");
+}
+
+/// A URL with a password given with `--database-url`, where every user of the machine reads it
+/// (`ps`), is warned about, naming the variable and the config key to use instead, and without
+/// the password; the same URL in `LEASEHOLD_DATABASE_URL`, or a URL without a password on the
+/// command line, is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_on_the_command_line_is_warned_about_and_one_in_the_variable_is_not() {
+    let m = marker();
+    let url = format!("postgres://leasehold:{m}@127.0.0.1:1/db");
+    let warning = "holds a password, which every user of this machine can read";
+    let flag = format!("--database-url={url}");
+    let warned: [&[&str]; 4] = [
+        &["run", "--database-url", &url, "--http", "127.0.0.1:0"],
+        &[
+            "exec",
+            &flag,
+            "--http",
+            "127.0.0.1:0",
+            "--lease",
+            "a",
+            "--",
+            "true",
+        ],
+        &["migrate", "--database-url", &url],
+        &["leases", "list", "--database-url", &url],
+    ];
+    for args in warned {
+        let shown = run(args, &[]).await;
+        let line = shown
+            .lines()
+            .find(|l| l.contains(warning))
+            .unwrap_or_else(|| panic!("leasehold {args:?}: no warning:\n{shown}"));
+        assert!(
+            line.contains("LEASEHOLD_DATABASE_URL") && line.contains("database_url"),
+            "{line}"
+        );
+        assert!(!shown.contains(&m), "{shown}");
+    }
+    let by_env = [("LEASEHOLD_DATABASE_URL", url.as_str())];
+    let quiet: [(&[&str], Env); 2] = [
+        (&["run", "--http", "127.0.0.1:0"], &by_env),
+        (
+            &[
+                "leases",
+                "list",
+                "--database-url",
+                "postgres://leasehold@127.0.0.1:1/db",
+            ],
+            &[],
+        ),
+    ];
+    for (args, env) in quiet {
+        let shown = run(args, env).await;
+        assert!(!shown.contains(warning), "leasehold {args:?}:\n{shown}");
+    }
 }

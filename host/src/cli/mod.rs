@@ -256,6 +256,12 @@ pub fn main() -> ExitCode {
         _ => DEFAULT_LOG_FILTER,
     };
     let (log_writer, log_dropped) = init_logging(format, filter);
+    undumpable();
+    if password_on_command_line(std::env::args_os()) {
+        warn!(
+            "the database URL given with --database-url holds a password, which every user of this machine can read in the process list (ps, /proc/PID/cmdline): give it in LEASEHOLD_DATABASE_URL or the config file's database_url instead"
+        );
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -314,6 +320,45 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Makes this process undumpable (`PR_SET_DUMPABLE` 0), before it starts anything. Its
+/// environment and memory hold the database URL, password included, and every process it runs
+/// under a lease runs as its user: to a dumpable host's other processes of that user,
+/// `/proc/HOST/environ` and `mem` are open, and so is `ptrace`. Undumpable, its `/proc/HOST`
+/// files belong to root, and only root (`CAP_SYS_PTRACE`) reads its environment, memory and
+/// descriptors or attaches a debugger; what is readable by all stays so (`cmdline`, `stat`,
+/// `status`). The cost: no core dump of a crash, and `gdb -p`, `strace -p` or `perf` on the host
+/// need root. What it starts is dumpable again from its `exec`, and holds nothing of the
+/// host's ([`crate::process::handle::is_hosts_alone`]).
+fn undumpable() {
+    #[cfg(target_os = "linux")]
+    if let Err(error) =
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+    {
+        warn!(
+            %error,
+            "cannot make this process undumpable: other processes of its user, those it runs among them, may read its environment and memory"
+        );
+    }
+}
+
+/// Whether `argv` gives `--database-url` a value that holds a password: every user of the
+/// machine can read a process's arguments. What follows `--` is `exec`'s command, not ours.
+fn password_on_command_line(argv: impl IntoIterator<Item = std::ffi::OsString>) -> bool {
+    let mut argv = argv.into_iter().skip(1);
+    while let Some(arg) = argv.next() {
+        let arg = arg.to_string_lossy();
+        let value = match arg.as_ref() {
+            "--" => return false,
+            "--database-url" => argv.next().map(|v| v.to_string_lossy().into_owned()),
+            other => other.strip_prefix("--database-url=").map(str::to_string),
+        };
+        if value.is_some_and(|v| crate::lease::url::holds_password(&v)) {
+            return true;
+        }
+    }
+    false
 }
 
 /// `leasehold exec`: `run` with one `[[process]]` table made of its flags.
@@ -641,6 +686,49 @@ mod tests {
         );
         let args = ["leasehold", "run", "--ttl", "soon"].map(std::ffi::OsString::from);
         assert_eq!(from_variable(&e, args), None, "given as the flag");
+    }
+
+    #[test]
+    fn a_password_in_database_url_on_the_command_line_is_noticed_in_either_form() {
+        let argv = |args: &[&str]| -> Vec<std::ffi::OsString> {
+            std::iter::once("leasehold")
+                .chain(args.iter().copied())
+                .map(Into::into)
+                .collect()
+        };
+        for args in [
+            &["run", "--database-url", "postgres://u:pw@h/db"][..],
+            &["exec", "--database-url=postgres://u:pw@h/db", "--", "sh"],
+            &[
+                "leases",
+                "list",
+                "--database-url",
+                "postgres://h/db?password=pw",
+            ],
+        ] {
+            assert!(password_on_command_line(argv(args)), "{args:?}");
+        }
+        for args in [
+            &["run", "--database-url", "postgres://u@h/db"][..],
+            &[
+                "run",
+                "--database-url",
+                "sqlite:/var/lib/leasehold/leases.db",
+            ],
+            // The command's own arguments, after `--`.
+            &[
+                "exec",
+                "--lease",
+                "a",
+                "--",
+                "psql",
+                "--database-url",
+                "postgres://u:pw@h/db",
+            ],
+            &["run"],
+        ] {
+            assert!(!password_on_command_line(argv(args)), "{args:?}");
+        }
     }
 
     #[test]

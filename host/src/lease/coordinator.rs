@@ -103,7 +103,8 @@ pub enum Event {
         lease: String,
     },
     /// A notice that an operator asked the holder of `lease` at `epoch` to hand it over
-    /// (`leases handoff`): if this replica holds it at that epoch, renew now. The notice is only
+    /// (`leases handoff`): if this replica holds it at that epoch, renew now (or, after another
+    /// renewal for a notice, once the retry interval since it has passed). The notice is only
     /// a hint to look: on PostgreSQL any role that may connect can send one, so the lease is
     /// given up only when the renewal's answer, read from the row the request wrote, reports it.
     /// A notice for another epoch (an earlier holder's, heard late) changes nothing.
@@ -394,6 +395,9 @@ struct Renewal {
     /// A handoff notice came while a batch was in flight, which may have read the row before
     /// the request was written: renew again as soon as it returns.
     again: bool,
+    /// When the last renewal a notice brought forward was due: the next comes no sooner than
+    /// [`Timing::retry_interval`] after it ([`Coordinator::notice_renewal`]).
+    for_notice: Option<Instant>,
 }
 
 /// The state of every lease this replica campaigns for. See the module docs.
@@ -827,7 +831,7 @@ impl Coordinator {
 
     /// A handoff notice for `lease` at `epoch` ([`Event::HandoffNoticed`]): renew now if this
     /// replica holds it at that epoch, and let the answer decide. A flood of forged notices costs
-    /// a renewal each at most (one per batch in flight), never the lease.
+    /// one renewal per retry interval at most ([`Coordinator::notice_renewal`]), never the lease.
     fn renew_for_notice(&mut self, lease: &str, epoch: Epoch, now: Instant) {
         let held = self.leases.get(lease).is_some_and(
             |state| matches!(state.phase, Phase::Held { epoch: held, .. } if held == epoch),
@@ -838,7 +842,31 @@ impl Coordinator {
         if self.renewal.in_flight.is_some() {
             self.renewal.again = true;
         } else {
-            self.renewal.next_at = Some(now);
+            let due = self.renewal.next_at;
+            self.renewal.next_at = Some(self.notice_renewal(now, due));
+        }
+    }
+
+    /// When to renew for a notice heard by `now`, given the renewal otherwise `due`: at once,
+    /// unless a renewal a notice brought forward was due within [`Timing::retry_interval`]
+    /// before, and then that long after it. A notice is only a hint, and anyone who may append
+    /// to a SQLite event file or `NOTIFY` on the lease database can send one: without the bound,
+    /// a flood of them renewed back to back (a write each, competing with the other replicas').
+    /// With it they cost one renewal per retry interval, the pace at which a failing renewal is
+    /// retried, and a real request in the flood is read that much later at most. One renewal
+    /// reads every lease's request, so the bound is the replica's, not a lease's.
+    pub(super) fn notice_renewal(&mut self, now: Instant, due: Option<Instant>) -> Instant {
+        let at = self
+            .renewal
+            .for_notice
+            .map_or(now, |last| now.max(last + self.timing.retry_interval));
+        match due {
+            // A renewal comes by then anyway, and reads the request.
+            Some(due) if due <= at => due,
+            _ => {
+                self.renewal.for_notice = Some(at);
+                at
+            }
         }
     }
 

@@ -410,6 +410,12 @@ pub fn redact(url: &str) -> String {
     out
 }
 
+/// Whether `url` holds a password (in its userinfo, a `password=` query value, or a keyword
+/// string's `password`), which [`redact`] would hide.
+pub fn holds_password(url: &str) -> bool {
+    !secret_spans(url, false).is_empty()
+}
+
 /// Replaces `url`, and each password it holds (as written and percent-decoded), with their
 /// redacted forms wherever they appear in `text`: for a driver's message about `url`.
 pub fn scrub(text: &str, url: &str) -> String {
@@ -758,6 +764,26 @@ mod tests {
             format!("{url} {url:?}"),
             "postgresql://a:***@h/db DatabaseUrl(postgresql://a:***@h/db)"
         );
+    }
+
+    #[test]
+    fn a_password_is_found_wherever_a_url_or_keyword_string_holds_one() {
+        for url in [
+            "postgres://u:p@ss@h/db",
+            "postgres://h/db?user=u&password=x",
+            "postgres://u@h/db?sslmode=require&Password=x",
+            "host=h password='a b'",
+        ] {
+            assert!(holds_password(url), "{url}");
+        }
+        for url in [
+            "postgres://u@h/db",
+            "postgres://h/db?sslmode=require",
+            "sqlite:/var/lib/leasehold/leases.db",
+            "postgres:///db?host=/run/postgresql",
+        ] {
+            assert!(!holds_password(url), "{url}");
+        }
     }
 
     /// Passwords holding each character that ends a URL's authority early, or a space.

@@ -23,6 +23,30 @@ use super::protocol::{Mode, Order, Report, Timed};
 /// them (the database URL among them carries a password), and gets its lease's own instead.
 pub const HOST_PREFIX: &str = "LEASEHOLD_";
 
+/// The PostgreSQL client's variables that hold a credential or name a file of them: a child does
+/// not inherit them either. The host's driver reads `PGPASSWORD`, `PGPASSFILE`, `PGSSLCERT` and
+/// `PGSSLKEY` for whatever its URL leaves out, so they may be how the host logs in; libpq in a
+/// child (psql, psycopg) reads the same, and a service file's passwords through
+/// `PGSERVICEFILE`, so a child that inherited them would log in as the host's role without
+/// being given its URL, or read its password. The client certificate goes with its key: libpq
+/// refuses a certificate whose key it cannot find. The other `PG*` variables (`PGHOST`,
+/// `PGUSER`, `PGSSLMODE`, `PGSSLROOTCERT`, …) hold no secret and pass, for a child that connects
+/// to the same server as a role of its own.
+pub const CREDENTIAL_VARIABLES: &[&str] = &[
+    "PGPASSWORD",
+    "PGPASSFILE",
+    "PGSERVICEFILE",
+    "PGSSLCERT",
+    "PGSSLKEY",
+];
+
+/// Whether the environment variable `name` is the host's alone: its own settings and the
+/// PostgreSQL credentials ([`HOST_PREFIX`], [`CREDENTIAL_VARIABLES`]).
+pub fn is_hosts_alone(name: &std::ffi::OsStr) -> bool {
+    let name = name.to_string_lossy();
+    name.starts_with(HOST_PREFIX) || CREDENTIAL_VARIABLES.contains(&name.as_ref())
+}
+
 /// What to run, and how to stop it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Spec {
@@ -108,8 +132,8 @@ pub const LATE_READ: Duration = Duration::from_millis(200);
 
 impl Kept {
     /// Starts `keeper` (the path of this binary) as the keeper of `spec`'s command, with the
-    /// environment `env` on top of the host's own (less the host's settings), the command to be
-    /// killed at `until` unless a later deadline comes.
+    /// environment `env` on top of the host's own (less what is the host's alone:
+    /// [`is_hosts_alone`]), the command to be killed at `until` unless a later deadline comes.
     pub fn spawn(
         keeper: &Path,
         spec: &Spec,
@@ -132,7 +156,7 @@ impl Kept {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with(HOST_PREFIX) {
+            if is_hosts_alone(&name) {
                 command.env_remove(name);
             }
         }

@@ -25,10 +25,11 @@ impl Coordinator {
             Ok(renewed) => {
                 self.observe_clock(sent, now, renewed.db_now, fx);
                 let again = std::mem::take(&mut self.renewal.again);
+                let due = sent + timing.renew_interval;
                 self.renewal.next_at = Some(if again {
-                    now
+                    self.notice_renewal(now, Some(due))
                 } else {
-                    sent + timing.renew_interval
+                    due
                 });
                 let landed: std::collections::HashSet<&str> =
                     renewed.landed.iter().map(String::as_str).collect();

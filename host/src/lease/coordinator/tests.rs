@@ -1515,9 +1515,13 @@ fn a_handoff_notice_alone_gives_up_nothing_it_renews_at_once_and_the_answer_deci
     let fx = c.step(renewed(&["a"], &[], None), at + ms(5));
     assert!(end_terms(&fx).is_empty(), "{fx:?}");
     assert_eq!(c.view("a"), Some((Role::Leader, Some(4))));
-    // A real one: the next notice's renewal reads the request from the row.
-    let at = at + ms(50);
-    let fx = c.step(notice(), at);
+    // A real one 50 ms later: within the retry interval of the last renewal a notice brought
+    // forward, so it is renewed for at that interval's end, and that renewal reads the request.
+    let fx = c.step(notice(), at + ms(50));
+    assert!(renewals(&fx).is_empty(), "{fx:?}");
+    let at = at + ms(200);
+    assert_eq!(c.next_deadline(), Some(at));
+    let fx = c.step(Event::Tick, at);
     assert_eq!(renewal(&fx).0.len(), 1, "{fx:?}");
     let fx = c.step(
         Event::RenewDone {
@@ -1552,6 +1556,45 @@ fn a_handoff_notice_heard_during_a_renewal_renews_again_as_soon_as_it_returns() 
     let fx = c.step(renewed(&["a"], &[], None), back + ms(5));
     assert!(renewals(&fx).is_empty(), "{fx:?}");
     assert!(renewals(&c.step(Event::Tick, back + ms(6))).is_empty());
+}
+
+#[test]
+fn a_flood_of_handoff_notices_costs_one_renewal_per_retry_interval_at_most() {
+    // Forged lines in a SQLite event file, or NOTIFYs on PostgreSQL, one a millisecond for 5 s,
+    // each renewal answered in 1 ms: besides the 5 of the cadence, at most one renewal per retry
+    // interval (200 ms here), where each notice renewed back to back before.
+    let t0 = Instant::now();
+    let mut c = leader("a", 4, t0, ms(10));
+    let mut renewed_at = Vec::new();
+    let mut in_flight = false;
+    for tick in 0..5000 {
+        let now = t0 + ms(10 + tick);
+        if in_flight {
+            in_flight = !renewals(&c.step(renewed(&["a"], &[], None), now)).is_empty();
+            if in_flight {
+                renewed_at.push(now);
+            }
+        }
+        let notice = Event::HandoffNoticed {
+            lease: "a".into(),
+            epoch: 4,
+        };
+        let mut fx = c.step(notice, now);
+        if c.next_deadline().is_some_and(|d| d <= now) {
+            fx.extend(c.step(Event::Tick, now));
+        }
+        if !renewals(&fx).is_empty() {
+            assert!(!in_flight, "two renewals in flight at {:?}", now - t0);
+            in_flight = true;
+            renewed_at.push(now);
+        }
+    }
+    let count = renewed_at.len();
+    assert!(count <= 5 + 5000 / 200 + 1, "{count} renewals in 5 s");
+    for pair in renewed_at.windows(2) {
+        assert!(pair[1] - pair[0] >= ms(200), "{renewed_at:?}");
+    }
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(4))));
 }
 
 #[test]

@@ -19,11 +19,21 @@
 //! under `O_APPEND`), a batch too long for one small write becomes one line that wakes every lease,
 //! and a file grown past [`MAX_BYTES`] is truncated by the next writer; a listener that finds it
 //! shorter than what it read (or replaced) reports [`ReleaseNotice::Resubscribed`].
+//!
+//! Whoever may write the lease file's directory may put something else at the event file's path.
+//! So the file is opened without following a link and without waiting (a FIFO would hold the
+//! open until someone opened its other end), and used only when what was opened is a regular
+//! file: a link, FIFO, socket, device or directory there is refused, naming it, and nothing is
+//! written through it. A line longer than any writer writes is dropped unread, so a writer that
+//! never ends its line costs a listener [`MAX_LINE`] bytes at most.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rustix::fs::{Mode, OFlags};
 
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
@@ -41,6 +51,14 @@ pub const MAX_BYTES: u64 = 64 * 1024;
 /// half-done across another writer's. A longer batch (a replica giving up many shards) is
 /// announced as one line that wakes every lease, as a look at every lease is what it asks for.
 const MAX_WRITE: usize = 4096;
+
+/// The longest line a listener keeps while waiting for its end: no writer writes a line longer
+/// than one write. A longer one is dropped, and the rest of it up to its newline skipped.
+pub const MAX_LINE: usize = MAX_WRITE;
+
+/// How often at most a listener reports the lines it dropped as too long: one line for a flood,
+/// not one per line.
+const DROP_REPORT_INTERVAL: Duration = Duration::from_secs(10);
 
 /// What a line of the event file says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +125,18 @@ pub enum EventFileError {
         #[source]
         source: std::io::Error,
     },
+    /// Something other than a regular file is at the event file's path: nothing is written
+    /// through it, truncated or read.
+    #[error(
+        "the event file {} is {found}, not a regular file: refused, and nothing is written through it; remove it, and leasehold creates the file",
+        path.display()
+    )]
+    NotAFile {
+        /// The event file.
+        path: PathBuf,
+        /// What is there: `a symbolic link to …`, `a FIFO`, `a directory`, ….
+        found: String,
+    },
     /// inotify refused the watch (e.g. `max_user_watches` reached).
     #[error("cannot watch the event file {}: {source}", path.display())]
     Watch {
@@ -157,12 +187,52 @@ impl EventFile {
             .and_then(|p| p.strip_suffix("-events"))
             .and_then(|db| std::fs::metadata(db).ok())
             .map_or(0o600, |m| m.mode() & 0o666);
-        OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(mode)
-            .open(&self.path)
-            .map_err(self.io())
+        self.open(OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE, mode)
+    }
+
+    /// Opens the path with `flags`, neither following a link (`O_NOFOLLOW`: a link there, even
+    /// one to nowhere, fails rather than reaching its target) nor waiting (`O_NONBLOCK`: a FIFO
+    /// opens, or fails, at once), and checks that what it opened is a regular file before anyone
+    /// reads, writes or truncates through it. `mode` is that of a file it creates.
+    fn open(&self, flags: OFlags, mode: u32) -> Result<File, EventFileError> {
+        let flags = flags | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let fd = match rustix::fs::open(self.path.as_path(), flags, Mode::from_raw_mode(mode)) {
+            Ok(fd) => fd,
+            // A link (ELOOP), a FIFO nobody reads or a socket (ENXIO), a directory (EISDIR),
+            // said by what is there rather than by the errno.
+            Err(errno) => {
+                return Err(match self.not_a_file() {
+                    Some(refused) => refused,
+                    None => self.io()(errno.into()),
+                });
+            }
+        };
+        let file = File::from(fd);
+        let meta = file.metadata().map_err(self.io())?;
+        if !meta.file_type().is_file() {
+            return Err(EventFileError::NotAFile {
+                path: self.path.clone(),
+                found: describe(&meta.file_type(), None),
+            });
+        }
+        Ok(file)
+    }
+
+    /// What is at the path when it is not a regular file, as [`EventFileError::NotAFile`].
+    fn not_a_file(&self) -> Option<EventFileError> {
+        let meta = std::fs::symlink_metadata(&self.path).ok()?;
+        let kind = meta.file_type();
+        if kind.is_file() {
+            return None;
+        }
+        let target = kind
+            .is_symlink()
+            .then(|| std::fs::read_link(&self.path).ok())
+            .flatten();
+        Some(EventFileError::NotAFile {
+            path: self.path.clone(),
+            found: describe(&kind, target.as_deref()),
+        })
     }
 
     /// Creates the file if it is missing, so that replicas can watch it before anyone releases.
@@ -275,26 +345,111 @@ struct Reader {
     handle: File,
     /// Bytes read so far.
     offset: u64,
-    /// The start of a line whose end has not been written yet.
+    /// The start of a line whose end has not been written yet, at most [`MAX_LINE`] bytes.
     partial: Vec<u8>,
+    /// The line being read is longer than [`MAX_LINE`]: skip to its newline.
+    skipping: bool,
+    /// The lines dropped as too long, and when that was last reported.
+    dropped: Dropped,
+}
+
+/// Lines a listener dropped as longer than [`MAX_LINE`]: counted, and reported at most every
+/// [`DROP_REPORT_INTERVAL`].
+#[derive(Debug, Default)]
+struct Dropped {
+    /// Lines dropped since the last report.
+    lines: u64,
+    /// Their bytes, as far as they were read.
+    bytes: u64,
+    /// Lines dropped since the listener started.
+    total: u64,
+    /// When the last report was made.
+    reported: Option<Instant>,
+}
+
+impl Dropped {
+    /// Counts a dropped line of `bytes` so far.
+    fn line(&mut self, bytes: usize) {
+        self.lines += 1;
+        self.total += 1;
+        self.bytes += bytes as u64;
+    }
+
+    /// Counts more bytes of the line being dropped.
+    fn more(&mut self, bytes: usize) {
+        self.bytes += bytes as u64;
+    }
+
+    /// Logs what was dropped since the last report, unless that was within
+    /// [`DROP_REPORT_INTERVAL`].
+    fn report(&mut self, path: &Path) {
+        let now = Instant::now();
+        if self.lines == 0
+            || self
+                .reported
+                .is_some_and(|at| now < at + DROP_REPORT_INTERVAL)
+        {
+            return;
+        }
+        warn!(
+            path = %path.display(),
+            lines = self.lines,
+            bytes = self.bytes,
+            total = self.total,
+            "event file lines longer than {MAX_LINE} bytes dropped: no replica writes such a line, so another process wrote them"
+        );
+        self.reported = Some(now);
+        self.lines = 0;
+        self.bytes = 0;
+    }
+}
+
+/// What a file type is, for [`EventFileError::NotAFile`]; `target`, a link's.
+fn describe(kind: &std::fs::FileType, target: Option<&Path>) -> String {
+    if kind.is_symlink() {
+        return match target {
+            Some(target) => format!("a symbolic link to {}", target.display()),
+            None => "a symbolic link".to_string(),
+        };
+    }
+    let what = if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else {
+        "not a regular file"
+    };
+    what.to_string()
 }
 
 impl Reader {
     /// Opens the file at its end: what was announced before the listener started is old news.
     fn open(file: &EventFile) -> Result<Reader, EventFileError> {
-        let handle = File::open(&file.path).map_err(file.io())?;
+        let handle = file.open(OFlags::RDONLY, 0)?;
         let offset = handle.metadata().map_err(file.io())?.len();
         Ok(Reader {
             file: file.clone(),
             handle,
             offset,
             partial: Vec::new(),
+            skipping: false,
+            dropped: Dropped::default(),
         })
     }
 
-    /// Whether the path still names the file this reader has open.
+    /// Whether the path still names the file this reader has open (not a link put in its place,
+    /// even one to that file).
     fn is_current(&self) -> bool {
-        match (std::fs::metadata(&self.file.path), self.handle.metadata()) {
+        match (
+            std::fs::symlink_metadata(&self.file.path),
+            self.handle.metadata(),
+        ) {
             (Ok(at_path), Ok(open)) => at_path.ino() == open.ino() && at_path.dev() == open.dev(),
             _ => false,
         }
@@ -309,6 +464,7 @@ impl Reader {
             notices.push(ReleaseNotice::Resubscribed);
             self.offset = 0;
             self.partial.clear();
+            self.skipping = false;
         }
         self.handle
             .seek(SeekFrom::Start(self.offset))
@@ -319,19 +475,35 @@ impl Reader {
             .read_to_end(&mut bytes)
             .map_err(self.file.io())?;
         self.offset += read as u64;
-        self.partial.extend_from_slice(&bytes);
-        let complete = self
-            .partial
-            .iter()
-            .rposition(|b| *b == b'\n')
-            .map_or(0, |i| i + 1);
-        let lines: Vec<u8> = self.partial.drain(..complete).collect();
-        notices.extend(
-            String::from_utf8_lossy(&lines)
-                .lines()
-                .filter_map(Wakeup::parse)
-                .map(Wakeup::notice),
-        );
+        let mut rest = &bytes[..];
+        while !rest.is_empty() {
+            let end = rest.iter().position(|b| *b == b'\n');
+            let (piece, after) = match end {
+                Some(i) => (&rest[..i], &rest[i + 1..]),
+                None => (rest, &[][..]),
+            };
+            rest = after;
+            if self.skipping {
+                // The rest of a line already dropped.
+                self.dropped.more(piece.len());
+                self.skipping = end.is_none();
+                continue;
+            }
+            if self.partial.len() + piece.len() > MAX_LINE {
+                self.dropped.line(self.partial.len() + piece.len());
+                self.partial.clear();
+                self.skipping = end.is_none();
+                continue;
+            }
+            self.partial.extend_from_slice(piece);
+            if end.is_some() {
+                let line = std::mem::take(&mut self.partial);
+                let line = String::from_utf8_lossy(&line);
+                let line = line.strip_suffix('\r').unwrap_or(&line);
+                notices.extend(Wakeup::parse(line).map(Wakeup::notice));
+            }
+        }
+        self.dropped.report(&self.file.path);
         Ok(notices)
     }
 }
@@ -425,5 +597,80 @@ mod tests {
         file.announce(&[Wakeup::Released("d".into())]).unwrap();
         assert_eq!(next(&mut rx).await, ReleaseNotice::Released("d".into()));
         stop.cancel();
+    }
+
+    #[test]
+    fn a_link_fifo_or_directory_at_the_path_is_refused_and_its_target_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim.txt");
+        std::fs::write(&victim, "x".repeat(70_000)).unwrap();
+        let linked = EventFile::beside(&dir.path().join("linked.db"));
+        std::os::unix::fs::symlink(&victim, linked.path()).unwrap();
+        let dangling = EventFile::beside(&dir.path().join("dangling.db"));
+        let nowhere = dir.path().join("created-by-host.txt");
+        std::os::unix::fs::symlink(&nowhere, dangling.path()).unwrap();
+        let fifo = EventFile::beside(&dir.path().join("fifo.db"));
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            fifo.path(),
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let directory = EventFile::beside(&dir.path().join("dir.db"));
+        std::fs::create_dir(directory.path()).unwrap();
+        for (file, found) in [
+            (&linked, format!("a symbolic link to {}", victim.display())),
+            (
+                &dangling,
+                format!("a symbolic link to {}", nowhere.display()),
+            ),
+            (&fifo, "a FIFO".to_string()),
+            (&directory, "a directory".to_string()),
+        ] {
+            for refused in [
+                file.create().unwrap_err(),
+                file.announce(&[Wakeup::Released("a".into())]).unwrap_err(),
+                Reader::open(file).err().unwrap(),
+            ] {
+                let text = refused.to_string();
+                assert!(
+                    text.contains(&file.path().display().to_string()) && text.contains(&found),
+                    "{text}"
+                );
+            }
+        }
+        assert_eq!(std::fs::read(&victim).unwrap().len(), 70_000);
+        assert!(!nowhere.exists());
+    }
+
+    #[test]
+    fn a_line_longer_than_any_writer_writes_is_dropped_and_the_next_one_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = EventFile::beside(&dir.path().join("leases.db"));
+        file.create().unwrap();
+        let mut reader = Reader::open(&file).unwrap();
+        let mut raw = std::fs::OpenOptions::new()
+            .append(true)
+            .open(file.path())
+            .unwrap();
+        // Without its newline, in pieces: never more than MAX_LINE kept.
+        for _ in 0..100 {
+            raw.write_all(&[b'x'; 1000]).unwrap();
+            assert!(reader.read_new().unwrap().is_empty());
+            assert!(reader.partial.len() <= MAX_LINE);
+        }
+        raw.write_all(b"xx\nreleased a\nreleased b").unwrap();
+        assert_eq!(
+            reader.read_new().unwrap(),
+            vec![ReleaseNotice::Released("a".into())]
+        );
+        raw.write_all(b"\n").unwrap();
+        assert_eq!(
+            reader.read_new().unwrap(),
+            vec![ReleaseNotice::Released("b".into())]
+        );
+        assert_eq!(reader.dropped.total, 1);
     }
 }
