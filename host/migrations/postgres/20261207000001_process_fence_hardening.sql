@@ -8,9 +8,13 @@
 --   begin_nested()) is refused: ROLLBACK TO SAVEPOINT would remove the check row, and the
 --   transaction would then commit with no check at all. A subtransaction that writes has an xid
 --   of its own, so the check row's xmin is the top-level transaction's only outside of one.
--- - The call sends a notification (nobody listens to it), which PostgreSQL refuses to
---   PREPARE: a prepared transaction would keep the row's FOR KEY SHARE lock, and with it every
---   takeover of that lease, after its session has gone.
+-- - The call touches a temporary table, which PostgreSQL refuses to PREPARE: a prepared
+--   transaction would keep the row's FOR KEY SHARE lock, and with it every takeover of that
+--   lease, after its session has gone. Measured on a fenced commit (PostgreSQL 15, loopback):
+--   a notification, the other thing PREPARE refuses, cost nothing alone but a third of the
+--   throughput of four sessions committing at once (every notifying commit of the server takes
+--   one lock, the hosts' releases' included); the temporary table costs about 0.8 ms once per
+--   session and a tenth of that throughput.
 -- - `(text, integer)` and `(text, smallint)` overloads, so that the documented call with a plain
 --   literal (`leasehold_fence('orders', 7)`), or psycopg's small ints, match a function of ours
 --   exactly: otherwise an overload of those types that a role with CREATE on a schema of the
@@ -66,8 +70,25 @@ BEGIN
                     USING ERRCODE = 'LH003',
                           HINT = 'call leasehold_fence() in the outermost transaction, outside any savepoint (Django: outside nested atomic(); SQLAlchemy: outside begin_nested())';
             END IF;
-            -- Makes PREPARE TRANSACTION fail: see the top of this file.
-            PERFORM pg_notify('leasehold_fence', '');
+            -- Makes PREPARE TRANSACTION fail (see the top of this file): a table of the owner's
+            -- in the session's temporary schema, made by its first fenced transaction and then
+            -- only read. Only one of the owner's counts: the caller may make a relation of that
+            -- name first, which then fails this call and nothing else. Without the right to
+            -- make temporary tables, a notification does it, at a lock all notifying commits
+            -- of the server share.
+            IF has_database_privilege(current_database(), 'TEMPORARY') THEN
+                IF NOT EXISTS (
+                    SELECT FROM pg_class t
+                     WHERE t.relnamespace = pg_my_temp_schema()
+                       AND t.relname = 'leasehold_fence_no_prepare'
+                       AND t.relkind = 'r'
+                       AND pg_get_userbyid(t.relowner) = current_user) THEN
+                    CREATE TEMPORARY TABLE pg_temp.leasehold_fence_no_prepare ();
+                END IF;
+                PERFORM FROM pg_temp.leasehold_fence_no_prepare LIMIT 0;
+            ELSE
+                PERFORM pg_notify('leasehold_fence', '');
+            END IF;
         END
         $body$
     $fn$, schema);
