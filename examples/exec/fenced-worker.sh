@@ -10,7 +10,9 @@
 # on leasehold_fence(text, bigint) in the lease database, and somewhere to create its table
 # (README: "A fence for your own SQL" makes it a schema of its own). LEASEHOLD_LEASE and LEASEHOLD_EPOCH come from the host. The
 # table keeps each row's lease: the workers of several leases may share it. WORKER_INTERVAL: seconds between writes (default 1). WORKER_HOLD: seconds each
-# transaction stays open after the fence call, standing for slow work (default 0).
+# transaction stays open after the fence call, standing for slow work (default 0). The fence is
+# called by its schema's name (public: where `leasehold migrate` put it, unless told otherwise)
+# with typed arguments, so that no function of the same name elsewhere on the path can stand in.
 set -eu
 : "${DATABASE_URL:?set DATABASE_URL to the worker's PostgreSQL connection}"
 : "${LEASEHOLD_LEASE:?run this under leasehold exec}"
@@ -28,7 +30,7 @@ while :; do
     -v epoch="$LEASEHOLD_EPOCH" -v n="$n" -v hold="${WORKER_HOLD:-0}" <<'SQL'
 BEGIN;
 INSERT INTO fenced_writes (lease, epoch, n) VALUES (:'lease', :epoch, :n);
-SELECT leasehold_fence(:'lease', :epoch);
+SELECT public.leasehold_fence(:'lease'::text, :epoch::bigint);
 \echo fenced :n at epoch :epoch
 SELECT pg_sleep(:hold);
 COMMIT;

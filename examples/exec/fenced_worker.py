@@ -43,7 +43,10 @@ def main() -> int:
                         "INSERT INTO fenced_writes (lease, epoch, n) VALUES (%s, %s, %s)",
                         (lease, epoch, n),
                     )
-                    conn.execute("SELECT leasehold_fence(%s, %s)", (lease, epoch))
+                    # Qualified and typed: no look-alike on the path can stand in for it.
+                    conn.execute(
+                        "SELECT public.leasehold_fence(%s::text, %s::bigint)", (lease, epoch)
+                    )
             except psycopg.Error as e:
                 if e.sqlstate == FENCED_OUT:
                     print(f"fenced out: {e.diag.message_primary}", file=sys.stderr, flush=True)

@@ -24,6 +24,8 @@ GRANT SELECT, INSERT, UPDATE ON leasehold_kv_usage TO leasehold;
 -- leasehold_database: the database's id, which tells sql grants they reach the lease database;
 -- _sqlx_migrations: read at start-up to confirm the schema is current.
 GRANT SELECT ON leasehold_database, _sqlx_migrations TO leasehold;
+-- leasehold_protocol(): the lowest lease protocol the schema accepts, read as a host starts.
+GRANT EXECUTE ON FUNCTION leasehold_protocol() TO leasehold;
 --
 -- A plugin's [grants.sql] role on this database gets none of the above: USAGE on the schema is
 -- all it needs of leasehold (the fence and the database's id are functions of the owner), plus

@@ -18,7 +18,7 @@ report() { # psql's output: the term's first write; a refusal, where psql stops 
 work() { # One psql session per term. A TERM ends its input and waits for the transaction under
   exec > >(psql | report "$1"); local p=$! # way: nothing of the term commits after `stopped`.
   trap 'exec >&-; wait $p; exit 0' TERM
-  while echo "BEGIN; SELECT leasehold_fence('$lease', $1);
+  while echo "BEGIN; SELECT public.leasehold_fence('$lease'::text, $1::bigint);
     INSERT INTO $table (epoch) VALUES ($1); COMMIT; \echo wrote"; do sleep 0.1 >&- & wait $!; done
 }
 worker= epoch= deadline=0 news=0 allowed=0 last_id= kind=message

@@ -51,7 +51,10 @@ class Work:
                 while not self.stop.is_set() and time.monotonic() < self.deadline:
                     try:
                         with conn.transaction():
-                            conn.execute("SELECT leasehold_fence(%s, %s)", (lease, epoch))
+                            conn.execute(
+                                "SELECT public.leasehold_fence(%s::text, %s::bigint)",
+                                (lease, epoch),
+                            )
                             conn.execute(insert, (epoch,))
                     except psycopg.Error as e:
                         if e.sqlstate != FENCED_OUT:

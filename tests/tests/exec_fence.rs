@@ -229,7 +229,7 @@ async fn a_worker_frozen_with_its_host_past_the_ttl_has_its_commit_refused_when_
         "a write of epoch 1 landed after epoch 2 began"
     );
     a.wait_for_log(
-        "leasehold fence: lease \"orders\" is no longer held at epoch 1: it is at epoch 2 now",
+        "leasehold fence: epoch 1 does not hold lease \"orders\"",
         Duration::from_secs(20),
     )
     .await

@@ -1234,6 +1234,72 @@ async fn postgres_a_batched_campaign_never_waits_for_a_held_row_s_lock() {
     tx.rollback().await.unwrap();
 }
 
+/// A free lease whose row another session keeps locked (a fenced transaction checked early and
+/// left open holds it `FOR KEY SHARE`; here `FOR SHARE`) is left out of the campaign, not waited
+/// for: the batch wins the other free leases at once, and reports the locked one with the server
+/// process holding the lock. The row is untouched, and won once the lock goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_campaign_skips_a_free_row_another_session_keeps_locked_and_wins_the_rest() {
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let s = db.open().await.unwrap();
+    for name in ["a", "c"] {
+        assert_eq!(s.campaign(name, "gone", LONG).await.unwrap().epoch, Some(1));
+        s.force_release(name).await.unwrap();
+    }
+    let tx = lock_lease_row(&db.url().unwrap(), "a", RowLock::Share)
+        .await
+        .unwrap();
+    let mut probe = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url().unwrap())
+        .await
+        .unwrap();
+    let lockers: Vec<i32> = sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity
+          WHERE datname = current_database() AND state = 'idle in transaction'",
+    )
+    .fetch_all(&mut probe)
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let names = ["a".to_string(), "b".to_string(), "c".to_string()];
+    let mut outcome = s.campaign_many("standby", &names, LONG).await.unwrap();
+    let took = started.elapsed();
+    outcome.won.sort();
+    assert_eq!(
+        outcome.won,
+        [("b".to_string(), 1), ("c".to_string(), 2)],
+        "{outcome:?}"
+    );
+    assert_eq!(outcome.locked, [("a".to_string(), lockers)]);
+    assert_eq!(outcome.one("a").epoch, None);
+    assert!(
+        took < Duration::from_secs(2),
+        "the campaign waited {took:?}"
+    );
+    tx.rollback().await.unwrap();
+    let again = s.campaign_many("standby", &names[..1], LONG).await.unwrap();
+    assert_eq!(again.won, [("a".to_string(), 2)]);
+    assert!(again.locked.is_empty());
+}
+
+/// The store's sessions search the lease schema alone, whatever the server's default path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_sessions_search_the_lease_schema_alone() {
+    use leasehold::lease::DatabaseUrl;
+    use leasehold::lease::postgres::PostgresStore;
+    let url = leasehold_tests::pg::server()
+        .fresh_database()
+        .await
+        .unwrap();
+    let store = PostgresStore::connect(
+        &DatabaseUrl::parse(&url).unwrap(),
+        Duration::from_secs(10),
+        Duration::from_secs(3),
+    )
+    .await
+    .unwrap();
+    assert_eq!(store.show("search_path").await.unwrap(), "\"public\"");
+}
+
 /// A batched renewal neither waits for nor skips silently a row another session has locked: with
 /// one of three rows held `FOR SHARE` (a plugin's fenced write in flight), the other two are
 /// renewed at once, the locked one comes back busy (still ours, for a renewal of its own), a row

@@ -80,6 +80,11 @@ impl Kv {
                     PgPoolOptions::new()
                         .max_connections(4)
                         .acquire_timeout(STATEMENT_TIMEOUT)
+                        // On the lease store's schema, as the store finds it: its writes lock
+                        // the rows the store campaigns on, never a look-alike's.
+                        .after_connect(|conn, _| {
+                            Box::pin(crate::lease::postgres::schema::pin(conn))
+                        })
                         .connect_lazy_with(options),
                 ))
             }

@@ -270,6 +270,17 @@ pub enum Announcement {
         /// The epoch held.
         epoch: Epoch,
     },
+    /// Campaigns for `lease`, free, keep finding its row locked by another session (a fenced
+    /// transaction checked early and left open, an operator's session): it is retried on its own
+    /// cadence, and the other leases are not held up.
+    CampaignBlocked {
+        /// The lease.
+        lease: String,
+        /// The server processes holding the row's lock, as far as the store can tell.
+        locked_by: Vec<i32>,
+        /// Found locked for at least this long.
+        since: Duration,
+    },
     /// A campaign failed with a store error (not merely lost to another holder).
     CampaignFailed {
         /// The leases of the failed statement.
@@ -331,6 +342,10 @@ struct LeaseState {
     /// The renewal of this lease alone (its row was busy in the batch): when it was sent, and
     /// for which epoch.
     solo: Option<(Instant, Epoch)>,
+    /// Since when campaigns have found this lease free but its row locked by another session,
+    /// and whether that was announced: only once it is seen again on the retry, since two
+    /// standbys campaigning at once also find each other's row lock, for a moment.
+    locked_since: Option<(Instant, bool)>,
 }
 
 impl LeaseState {
@@ -449,6 +464,7 @@ impl Coordinator {
                     back_off: Duration::ZERO,
                     unassigned,
                     solo: None,
+                    locked_since: None,
                 };
                 (name, state)
             })
@@ -702,7 +718,20 @@ impl Coordinator {
         let won: std::collections::HashMap<String, Epoch> = campaigned.won.into_iter().collect();
         let lost: std::collections::HashMap<String, Option<Duration>> =
             campaigned.lost.into_iter().collect();
+        let locked: std::collections::HashMap<String, Vec<i32>> =
+            campaigned.locked.into_iter().collect();
         for name in batch {
+            if let Some(locked_by) = locked.get(&name) {
+                // Free, but its row was locked: soon again, not after a poll; the lock of a
+                // fenced commit under way lasts microseconds.
+                let retry = self.jittered(now, self.timing.retry_interval);
+                self.campaign_again(&name, retry);
+                self.note_locked(&name, locked_by, now, fx);
+                continue;
+            }
+            if let Some(state) = self.leases.get_mut(&name) {
+                state.locked_since = None;
+            }
             match won.get(&name) {
                 Some(&epoch) => self.campaign_won(&name, epoch, sent, now, fx),
                 // A lease the answer does not mention counts as lost, its wait unknown.
@@ -765,6 +794,26 @@ impl Coordinator {
         }
         let due = sent + timing.renew_interval;
         self.renewal.next_at = Some(self.renewal.next_at.map_or(due, |n| n.min(due)));
+    }
+
+    /// A campaign found `lease` free but its row locked by `locked_by`: announced the second
+    /// time in a row, once per run.
+    fn note_locked(&mut self, lease: &str, locked_by: &[i32], now: Instant, fx: &mut Vec<Effect>) {
+        let Some(state) = self.leases.get_mut(lease) else {
+            return;
+        };
+        match state.locked_since {
+            None => state.locked_since = Some((now, false)),
+            Some((since, false)) => {
+                state.locked_since = Some((since, true));
+                fx.push(Effect::Announce(Announcement::CampaignBlocked {
+                    lease: lease.to_string(),
+                    locked_by: locked_by.to_vec(),
+                    since: now.duration_since(since),
+                }));
+            }
+            Some((_, true)) => {}
+        }
     }
 
     /// A campaign did not win `lease`: campaign again at `next_campaign`, unless shutting down.

@@ -125,7 +125,9 @@ impl Cause {
             StoreError::CreateFile { .. } | StoreError::Grants { .. } => Cause::Permission,
             StoreError::Migrate { .. } => Cause::Schema,
             StoreError::Protocol(_) => Cause::Protocol,
-            StoreError::Invalid { .. } | StoreError::TransactionPooling { .. } => Cause::Other,
+            StoreError::Invalid { .. }
+            | StoreError::TransactionPooling { .. }
+            | StoreError::LeaseSchema { .. } => Cause::Other,
         }
     }
 

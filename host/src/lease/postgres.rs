@@ -11,6 +11,7 @@ pub mod listen;
 mod migration_lock;
 mod nodelay;
 mod pooler;
+pub(crate) mod schema;
 mod statements;
 
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::history::{PRUNE_EVERY, TERMS_KEPT, TermRecord};
 use super::protocol;
@@ -58,9 +59,16 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres
 /// (docs/ARCHITECTURE.md §5.3). They override the URL's `options`: a longer value there would let a
 /// campaign that timed out on the host commit later and hand this replica a lease it believes it
 /// lost.
-fn session_settings(call_timeout: Duration, plans: Plans) -> [(&'static str, String); 7] {
+fn session_settings(
+    call_timeout: Duration,
+    plans: Plans,
+    path: &str,
+) -> [(&'static str, String); 8] {
     let ms = super::server_budget(call_timeout).as_millis().to_string();
     [
+        // The lease schema alone (`schema`): no schema another role created, one named after the
+        // hosts' role say, can put a look-alike of a leasehold table in front of the real one.
+        ("search_path", path.to_string()),
         // A statement the host stopped waiting for must not commit afterwards.
         ("statement_timeout", ms.clone()),
         // A campaign or renewal queued behind a lock (a fenced write, a stuck admin session)
@@ -180,17 +188,18 @@ impl PostgresStore {
                 reason: e.from_origin("the lease store's settings").to_string(),
             })?
             .application_name("leasehold");
-        let with_plans = |plans| {
-            let settings = session_settings(call_timeout, plans);
-            base.clone()
-                .options(settings.iter().map(|(k, v)| (*k, v.as_str())))
-        };
-        let options = with_plans(Plans::EachTime);
+        // The pooler check runs on the session's own path: which schema to pin is found after it.
+        let unpinned = base.clone().options(
+            session_settings(call_timeout, Plans::EachTime, "")
+                .iter()
+                .filter(|(k, _)| *k != "search_path")
+                .map(|(k, v)| (*k, v.as_str())),
+        );
         // Two connections first, at once: what is between the host and the server must give
         // each a session of its own (`pooler`), and a pool would hide "connection refused" or a
         // bad password behind a generic acquire timeout.
         let sessions = match pooler::check(
-            &options,
+            &unpinned,
             connect_timeout,
             &protocol::PROTOCOL.to_string(),
         )
@@ -222,10 +231,24 @@ impl PostgresStore {
                 "the session settings sent at connect did not arrive (a pooler ignores them): set on each connection"
             );
         }
+        let lease_schema = find_schema(&base, connect_timeout, &redacted).await?;
+        let path = schema::path_of(&lease_schema);
+        debug!(schema = %lease_schema, "the lease schema, the store's search_path");
+        let with_plans = |plans| {
+            let settings = session_settings(call_timeout, plans, &path);
+            base.clone()
+                .options(settings.iter().map(|(k, v)| (*k, v.as_str())))
+        };
+        let options = with_plans(Plans::EachTime);
         // What a connection of plans `plans` runs as it opens when the settings did not arrive.
         let set_by_hand = |plans| {
-            by_hand
-                .then(|| Arc::<str>::from(set_statements(&session_settings(call_timeout, plans))))
+            by_hand.then(|| {
+                Arc::<str>::from(set_statements(&session_settings(
+                    call_timeout,
+                    plans,
+                    &path,
+                )))
+            })
         };
         // One connection for the migration, kept for the first batch of many leases.
         let pool = open_pool(&options, 1, connect_timeout, set_by_hand(Plans::EachTime))
@@ -250,6 +273,7 @@ impl PostgresStore {
         })?
         .map_err(StoreError::query("protocol check"))?;
         protocol::Requirement::check(found.map(protocol::from_row))?;
+        warn_of_others(&pool, &lease_schema).await;
         // Opened after the migration, so that every connection finds the tables to warm up on.
         // A campaign and a renewal find a warm connection each.
         let few = open_pool(
@@ -282,6 +306,70 @@ impl PostgresStore {
             listener: lazy(1),
             gate: Arc::new(gate::Gate::new(options, pools)),
         })
+    }
+}
+
+/// The lease schema ([`schema`]), found on a connection of the URL's own settings within
+/// `bound`; several schemas holding a `leasehold_leases` are refused.
+async fn find_schema(
+    base: &PgConnectOptions,
+    bound: Duration,
+    url: &str,
+) -> Result<String, StoreError> {
+    let connect_err = |source| StoreError::Connect {
+        url: url.to_string(),
+        source,
+    };
+    let look = async {
+        let mut conn = PgConnection::connect_with(base).await?;
+        let found = schema::find(&mut conn).await;
+        let _ = conn.close().await;
+        found
+    };
+    let found = tokio::time::timeout(bound, look)
+        .await
+        .map_err(|_| StoreError::ConnectTimeout {
+            url: url.to_string(),
+            after: bound,
+        })?
+        .map_err(connect_err)?;
+    match found {
+        schema::Found::One(schema) => Ok(schema),
+        schema::Found::NoSchema => Err(StoreError::LeaseSchema {
+            url: url.to_string(),
+            why: "the search_path of the hosts' sessions names no schema that exists, so there is nowhere to find or create the lease tables".into(),
+        }),
+        schema::Found::Several(schemas) => Err(StoreError::LeaseSchema {
+            url: url.to_string(),
+            why: format!(
+                "a table named leasehold_leases is in each of the schemas {} of the hosts' search_path: the first would hide the next, and leasehold cannot tell which its migrations made (a schema named after the hosts' role that another role created?)",
+                schemas
+                    .iter()
+                    .map(|s| format!("{s:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }),
+    }
+}
+
+/// Warns of what could stand in for the process fence on its callers' paths ([`schema::others`]).
+/// Only a warning: the callers' sessions are not the host's, and the fix is the operator's.
+async fn warn_of_others(pool: &PgPool, lease_schema: &str) {
+    let found = async {
+        let mut conn = pool.acquire().await?;
+        schema::others(&mut conn, lease_schema).await
+    };
+    match found.await {
+        Ok(others) => {
+            if !others.functions.is_empty() {
+                warn!(schema = %lease_schema, functions = ?others.functions, "functions named leasehold_fence* that leasehold's migrations did not make (in another schema, or of another owner than the lease tables): a caller whose search_path reaches them first, or whose untyped call they match better, runs them instead of the fence; drop them, and call the fence qualified and typed ({lease_schema}.leasehold_fence($1::text, $2::bigint))");
+            }
+            if others.public_may_create {
+                warn!(schema = %lease_schema, "every role may create objects in the lease schema {lease_schema:?} (PUBLIC has CREATE, the default for public up to PostgreSQL 14): any role could add a function that an unqualified call of the fence resolves to; run REVOKE CREATE ON SCHEMA {} FROM PUBLIC", schema::path_of(lease_schema));
+            }
+        }
+        Err(error) => debug!(%error, "could not look for look-alikes of the fence"),
     }
 }
 
@@ -476,6 +564,17 @@ const RECORD_COLUMNS: &str = "name, holder, epoch, ttl_ms, \
 
 type RecordRow = (String, String, i64, i64, i64);
 
+/// A row of [`statements::CAMPAIGN`]: name, epoch won, wait and hold-off in ms, the clock, and
+/// for a free lease whose row was locked, the server processes holding it.
+type CampaignRow = (
+    String,
+    Option<Epoch>,
+    Option<i64>,
+    Option<i64>,
+    DbMillis,
+    Option<Vec<i32>>,
+);
+
 fn to_record((name, holder, epoch, ttl_ms, expires_in_ms): RecordRow) -> LeaseRecord {
     LeaseRecord {
         name,
@@ -518,7 +617,10 @@ impl LeaseStore for PostgresStore {
         // Per lease not won, `wait_ms` says how long until a campaign can win it: the holder's
         // expiry or the hold-off, whichever ends later; NULL when a concurrent campaign took a
         // row this statement saw free. `held_off_ms` is the hold-off alone.
-        let rows: Vec<(String, Option<Epoch>, Option<i64>, Option<i64>, DbMillis)> = self
+        //
+        // A free lease whose row another session keeps locked is skipped, not waited for, and
+        // comes back with the server processes holding the lock (`statements::CAMPAIGN`).
+        let rows: Vec<CampaignRow> = self
             .gate
             .call(
                 "campaign",
@@ -532,10 +634,13 @@ impl LeaseStore for PostgresStore {
             )
             .await?;
         let mut out = CampaignedMany::default();
-        for (name, epoch, wait_ms, held_off_ms, db_now) in rows {
+        for (name, epoch, wait_ms, held_off_ms, db_now, locked_by) in rows {
             out.db_now = Some(out.db_now.map_or(db_now, |t: DbMillis| t.max(db_now)));
             if let Some(held_off) = super::store::wait_ms(held_off_ms) {
                 out.held_off_for = Some(out.held_off_for.map_or(held_off, |h| h.max(held_off)));
+            }
+            if let Some(pids) = locked_by {
+                out.locked.push((name.clone(), pids));
             }
             match epoch {
                 Some(epoch) => out.won.push((name, epoch)),

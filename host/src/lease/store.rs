@@ -74,6 +74,11 @@ pub struct CampaignedMany {
     /// clock: its holder's expiry, or the end of a hold-off. `None` when the statement cannot tell
     /// (another replica's campaign took the lease while this one ran): campaign again after a poll.
     pub lost: Vec<(String, Option<Duration>)>,
+    /// The leases of `lost` that were free but whose rows another session kept locked (a fenced
+    /// transaction checked early, an operator's session): left out of this campaign rather than
+    /// waited for, so that one locked row delays only its own lease. Each with the server
+    /// processes holding the lock, as far as the store can tell (PostgreSQL's `pg_locks`).
+    pub locked: Vec<(String, Vec<i32>)>,
     /// The database's clock while the statement ran; `None` when the backend cannot tell.
     pub db_now: Option<DbMillis>,
     /// How much longer the database holds campaigns off, after it changed incarnation (a promoted
@@ -326,6 +331,16 @@ pub enum StoreError {
         what: String,
         /// The bound that ran out.
         after: Duration,
+    },
+    /// Which schema holds the lease tables cannot be told safely (`postgres::schema`).
+    #[error(
+        "cannot open the lease store in {url}: {why}; name the lease schema in the URL (?options[search_path]=SCHEMA), or drop the table that should not be there"
+    )]
+    LeaseSchema {
+        /// The redacted URL.
+        url: String,
+        /// What was found.
+        why: String,
     },
     /// A statement failed.
     #[error("{op} failed: {}{}", crate::report::driver_text(&source.to_string()), denied_hint(source))]

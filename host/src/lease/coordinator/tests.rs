@@ -131,6 +131,7 @@ fn campaigned_many(won: &[(&str, Epoch)], lost: &[(&str, Option<Duration>)]) -> 
     CampaignedMany {
         won: won.iter().map(|(n, e)| (n.to_string(), *e)).collect(),
         lost: lost.iter().map(|(n, w)| (n.to_string(), *w)).collect(),
+        locked: Vec::new(),
         db_now: None,
         held_off_for: None,
     }
@@ -1673,4 +1674,49 @@ fn a_lone_renewal_that_reports_a_handoff_request_hands_the_lease_over() {
         at,
     );
     assert_hands_over(&mut c, &fx, "b", 2, at);
+}
+
+#[test]
+fn a_free_lease_whose_row_is_locked_is_retried_soon_and_announced_when_found_locked_again() {
+    let t0 = Instant::now();
+    let mut c = coordinator(&["a", "b"], t0);
+    c.step(Event::Tick, t0);
+    let locked = |won: &[(&str, Epoch)]| Event::CampaignDone {
+        result: Ok(CampaignedMany {
+            locked: vec![("b".to_string(), vec![4242])],
+            ..campaigned_many(won, &[("b", None)])
+        }),
+    };
+    let fx = c.step(locked(&[("a", 1)]), t0 + ms(2));
+    // The other lease is not held up, and a first sighting (another standby's campaign has the
+    // row for a moment) is not worth a warning.
+    assert_eq!(start_terms(&fx).len(), 1);
+    assert!(
+        !fx.iter()
+            .any(|e| matches!(e, Effect::Announce(Announcement::CampaignBlocked { .. })))
+    );
+    // Again after the retry interval (with its jitter), not after a poll.
+    let at = c.next_deadline().unwrap();
+    assert!(at <= t0 + ms(2) + ms(240), "{:?}", at - t0);
+    assert_eq!(campaigns(&c.step(Event::Tick, at)), ["b"]);
+    let fx = c.step(locked(&[]), at + ms(1));
+    let blocked: Vec<_> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Announce(Announcement::CampaignBlocked {
+                lease, locked_by, ..
+            }) => Some((lease.as_str(), locked_by.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(blocked, [("b", vec![4242])]);
+    // Once per run of sightings.
+    let at = c.next_deadline().unwrap();
+    c.step(Event::Tick, at);
+    let fx = c.step(locked(&[]), at + ms(1));
+    assert!(
+        !fx.iter()
+            .any(|e| matches!(e, Effect::Announce(Announcement::CampaignBlocked { .. })))
+    );
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
 }

@@ -64,6 +64,19 @@ pub(super) fn announcement(holder: &HolderId, announcement: Announcement) {
         Announcement::HandoffRequested { lease, epoch } => {
             info!(target: LOG_TARGET, lease = %lease, epoch, holder = %holder, "handoff requested by an operator: stopping the lease's plugins and releasing it")
         }
+        Announcement::CampaignBlocked {
+            lease,
+            locked_by,
+            since,
+        } => {
+            let pids: Vec<String> = locked_by.iter().map(i32::to_string).collect();
+            let who = match pids.as_slice() {
+                [] => "another session".to_string(),
+                [one] => format!("server process {one}"),
+                several => format!("one of server processes {}", several.join(", ")),
+            };
+            warn!(target: LOG_TARGET, lease = %lease, holder = %holder, locked_by = ?locked_by, since = ?since, "campaign blocked: lease {lease} is free but {who} keeps its row locked (for {} so far; a fenced transaction left open?): retrying it alone, the other leases go on", crate::report::duration(since))
+        }
         Announcement::CampaignFailed { leases, error } => {
             // Told once per run of failures, and summed up, by the store calls' account
             // (`lease::health`): a campaign retried through an outage is not a line each.

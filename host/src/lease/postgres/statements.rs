@@ -44,6 +44,16 @@ macro_rules! reserved_for_holder {
 /// A lease a handoff reserved for another replica (`reserved_for`, until `reserved_until`) is
 /// free only once the reservation ends (`free_at`), which is the wait reported; the upsert checks
 /// the reservation again on the latest row version, and a win clears it and any handoff request.
+///
+/// Rows found free (`due`) are locked first, SKIP LOCKED (`claimed`), and only rows so locked or
+/// absent go to the upsert, which then never waits for a row: one that another session keeps
+/// locked (a fenced transaction's `FOR KEY SHARE`, held from an early check to its commit; an
+/// operator's session) is left out, instead of making the whole batch wait and time out with it.
+/// Such a lease comes back locked: the last column lists the server processes whose transaction
+/// holds the row's lock, by the locking transaction's id in the row's `xmax`; where that is a
+/// multixact (the lock of a fenced transaction on a row the holder has renewed since), the
+/// sessions holding row locks on the lease table, all of them suspects. NULL for every other
+/// lease.
 pub const CAMPAIGN: &str = concat!(
     "WITH cur AS (
     SELECT s.system_identifier AS system_identifier,
@@ -66,7 +76,7 @@ pub const CAMPAIGN: &str = concat!(
      WHERE (i.system_identifier, i.timeline) <> (cur.system_identifier, cur.timeline)
     RETURNING i.one_row),
  snap AS (
-    SELECT r.name, k.expires_at,
+    SELECT r.name, k.expires_at, k.name IS NOT NULL AS present,
            greatest(k.expires_at, CASE WHEN k.reserved_for IS NOT NULL AND NOT ",
     reserved_for_holder!("k.reserved_for"),
     " THEN k.reserved_until END) AS free_at,
@@ -81,13 +91,20 @@ pub const CAMPAIGN: &str = concat!(
                     THEN inc.seen_at + s.hold - clock_timestamp()
            END AS wait
       FROM snap AS s, inc),
+ due AS (
+    SELECT s.name, s.present FROM snap AS s JOIN held_off AS h ON h.name = s.name
+     WHERE (s.free_at IS NULL OR s.free_at <= clock_timestamp()) AND h.wait IS NULL),
+ claimed AS MATERIALIZED (
+    SELECT k.name FROM leasehold_leases AS k JOIN due AS d ON d.name = k.name
+     ORDER BY k.name
+       FOR UPDATE OF k SKIP LOCKED),
  won AS (
     INSERT INTO leasehold_leases AS l (name, holder, epoch, acquired_at, renewed_at, expires_at, ttl_ms)
-    SELECT s.name, $1, greatest(1, inc.epoch_floor), clock_timestamp(), clock_timestamp(),
+    SELECT d.name, $1, greatest(1, inc.epoch_floor), clock_timestamp(), clock_timestamp(),
            clock_timestamp() + $3 * interval '1 millisecond', $3
-      FROM snap AS s JOIN held_off AS h ON h.name = s.name, inc
-     WHERE (s.free_at IS NULL OR s.free_at <= clock_timestamp()) AND h.wait IS NULL
-     ORDER BY s.name
+      FROM due AS d, inc
+     WHERE NOT d.present OR EXISTS (SELECT 1 FROM claimed AS c WHERE c.name = d.name)
+     ORDER BY d.name
     ON CONFLICT (name) DO UPDATE
        SET holder = EXCLUDED.holder,
            epoch = greatest(l.epoch + 1, EXCLUDED.epoch), acquired_at = clock_timestamp(),
@@ -120,8 +137,20 @@ pub const CAMPAIGN: &str = concat!(
             s.free_at - clock_timestamp(), h.wait)) * 1000)::bigint END,
         ceil(extract(epoch FROM h.wait) * 1000)::bigint, ",
     db_now_ms!(),
-    "
+    ",
+        CASE WHEN d.present AND c.name IS NULL THEN coalesce((
+            SELECT array_agg(p.pid ORDER BY p.pid) FROM pg_locks AS p
+             WHERE p.locktype = 'transactionid' AND p.granted AND p.transactionid = (
+                SELECT k.xmax FROM leasehold_leases AS k WHERE k.name = s.name)), (
+            SELECT array_agg(DISTINCT p.pid ORDER BY p.pid) FROM pg_locks AS p
+             WHERE p.locktype = 'relation' AND p.granted AND p.mode = 'RowShareLock'
+               AND p.relation = 'leasehold_leases'::regclass AND p.pid <> pg_backend_pid()
+               AND p.database = (SELECT o.oid FROM pg_database AS o
+                                  WHERE o.datname = current_database())),
+            '{}') END
    FROM snap AS s JOIN held_off AS h ON h.name = s.name
+   LEFT JOIN due AS d ON d.name = s.name
+   LEFT JOIN claimed AS c ON c.name = s.name
    LEFT JOIN won AS w ON w.name = s.name"
 );
 
