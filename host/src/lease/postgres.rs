@@ -418,7 +418,12 @@ const PER_HOST: u32 = 6;
 fn set_statements(settings: &[(&'static str, String)]) -> String {
     settings
         .iter()
-        .map(|(name, value)| format!("SET {name} = '{}';", value.replace('\'', "''")))
+        .map(|(name, value)| match *name {
+            // A list of identifiers, already quoted as such (`schema::path_of`): a string
+            // literal here would make the whole quoted list one schema's name.
+            "search_path" => format!("SET {name} = {value};"),
+            _ => format!("SET {name} = '{}';", value.replace('\'', "''")),
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }
