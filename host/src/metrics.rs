@@ -204,8 +204,11 @@ pub struct Metrics {
     pub process: ProcessMetrics,
     /// Watch streams of the lease API open now.
     pub http_watchers: Gauge,
-    /// Watch streams refused because as many as this replica serves were open.
+    /// Watch streams refused because as many as this replica serves, or as many as one address
+    /// may hold, were open.
     pub http_watchers_refused: Counter,
+    /// Watch streams dropped because their client left their events unread.
+    pub http_watchers_stalled: Counter,
 }
 
 /// What a look at one lease group found, for [`Metrics::record_group`]: the gauges as they stand
@@ -289,6 +292,7 @@ impl Metrics {
             process: ProcessMetrics::default(),
             http_watchers: Gauge::default(),
             http_watchers_refused: Counter::default(),
+            http_watchers_stalled: Counter::default(),
             registry: Registry::default(),
         }
     }
@@ -353,7 +357,8 @@ impl Metrics {
         );
     }
 
-    /// Registers what the lease API's watchers cost: streams open, and those refused.
+    /// Registers what the lease API's watchers cost: streams open, those refused, and those
+    /// dropped for not reading.
     fn register_http(&self, registry: &mut Registry) {
         registry.register(
             "leasehold_http_watchers",
@@ -362,8 +367,13 @@ impl Metrics {
         );
         registry.register(
             "leasehold_http_watchers_refused",
-            "Watch streams refused (503) because as many as this replica serves were open",
+            "Watch streams refused (503) because as many as this replica serves, or as many as one address may hold, were open",
             self.http_watchers_refused.clone(),
+        );
+        registry.register(
+            "leasehold_http_watchers_stalled",
+            "Watch streams dropped because their client left their events unsent for several heartbeats (it stopped reading)",
+            self.http_watchers_stalled.clone(),
         );
     }
 

@@ -59,15 +59,23 @@ pub fn causes(error: &(dyn Error + 'static)) -> Vec<String> {
         .collect()
 }
 
-/// `text` with every control character (C0, DEL, C1) written as Rust writes it in a literal
-/// (`\n`, `\u{1b}`): one line, and nothing a terminal acts on. Other text is kept as it is.
+/// `text` with every control character (C0, DEL, C1) and bidirectional override or isolate
+/// written as Rust writes it in a literal (`\n`, `\u{1b}`, `\u{202e}`): one line, nothing a
+/// terminal acts on, and read in the order it was written (an override would show a forged
+/// name or line reversed). Other text is kept as it is.
 pub fn escape_controls(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
+    if !text.chars().any(is_escaped) {
         return Cow::Borrowed(text);
     }
     let mut escaped = String::with_capacity(text.len() + 8);
     let _ = fmt::Write::write_str(&mut EscapeControls(&mut escaped), text);
     Cow::Owned(escaped)
+}
+
+/// Whether [`escape_controls`] escapes `c`: a control character (C0, DEL, C1), or one that
+/// reorders the text around it (U+202A–202E: embeddings and overrides; U+2066–2069: isolates).
+fn is_escaped(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// A writer that passes text on with its control characters escaped as [`escape_controls`]
@@ -77,7 +85,7 @@ pub struct EscapeControls<W>(pub W);
 impl<W: fmt::Write> fmt::Write for EscapeControls<W> {
     fn write_str(&mut self, text: &str) -> fmt::Result {
         let mut rest = text;
-        while let Some(at) = rest.find(char::is_control) {
+        while let Some(at) = rest.find(is_escaped) {
             self.0.write_str(&rest[..at])?;
             let c = rest[at..].chars().next().unwrap_or_default();
             for e in c.escape_default() {
@@ -322,6 +330,27 @@ mod tests {
             escape_controls("\u{1b}]0;pwned\u{7}\u{1b}[2J\nINFO x\r\t\u{7f}\u{9b}"),
             "\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\nINFO x\\r\\t\\u{7f}\\u{9b}"
         );
+    }
+
+    #[test]
+    fn bidirectional_overrides_and_isolates_are_escaped_so_text_reads_in_its_own_order() {
+        // A name that shows as `invoiceexe.txt` on screen, and ends in `.exe`.
+        assert_eq!(
+            escape_controls("invoice\u{202e}txt.exe"),
+            "invoice\\u{202e}txt.exe"
+        );
+        for c in ('\u{202a}'..='\u{202e}').chain('\u{2066}'..='\u{2069}') {
+            let escaped = escape_controls(&format!("a{c}b")).into_owned();
+            assert_eq!(escaped, format!("a\\u{{{:x}}}b", u32::from(c)));
+        }
+        // Marks that only hint a direction (U+200E, U+200F, U+061C), and letters of right-to-left
+        // scripts, are text: kept.
+        for kept in ["\u{200e}", "\u{200f}", "\u{61c}", "שלום", "مرحبا"] {
+            assert_eq!(escape_controls(kept), kept);
+        }
+        let mut written = String::new();
+        fmt::Write::write_str(&mut EscapeControls(&mut written), "x\u{2066}y").unwrap();
+        assert_eq!(written, "x\\u{2066}y");
     }
 
     #[derive(Debug, thiserror::Error)]

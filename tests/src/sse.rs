@@ -2,7 +2,7 @@
 //! watcher benchmark: Server-Sent Events read off one reqwest response, each event with the
 //! moment it arrived.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail};
@@ -63,7 +63,18 @@ impl Watch {
         lease: &str,
         last_event_id: Option<&str>,
     ) -> anyhow::Result<Watch> {
-        let (status, response) = Self::request(addr, lease, last_event_id, None).await?;
+        Self::open_from(None, addr, lease, last_event_id).await
+    }
+
+    /// [`Watch::open`] from the local address `from` (any of 127.0.0.0/8 reaches a host on
+    /// 127.0.0.1), the system's choice when `None`.
+    pub async fn open_from(
+        from: Option<IpAddr>,
+        addr: SocketAddr,
+        lease: &str,
+        last_event_id: Option<&str>,
+    ) -> anyhow::Result<Watch> {
+        let (status, response) = Self::request_from(from, addr, lease, last_event_id, None).await?;
         if status != 200 {
             bail!(
                 "watch of {lease} on {addr}: {status} {}",
@@ -83,7 +94,21 @@ impl Watch {
         last_event_id: Option<&str>,
         accept: Option<&str>,
     ) -> anyhow::Result<(u16, reqwest::Response)> {
-        let client = reqwest::Client::builder().no_proxy().build()?;
+        Self::request_from(None, addr, lease, last_event_id, accept).await
+    }
+
+    /// [`Watch::request`] from the local address `from`, the system's choice when `None`.
+    pub async fn request_from(
+        from: Option<IpAddr>,
+        addr: SocketAddr,
+        lease: &str,
+        last_event_id: Option<&str>,
+        accept: Option<&str>,
+    ) -> anyhow::Result<(u16, reqwest::Response)> {
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .local_address(from)
+            .build()?;
         let mut request = client.get(format!("http://{addr}/v1/leases/{lease}/watch"));
         if let Some(id) = last_event_id {
             request = request.header("Last-Event-ID", id);

@@ -2,8 +2,9 @@
 //! (404, nothing moves) without a token file; with one, a request without the token, or with
 //! another, is 401 and moves nothing, and every other answer is what its request deserves
 //! (405, 404, 400, 409, 503, 504); a token file others may read is refused at start-up, naming
-//! the file; `config check` shows the file and never the token. The handoff itself, between
-//! replicas running plugins, is in `handoff.rs`.
+//! the file; `config check` shows the file and never the token; a client refused thousands of
+//! times is logged once and then counted. The handoff itself, between replicas running plugins,
+//! is in `handoff.rs`.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -221,6 +222,113 @@ async fn a_missing_or_wrong_token_is_401_and_every_other_request_gets_the_answer
     })
     .await
     .unwrap();
+}
+
+/// The attack: one client asks without the token as fast as it is answered, on one kept-alive
+/// connection, for 5 s. Each request is refused (401) and nothing moves; the log says the
+/// address's first refusal in full, and then how many more came, in a line every 10 s rather
+/// than a line a request. Another address's first refusal has a line of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_refused_thousands_of_times_is_logged_once_and_then_counted() {
+    const FLOOD: Duration = Duration::from_secs(5);
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let token = token_file(dir.path(), 0o600);
+    let a = HostBuilder::new("a")
+        .database_url(&url)
+        .ttl(TTL)
+        .args(&["--admin-token-file", token.to_str().unwrap()])
+        .spawn_leading("leader")
+        .await
+        .unwrap();
+    let before = holder_and_epoch(&a).await;
+    let from = a.log_len();
+    let url = format!("http://{}/v1/admin/leases/leader/handoff", a.addr());
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(1)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let (mut refused, mut other) = (0u64, 0u64);
+    for _ in 0..1_000_000 {
+        if started.elapsed() >= FLOOD {
+            break;
+        }
+        let answer = client
+            .post(&url)
+            .header(
+                "Authorization",
+                "Bearer not-the-token-not-the-token-not-the-token",
+            )
+            .send()
+            .await
+            .unwrap();
+        match answer.status().as_u16() {
+            401 => refused += 1,
+            _ => other += 1,
+        }
+        let _ = answer.bytes().await;
+    }
+    assert_eq!(other, 0, "{refused} refused");
+    assert!(
+        refused >= 100,
+        "the flood did not happen: {refused} requests"
+    );
+    // Another address: its first refusal is logged in full too.
+    let elsewhere = reqwest::Client::builder()
+        .no_proxy()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    let answer = elsewhere.post(&url).send().await.unwrap();
+    assert_eq!(answer.status(), 401);
+
+    let first = |line: &String, address: &str| {
+        line.contains("admin request refused:") && line.contains(&format!("from={address}:"))
+    };
+    let counted = |lines: &[String]| -> u64 {
+        lines
+            .iter()
+            .filter_map(|l| l.split("admin requests refused: ").nth(1))
+            .filter_map(|rest| rest.split_once(" more from 127.0.0.1 "))
+            .filter_map(|(n, _)| n.parse::<u64>().ok())
+            .sum()
+    };
+    let lines = eventually(
+        "the refusals counted in the log",
+        leasehold::http::admin::REFUSALS_LOGGED_EVERY * 2,
+        async || {
+            let lines = a.log_lines_from(from);
+            when(lines, |lines| counted(lines) >= refused - 1)
+        },
+    )
+    .await
+    .unwrap();
+    let refusal_lines: Vec<&String> = lines.iter().filter(|l| l.contains("refused")).collect();
+    println!(
+        "{refused} requests refused in {FLOOD:?}; {} log lines of refusals:\n{}",
+        refusal_lines.len(),
+        refusal_lines
+            .iter()
+            .map(|l| l.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_eq!(
+        counted(&lines),
+        refused - 1,
+        "every refusal after the first counted once"
+    );
+    assert_eq!(lines.iter().filter(|l| first(l, "127.0.0.1")).count(), 1);
+    assert_eq!(lines.iter().filter(|l| first(l, "127.0.0.2")).count(), 1);
+    assert!(
+        refusal_lines.len() <= 5,
+        "a line a request, or nearly: {}",
+        refusal_lines.len()
+    );
+    assert_eq!(holder_and_epoch(&a).await, before, "nothing moved");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

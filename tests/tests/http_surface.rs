@@ -1,7 +1,8 @@
 //! The HTTP port of a real `leasehold run` process, attacked from outside: a page that rebinds
 //! its own name to 127.0.0.1 is refused (an allowed name is not), every response says `nosniff`,
 //! thousands of idle connections on a host limited to 1,024 descriptors do not keep a client from
-//! `/healthz`, a client trickling its request head is cut off, an oversized head or a request
+//! `/healthz`, nor does a flood of a thousand silent connections a second from one address keep
+//! a probe from another out for a second, a client trickling its request head is cut off, an oversized head or a request
 //! body is refused, and the SQLite lease file the host creates, with its `-wal` and `-shm`, is
 //! readable by its owner alone, a plugin's kv writes to it included.
 //!
@@ -420,4 +421,94 @@ async fn the_lease_file_the_host_creates_and_its_wal_shm_and_event_files_are_pri
         .await
         .unwrap();
     assert_eq!(mode(&open), 0o644, "{}", open.display());
+}
+
+/// The attack: a thousand connections a second from one address (127.0.0.2), each sending
+/// nothing and held for 1.5 s, for 5 s. Meanwhile a probe from another address (127.0.0.1)
+/// asks for `/healthz` every 100 ms, as a kubelet with a 1 s timeout would: every one is
+/// answered within that second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_silent_connections_from_one_address_leaves_healthz_answering_another() {
+    const PER_SECOND: u64 = 1_000;
+    const FLOOD: Duration = Duration::from_secs(5);
+    const HELD: Duration = Duration::from_millis(1_500);
+    const PROBE_EVERY: Duration = Duration::from_millis(100);
+    const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+    // The flood's sockets are the test's own: at most 1.5 s worth open at once.
+    allow_descriptors(PER_SECOND * 2 + 512);
+    let dir = tempfile::tempdir().unwrap();
+    let host = on_sqlite("silent-flood", dir.path()).spawn().await.unwrap();
+    let addr = host.addr();
+    let attacker = std::net::IpAddr::from([127, 0, 0, 2]);
+
+    let started = Instant::now();
+    let flood = tokio::spawn(async move {
+        let mut held = tokio::task::JoinSet::new();
+        let mut ticks = tokio::time::interval(Duration::from_millis(10));
+        let batch = PER_SECOND / 100;
+        let (mut opened, mut failed) = (0u64, 0u64);
+        for _ in 0..FLOOD.as_millis() / 10 {
+            ticks.tick().await;
+            for _ in 0..batch {
+                held.spawn(async move {
+                    let connect = async {
+                        let socket = tokio::net::TcpSocket::new_v4()?;
+                        socket.bind(SocketAddr::new(attacker, 0))?;
+                        socket.connect(addr).await
+                    };
+                    let began = tokio::time::Instant::now();
+                    let stream = tokio::time::timeout(HELD, connect).await;
+                    tokio::time::sleep_until(began + HELD).await;
+                    matches!(stream, Ok(Ok(_)))
+                });
+            }
+            while let Some(done) = held.try_join_next() {
+                match done.unwrap() {
+                    true => opened += 1,
+                    false => failed += 1,
+                }
+            }
+        }
+        while let Some(done) = held.join_next().await {
+            match done.unwrap() {
+                true => opened += 1,
+                false => failed += 1,
+            }
+        }
+        (opened, failed)
+    });
+
+    let mut took = Vec::new();
+    let mut missed = Vec::new();
+    let mut probes = tokio::time::interval(PROBE_EVERY);
+    while started.elapsed() < FLOOD {
+        probes.tick().await;
+        let asked = Instant::now();
+        match tokio::time::timeout(PROBE_TIMEOUT, get(addr, "/healthz", Some("127.0.0.1"))).await {
+            Ok(answer) if answer.status == 200 => took.push(asked.elapsed()),
+            Ok(answer) => missed.push(format!("{:?}: {}", asked - started, answer.head)),
+            Err(_) => missed.push(format!("{:?}: no answer within 1 s", asked - started)),
+        }
+    }
+    let (opened, failed) = flood.await.unwrap();
+    took.sort();
+    println!(
+        "{opened} silent connections from {attacker} opened in {:?} ({failed} not within {HELD:?}); \
+         /healthz from 127.0.0.1: {} answered (median {:?}, slowest {:?}), {} missed: {missed:?}",
+        started.elapsed(),
+        took.len(),
+        took.get(took.len() / 2).copied().unwrap_or_default(),
+        took.last().copied().unwrap_or_default(),
+        missed.len(),
+    );
+    assert!(
+        opened >= PER_SECOND * FLOOD.as_secs() / 2,
+        "the flood did not happen: {opened} opened, {failed} failed"
+    );
+    assert!(
+        missed.is_empty() && took.len() >= 25,
+        "/healthz missed its second {} times of {}: {missed:?}",
+        missed.len(),
+        took.len() + missed.len()
+    );
 }

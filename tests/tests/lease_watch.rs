@@ -1,7 +1,8 @@
 //! The watch stream (`/v1/leases/NAME/watch`) attacked from outside, on real hosts: a handoff
 //! seen on both replicas on PostgreSQL, the old holder's end stamped before the new holder's
 //! start, with the time each event took to reach its client; what a reconnect is told; a client
-//! that never reads is dropped by the kernel while the lease goes on.
+//! that never reads is dropped while the lease goes on; hundreds of them from one address take
+//! only that address's share of the streams, and another address is served.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -216,4 +217,126 @@ async fn a_watcher_that_never_reads_is_dropped_and_no_lease_is_lost() {
         "renewals landed throughout"
     );
     drop(stalled);
+}
+
+/// A connection to `addr` from `from` (any address of 127.0.0.0/8: all of it is loopback) with
+/// a receive buffer as small as the kernel allows.
+fn tiny_window_connection_from(from: std::net::IpAddr, addr: SocketAddr) -> std::net::TcpStream {
+    use rustix::net::{AddressFamily, SocketType, bind, connect, socket, sockopt};
+    let fd: OwnedFd = socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
+    sockopt::set_socket_recv_buffer_size(&fd, 1).unwrap();
+    bind(&fd, &SocketAddr::new(from, 0)).unwrap();
+    connect(&fd, &addr).unwrap();
+    std::net::TcpStream::from(fd)
+}
+
+/// The attack: 400 watch streams from one address (127.0.0.2) whose client never reads, against
+/// a host whose open-file limit leaves room for 332 streams. That address gets its share (a
+/// quarter) and is refused beyond it, a watcher from another address (127.0.0.1) is served and
+/// never misses a deadline, and the streams that are never read are dropped within a few
+/// heartbeats of their windows closing; the lease never moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_reading_watchers_from_one_address_leave_another_served_and_are_dropped() {
+    const FLOOD: usize = 400;
+    let attacker = std::net::IpAddr::from([127, 0, 0, 2]);
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let a = HostBuilder::new("a")
+        .database_url(&url)
+        .ttl(Duration::from_secs(2))
+        .under_shell("ulimit -n 1100")
+        .spawn_leading(LEASE)
+        .await
+        .unwrap();
+    let line = a.wait_for_log("watch streams (of", WAIT).await.unwrap();
+    let max: usize = line
+        .split("room for ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no bound in {line:?}"));
+    let share = leasehold::http::guard::watchers_per_address(max);
+    assert!(share < max && max < FLOOD, "{share} of {max}");
+    let epoch = a.status().await.unwrap().leases[0].epoch;
+
+    let addr = a.addr();
+    let started = tokio::time::Instant::now();
+    let flood = tokio::task::spawn_blocking(move || {
+        (0..FLOOD)
+            .map(|_| {
+                let mut stream = tiny_window_connection_from(attacker, addr);
+                write!(
+                    stream,
+                    "GET /v1/leases/{LEASE}/watch HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                )
+                .unwrap();
+                stream
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    // Metrics are asked on a kept-alive connection, which the flood's connections may take the
+    // slot of: a failed ask is asked again.
+    let counted = eventually("the flood's streams counted", WAIT, async || {
+        let m = a.metrics().await.unwrap_or_default();
+        let open = sample(&m, "leasehold_http_watchers");
+        let refused = sample(&m, "leasehold_http_watchers_refused_total");
+        when((open, refused), |(open, refused)| {
+            *open == Some(share as f64) && *refused >= Some((FLOOD - share) as f64)
+        })
+    })
+    .await;
+    println!(
+        "{FLOOD} never-reading watchers from {attacker} against room for {max}: {counted:?} (open, refused) after {:?}",
+        started.elapsed()
+    );
+    counted.unwrap();
+
+    // A watcher from another address is served while they hold their share, and reads on while
+    // they are dropped.
+    let window = Duration::from_secs(30);
+    let watched = leasehold_tests::flood::watch_all(addr, vec![LEASE.to_string()], window);
+    let dropped = async {
+        let waited = eventually("the never-reading streams dropped", window, async || {
+            let m = a.metrics().await.unwrap_or_default();
+            when(
+                (
+                    sample(&m, "leasehold_http_watchers"),
+                    sample(&m, "leasehold_http_watchers_stalled_total"),
+                ),
+                |(open, stalled)| *open == Some(1.0) && *stalled >= Some(share as f64),
+            )
+        })
+        .await;
+        (waited, started.elapsed())
+    };
+    let (watched, (dropped, after)) = tokio::join!(watched, dropped);
+    let watched = watched.unwrap();
+    println!(
+        "the other address's watcher: {watched:?}; the never-reading ones: {dropped:?}, {after:?} after they connected"
+    );
+    dropped.unwrap();
+    assert_eq!(
+        (watched.open, watched.lost.len(), watched.late),
+        (1, 0, 0),
+        "{watched:?}"
+    );
+    assert!(watched.events >= 10, "{watched:?}");
+    // The address is not shut out: a new stream from it is served.
+    let mut again = tiny_window_connection_from(attacker, addr);
+    write!(
+        again,
+        "GET /v1/leases/{LEASE}/watch HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    )
+    .unwrap();
+    eventually("a new stream from the address", WAIT, async || {
+        let m = a.metrics().await.unwrap_or_default();
+        when(sample(&m, "leasehold_http_watchers"), |n| *n == Some(1.0))
+    })
+    .await
+    .unwrap();
+    let status = a.status().await.unwrap();
+    assert_eq!(status.leases[0].epoch, epoch, "the lease never moved");
+    drop((flood, again));
 }

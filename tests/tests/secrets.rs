@@ -11,7 +11,8 @@
 //! password given on the command line, where every user reads it, is warned about.
 //!
 //! And the cancel at a term's end finds every session of a plugin's grant on PostgreSQL however
-//! long the plugin's name, and a remote PostgreSQL URL without `sslmode` is warned about.
+//! long the plugin's name, a remote PostgreSQL URL without `sslmode` is warned about, and a
+//! service's health probe URL is shown without its password.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -283,6 +284,29 @@ async fn config_check_warns_of_a_remote_postgres_url_without_sslmode() {
     )
     .await;
     assert!(!chosen.contains("warning"), "{chosen}");
+}
+
+/// A `[[service]]` whose health probe URL carries a password (`http://user:PASSWORD@…`, which
+/// the probe sends as basic auth): `config check` shows the URL with `***` in its place, as it
+/// shows the database URL's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_check_shows_a_health_probe_url_without_its_password() {
+    let m = marker();
+    let config = tempfile::tempdir().unwrap();
+    let file = config.path().join("leasehold.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "database_url = \"sqlite:leases.db\"\nleases = [\"relay\"]\n\n[[service]]\nlease = \"relay\"\nhealth = \"http://probe:pa-{m}@127.0.0.1:18771/healthz?deep=1\"\n"
+        ),
+    )
+    .unwrap();
+    let shown = run(&["config", "check", file.to_str().unwrap()], &[]).await;
+    assert!(
+        shown.contains(r#"health = "http://probe:***@127.0.0.1:18771/healthz?deep=1""#),
+        "{shown}"
+    );
+    assert!(!shown.contains(&m), "{shown}");
 }
 
 /// A plugin whose name takes all 64 characters the naming rule allows runs an hour-long

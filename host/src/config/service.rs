@@ -248,6 +248,32 @@ mod tests {
     }
 
     #[test]
+    fn a_health_url_s_password_is_probed_with_and_shown_as_stars() {
+        let one = bound(r#"health = "http://probe:Pr0beS3cret@127.0.0.1:8080/healthz?deep=1""#);
+        let Some(Health::Probe(url)) = &one.health else {
+            panic!("{one:?}")
+        };
+        assert_eq!(url.password(), Some("Pr0beS3cret"), "the probe sends it");
+        let shown = toml::to_string(&one).unwrap();
+        assert!(
+            shown.contains(r#"health = "http://probe:***@127.0.0.1:8080/healthz?deep=1""#),
+            "{shown}"
+        );
+        let debugged = format!("{one:?}");
+        assert!(
+            !shown.contains("Pr0beS3cret") && !debugged.contains("Pr0beS3cret"),
+            "{shown}\n{debugged}"
+        );
+        // A user without a password has nothing to hide.
+        let one = bound(r#"health = "http://probe@127.0.0.1:8080/healthz""#);
+        let shown = toml::to_string(&one).unwrap();
+        assert!(
+            shown.contains(r#"health = "http://probe@127.0.0.1:8080/healthz""#),
+            "{shown}"
+        );
+    }
+
+    #[test]
     fn a_service_with_health_alone_needs_no_activate_or_deactivate() {
         let one = bound(r#"health = "http://localhost:9000/""#);
         assert_eq!(one.name, "relay");

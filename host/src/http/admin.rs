@@ -13,10 +13,11 @@
 //! operators' connections (`get`, `request_handoff`, `terms`, `list`), never the ones the lease
 //! loop renews on. At most [`MAX_IN_FLIGHT`] admin requests run at once.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use axum::extract::{ConnectInfo, Request, State};
@@ -89,6 +90,115 @@ pub const TOKEN_SETTING: &str = "admin_token_file (--admin-token-file, LEASEHOLD
 /// How to make a token file that is accepted, for messages.
 const TOKEN_HOWTO: &str =
     "(umask 077; head -c 32 /dev/urandom | base64 > FILE), then point admin_token_file at FILE";
+
+/// How often the refusals of one address are logged after its first: each is counted, and the
+/// count logged once per interval, so that a client asking without the token in a loop (5,700
+/// requests in 5 s on one kept-alive connection) writes a line every 10 s, not one per request.
+pub const REFUSALS_LOGGED_EVERY: Duration = Duration::from_secs(10);
+
+/// Addresses whose refusals are counted one by one; those of any further address are counted
+/// together, so that clients of many addresses cannot grow the counts without bound.
+const COUNTED_ADDRESSES: usize = 1024;
+
+/// Refused admin requests, by the caller's address (`None`: unknown, or beyond
+/// [`COUNTED_ADDRESSES`]): when the count began, and how many came since.
+#[derive(Debug, Default)]
+struct RefusalCounts {
+    /// Each address refused within its interval.
+    by_address: HashMap<Option<IpAddr>, (Instant, u64)>,
+    /// Whether a task is logging the counts (it ends once none is left).
+    logging: bool,
+}
+
+/// The refused admin requests, for a log that says an address's first refusal in full and then,
+/// every [`REFUSALS_LOGGED_EVERY`], how many more came from it.
+#[derive(Debug, Default)]
+struct Refusals(std::sync::Mutex<RefusalCounts>);
+
+impl Refusals {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RefusalCounts> {
+        // Counts only: a poisoned lock is taken over.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Counts a refusal of a request from `from` at `now`: true when it is the first from there
+    /// since the address was last quiet for a whole interval, to log in full.
+    fn count(&self, from: Option<IpAddr>, now: Instant) -> bool {
+        let mut counts = self.lock();
+        let key = match from {
+            Some(ip)
+                if counts.by_address.len() >= COUNTED_ADDRESSES
+                    && !counts.by_address.contains_key(&Some(ip)) =>
+            {
+                None
+            }
+            other => other,
+        };
+        match counts.by_address.entry(key) {
+            std::collections::hash_map::Entry::Occupied(mut counted) => {
+                counted.get_mut().1 += 1;
+                false
+            }
+            std::collections::hash_map::Entry::Vacant(first) => {
+                first.insert((now, 0));
+                true
+            }
+        }
+    }
+
+    /// True when no task logs the counts yet: the caller starts one.
+    fn start_logging(&self) -> bool {
+        let mut counts = self.lock();
+        !std::mem::replace(&mut counts.logging, true)
+    }
+
+    /// The counts whose interval has ended at `now` (address, refusals, over how long), to log;
+    /// each begins again. An address refused nothing more in its interval is forgotten, so that
+    /// its next refusal is logged in full. `None` when nothing is left to count: the logging task
+    /// ends.
+    fn due(&self, now: Instant) -> Option<Vec<(Option<IpAddr>, u64, Duration)>> {
+        let mut counts = self.lock();
+        let mut due = Vec::new();
+        counts.by_address.retain(|from, (since, refused)| {
+            let over = now.saturating_duration_since(*since);
+            if over < REFUSALS_LOGGED_EVERY {
+                return true;
+            }
+            if *refused > 0 {
+                due.push((*from, *refused, over));
+            }
+            let kept = *refused > 0;
+            (*since, *refused) = (now, 0);
+            kept
+        });
+        if counts.by_address.is_empty() && due.is_empty() {
+            counts.logging = false;
+            return None;
+        }
+        Some(due)
+    }
+}
+
+/// Logs the refusals [`Refusals::due`] gives, once a second, until none is left to count.
+async fn log_refusals(admin: Arc<Admin>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let Some(due) = admin.refusals.due(Instant::now()) else {
+            return;
+        };
+        for (from, refused, over) in due {
+            let from = from.map_or_else(|| "other addresses".to_string(), |ip| ip.to_string());
+            warn!(
+                from = %from,
+                refused,
+                "admin requests refused: {refused} more from {from} in the last {}, without the admin token",
+                crate::report::duration(Duration::from_secs(over.as_secs().max(1)))
+            );
+        }
+    }
+}
 
 /// An admin token file that cannot be used: the file and what to do about it. The token itself
 /// is never part of it.
@@ -219,6 +329,8 @@ pub struct Admin {
     store: OnRuntime,
     /// The longest a store call of the lease protocol may take: bounds each of the API's.
     store_timeout: Duration,
+    /// Requests refused for want of the token, counted for the log.
+    refusals: Refusals,
 }
 
 impl Admin {
@@ -233,6 +345,7 @@ impl Admin {
                 runtime: Handle::current(),
             },
             store_timeout: leases.timing().store_timeout,
+            refusals: Refusals::default(),
         }
     }
 }
@@ -277,13 +390,23 @@ pub async fn serve(State(state): State<AppState>, request: Request) -> Response 
         );
     };
     let (parts, body) = request.into_parts();
-    let from = parts
+    let peer = parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
-        .map_or_else(|| "an unknown address".to_string(), |c| c.0.to_string());
+        .map(|c| c.0);
+    let from = peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string());
     let path = parts.uri.path();
     if let Err(why) = authorize(&admin.token, &parts.headers) {
-        warn!(from = %from, path = %escape_controls(path), "admin request refused: {why}");
+        // The first refusal of an address in full; then how many more, every 10 s.
+        if admin
+            .refusals
+            .count(peer.map(|p| p.ip().to_canonical()), Instant::now())
+        {
+            warn!(from = %from, path = %escape_controls(path), "admin request refused: {why}; more refusals from this address are counted, and logged every {}", crate::report::duration(REFUSALS_LOGGED_EVERY));
+        }
+        if admin.refusals.start_logging() {
+            tokio::spawn(log_refusals(admin.clone()));
+        }
         let mut refused = error(StatusCode::UNAUTHORIZED, why);
         refused.headers_mut().insert(
             header::WWW_AUTHENTICATE,
@@ -699,6 +822,50 @@ mod tests {
     }
 
     const TOKEN: &str = "0123456789abcdefghijklmnopqrstuvwxyzABCD";
+
+    #[test]
+    fn refusals_are_logged_once_per_address_then_counted_every_interval() {
+        let refusals = Refusals::default();
+        let (a, b) = (
+            Some(IpAddr::from([127, 0, 0, 1])),
+            Some(IpAddr::from([127, 0, 0, 2])),
+        );
+        let t0 = Instant::now();
+        assert!(refusals.count(a, t0), "the first in full");
+        assert!(refusals.start_logging());
+        assert!(!refusals.start_logging(), "one task logs them");
+        for _ in 0..5_700 {
+            assert!(!refusals.count(a, t0));
+        }
+        assert!(refusals.count(b, t0), "another address's first in full");
+        assert_eq!(refusals.due(t0 + Duration::from_secs(1)), Some(vec![]));
+        let later = t0 + REFUSALS_LOGGED_EVERY;
+        assert_eq!(
+            refusals.due(later),
+            Some(vec![(a, 5_700, REFUSALS_LOGGED_EVERY)])
+        );
+        // Quiet for an interval: forgotten, and its next refusal is logged in full again.
+        assert_eq!(refusals.due(later + REFUSALS_LOGGED_EVERY), None);
+        assert!(
+            refusals.start_logging(),
+            "the task ended: the next starts one"
+        );
+        assert!(refusals.count(a, later + REFUSALS_LOGGED_EVERY * 2));
+    }
+
+    #[test]
+    fn refusals_from_more_addresses_than_are_counted_apart_are_counted_together() {
+        let refusals = Refusals::default();
+        let now = Instant::now();
+        for i in 0..COUNTED_ADDRESSES as u32 {
+            assert!(refusals.count(Some(IpAddr::from(((10 << 24) | i).to_be_bytes())), now));
+        }
+        assert!(refusals.count(Some(IpAddr::from([192, 168, 0, 1])), now));
+        assert!(!refusals.count(Some(IpAddr::from([192, 168, 0, 2])), now));
+        assert_eq!(refusals.lock().by_address.len(), COUNTED_ADDRESSES + 1);
+        let due = refusals.due(now + REFUSALS_LOGGED_EVERY).unwrap();
+        assert_eq!(due, vec![(None, 1, REFUSALS_LOGGED_EVERY)]);
+    }
 
     #[test]
     fn a_private_token_file_gives_a_token_that_admits_only_itself_and_never_shows() {

@@ -13,18 +13,22 @@
 //!   every response.
 //! - [`serve`]: the accept loop, in place of `axum::serve`, which sets none of hyper's bounds:
 //!   at most [`MAX_CONNECTIONS`] connections (a new one takes the slot of the oldest with no
-//!   request in flight, but not one in its first second that has not asked yet: with none to
-//!   close, the next client waits in the kernel's backlog), [`HEADER_READ_TIMEOUT`] for a
-//!   request's head (and between requests on a kept-alive connection), [`MAX_HEADER_BYTES`] of
-//!   head; graceful shutdown. A connection
-//!   that asks for a watch stream leaves those slots for [`MAX_WATCHERS`] of its own, and a
-//!   client that stops reading is cut off after [`STALLED_CLIENT_TIMEOUT`].
+//!   request in flight, but not one in its first second that has not asked yet, unless that one
+//!   has sent nothing and its address has too many new ones, [`NEW_PER_ADDRESS`], or all have,
+//!   [`NEW_IN_ALL`]: with none to close, the next client waits, accepted),
+//!   [`HEADER_READ_TIMEOUT`] for a request's head (and between requests on a kept-alive
+//!   connection), [`MAX_HEADER_BYTES`] of head; graceful shutdown. A connection that asks for a
+//!   watch stream leaves those slots for [`MAX_WATCHERS`] of its own, a quarter of them at most
+//!   for one address ([`watchers_per_address`]); a stream whose events stay unsent for
+//!   [`STALLED_HEARTBEATS`] heartbeats is dropped, and any client that stops reading is cut off
+//!   after [`STALLED_CLIENT_TIMEOUT`].
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::pin::pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use axum::Router;
@@ -232,8 +236,46 @@ fn has_body(request: &Request) -> bool {
 /// How long a new connection may wait for its first request before it can be closed to make
 /// room: a burst of clients connecting at once (watchers reconnecting to a restarted host)
 /// arrives faster than their requests are read, and must not push each other out. A client
-/// that sends nothing is closed after it as before, and by [`HEADER_READ_TIMEOUT`] anyway.
+/// that sends nothing is closed after it as before, and by [`HEADER_READ_TIMEOUT`] anyway. The
+/// grace is bounded ([`NEW_PER_ADDRESS`], [`NEW_IN_ALL`]): else a flood of connections that
+/// never ask would hold every slot in its grace, and everyone else in the kernel's backlog.
 const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
+
+/// New connections (in their [`FIRST_REQUEST_GRACE`]) that one address may have before those of
+/// its connections that have sent nothing keep only [`SILENT_GRACE`], and give way at once to a
+/// newcomer from an address with fewer: a quarter of the slots, far more than any client opens
+/// at once but a burst of watchers (whose requests, once in the socket, keep the whole grace).
+pub const NEW_PER_ADDRESS: usize = MAX_CONNECTIONS / 4;
+
+/// New connections, over every address, beyond which those that have sent nothing keep only
+/// [`SILENT_GRACE`]: half the slots, so that a flood spread over many addresses cannot hold them
+/// all in their grace either.
+pub const NEW_IN_ALL: usize = MAX_CONNECTIONS / 2;
+
+/// How long a connection that has sent nothing keeps its grace once its address has more than
+/// [`NEW_PER_ADDRESS`] new connections, or all have more than [`NEW_IN_ALL`]. A client sends its
+/// request right behind its handshake; a quarter of a second leaves room for one slowed down by
+/// a busy machine (a burst of 750 clients of one address on two cores is), while the slots still
+/// turn over 1,024 times a second, as fast as a flood of 1,000 silent connections a second comes
+/// from one address, and a newcomer from another address does not wait for it at all.
+const SILENT_GRACE: Duration = Duration::from_millis(250);
+
+/// How often the accept loop looks again while it waits for room: requests arrive in sockets,
+/// and answers end, without a wake-up of their own.
+const RECHECK: Duration = Duration::from_millis(50);
+
+/// Heartbeats in a row ([`Options::heartbeat`]) at which a watch stream's data was still unsent
+/// before the stream is dropped. A client that reads takes its events as they come, and the
+/// kernel sends them within a round trip; one whose window stays closed that long has stopped
+/// reading, and holds a slot of the watchers' bound for nothing (its own deadline has told it
+/// to stop work already). Three, so that one slow moment of a live client is not taken for it.
+pub const STALLED_HEARTBEATS: u32 = 3;
+
+/// A client's address as the bounds count it: an IPv4 client reaching an IPv6 socket counts as
+/// its IPv4 address.
+fn address(peer: SocketAddr) -> IpAddr {
+    peer.ip().to_canonical()
+}
 
 /// One open connection.
 #[derive(Debug)]
@@ -244,29 +286,69 @@ struct Slot {
     evicted: CancellationToken,
     /// Set once it asked for a watch stream: it counts among the watchers from then on.
     watching: AtomicBool,
+    /// Cancelled when it starts serving a watch stream: its stall check starts then.
+    watch_began: CancellationToken,
     /// Set once it sent a request.
     asked: AtomicBool,
     /// When it was accepted.
     born: std::time::Instant,
+    /// The client's address.
+    peer: IpAddr,
+    /// Its socket, to ask the kernel whether a request waits in it; none in unit tests.
+    stream: Option<Arc<TcpStream>>,
 }
 
-impl Default for Slot {
-    fn default() -> Slot {
+impl Slot {
+    /// A connection from `peer`, accepted now.
+    fn new(peer: IpAddr, stream: Option<Arc<TcpStream>>) -> Slot {
         Slot {
             in_flight: AtomicUsize::new(0),
             evicted: CancellationToken::new(),
             watching: AtomicBool::new(false),
+            watch_began: CancellationToken::new(),
             asked: AtomicBool::new(false),
             born: std::time::Instant::now(),
+            peer,
+            stream,
         }
     }
-}
 
-impl Slot {
     /// Whether it is within its [`FIRST_REQUEST_GRACE`] at `now`, its first request not yet sent.
     fn is_new(&self, now: std::time::Instant) -> bool {
         !self.asked.load(Ordering::Acquire) && now.duration_since(self.born) < FIRST_REQUEST_GRACE
     }
+
+    /// Whether nothing waits in its socket to be read: a new connection that is silent has not
+    /// sent its request, where one with bytes waiting only has not been read yet.
+    fn is_silent(&self) -> bool {
+        self.stream
+            .as_ref()
+            .is_none_or(|s| rustix::io::ioctl_fionread(&**s).is_ok_and(|n| n == 0))
+    }
+}
+
+/// Why a watch stream was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WatchRefused {
+    /// As many streams as this replica serves are open.
+    Full {
+        /// The most it serves.
+        max: usize,
+    },
+    /// The client's address holds as many as one address may.
+    Address {
+        /// Its address.
+        peer: IpAddr,
+        /// The most one address may hold.
+        max: usize,
+    },
+}
+
+/// The most watch streams one address may hold: a quarter of `max_watchers`, the process's bound,
+/// so that clients that never read, or hold streams open for nothing, from one pod or one local
+/// user cannot take every stream from the apps that need one.
+pub fn watchers_per_address(max_watchers: usize) -> usize {
+    (max_watchers / 4).max(1)
 }
 
 /// The open connections, by the order they were accepted.
@@ -278,9 +360,11 @@ struct Slots {
     open: BTreeMap<u64, Arc<Slot>>,
     /// Connections serving a watch stream.
     watching: usize,
+    /// Those, by their client's address.
+    watchers_of: HashMap<IpAddr, usize>,
     /// The most of those at once.
     max_watchers: usize,
-    /// Where the count of watchers, and of those refused, is shown.
+    /// Where the count of watchers, and of those refused or dropped, is shown.
     metrics: Option<Arc<crate::metrics::Metrics>>,
     /// Woken when a slot frees (a connection ends or becomes a watcher's), for an accept loop
     /// waiting for room.
@@ -293,6 +377,7 @@ impl Default for Slots {
             next: 0,
             open: BTreeMap::new(),
             watching: 0,
+            watchers_of: HashMap::new(),
             max_watchers: MAX_WATCHERS,
             metrics: None,
             freed: Arc::new(tokio::sync::Notify::new()),
@@ -309,37 +394,92 @@ impl Slots {
         }
     }
 
-    /// Moves connection `id` among the watchers, if there is room: false when
-    /// `max_watchers` already watch.
-    fn watch(&mut self, id: u64, slot: &Slot) -> bool {
+    /// Moves connection `id` among the watchers, if there is room for it: below `max_watchers`,
+    /// and below [`watchers_per_address`] of its client's address. A stream over the bound is
+    /// refused, rather than one of the address's taken from it: a client that holds its stream
+    /// keeps it, whatever others from its address do.
+    fn watch(&mut self, id: u64, slot: &Slot) -> Result<(), WatchRefused> {
         if slot.watching.load(Ordering::Acquire) {
-            return true;
+            return Ok(());
         }
-        if self.watching >= self.max_watchers {
+        let per_address = watchers_per_address(self.max_watchers);
+        let refused = if self.watching >= self.max_watchers {
+            Some(WatchRefused::Full {
+                max: self.max_watchers,
+            })
+        } else if self.watchers_of.get(&slot.peer).copied().unwrap_or(0) >= per_address {
+            Some(WatchRefused::Address {
+                peer: slot.peer,
+                max: per_address,
+            })
+        } else {
+            None
+        };
+        if let Some(refused) = refused {
             if let Some(m) = &self.metrics {
                 m.http_watchers_refused.inc();
             }
-            return false;
+            return Err(refused);
         }
         self.open.remove(&id);
         self.watching += 1;
+        *self.watchers_of.entry(slot.peer).or_default() += 1;
         self.show_watchers();
         self.freed.notify_one();
         slot.watching.store(true, Ordering::Release);
-        true
+        slot.watch_began.cancel();
+        Ok(())
     }
 
-    /// Whether a connection can be admitted now: below [`MAX_CONNECTIONS`], or with one to close
-    /// for it (the oldest without a request in flight that is not new, [`FIRST_REQUEST_GRACE`]).
-    /// `None` when it can; else when to look again (the first new connection's grace ending), the
-    /// next client waiting meanwhile in the kernel's backlog.
-    fn room(&self, now: std::time::Instant) -> Option<std::time::Instant> {
-        if self.open.len() < MAX_CONNECTIONS || self.closable(now).is_some() {
-            return None;
+    /// Where a new connection from `peer` goes at `now`: `Ok(None)` below [`MAX_CONNECTIONS`],
+    /// `Ok(Some(id))` to take the slot of connection `id`, `Err(when)` when none may be closed for
+    /// it yet (look again then; the client waits meanwhile, accepted).
+    ///
+    /// The connection closed is the oldest with no request in flight that is not new; else the
+    /// oldest new one that has sent nothing and has lost its grace: after [`SILENT_GRACE`] when
+    /// its address has more than [`NEW_PER_ADDRESS`] new connections or all have more than
+    /// [`NEW_IN_ALL`], and at once for a newcomer from another address with fewer than
+    /// [`NEW_PER_ADDRESS`] of its own. A connection whose request waits in its socket keeps its
+    /// grace: only the server is behind with it.
+    fn room(
+        &self,
+        peer: IpAddr,
+        now: std::time::Instant,
+    ) -> Result<Option<u64>, std::time::Instant> {
+        if self.open.len() < MAX_CONNECTIONS {
+            return Ok(None);
         }
-        let graces = self.open.values().filter(|s| s.is_new(now));
-        let next = graces.map(|s| s.born + FIRST_REQUEST_GRACE).min();
-        Some(next.unwrap_or(now + Duration::from_millis(50)))
+        if let Some(id) = self.closable(now) {
+            return Ok(Some(id));
+        }
+        let mut new_of: HashMap<IpAddr, usize> = HashMap::new();
+        for slot in self.open.values().filter(|s| s.is_new(now)) {
+            *new_of.entry(slot.peer).or_default() += 1;
+        }
+        let new_from = |p: &IpAddr| new_of.get(p).copied().unwrap_or(0);
+        let crowded = new_of.values().sum::<usize>() > NEW_IN_ALL;
+        let newcomer_is_light = new_from(&peer) < NEW_PER_ADDRESS;
+        let mut again = now + RECHECK;
+        for (id, slot) in &self.open {
+            if !slot.is_new(now) {
+                continue; // answering a request, as `closable` found
+            }
+            let heavy = new_from(&slot.peer) > NEW_PER_ADDRESS;
+            if !heavy && !crowded {
+                again = again.min(slot.born + FIRST_REQUEST_GRACE);
+                continue;
+            }
+            let yields_to_newcomer = heavy && newcomer_is_light && slot.peer != peer;
+            let silent_too_long = now.duration_since(slot.born) >= SILENT_GRACE;
+            if !yields_to_newcomer && !silent_too_long {
+                again = again.min(slot.born + SILENT_GRACE);
+                continue;
+            }
+            if slot.is_silent() {
+                return Ok(Some(*id));
+            }
+        }
+        Err(again)
     }
 
     /// The oldest connection that may be closed to make room: none in flight, not new.
@@ -350,24 +490,26 @@ impl Slots {
             .map(|(id, _)| *id)
     }
 
-    /// A slot for a new connection. At [`MAX_CONNECTIONS`] the oldest connection without a
-    /// request in flight is closed for it (a client with one open loses only a kept-alive socket,
-    /// and clients that connect and send nothing, or trickle, cannot keep newcomers out), unless
-    /// it is new ([`FIRST_REQUEST_GRACE`]): a burst of clients connecting at once must not push
-    /// each other out before their requests are read. `None` when every connection is answering
-    /// a request or new ([`Slots::room`] says when to try again).
-    fn admit(&mut self) -> Option<(u64, Arc<Slot>)> {
-        if self.open.len() >= MAX_CONNECTIONS {
-            let closable = self.closable(std::time::Instant::now())?;
-            if let Some(slot) = self.open.remove(&closable) {
-                slot.evicted.cancel();
-            }
+    /// A slot for a new connection from `peer` on `stream`, accepted at `now`, where
+    /// [`Slots::room`] finds one: the connection it names is closed for it (a client with one
+    /// open loses only a kept-alive socket, and clients that connect and send nothing, or
+    /// trickle, cannot keep newcomers out). `Err(when)` to look again then.
+    fn admit(
+        &mut self,
+        peer: IpAddr,
+        stream: Option<Arc<TcpStream>>,
+        now: std::time::Instant,
+    ) -> Result<(u64, Arc<Slot>), std::time::Instant> {
+        if let Some(closed) = self.room(peer, now)?
+            && let Some(slot) = self.open.remove(&closed)
+        {
+            slot.evicted.cancel();
         }
         let id = self.next;
         self.next += 1;
-        let slot = Arc::new(Slot::default());
+        let slot = Arc::new(Slot::new(peer, stream));
         self.open.insert(id, slot.clone());
-        Some((id, slot))
+        Ok((id, slot))
     }
 }
 
@@ -396,6 +538,12 @@ impl Drop for Release {
         slots.freed.notify_one();
         if self.slot.watching.load(Ordering::Acquire) {
             slots.watching -= 1;
+            if let Some(n) = slots.watchers_of.get_mut(&self.slot.peer) {
+                *n -= 1;
+                if *n == 0 {
+                    slots.watchers_of.remove(&self.slot.peer);
+                }
+            }
             slots.show_watchers();
         }
     }
@@ -433,15 +581,17 @@ pub fn watcher_limit() -> usize {
     }
 }
 
-/// 503 for a watch beyond `max`.
-fn too_many_watchers(max: usize) -> Response {
-    let mut response = (
-        StatusCode::SERVICE_UNAVAILABLE,
-        format!(
+/// 503 for a watch beyond the bounds.
+fn too_many_watchers(refused: WatchRefused) -> Response {
+    let text = match refused {
+        WatchRefused::Full { max } => format!(
             "leasehold: {max} watch streams already follow this replica's leases, the most it serves at once; close one, or follow /readyz/leases/NAME instead\n"
         ),
-    )
-        .into_response();
+        WatchRefused::Address { peer, max } => format!(
+            "leasehold: {max} watch streams from {peer} already follow this replica's leases, the most one address may hold; close one, or follow /readyz/leases/NAME instead\n"
+        ),
+    };
+    let mut response = (StatusCode::SERVICE_UNAVAILABLE, text).into_response();
     response.headers_mut().insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
@@ -468,14 +618,41 @@ impl Drop for InFlight {
     }
 }
 
+/// What [`serve`] is given besides its listener and router.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The names answered besides `localhost` and IP addresses.
+    pub allowed: AllowedHosts,
+    /// Where the watchers are counted.
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// The longest a watch stream goes without an event ([`super::watch::heartbeat_every`]): its
+    /// stall check looks every heartbeat ([`STALLED_HEARTBEATS`]).
+    pub heartbeat: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            allowed: AllowedHosts::default(),
+            metrics: None,
+            heartbeat: super::watch::MAX_HEARTBEAT,
+        }
+    }
+}
+
 /// Serves `router` on `listener`, behind `check` and within the bounds above, until `shutdown`
 /// is cancelled; then stops accepting and lets each connection finish its request.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
-    (allowed, metrics): (AllowedHosts, Option<Arc<crate::metrics::Metrics>>),
+    options: Options,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    let Options {
+        allowed,
+        metrics,
+        heartbeat,
+    } = options;
     let router = router.layer(axum::middleware::from_fn_with_state(
         Arc::new(allowed),
         check,
@@ -494,16 +671,10 @@ pub async fn serve(
     }));
     let connections = TaskTracker::new();
     let freed = lock(&slots).freed.clone();
-    loop {
-        let wait = lock(&slots).room(std::time::Instant::now());
-        if let Some(until) = wait {
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = freed.notified() => {}
-                _ = tokio::time::sleep_until(until.into()) => {}
-            }
-            continue;
-        }
+    'accept: loop {
+        // Every connection is taken from the kernel's backlog as it comes, whoever sent it, and
+        // waits for its slot here: the backlog is one queue for every client, so a flood left
+        // in it would keep everyone behind it out.
         let (stream, peer) = tokio::select! {
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
@@ -517,17 +688,28 @@ pub async fn serve(
                 }
             },
         };
-        let admitted = lock(&slots).admit();
-        let Some((id, slot)) = admitted else {
-            warn!(%peer, "http connection refused: all {MAX_CONNECTIONS} connections are answering requests");
-            continue;
-        };
         // A client that stops reading (or a path gone dead) is dropped by the kernel, whatever
         // the server is sending it; without it, a stalled watcher would be kept for ever.
         let ms = u32::try_from(STALLED_CLIENT_TIMEOUT.as_millis()).unwrap_or(u32::MAX);
         if let Err(e) = rustix::net::sockopt::set_tcp_user_timeout(&stream, ms) {
             debug!(%peer, error = %e, "cannot set TCP_USER_TIMEOUT");
         }
+        let stream = Arc::new(stream);
+        let (id, slot) = loop {
+            let admitted = lock(&slots).admit(
+                address(peer),
+                Some(stream.clone()),
+                std::time::Instant::now(),
+            );
+            match admitted {
+                Ok(admitted) => break admitted,
+                Err(until) => tokio::select! {
+                    _ = shutdown.cancelled() => break 'accept,
+                    _ = freed.notified() => {}
+                    _ = tokio::time::sleep_until(until.into()) => {}
+                },
+            }
+        };
         let release = Release {
             slots: slots.clone(),
             id,
@@ -536,7 +718,7 @@ pub async fn serve(
         connections.spawn(connection(
             stream,
             router.clone(),
-            release,
+            (release, heartbeat),
             shutdown.clone(),
             peer,
         ));
@@ -547,11 +729,12 @@ pub async fn serve(
     Ok(())
 }
 
-/// Serves one connection until it closes, is evicted, or the server stops.
+/// Serves one connection until it closes, is evicted, its watch stream stalls, or the server
+/// stops.
 async fn connection(
-    stream: TcpStream,
+    stream: Arc<TcpStream>,
     router: Router,
-    release: Release,
+    (release, heartbeat): (Release, Duration),
     shutdown: CancellationToken,
     peer: SocketAddr,
 ) {
@@ -565,19 +748,19 @@ async fn connection(
             .extensions_mut()
             .insert(axum::extract::ConnectInfo(peer));
         let refused = match is_watch(request.uri().path()) {
-            true => {
-                let mut slots = lock(&slots);
-                (!slots.watch(id, &counted)).then_some(slots.max_watchers)
-            }
+            true => lock(&slots).watch(id, &counted).err(),
             false => None,
         };
         counted.asked.store(true, Ordering::Release);
         let in_flight = InFlight::enter(&counted);
-        let response = refused.is_none().then(|| tower.call(request));
+        let call = match refused {
+            None => Ok(tower.call(request)),
+            Some(refused) => Err(refused),
+        };
         async move {
-            let response = match (response, refused) {
-                (Some(response), _) => response.await,
-                (None, max) => Ok(too_many_watchers(max.unwrap_or_default())),
+            let response = match call {
+                Ok(call) => call.await,
+                Err(refused) => Ok(too_many_watchers(refused)),
             };
             drop(in_flight);
             response
@@ -588,8 +771,9 @@ async fn connection(
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .max_header_size(MAX_HEADER_BYTES);
-    let mut conn = pin!(builder.serve_connection(TokioIo::new(stream), service));
-    let _release = release;
+    let written = Arc::new(AtomicU64::new(0));
+    let io = TokioIo::new(SharedStream(stream.clone(), written.clone()));
+    let mut conn = pin!(builder.serve_connection(io, service));
     tokio::select! {
         served = conn.as_mut() => {
             if let Err(e) = served {
@@ -599,10 +783,162 @@ async fn connection(
         _ = slot.evicted.cancelled() => {
             debug!(%peer, "http connection closed to make room for a newer one");
         }
+        unsent = stalled((&stream, &written), &slot, heartbeat) => {
+            debug!(%peer, unsent, "watch stream dropped: its client has left its events unread for {STALLED_HEARTBEATS} heartbeats");
+            if let Some(m) = &lock(&release.slots).metrics {
+                m.http_watchers_stalled.inc();
+            }
+            // Reset rather than closed: the kernel would otherwise keep trying to deliver what
+            // the client does not read.
+            let _ = rustix::net::sockopt::set_socket_linger(&*stream, Some(Duration::ZERO));
+        }
         _ = shutdown.cancelled() => {
             conn.as_mut().graceful_shutdown();
             let _ = tokio::time::timeout(SHUTDOWN_DRAIN, conn).await;
         }
+    }
+}
+
+/// Resolves, with the bytes left unsent, once `slot` serves a watch stream whose data the kernel
+/// held back, and of which it sent nothing more, over [`STALLED_HEARTBEATS`] intervals in a row,
+/// `every` apart: the client's window stayed closed, so it has stopped reading. Never otherwise.
+/// `written` counts the bytes written to `stream`. Data held back for a moment (a small write
+/// waiting for the acknowledgement of the one before) is sent by the next look, so a client that
+/// reads is never taken for one that stopped.
+async fn stalled(
+    (stream, written): (&TcpStream, &AtomicU64),
+    slot: &Slot,
+    every: Duration,
+) -> usize {
+    slot.watch_began.cancelled().await;
+    let mut looks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    looks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut in_a_row, mut sent_before) = (0, None);
+    loop {
+        looks.tick().await;
+        let written = written.load(Ordering::Acquire);
+        let Some(unsent) = unsent(stream) else {
+            (in_a_row, sent_before) = (0, None);
+            continue;
+        };
+        let sent = written.saturating_sub(u64::try_from(unsent).unwrap_or(u64::MAX));
+        in_a_row = match unsent > 0 && sent_before == Some(sent) {
+            true => in_a_row + 1,
+            false => 0,
+        };
+        if in_a_row >= STALLED_HEARTBEATS {
+            return unsent;
+        }
+        sent_before = Some(sent);
+    }
+}
+
+/// The bytes written to `stream` that the kernel has not sent yet (`SIOCOUTQNSD`), for want of
+/// room in the client's window; `None` when it cannot say (the stream is then left to
+/// [`STALLED_CLIENT_TIMEOUT`]). Bytes sent and not yet acknowledged are not counted: a live
+/// client on a slow link has those, one that stopped reading has these.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn unsent(stream: &TcpStream) -> Option<usize> {
+    /// `linux/sockios.h`; the same on every architecture, unlike `SIOCOUTQ`.
+    const SIOCOUTQNSD: rustix::ioctl::Opcode = 0x894B;
+    // SAFETY: SIOCOUTQNSD is a valid request on a TCP socket, and it writes one `int` through its
+    // argument, which is what the getter provides.
+    let unsent = unsafe {
+        rustix::ioctl::ioctl(
+            stream,
+            rustix::ioctl::Getter::<SIOCOUTQNSD, std::ffi::c_int>::new(),
+        )
+    };
+    unsent.ok().and_then(|n| usize::try_from(n).ok())
+}
+
+/// Elsewhere the kernel cannot say: a stalled client is left to [`STALLED_CLIENT_TIMEOUT`].
+#[cfg(not(target_os = "linux"))]
+fn unsent(_stream: &TcpStream) -> Option<usize> {
+    None
+}
+
+/// A connection's socket, shared by hyper, which reads and writes it, and the guard, which asks
+/// the kernel what waits in its queues ([`Slot::is_silent`], [`unsent`]).
+/// The second field counts the bytes written to it.
+struct SharedStream(Arc<TcpStream>, Arc<AtomicU64>);
+
+impl SharedStream {
+    /// Counts what a write wrote, and passes its result on.
+    fn count(&self, written: std::io::Result<usize>) -> std::io::Result<usize> {
+        if let Ok(n) = written {
+            self.1
+                .fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::AcqRel);
+        }
+        written
+    }
+}
+
+impl tokio::io::AsyncRead for SharedStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            ready!(self.0.poll_read_ready(cx))?;
+            match self.0.try_read(buf.initialize_unfilled()) {
+                Ok(n) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                // The readiness was stale: cleared now, the next poll waits for the next.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for SharedStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        loop {
+            ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_write(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                written => return Poll::Ready(self.count(written)),
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        loop {
+            ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_write_vectored(bufs) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                written => return Poll::Ready(self.count(written)),
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let shut = rustix::net::shutdown(&*self.0, rustix::net::Shutdown::Write);
+        Poll::Ready(shut.map_err(std::io::Error::from))
     }
 }
 
@@ -646,17 +982,35 @@ mod tests {
         assert!(!allowed(&[]).admits(Some("leasehold.internal")));
     }
 
+    /// Two clients' addresses.
+    const A: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
+    const B: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+    /// A connection from `peer` without a socket (nothing waits in it), if there is room now.
+    fn admit(slots: &mut Slots, peer: IpAddr, now: std::time::Instant) -> Option<(u64, Arc<Slot>)> {
+        slots.admit(peer, None, now).ok()
+    }
+
+    /// Fills every slot with new connections from `peer`, none of which has sent anything.
+    fn burst(slots: &mut Slots, peer: IpAddr) -> Vec<(u64, Arc<Slot>)> {
+        (0..MAX_CONNECTIONS)
+            .map(|_| admit(slots, peer, std::time::Instant::now()).unwrap())
+            .collect()
+    }
+
     #[test]
     fn a_new_connection_takes_the_oldest_idle_slot_and_none_that_is_answering() {
         let mut slots = Slots::default();
-        let all: Vec<(u64, Arc<Slot>)> = (0..MAX_CONNECTIONS)
-            .map(|_| slots.admit().unwrap())
-            .collect();
+        let all = burst(&mut slots, B);
         for (_, slot) in &all {
             slot.asked.store(true, Ordering::Release);
         }
+        let now = std::time::Instant::now();
         let busy: Vec<InFlight> = all.iter().map(|(_, s)| InFlight::enter(s)).collect();
-        assert!(slots.admit().is_none(), "every slot is answering a request");
+        assert!(
+            admit(&mut slots, A, now).is_none(),
+            "every slot is answering a request"
+        );
         // The second and third go idle: the second, the older, gives way.
         drop(busy);
         let _answering: Vec<InFlight> = all
@@ -665,7 +1019,7 @@ mod tests {
             .filter(|(i, _)| ![1, 2].contains(i))
             .map(|(_, (_, s))| InFlight::enter(s))
             .collect();
-        let (id, _) = slots.admit().unwrap();
+        let (id, _) = admit(&mut slots, A, now).unwrap();
         assert_eq!(id, MAX_CONNECTIONS as u64);
         assert!(all[1].1.evicted.is_cancelled() && !all[2].1.evicted.is_cancelled());
         assert!(!all[0].1.evicted.is_cancelled());
@@ -673,26 +1027,180 @@ mod tests {
     }
 
     #[test]
-    fn a_burst_of_new_connections_is_not_pushed_out_and_the_next_waits_for_room() {
+    fn a_burst_from_one_address_is_not_pushed_out_by_its_own_next_connection_at_once() {
         let mut slots = Slots::default();
-        // A burst: every connection new, none has sent its request yet.
-        let burst: Vec<(u64, Arc<Slot>)> = (0..MAX_CONNECTIONS)
-            .map(|_| slots.admit().unwrap())
-            .collect();
+        let burst = burst(&mut slots, A);
         let now = std::time::Instant::now();
-        let again = slots.room(now).expect("no room: the next waits");
-        assert!(again > now && again <= burst[0].1.born + FIRST_REQUEST_GRACE);
-        assert!(slots.admit().is_none(), "the bound holds");
+        let again = slots
+            .admit(A, None, now)
+            .expect_err("no room: the next waits");
+        assert!(again > now && again <= burst[0].1.born + SILENT_GRACE);
         assert!(burst.iter().all(|(_, s)| !s.evicted.is_cancelled()));
         // Once one has asked and gone idle, it gives way.
         burst[5].1.asked.store(true, Ordering::Release);
-        assert_eq!(slots.room(now), None);
-        assert!(slots.admit().is_some());
+        assert!(admit(&mut slots, A, now).is_some());
         assert!(burst[5].1.evicted.is_cancelled());
         assert_eq!(slots.open.len(), MAX_CONNECTIONS);
-        // Past their grace, the oldest silent one gives way too.
-        let later = now + FIRST_REQUEST_GRACE * 2;
-        assert_eq!(slots.room(later), None);
+        // A silent one keeps its slot for a moment only, its address holding every new one.
+        let later = burst[0].1.born + SILENT_GRACE;
+        assert!(admit(&mut slots, A, later).is_some());
+        assert!(burst[0].1.evicted.is_cancelled() && !burst[1].1.evicted.is_cancelled());
+        assert_eq!(slots.open.len(), MAX_CONNECTIONS);
+    }
+
+    #[test]
+    fn silent_connections_of_an_address_with_many_new_ones_give_way_at_once_to_another_address() {
+        let mut slots = Slots::default();
+        let flood = burst(&mut slots, A);
+        let now = std::time::Instant::now();
+        // A client from elsewhere is let in at once, in the place of the flood's oldest.
+        let (_, probe) = admit(&mut slots, B, now).expect("room for another address");
+        assert!(flood[0].1.evicted.is_cancelled() && !flood[1].1.evicted.is_cancelled());
+        // And a second one from there too: the flood's next oldest.
+        let (_, second) = admit(&mut slots, B, now).unwrap();
+        assert!(flood[1].1.evicted.is_cancelled());
+        // The flood's own next connection cannot take theirs: they are not over the bound.
+        assert!(slots.admit(A, None, now).is_err());
+        assert!(!probe.evicted.is_cancelled() && !second.evicted.is_cancelled());
+        assert_eq!(slots.open.len(), MAX_CONNECTIONS);
+    }
+
+    #[test]
+    fn new_connections_of_a_few_clients_keep_their_whole_grace_while_others_answer() {
+        let mut slots = Slots::default();
+        // Most slots answer requests; the rest are new, a few from each of four addresses.
+        let answering: Vec<InFlight> = (0..MAX_CONNECTIONS - 56)
+            .map(|_| {
+                let (_, slot) = admit(&mut slots, B, std::time::Instant::now()).unwrap();
+                slot.asked.store(true, Ordering::Release);
+                InFlight::enter(&slot)
+            })
+            .collect();
+        let new: Vec<(u64, Arc<Slot>)> = (0..56u8)
+            .map(|i| {
+                let peer = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, i % 4));
+                admit(&mut slots, peer, std::time::Instant::now()).unwrap()
+            })
+            .collect();
+        let halfway = new[0].1.born + FIRST_REQUEST_GRACE / 2;
+        let again = slots.admit(A, None, halfway).expect_err("no room");
+        assert!(again <= halfway + RECHECK, "{again:?}");
+        assert!(new.iter().all(|(_, s)| !s.evicted.is_cancelled()));
+        // Past its grace the oldest gives way.
+        assert!(admit(&mut slots, A, new[0].1.born + FIRST_REQUEST_GRACE).is_some());
+        assert!(new[0].1.evicted.is_cancelled());
+        drop(answering);
+    }
+
+    #[tokio::test]
+    async fn a_new_connection_whose_request_waits_in_its_socket_keeps_its_grace() {
+        use tokio::io::AsyncWriteExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        client
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .await
+            .unwrap();
+        let accepted = Arc::new(accepted);
+        for _ in 0..100 {
+            if rustix::io::ioctl_fionread(&*accepted).unwrap() > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut slots = Slots::default();
+        let (_, asking) = slots
+            .admit(A, Some(accepted), std::time::Instant::now())
+            .unwrap();
+        assert!(!asking.is_silent());
+        let silent: Vec<(u64, Arc<Slot>)> = (1..MAX_CONNECTIONS)
+            .map(|_| admit(&mut slots, A, std::time::Instant::now()).unwrap())
+            .collect();
+        // The oldest, its request waiting to be read, keeps its slot; the next oldest gives way.
+        let later = asking.born + SILENT_GRACE * 2;
+        assert!(admit(&mut slots, B, later).is_some());
+        assert!(!asking.evicted.is_cancelled());
+        assert!(silent[0].1.evicted.is_cancelled());
+    }
+
+    #[test]
+    fn watch_streams_beyond_an_address_s_share_are_refused_and_other_addresses_served() {
+        let slots = Arc::new(Mutex::new(Slots {
+            max_watchers: 8,
+            ..Slots::default()
+        }));
+        assert_eq!(watchers_per_address(8), 2);
+        let now = std::time::Instant::now();
+        let watch = |peer: IpAddr| {
+            let mut locked = lock(&slots);
+            let (id, slot) = locked.admit(peer, None, now).unwrap();
+            let watched = locked.watch(id, &slot);
+            let release = Release {
+                slots: slots.clone(),
+                id,
+                slot,
+            };
+            (watched, release)
+        };
+        let (first, first_release) = watch(A);
+        let (second, _second) = watch(A);
+        let (third, _third) = watch(A);
+        assert_eq!((first, second), (Ok(()), Ok(())));
+        assert_eq!(third, Err(WatchRefused::Address { peer: A, max: 2 }));
+        let (other, _other) = watch(B);
+        assert_eq!(other, Ok(()));
+        // One of the address's streams ends: it may open another.
+        drop(first_release);
+        let (again, _again) = watch(A);
+        assert_eq!(again, Ok(()));
+        assert_eq!(lock(&slots).watching, 3);
+        // And the process's own bound holds whatever the addresses.
+        let (_, _c) = watch(IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1)));
+        let (_, _d) = watch(IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2)));
+        let (_, _e) = watch(IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2)));
+        let (_, _f) = watch(IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 3)));
+        let (_, _g) = watch(IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 3)));
+        let (full, _h) = watch(IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 4)));
+        assert_eq!(full, Err(WatchRefused::Full { max: 8 }));
+    }
+
+    #[tokio::test]
+    async fn data_a_client_does_not_read_is_reported_unsent_and_none_once_it_reads() {
+        use tokio::io::AsyncReadExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        assert_eq!(unsent(&server), Some(0));
+        // Written until the kernel takes no more and holds some back: the client's window is
+        // closed.
+        let chunk = vec![b'x'; 64 * 1024];
+        let mut written = 0;
+        for _ in 0..1_000 {
+            match server.try_write(&chunk) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if unsent(&server).is_some_and(|n| n > 0) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let left = unsent(&server).unwrap();
+        assert!(left > 0, "{written} bytes written, none unsent");
+        // The client reads it all: nothing is left unsent.
+        let mut read = 0;
+        let mut buf = vec![0; 64 * 1024];
+        while read < written {
+            read += client.read(&mut buf).await.unwrap();
+        }
+        assert_eq!(unsent(&server), Some(0), "{written} bytes written and read");
     }
 
     #[tokio::test]
@@ -708,12 +1216,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let stop = CancellationToken::new();
-        let server = tokio::spawn(serve(
-            listener,
-            router,
-            (AllowedHosts::default(), None),
-            stop.clone(),
-        ));
+        let server = tokio::spawn(serve(listener, router, Options::default(), stop.clone()));
         let started = tokio::time::Instant::now();
         let mut stream = TcpStream::connect(addr).await.unwrap();
         stream

@@ -196,14 +196,12 @@ pub async fn serve(
     allowed_hosts: guard::AllowedHosts,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let metrics = state.metrics.clone();
-    guard::serve(
-        listener,
-        router(state),
-        (allowed_hosts, Some(metrics)),
-        shutdown,
-    )
-    .await
+    let options = guard::Options {
+        allowed: allowed_hosts,
+        metrics: Some(state.metrics.clone()),
+        heartbeat: watch::heartbeat_every(state.leases.timing()),
+    };
+    guard::serve(listener, router(state), options, shutdown).await
 }
 
 /// Builds the status: roles from the coordinator, holders and expiry from the database.

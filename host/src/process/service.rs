@@ -50,7 +50,8 @@ pub struct BoundService {
 }
 
 /// A service's health check, as the config file writes it: a URL string or a command array.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Shown (`config check`, `Debug`) with a probe URL's password as `***`, as the database URL's.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Health {
     /// `GET` this `http://` URL with the role in its query and headers; any 2xx passes.
     Probe(url::Url),
@@ -68,11 +69,31 @@ impl Health {
     }
 }
 
+/// `url` as it is shown: with `***` for its password, if it has one; as it is otherwise.
+pub fn shown_url(url: &url::Url) -> String {
+    if url.password().is_none() {
+        return url.to_string();
+    }
+    let mut shown = url.clone();
+    // An http URL with a password has a host, so it takes another password.
+    let _ = shown.set_password(Some("***"));
+    shown.to_string()
+}
+
 impl serde::Serialize for Health {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
-            Health::Probe(url) => s.serialize_str(url.as_str()),
+            Health::Probe(url) => s.serialize_str(&shown_url(url)),
             Health::Command(command) => lossy(command, s),
+        }
+    }
+}
+
+impl std::fmt::Debug for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Health::Probe(url) => f.debug_tuple("Probe").field(&shown_url(url)).finish(),
+            Health::Command(command) => f.debug_tuple("Command").field(command).finish(),
         }
     }
 }
