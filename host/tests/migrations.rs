@@ -101,6 +101,14 @@ const PINNED: &[(&str, &str)] = &[
         "sqlite/20261206000001_protocol.sql",
         "1d1a2bde99d345cb27e6c44a36945f9e2a6a381f9f6b6a83c904f95d33f390fea3bdb40286577ecba9769ec4dfb691f6",
     ),
+    (
+        "postgres/20261207000001_process_fence_hardening.sql",
+        "19e277878a9a1973240ab5cb7a934be8dd79177ba34940be355e6812941698c9a6c6b10e2e74d0a7aaebc34d28e2b230",
+    ),
+    (
+        "postgres/20261207000002_protocol_function_grants.sql",
+        "dce89807915178db4ebf34d94a7dcfa7eca8cebf8ed48e03526168b9ed7b9a2b28b57b147122920046236ad64d965806",
+    ),
 ];
 
 #[test]
