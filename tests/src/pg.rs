@@ -407,7 +407,8 @@ fn install_postgres() -> anyhow::Result<()> {
         .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
-fn is_root() -> bool {
+/// Whether this process runs as root (server commands then run as `postgres`).
+pub(crate) fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
@@ -468,7 +469,8 @@ pub fn free_port() -> anyhow::Result<u16> {
         .port())
 }
 
-fn run(cmd: &mut Command) -> anyhow::Result<()> {
+/// Runs `cmd` to its end; an error carries its status and output.
+pub(crate) fn run(cmd: &mut Command) -> anyhow::Result<()> {
     let out = cmd
         .stdin(Stdio::null())
         .output()

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
+use crate::pg::{is_root, run};
+
 /// How PgBouncer hands server connections to clients (`pool_mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolMode {
@@ -185,28 +187,5 @@ fn spawn_watchdog(dir: &Path) -> anyhow::Result<()> {
         .stderr(Stdio::null())
         .spawn()
         .context("starting the PgBouncer watchdog")?;
-    Ok(())
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
-}
-
-fn run(cmd: &mut Command) -> anyhow::Result<()> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("running {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
     Ok(())
 }
