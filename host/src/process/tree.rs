@@ -9,14 +9,9 @@ use rustix::process::{Pid, Signal, getpid, kill_process, kill_process_group};
 /// The pids whose parent is this process now, read from `/proc` (which needs nothing the kernel
 /// may leave out, unlike `/proc/PID/task/TID/children`).
 pub fn children() -> Vec<Pid> {
-    let me = getpid().as_raw_nonzero().get();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(Result::ok)
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| parent_of(pid) == Some(me))
-        .filter_map(Pid::from_raw)
+    children_with_state()
+        .into_iter()
+        .map(|(pid, _)| pid)
         .collect()
 }
 
@@ -35,12 +30,6 @@ pub fn children_with_state() -> Vec<(Pid, char)> {
             Some((Pid::from_raw(pid)?, state_in_stat(&stat)?))
         })
         .collect()
-}
-
-/// The parent of `pid`, from `/proc/PID/stat`; `None` once it is gone.
-fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parent_in_stat(&stat)
 }
 
 /// The state letter in a `/proc/PID/stat` line (`R`, `S`, `Z` …), after the command name.

@@ -240,7 +240,7 @@ impl Scripts {
             return;
         };
         let ran = match ready {
-            Some(keeper) => self.deactivate_held(keeper, deactivate, &term, asked).await,
+            Some(keeper) => self.deactivate_held(keeper, deactivate, &term).await,
             None => self.deactivate_now(deactivate, &term, asked).await,
         };
         self.deactivated(&ran, &deadlines, asked);
@@ -268,13 +268,7 @@ impl Scripts {
 
     /// Runs `deactivate` through the keeper that held it ready: asks it to begin now (unless it
     /// began on its own, this host being frozen or its renewals failing) and reads to its end.
-    async fn deactivate_held(
-        &self,
-        mut keeper: Kept,
-        deactivate: &[OsString],
-        term: &Term,
-        asked: Instant,
-    ) -> Ran {
+    async fn deactivate_held(&self, mut keeper: Kept, deactivate: &[OsString], term: &Term) -> Ran {
         // A keeper that already began, and exited, no longer reads: its reports say the rest.
         let _ = keeper.stop().await;
         let ran = self
@@ -301,7 +295,6 @@ impl Scripts {
             // The keeper died before it began (killed on its own): run it as before.
             None => {
                 warn!("the keeper holding deactivate ready is gone: running deactivate now");
-                let _ = asked;
                 self.deactivate_now(deactivate, term, Instant::now()).await
             }
         }
@@ -377,9 +370,12 @@ impl Scripts {
         let mut failures = 0;
         let noun = service.health.as_ref().map_or("check", Health::noun);
         let mut next_check = Instant::now() + service.health_interval;
+        // The deadline the keeper holding deactivate ready has: passed on once per change.
+        let mut passed_on = None;
         loop {
             let safe_until = *deadlines.borrow_and_update();
             if let Some(keeper) = ready.as_mut()
+                && passed_on.replace(safe_until) != Some(safe_until)
                 && let Err(e) = keeper.extend(kill_at(safe_until)).await
             {
                 warn!(
