@@ -76,26 +76,30 @@ fn replica(name: &str, url: &str, dir: &Path, deactivate: &str, grace: &str) -> 
         .config(&config(dir, deactivate, grace))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_holder_activates_and_deactivates_before_the_next_holder_activates() {
-    let dir = tempfile::tempdir().unwrap();
+/// On a fresh PostgreSQL database: `a` holding `relay` with its epoch 1 activated (its
+/// deactivate prefixed by `deactivate`), and `b` a standby ready to take over (its gate open, its
+/// first campaign done).
+async fn holder_and_standby(dir: &Path, deactivate: &str) -> (Host, Host) {
     let url = leasehold_tests::pg::server()
         .fresh_database()
         .await
         .unwrap();
-    let mut a = replica("a", &url, dir.path(), "", "500ms")
+    let a = replica("a", &url, dir, deactivate, "500ms")
         .spawn_leading("relay")
         .await
         .unwrap();
-    in_history(dir.path(), 1, "activate").await;
-    let b = replica("b", &url, dir.path(), "", "500ms")
-        .spawn()
-        .await
-        .unwrap();
-    // A standby ready to take over: its gate open, its first campaign done.
+    in_history(dir, 1, "activate").await;
+    let b = replica("b", &url, dir, "", "500ms").spawn().await.unwrap();
     b.wait_for_log("campaigning allowed", Duration::from_secs(10))
         .await
         .unwrap();
+    (a, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holder_activates_and_deactivates_before_the_next_holder_activates() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut a, b) = holder_and_standby(dir.path(), "").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let last = a.stop_for_last_line().await.unwrap();
     let deactivated = in_history(dir.path(), 1, "deactivate").await;
@@ -321,22 +325,7 @@ async fn a_service_table_that_cannot_run_fails_at_start_in_one_line_naming_it() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_holder_s_service_is_deactivated_by_its_keeper_before_the_next_holder_activates() {
     let dir = tempfile::tempdir().unwrap();
-    let url = leasehold_tests::pg::server()
-        .fresh_database()
-        .await
-        .unwrap();
-    let a = replica("a", &url, dir.path(), "sleep 0.2; ", "500ms")
-        .spawn_leading("relay")
-        .await
-        .unwrap();
-    in_history(dir.path(), 1, "activate").await;
-    let b = replica("b", &url, dir.path(), "", "500ms")
-        .spawn()
-        .await
-        .unwrap();
-    b.wait_for_log("campaigning allowed", Duration::from_secs(10))
-        .await
-        .unwrap();
+    let (a, b) = holder_and_standby(dir.path(), "sleep 0.2; ").await;
     a.signal("STOP").unwrap();
     let deactivated = in_history(dir.path(), 1, "deactivate").await;
     let next = in_history(dir.path(), 2, "activate").await;
@@ -408,22 +397,7 @@ async fn a_holder_frozen_with_its_keepers_deactivates_late_on_resume_and_says_it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_s_service_is_deactivated_by_its_keeper_before_the_next_holder_activates() {
     let dir = tempfile::tempdir().unwrap();
-    let url = leasehold_tests::pg::server()
-        .fresh_database()
-        .await
-        .unwrap();
-    let mut a = replica("a", &url, dir.path(), "", "500ms")
-        .spawn_leading("relay")
-        .await
-        .unwrap();
-    in_history(dir.path(), 1, "activate").await;
-    let b = replica("b", &url, dir.path(), "", "500ms")
-        .spawn()
-        .await
-        .unwrap();
-    b.wait_for_log("campaigning allowed", Duration::from_secs(10))
-        .await
-        .unwrap();
+    let (mut a, b) = holder_and_standby(dir.path(), "").await;
     let killed = leasehold_tests::exec::now_ns();
     a.kill().await.unwrap();
     let deactivated = in_history(dir.path(), 1, "deactivate").await;
