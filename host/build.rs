@@ -1,6 +1,3 @@
-//! `sqlx::migrate!` embeds `migrations/` when the host compiles, and cargo does not watch that
-//! directory by itself: without this, a migration added or edited is missing from the next build.
-//!
 //! `leasehold --version` names the commit it was built from (`LEASEHOLD_COMMIT`): the one checked
 //! out in the git repository, else the variable's own value (an image built from a copy without
 //! `.git` passes it in), else `unknown`.
@@ -9,7 +6,6 @@ use std::path::Path;
 use std::process::Command;
 
 fn main() {
-    println!("cargo:rerun-if-changed=migrations");
     println!("cargo:rerun-if-env-changed=LEASEHOLD_COMMIT");
     let git = |args: &[&str]| {
         Command::new("git")

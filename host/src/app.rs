@@ -267,11 +267,11 @@ impl App {
             config.groups.iter().flat_map(GroupSpec::leases),
             root.clone(),
         );
-        let mut driver = driver.with_metrics(metrics.clone());
+        let mut driver = driver.with_metrics(metrics.lease.clone());
         let tasks = TaskTracker::new();
         let mut groups = None;
         if !config.groups.is_empty() {
-            let (runner, left) = Runner::new(leases.clone(), &config.groups, metrics.clone());
+            let (runner, left) = Runner::new(leases.clone(), &config.groups, metrics.lease.clone());
             driver = driver.leaving_groups_first(left);
             groups = Some(tasks.spawn(runner.run(root.clone())));
         }

@@ -1,15 +1,19 @@
 //! The orders the sources state are the orders the code has.
 //!
-//! - The crate's layers: no module names a module listed after it in `lib.rs`'s "Layers" list.
+//! Checked in each crate that states an order: the host, `leasehold-lease` and
+//! `leasehold-lease-core`; Cargo keeps the line between the crates themselves.
+//!
+//! - A crate's layers: no module names a module listed after it in its `lib.rs`'s numbered list
+//!   (the host's "Layers", a lease crate's "Order").
 //! - A module's own order: in a module directory whose `mod.rs` states a numbered list of its
-//!   modules the same way (the lease layer's "Order"), no module names a sibling listed after it.
+//!   modules the same way (the lease groups'), no module names a sibling listed after it.
 //! - No cycles: in every module directory, with or without a stated order, no two modules name
 //!   each other, directly or through others.
 //!
 //! Any mention counts: a `use`, a path in an expression, a type, each path of a `use …::{…}`
 //! group, written from `crate::`, `super::` or `self::`, and a name the parent re-exports
-//! (`pub use store::LeaseStore` in `lease/mod.rs` makes `super::LeaseStore` a mention of
-//! `store`). Comments and string literals do not count. A child module named `tests` tests its
+//! (`pub use store::LeaseStore` in the lease crate's `lib.rs` makes `crate::LeaseStore` a
+//! mention of `store`). Comments and string literals do not count. A child module named `tests` tests its
 //! parent and is in no order.
 
 use std::collections::BTreeMap;
@@ -553,8 +557,18 @@ fn read_sources(src: &Path) -> Vec<(String, Vec<String>, String)> {
         .collect()
 }
 
-fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+/// The source directories of the workspace's crates that state an order: the host, and the lease
+/// crates below it. Cargo keeps the crates apart; these tests keep the order inside each.
+fn crate_sources() -> Vec<(&'static str, PathBuf)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    vec![
+        ("host", root.join("src")),
+        (
+            "leasehold-lease-core",
+            root.join("../crates/lease-core/src"),
+        ),
+        ("leasehold-lease", root.join("../crates/lease/src")),
+    ]
 }
 
 fn assert_clean(what: &str, found: &Findings) {
@@ -573,34 +587,39 @@ fn assert_clean(what: &str, found: &Findings) {
 
 #[test]
 fn no_module_imports_a_module_of_a_higher_layer() {
-    let src = src();
-    let lib = std::fs::read_to_string(src.join("lib.rs")).expect("reading lib.rs");
-    let layers = stated_order(&lib);
-    assert!(
-        layers.len() >= 5,
-        "lib.rs states no layer list (`//! N. [`module`]: …`): {layers:?}"
-    );
-    assert_clean(
-        "lib.rs's layers",
-        &check_order(&[], &lib, &read_sources(&src)),
-    );
+    for (name, src) in crate_sources() {
+        let lib = std::fs::read_to_string(src.join("lib.rs")).expect("reading lib.rs");
+        let layers = stated_order(&lib);
+        assert!(
+            layers.len() >= 5,
+            "{name}'s lib.rs states no layer list (`//! N. [`module`]: …`): {layers:?}"
+        );
+        assert_clean(
+            &format!("{name}'s lib.rs"),
+            &check_order(&[], &lib, &read_sources(&src)),
+        );
+    }
 }
 
 #[test]
 fn no_module_imports_a_sibling_listed_after_it_in_its_parents_order() {
-    let src = src();
-    let files = read_sources(&src);
     let mut checked = Vec::new();
-    for (name, module, text) in &files {
-        if name.ends_with("mod.rs") && !stated_order(text).is_empty() {
-            assert_clean(name, &check_order(module, text, &files));
-            checked.push(module.join("::"));
+    for (name, src) in crate_sources() {
+        let files = read_sources(&src);
+        for (file, module, text) in &files {
+            if file.ends_with("mod.rs") && !stated_order(text).is_empty() {
+                assert_clean(
+                    &format!("{name}: {file}"),
+                    &check_order(module, text, &files),
+                );
+                checked.push(format!("{name}::{}", module.join("::")));
+            }
         }
     }
-    // The lease layer states its order; a list lost from its docs must not pass unnoticed.
+    // The lease groups state their order; a list lost from its docs must not pass unnoticed.
     assert!(
-        checked.iter().any(|m| m == "lease"),
-        "lease/mod.rs states no order: checked {checked:?}"
+        checked.iter().any(|m| m == "leasehold-lease-core::groups"),
+        "groups/mod.rs states no order: checked {checked:?}"
     );
 }
 
@@ -608,14 +627,15 @@ fn no_module_imports_a_sibling_listed_after_it_in_its_parents_order() {
 fn no_modules_name_each_other_in_a_cycle_anywhere_in_the_crate() {
     // A stated order rules cycles out where there is one; this covers every other module
     // directory: two modules that each need the other are one module, or a third is missing.
-    let src = src();
-    let files = read_sources(&src);
     let mut found = Vec::new();
     let mut looked = 0;
-    for (dir, name, text) in parents(&src, &files) {
-        looked += 1;
-        for cycle in cycles(&dir, &text, &files) {
-            found.push(format!("below {name}: {cycle}"));
+    for (crate_name, src) in crate_sources() {
+        let files = read_sources(&src);
+        for (dir, name, text) in parents(&src, &files) {
+            looked += 1;
+            for cycle in cycles(&dir, &text, &files) {
+                found.push(format!("{crate_name}: below {name}: {cycle}"));
+            }
         }
     }
     assert!(looked > 10, "only {looked} module directories found");

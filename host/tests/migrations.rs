@@ -7,7 +7,7 @@ use std::path::Path;
 
 use sha2::{Digest, Sha384};
 
-/// Every migration file, under `host/migrations/`, with the SHA-384 of its text.
+/// Every migration file, under `crates/lease/migrations/`, with the SHA-384 of its text.
 const PINNED: &[(&str, &str)] = &[
     (
         "postgres/20261122000001_leases.sql",
@@ -113,7 +113,7 @@ const PINNED: &[(&str, &str)] = &[
 
 #[test]
 fn released_migrations_are_never_edited_and_every_migration_is_pinned() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/lease/migrations");
     let mut found = Vec::new();
     for backend in ["postgres", "sqlite"] {
         for entry in std::fs::read_dir(root.join(backend)).expect("reading the migrations") {

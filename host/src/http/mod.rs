@@ -35,7 +35,7 @@ use crate::lease::groups::GroupStatus;
 use crate::lease::health::CallsFailing;
 use crate::lease::history::{self, Handoff, RecordedTerm};
 use crate::lease::{Epoch, Leases, Role};
-use crate::metrics::Metrics;
+use crate::metrics::{LeaseMetrics, Metrics};
 use crate::supervisor::process_status::ProcessStatus;
 use crate::supervisor::status::{PluginStatus, StatusBoard};
 use snapshot::Snapshots;
@@ -356,8 +356,9 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             });
         state
             .metrics
+            .lease
             .expires_in_seconds
-            .get_or_create(&Metrics::lease(name))
+            .get_or_create(&LeaseMetrics::lease(name))
             .set(left);
     }
     (

@@ -1,0 +1,1727 @@
+#![allow(clippy::unwrap_used)]
+//! Transitions of the pure coordinator, with hand-made instants. Timing throughout is
+//! `Timing::from_ttl(3s)`: renew every 1 s, retry every 200 ms, poll at most every 3 s (+ up to
+//! 20% jitter), margin 250 ms, store calls time out after 600 ms.
+
+use super::*;
+use crate::DbMillis;
+
+/// Where a test's clock starts: far enough from the origin that instants before it still exist.
+fn start() -> Instant {
+    Instant::from_origin(Duration::from_secs(1_000))
+}
+
+const TTL: Duration = Duration::from_secs(3);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn timing() -> Timing {
+    let t = Timing::from_ttl(TTL);
+    assert_eq!(
+        (
+            t.renew_interval,
+            t.retry_interval,
+            t.poll_interval,
+            t.margin,
+            t.store_timeout
+        ),
+        (ms(1000), ms(200), ms(3000), ms(250), ms(600)),
+        "the numbers these tests are written with"
+    );
+    t
+}
+
+fn coordinator(leases: &[&str], t0: Instant) -> Coordinator {
+    Coordinator::new(timing(), leases.iter().map(|s| s.to_string()), t0, 7)
+}
+
+/// The leases of every campaign among `fx`, in order.
+fn campaigns(fx: &[Effect]) -> Vec<&str> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Campaign { leases, .. } => Some(leases.iter().map(String::as_str)),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+fn renewals(fx: &[Effect]) -> Vec<(Vec<RenewRequest>, Duration)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Renew { batch, timeout } => Some((batch.clone(), *timeout)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The single renewal among `fx`.
+fn renewal(fx: &[Effect]) -> (Vec<RenewRequest>, Duration) {
+    let mut all = renewals(fx);
+    assert_eq!(all.len(), 1, "expected exactly one renewal in {fx:?}");
+    all.remove(0)
+}
+
+fn releases(fx: &[Effect]) -> Vec<(&str, Epoch)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Release { lease, epoch, .. } => Some((lease.as_str(), *epoch)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn end_terms(fx: &[Effect]) -> Vec<(&str, Epoch, EndReason, bool)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::EndTerm {
+                lease,
+                epoch,
+                reason,
+                confirm,
+            } => Some((lease.as_str(), *epoch, *reason, *confirm)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn start_terms(fx: &[Effect]) -> Vec<(&str, Epoch, Instant)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::StartTerm {
+                lease,
+                epoch,
+                safe_until,
+            } => Some((lease.as_str(), *epoch, *safe_until)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn extensions(fx: &[Effect]) -> Vec<(&str, Instant)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::ExtendTerm { lease, safe_until } => Some((lease.as_str(), *safe_until)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn announced(fx: &[Effect], want: &Announcement) -> bool {
+    fx.contains(&Effect::Announce(want.clone()))
+}
+
+fn req(name: &str, epoch: Epoch) -> RenewRequest {
+    RenewRequest {
+        name: name.to_string(),
+        epoch,
+        ttl: TTL,
+    }
+}
+
+/// The answer to a campaign for `lease` alone, without a reading of the database clock (see
+/// `clock_*` tests for those); lost without a known wait.
+fn campaign_done(lease: &str, result: Result<Option<Epoch>, String>) -> Event {
+    Event::CampaignDone {
+        result: result.map(|epoch| match epoch {
+            Some(epoch) => campaigned_many(&[(lease, epoch)], &[]),
+            None => campaigned_many(&[], &[(lease, None)]),
+        }),
+    }
+}
+
+fn campaigned_many(won: &[(&str, Epoch)], lost: &[(&str, Option<Duration>)]) -> CampaignedMany {
+    CampaignedMany {
+        won: won.iter().map(|(n, e)| (n.to_string(), *e)).collect(),
+        lost: lost.iter().map(|(n, w)| (n.to_string(), *w)).collect(),
+        locked: Vec::new(),
+        db_now: None,
+        held_off_for: None,
+    }
+}
+
+/// The answer to a campaign for several leases: those won with their epochs, those lost with how
+/// long until they can be won.
+fn campaigned(won: &[(&str, Epoch)], lost: &[(&str, Option<Duration>)]) -> Event {
+    Event::CampaignDone {
+        result: Ok(campaigned_many(won, lost)),
+    }
+}
+
+fn names(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+fn renew_done(landed: &[&str]) -> Event {
+    Event::RenewDone {
+        result: Ok(Renewed {
+            landed: names(landed),
+            busy: Vec::new(),
+            db_now: None,
+            handoffs: Vec::new(),
+        }),
+    }
+}
+
+fn renew_failed() -> Event {
+    Event::RenewDone {
+        result: Err("store unavailable".into()),
+    }
+}
+
+/// A coordinator for `lease` alone that campaigned at `t0` and won `epoch` at `t0 + took`.
+fn leader(lease: &str, epoch: Epoch, t0: Instant, took: Duration) -> Coordinator {
+    let mut c = coordinator(&[lease], t0);
+    assert_eq!(campaigns(&c.step(Event::Tick, t0)), [lease]);
+    let fx = c.step(campaign_done(lease, Ok(Some(epoch))), t0 + took);
+    assert_eq!(start_terms(&fx).len(), 1, "{fx:?}");
+    assert_eq!(c.view(lease), Some((Role::Leader, Some(epoch))));
+    c
+}
+
+/// Steps through every deadline before `until`, failing each renewal at once; returns the last
+/// deadline stepped, checking along the way that no term ends before `safe_until`.
+fn fail_renewals_before(c: &mut Coordinator, until: Instant, safe_until: Instant) -> Instant {
+    let mut last = None;
+    while let Some(at) = c.next_deadline().filter(|&at| at < until) {
+        let fx = c.step(Event::Tick, at);
+        if at < safe_until {
+            assert!(end_terms(&fx).is_empty(), "{fx:?}");
+        }
+        renewal(&fx);
+        c.step(renew_failed(), at);
+        last = Some(at);
+    }
+    last.unwrap()
+}
+
+#[test]
+fn first_tick_campaigns_every_lease() {
+    let t0 = start();
+    let mut c = coordinator(&["a", "b", "c"], t0);
+    assert_eq!(c.next_deadline(), Some(t0));
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    assert_eq!(c.view("nope"), None);
+    let fx = c.step(Event::Tick, t0);
+    assert_eq!(campaigns(&fx), ["a", "b", "c"]);
+    assert_eq!(fx.len(), 1, "one statement for all: {fx:?}");
+    assert!(fx.iter().all(|e| matches!(
+        e,
+        Effect::Campaign { timeout, .. } if *timeout == ms(600)
+    )));
+    // Campaigns in flight: nothing more is due and a second tick sends nothing twice.
+    assert_eq!(c.next_deadline(), None);
+    assert!(c.step(Event::Tick, t0 + ms(10)).is_empty());
+}
+
+#[test]
+fn won_campaign_starts_a_term_until_sent_plus_ttl_minus_margin() {
+    let t0 = start();
+    let mut c = coordinator(&["a"], t0);
+    c.step(Event::Tick, t0);
+    // The campaign took 400 ms: the term is measured from when it was sent.
+    let fx = c.step(campaign_done("a", Ok(Some(5))), t0 + ms(400));
+    assert_eq!(start_terms(&fx), [("a", 5, t0 + ms(2750))]);
+    assert!(announced(
+        &fx,
+        &Announcement::Acquired {
+            lease: "a".into(),
+            epoch: 5
+        }
+    ));
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(5))));
+    // First renewal one renew interval after the campaign was sent.
+    assert_eq!(c.next_deadline(), Some(t0 + ms(1000)));
+}
+
+#[test]
+fn a_lost_campaign_campaigns_again_just_after_the_holder_s_expiry() {
+    let t0 = start();
+    let mut c = coordinator(&["a", "b"], t0);
+    c.step(Event::Tick, t0);
+    // a's holder expires 1,234 ms after the statement read the clock; b's in 2 ttls (a holder
+    // with a longer ttl), beyond the poll.
+    let done = t0 + ms(50);
+    let fx = c.step(
+        campaigned(&[], &[("a", Some(ms(1234))), ("b", Some(2 * TTL))]),
+        done,
+    );
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    let next = c.next_deadline().unwrap();
+    assert_eq!(next, done + ms(1234) + CAMPAIGN_SLACK);
+    assert!(c.step(Event::Tick, next - ms(1)).is_empty());
+    assert_eq!(campaigns(&c.step(Event::Tick, next)), ["a"]);
+    // b waits a poll at most: the fallback for a release notification that never came.
+    c.step(campaign_done("a", Ok(None)), next + ms(2));
+    let b_at = c.next_deadline().unwrap();
+    assert!(
+        b_at >= done + ms(3000) && b_at < done + ms(3600),
+        "{:?}",
+        b_at - done
+    );
+    assert_eq!(campaigns(&c.step(Event::Tick, b_at)), ["b"]);
+}
+
+#[test]
+fn a_lost_campaign_without_a_known_expiry_polls_with_jitter_and_a_failed_one_retries_soon() {
+    let t0 = start();
+    let mut c = coordinator(&["a"], t0);
+    c.step(Event::Tick, t0);
+    let done = t0 + ms(50);
+    let fx = c.step(campaign_done("a", Ok(None)), done);
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    let next = c.next_deadline().unwrap();
+    assert!(
+        next >= done + ms(3000) && next < done + ms(3600),
+        "next campaign {:?} after the result",
+        next - done
+    );
+    assert!(c.step(Event::Tick, next - ms(1)).is_empty());
+    assert_eq!(campaigns(&c.step(Event::Tick, next)), ["a"]);
+
+    // A store error is announced and retried soon, as a failed renewal is.
+    let fx = c.step(campaign_done("a", Err("boom".into())), next + ms(5));
+    assert!(announced(
+        &fx,
+        &Announcement::CampaignFailed {
+            leases: vec!["a".into()],
+            error: "boom".into()
+        }
+    ));
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    let again = c.next_deadline().unwrap();
+    assert!(again >= next + ms(205) && again < next + ms(245));
+}
+
+#[test]
+fn failed_campaigns_back_off_to_a_quarter_of_the_poll_and_an_answer_or_a_release_ends_the_wait() {
+    let t0 = start();
+    let mut c = coordinator(&["a"], t0);
+    let timing = *c.timing();
+    let mut now = t0;
+    let mut waits = Vec::new();
+    for _ in 0..8 {
+        assert_eq!(campaigns(&c.step(Event::Tick, now)), ["a"]);
+        let failed = now + ms(5);
+        c.step(campaign_done("a", Err("refused".into())), failed);
+        let next = c.next_deadline().unwrap();
+        waits.push(next - failed);
+        now = next;
+    }
+    // Doubling from the retry interval (each with up to 20% jitter), then a quarter of the poll.
+    let cap = timing.poll_interval / 4;
+    for (i, wait) in waits.iter().enumerate() {
+        let base = (timing.retry_interval * (1 << i)).min(cap);
+        assert!(
+            *wait >= base && *wait <= base.mul_f64(1.2),
+            "wait {i}: {wait:?}, base {base:?}: {waits:?}"
+        );
+    }
+    assert!(waits[7] <= cap.mul_f64(1.2), "{waits:?}");
+    // A release notification campaigns at once, however long the wait.
+    assert_eq!(campaigns(&c.step(Event::Tick, now)), ["a"]);
+    c.step(campaign_done("a", Err("refused".into())), now + ms(5));
+    let later = now + ms(10);
+    let fx = c.step(Event::ReleasedElsewhere { lease: "a".into() }, later);
+    assert_eq!(campaigns(&fx), ["a"], "{fx:?}");
+    // An answered campaign (lost) resets the backoff: the next failure waits the retry interval.
+    c.step(campaign_done("a", Ok(None)), later + ms(5));
+    let next = c.next_deadline().unwrap();
+    assert_eq!(campaigns(&c.step(Event::Tick, next)), ["a"]);
+    c.step(campaign_done("a", Err("refused".into())), next + ms(5));
+    let wait = c.next_deadline().unwrap() - (next + ms(5));
+    assert!(wait <= timing.retry_interval.mul_f64(1.2), "{wait:?}");
+}
+
+#[test]
+fn one_campaign_carries_every_lease_due_within_the_margin_and_none_while_one_is_in_flight() {
+    let t0 = start();
+    let mut c = coordinator(&["a", "b", "c", "d"], t0);
+    assert_eq!(campaigns(&c.step(Event::Tick, t0)), ["a", "b", "c", "d"]);
+    // Due in 1 s, 1.2 s (within the 250 ms margin of a), 1.5 s (beyond it); d on the poll.
+    let fx = c.step(
+        campaigned(
+            &[],
+            &[
+                ("a", Some(ms(999))),
+                ("b", Some(ms(1199))),
+                ("c", Some(ms(1499))),
+                ("d", None),
+            ],
+        ),
+        t0,
+    );
+    assert!(fx.is_empty());
+    assert_eq!(c.next_deadline(), Some(t0 + ms(1000)));
+    let fx = c.step(Event::Tick, t0 + ms(1000));
+    assert_eq!(campaigns(&fx), ["a", "b"]);
+    // c falls due while the batch is in flight: it waits for the answer, without a busy tick.
+    assert_eq!(c.next_deadline(), None);
+    assert!(c.step(Event::Tick, t0 + ms(1500)).is_empty());
+    let fx = c.step(
+        campaigned(&[("a", 2)], &[("b", Some(ms(150)))]),
+        t0 + ms(1600),
+    );
+    assert_eq!(start_terms(&fx).len(), 1);
+    assert_eq!(
+        campaigns(&fx),
+        ["b", "c"],
+        "c was due meanwhile, and b is due within the margin"
+    );
+}
+
+#[test]
+fn a_campaign_held_off_by_a_failover_is_announced_once_and_retried_when_the_hold_off_ends() {
+    let t0 = start();
+    let mut c = coordinator(&["a"], t0);
+    c.step(Event::Tick, t0);
+    let held_off = |remaining: Duration| Event::CampaignDone {
+        result: Ok(CampaignedMany {
+            held_off_for: Some(remaining),
+            ..campaigned_many(&[], &[("a", Some(remaining))])
+        }),
+    };
+    let (done, hold) = (t0 + ms(50), ms(2000));
+    let fx = c.step(held_off(hold), done);
+    assert!(announced(&fx, &Announcement::HeldOff { remaining: hold }));
+    // No poll in between: the database would hold it off again.
+    let at = done + hold + CAMPAIGN_SLACK;
+    assert_eq!(c.next_deadline(), Some(at));
+    assert_eq!(campaigns(&c.step(Event::Tick, at)), ["a"]);
+    // Held off a little longer (the clocks disagree by a few ms): not announced again.
+    let fx = c.step(held_off(ms(3)), at + ms(1));
+    assert!(fx.is_empty(), "{fx:?}");
+    let again = at + ms(1) + ms(3) + CAMPAIGN_SLACK;
+    assert_eq!(c.next_deadline(), Some(again));
+    assert_eq!(campaigns(&c.step(Event::Tick, again)), ["a"]);
+    let fx = c.step(campaign_done("a", Ok(Some((1 << 32) + 1))), again + ms(1));
+    assert_eq!(start_terms(&fx).len(), 1);
+}
+
+#[test]
+fn jitter_spreads_polls_but_replays_with_the_same_seed() {
+    let t0 = start();
+    let polls = |seed: u64| {
+        let mut c = Coordinator::new(timing(), ["a".to_string()], t0, seed);
+        let mut now = t0;
+        let mut out = Vec::new();
+        for _ in 0..20 {
+            c.step(Event::Tick, now);
+            c.step(campaign_done("a", Ok(None)), now);
+            let next = c.next_deadline().unwrap();
+            let wait = next - now;
+            assert!(wait >= ms(3000) && wait < ms(3600), "{wait:?}");
+            out.push(wait);
+            now = next;
+        }
+        out
+    };
+    let (a, b) = (polls(1), polls(1));
+    assert_eq!(a, b);
+    assert!(a.iter().any(|w| *w != a[0]), "no jitter at all: {a:?}");
+}
+
+#[test]
+fn renewals_of_held_leases_go_out_as_one_batch() {
+    let t0 = start();
+    let mut c = coordinator(&["a", "b"], t0);
+    assert_eq!(campaigns(&c.step(Event::Tick, t0)), ["a", "b"]);
+    c.step(campaigned(&[("a", 1), ("b", 4)], &[]), t0 + ms(10));
+    assert_eq!(c.next_deadline(), Some(t0 + ms(1000)));
+    assert!(renewals(&c.step(Event::Tick, t0 + ms(999))).is_empty());
+
+    let sent = t0 + ms(1000);
+    let fx = c.step(Event::Tick, sent);
+    assert_eq!(renewal(&fx), (vec![req("a", 1), req("b", 4)], ms(600)));
+    // In flight: nothing more due until the result (the terms end at safe_until regardless).
+    assert_eq!(c.next_deadline(), Some(t0 + ms(2750)));
+    assert!(renewals(&c.step(Event::Tick, sent + ms(30))).is_empty());
+
+    let fx = c.step(renew_done(&["a", "b"]), sent + ms(50));
+    assert_eq!(
+        extensions(&fx),
+        [("a", sent + ms(2750)), ("b", sent + ms(2750))]
+    );
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+    assert_eq!(c.view("b"), Some((Role::Leader, Some(4))));
+    // The cadence runs from the send, not the answer.
+    assert_eq!(c.next_deadline(), Some(sent + ms(1000)));
+}
+
+#[test]
+fn a_lease_won_later_joins_the_shared_renewal() {
+    let t0 = start();
+    let mut c = coordinator(&["a", "b"], t0);
+    c.step(Event::Tick, t0);
+    c.step(
+        campaigned(&[("a", 1)], &[("b", Some(ms(300)))]),
+        t0 + ms(10),
+    );
+    // b wins when its holder's lease expires, a few hundred ms later.
+    let poll = c.next_deadline().unwrap();
+    assert_eq!(poll, t0 + ms(311));
+    assert_eq!(campaigns(&c.step(Event::Tick, poll)), ["b"]);
+    c.step(campaign_done("b", Ok(Some(2))), poll + ms(5));
+    // One statement at a's cadence renews both.
+    assert_eq!(c.next_deadline(), Some(t0 + ms(1000)));
+    let (batch, _) = renewal(&c.step(Event::Tick, t0 + ms(1000)));
+    assert_eq!(batch, [req("a", 1), req("b", 2)]);
+}
+
+#[test]
+fn safe_until_counts_from_when_the_renewal_was_sent() {
+    let t0 = start();
+    let mut c = leader("a", 1, t0, ms(10));
+    let sent = t0 + ms(1000);
+    renewal(&c.step(Event::Tick, sent));
+    // A slow renewal (500 ms) gives a term 500 ms shorter than its answer time suggests.
+    let fx = c.step(renew_done(&["a"]), sent + ms(500));
+    assert_eq!(extensions(&fx), [("a", sent + ms(2750))]);
+    assert_eq!(c.next_deadline(), Some(sent + ms(1000)));
+
+    // A fast one a second later.
+    let sent2 = sent + ms(1000);
+    renewal(&c.step(Event::Tick, sent2));
+    let fx = c.step(renew_done(&["a"]), sent2 + ms(1));
+    assert_eq!(extensions(&fx), [("a", sent2 + ms(2750))]);
+}
+
+#[test]
+fn renew_failure_makes_uncertain_then_ends_term_at_safe_until_then_standby() {
+    let t0 = start();
+    let done = t0 + ms(10);
+    let mut c = leader("a", 1, t0, ms(10));
+    let safe_until = t0 + ms(2750);
+
+    let sent = t0 + ms(1000);
+    renewal(&c.step(Event::Tick, sent));
+    let fx = c.step(renew_failed(), sent + ms(20));
+    assert!(announced(
+        &fx,
+        &Announcement::RenewFailing {
+            leases: vec![("a".into(), 1)],
+            error: "store unavailable".into()
+        }
+    ));
+    assert!(end_terms(&fx).is_empty(), "the term runs on: {fx:?}");
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+    // Retried after the retry interval.
+    assert_eq!(c.next_deadline(), Some(sent + ms(220)));
+
+    // Retries keep failing (announced once only) right up to safe_until...
+    let last = fail_renewals_before(&mut c, safe_until, safe_until);
+    assert!(last > safe_until - ms(200));
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+    // ...which is the next deadline, exactly, and ends the term.
+    assert_eq!(c.next_deadline(), Some(safe_until));
+    let fx = c.step(Event::Tick, safe_until);
+    assert_eq!(end_terms(&fx), [("a", 1, EndReason::SafeUntil, false)]);
+    assert!(announced(
+        &fx,
+        &Announcement::SafeUntilReached {
+            lease: "a".into(),
+            epoch: 1
+        }
+    ));
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+
+    // Still uncertain (and still retrying with the same epoch) until the lease has surely expired.
+    let expires_by = done + TTL + ms(250);
+    let last = fail_renewals_before(&mut c, expires_by, safe_until);
+    assert!(last > safe_until);
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+    assert_eq!(c.next_deadline(), Some(expires_by));
+    let fx = c.step(Event::Tick, expires_by);
+    assert!(announced(
+        &fx,
+        &Announcement::Lost {
+            lease: "a".into(),
+            epoch: 1,
+            rejected: false
+        }
+    ));
+    assert!(end_terms(&fx).is_empty(), "already ended: {fx:?}");
+    assert!(renewals(&fx).is_empty());
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    // ...and campaigns again at once: the campaign is due now (the driver steps again without
+    // waiting).
+    assert_eq!(c.next_deadline(), Some(expires_by));
+    assert_eq!(campaigns(&c.step(Event::Tick, expires_by)), ["a"]);
+}
+
+#[test]
+fn renewal_landing_while_uncertain_recovers_the_running_term() {
+    let t0 = start();
+    let mut c = leader("a", 1, t0, ms(10));
+    renewal(&c.step(Event::Tick, t0 + ms(1000)));
+    c.step(renew_failed(), t0 + ms(1000));
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+
+    let sent = c.next_deadline().unwrap();
+    assert_eq!(sent, t0 + ms(1200));
+    assert_eq!(renewal(&c.step(Event::Tick, sent)).0, [req("a", 1)]);
+    let fx = c.step(renew_done(&["a"]), sent + ms(10));
+    assert_eq!(extensions(&fx), [("a", sent + ms(2750))]);
+    assert!(start_terms(&fx).is_empty());
+    assert!(announced(
+        &fx,
+        &Announcement::Recovered {
+            lease: "a".into(),
+            epoch: 1
+        }
+    ));
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+    assert_eq!(c.next_deadline(), Some(sent + ms(1000)));
+}
+
+#[test]
+fn renewal_landing_after_safe_until_starts_a_new_term_with_the_same_epoch() {
+    let t0 = start();
+    let mut c = leader("a", 3, t0, ms(10));
+    let safe_until = t0 + ms(2750);
+    renewal(&c.step(Event::Tick, t0 + ms(1000)));
+    c.step(renew_failed(), t0 + ms(1000));
+    fail_renewals_before(&mut c, safe_until, safe_until);
+    let fx = c.step(Event::Tick, safe_until);
+    assert_eq!(end_terms(&fx), [("a", 3, EndReason::SafeUntil, false)]);
+
+    // The next retry lands (the database had not expired the lease yet).
+    let sent = c.next_deadline().unwrap();
+    assert!(sent > safe_until);
+    let (batch, timeout) = renewal(&c.step(Event::Tick, sent));
+    assert_eq!(batch, [req("a", 3)]);
+    assert!(timeout <= ms(600));
+    let fx = c.step(renew_done(&["a"]), sent + ms(30));
+    assert_eq!(start_terms(&fx), [("a", 3, sent + ms(2750))]);
+    assert!(extensions(&fx).is_empty());
+    assert!(announced(
+        &fx,
+        &Announcement::Recovered {
+            lease: "a".into(),
+            epoch: 3
+        }
+    ));
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(3))));
+}
+
+#[test]
+fn renewal_landing_too_late_for_a_term_renews_again_at_once() {
+    let t0 = start();
+    let mut c = leader("a", 1, t0, ms(10));
+    let safe_until = t0 + ms(2750);
+    renewal(&c.step(Event::Tick, t0 + ms(1000)));
+    c.step(renew_failed(), t0 + ms(1000));
+    fail_renewals_before(&mut c, safe_until, safe_until);
+    c.step(Event::Tick, safe_until);
+    let sent = c.next_deadline().unwrap();
+    renewal(&c.step(Event::Tick, sent));
+    // Landed, but so late that its own safe_until is already behind us: no term, and the next
+    // renewal (whose cadence is already due) goes out at once.
+    let late = sent + ms(2750);
+    let fx = c.step(renew_done(&["a"]), late);
+    assert!(start_terms(&fx).is_empty(), "{fx:?}");
+    assert_eq!(renewal(&fx).0, [req("a", 1)]);
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+    let fx = c.step(renew_done(&["a"]), late + ms(5));
+    assert_eq!(start_terms(&fx), [("a", 1, late + ms(2750))]);
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+}
+
+#[test]
+fn rejected_renewal_ends_the_term_and_campaigns_at_once() {
+    let t0 = start();
+    let mut c = coordinator(&["a", "b"], t0);
+    c.step(Event::Tick, t0);
+    c.step(campaigned(&[("a", 1), ("b", 2)], &[]), t0 + ms(10));
+    let sent = t0 + ms(1000);
+    renewal(&c.step(Event::Tick, sent));
+    // b landed, a did not: someone else holds a now.
+    let fx = c.step(renew_done(&["b"]), sent + ms(10));
+    assert_eq!(end_terms(&fx), [("a", 1, EndReason::Lost, false)]);
+    assert!(announced(
+        &fx,
+        &Announcement::Lost {
+            lease: "a".into(),
+            epoch: 1,
+            rejected: true
+        }
+    ));
+    assert_eq!(campaigns(&fx), ["a"]);
+    assert_eq!(extensions(&fx), [("b", sent + ms(2750))]);
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    assert_eq!(c.view("b"), Some((Role::Leader, Some(2))));
+    // Next batch carries b only.
+    c.step(campaign_done("a", Ok(None)), sent + ms(20));
+    let (batch, _) = renewal(&c.step(Event::Tick, sent + ms(1000)));
+    assert_eq!(batch, [req("b", 2)]);
+}
+
+fn renewed(landed: &[&str], busy: &[&str], db_now: Option<DbMillis>) -> Event {
+    Event::RenewDone {
+        result: Ok(Renewed {
+            landed: names(landed),
+            busy: names(busy),
+            db_now,
+            handoffs: Vec::new(),
+        }),
+    }
+}
+
+fn renewed_alone(lease: &str, result: Result<bool, String>) -> Event {
+    Event::RenewOneDone {
+        lease: lease.to_string(),
+        result: result.map(|landed| RenewedOne {
+            landed,
+            db_now: None,
+            handoff: false,
+        }),
+    }
+}
+
+fn lone_renewals(fx: &[Effect]) -> Vec<(RenewRequest, Duration)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::RenewOne { request, timeout } => Some((request.clone(), *timeout)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Leader of `a` (epoch 1) and `b` (epoch 2), both won at `t0`.
+fn leader_of_two(t0: Instant) -> Coordinator {
+    let mut c = coordinator(&["a", "b"], t0);
+    c.step(Event::Tick, t0);
+    c.step(campaigned(&[("a", 1), ("b", 2)], &[]), t0);
+    c
+}
+
+#[test]
+fn the_batch_waits_its_store_timeout_whatever_time_a_lease_has_left() {
+    // One lease near its deadline must not give the whole batch a timeout shorter than a round
+    // trip: each lease's deadline is kept by ticks, not by the call.
+    let t0 = start();
+    let mut c = leader("a", 1, t0, ms(10));
+    assert_eq!(renewal(&c.step(Event::Tick, t0 + ms(1000))).1, ms(600));
+    c.step(renew_failed(), t0 + ms(1000));
+    for at in [1200, 1400, 1600, 1800, 2000, 2200, 2400, 2600] {
+        let now = t0 + ms(at);
+        assert_eq!(c.next_deadline(), Some(now));
+        assert_eq!(renewal(&c.step(Event::Tick, now)).1, ms(600), "at {at} ms");
+        c.step(renew_failed(), now);
+    }
+    // The term still ends at safe_until.
+    let fx = c.step(Event::Tick, t0 + ms(2750));
+    assert_eq!(end_terms(&fx), [("a", 1, EndReason::SafeUntil, false)]);
+}
+
+#[test]
+fn a_busy_lease_is_renewed_alone_within_its_own_time_left_while_the_others_land() {
+    let t0 = start();
+    let mut c = leader_of_two(t0);
+    let sent = t0 + ms(1000);
+    renewal(&c.step(Event::Tick, sent));
+    let fx = c.step(renewed(&["b"], &["a"], None), sent + ms(5));
+    assert_eq!(extensions(&fx), [("b", sent + TTL - ms(250))]);
+    let alone = lone_renewals(&fx);
+    assert_eq!(alone.len(), 1, "{fx:?}");
+    // a's term runs until t0 + 2750 ms: that is all its lone renewal may wait.
+    assert_eq!(alone[0], (req("a", 1), t0 + ms(2750) - (sent + ms(5))));
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+    // Until its answer comes, a stays out of the batch.
+    let (batch, _) = renewal(&c.step(Event::Tick, sent + ms(1000)));
+    assert_eq!(batch, [req("b", 2)]);
+    // It lands: a's term runs on from when the lone renewal was sent.
+    let fx = c.step(renewed_alone("a", Ok(true)), sent + ms(1500));
+    assert_eq!(extensions(&fx), [("a", sent + ms(5) + TTL - ms(250))]);
+    c.step(renewed(&["b"], &[], None), sent + ms(1500));
+    let (batch, _) = renewal(&c.step(Event::Tick, sent + ms(2000)));
+    assert_eq!(batch, [req("a", 1), req("b", 2)]);
+}
+
+#[test]
+fn a_busy_lease_refused_alone_is_lost_and_a_failed_one_only_uncertain() {
+    let t0 = start();
+    let mut c = leader_of_two(t0);
+    renewal(&c.step(Event::Tick, t0 + ms(1000)));
+    c.step(renewed(&[], &["a", "b"], None), t0 + ms(1002));
+    let fx = c.step(renewed_alone("a", Ok(false)), t0 + ms(1010));
+    assert_eq!(end_terms(&fx), [("a", 1, EndReason::Lost, false)]);
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    let fx = c.step(
+        renewed_alone("b", Err("lock timeout".into())),
+        t0 + ms(1010),
+    );
+    assert!(end_terms(&fx).is_empty());
+    assert_eq!(c.view("b"), Some((Role::Uncertain, Some(2))));
+    // b is retried in the batch after the retry interval, not at the next renewal.
+    let retry = t0 + ms(1210);
+    assert_eq!(c.next_deadline(), Some(retry));
+    assert_eq!(renewal(&c.step(Event::Tick, retry)).0, [req("b", 2)]);
+}
+
+#[test]
+fn a_lone_renewal_answering_after_the_lease_moved_on_is_ignored() {
+    let t0 = start();
+    let mut c = leader_of_two(t0);
+    renewal(&c.step(Event::Tick, t0 + ms(1000)));
+    c.step(renewed(&["b"], &["a"], None), t0 + ms(1002));
+    // Nothing came back before a's safe_until: the term ends on time, the answer changes nothing.
+    let fx = c.step(Event::Tick, t0 + ms(2750));
+    assert_eq!(end_terms(&fx), [("a", 1, EndReason::SafeUntil, false)]);
+    let fx = c.step(renewed_alone("x", Ok(true)), t0 + ms(2800));
+    assert!(fx.is_empty(), "{fx:?}");
+}
+
+#[test]
+fn a_forward_clock_step_ends_every_term_and_keeps_the_replica_quiet_for_a_ttl() {
+    let t0 = start();
+    let mut c = coordinator(&["a", "b", "c"], t0);
+    c.step(Event::Tick, t0);
+    // c's holder expires just before a and b are renewed.
+    let won = Event::CampaignDone {
+        result: Ok(CampaignedMany {
+            db_now: Some(1_000_000),
+            ..campaigned_many(&[("a", 1), ("b", 1)], &[("c", Some(ms(990)))])
+        }),
+    };
+    c.step(won, t0 + ms(2));
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+    // The renewal finds 8 s more on the database's clock than the 1 s that passed here.
+    let sent = t0 + ms(1000);
+    let fx = c.step(Event::Tick, sent);
+    renewal(&fx);
+    assert_eq!(campaigns(&fx), ["c"], "c polls at the same tick");
+    let fx = c.step(renewed(&["a", "b"], &[], Some(1_009_003)), sent + ms(2));
+    assert_eq!(
+        end_terms(&fx),
+        [
+            ("a", 1, EndReason::ClockStep, false),
+            ("b", 1, EndReason::ClockStep, false)
+        ]
+    );
+    assert!(
+        start_terms(&fx).is_empty() && extensions(&fx).is_empty(),
+        "{fx:?}"
+    );
+    assert!(fx.iter().any(|e| matches!(
+        e,
+        Effect::Announce(Announcement::ClockStepped { ahead, quiet })
+            if *ahead >= ms(7_990) && *quiet == TTL
+    )));
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+    c.step(campaigned(&[], &[("c", Some(ms(100)))]), sent + ms(3));
+    // Quiet for a ttl: renewals go on (the leases stay ours), c does not campaign, no term starts.
+    let quiet_until = sent + ms(2) + TTL;
+    let mut now = sent + ms(2);
+    while let Some(at) = c.next_deadline().filter(|&at| at < quiet_until) {
+        now = at;
+        let fx = c.step(Event::Tick, now);
+        assert!(
+            campaigns(&fx).is_empty() && start_terms(&fx).is_empty(),
+            "{fx:?}"
+        );
+        if !renewals(&fx).is_empty() {
+            c.step(renewed(&["a", "b"], &[], None), now);
+        }
+    }
+    assert!(now > sent + ms(2000), "renewals went on during the quiet");
+    // Then the terms start again on the renewals that landed, and c campaigns.
+    assert_eq!(c.next_deadline(), Some(quiet_until));
+    let fx = c.step(Event::Tick, quiet_until);
+    let mut started: Vec<&str> = start_terms(&fx).iter().map(|t| t.0).collect();
+    started.sort();
+    assert_eq!(started, ["a", "b"]);
+    assert_eq!(campaigns(&fx), ["c"]);
+}
+
+#[test]
+fn a_campaign_won_across_a_clock_step_starts_no_term_until_the_quiet_ends() {
+    let t0 = start();
+    let mut c = coordinator(&["a"], t0);
+    c.step(Event::Tick, t0);
+    let lost = Event::CampaignDone {
+        result: Ok(CampaignedMany {
+            db_now: Some(5_000),
+            ..campaigned_many(&[], &[("a", Some(ms(699)))])
+        }),
+    };
+    c.step(lost, t0 + ms(1));
+    // The next campaign wins, but the database's clock moved 5 s in 0.7 s: the old holder may still
+    // be running on the old clock.
+    let at = c.next_deadline().unwrap();
+    assert_eq!(campaigns(&c.step(Event::Tick, at)), ["a"]);
+    let won = Event::CampaignDone {
+        result: Ok(CampaignedMany {
+            db_now: Some(10_700),
+            ..campaigned_many(&[("a", 2)], &[])
+        }),
+    };
+    let fx = c.step(won, at + ms(1));
+    assert!(start_terms(&fx).is_empty(), "{fx:?}");
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(2))));
+    // The quiet ends a ttl after the step was seen, with renewals landing meanwhile.
+    let quiet_until = at + ms(1) + TTL;
+    loop {
+        let next = c.next_deadline().unwrap();
+        let fx = c.step(Event::Tick, next);
+        if next >= quiet_until {
+            assert_eq!(start_terms(&fx).len(), 1, "{fx:?}");
+            break;
+        }
+        assert!(start_terms(&fx).is_empty(), "{fx:?}");
+        if !renewals(&fx).is_empty() {
+            c.step(renew_done(&["a"]), next);
+        }
+    }
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(2))));
+}
+
+#[test]
+fn shutdown_while_leader_releases_only_after_the_term_stopped() {
+    let t0 = start();
+    let mut c = leader("a", 1, t0, ms(10));
+    let at = t0 + ms(500);
+    let fx = c.step(Event::Shutdown, at);
+    assert_eq!(end_terms(&fx), [("a", 1, EndReason::Releasing, true)]);
+    assert!(releases(&fx).is_empty());
+    assert!(campaigns(&fx).is_empty());
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+    assert!(!c.is_finished());
+
+    // The term drains for a while: nothing is released, the lease is kept renewed meanwhile.
+    let fx = c.step(Event::Tick, t0 + ms(1000));
+    assert!(releases(&fx).is_empty());
+    assert_eq!(renewal(&fx).0, [req("a", 1)]);
+    c.step(renew_done(&["a"]), t0 + ms(1010));
+    // A confirmation for another epoch is not this term's.
+    assert!(
+        c.step(
+            Event::TermStopped {
+                lease: "a".into(),
+                epoch: 9
+            },
+            t0 + ms(1100)
+        )
+        .is_empty()
+    );
+
+    let fx = c.step(
+        Event::TermStopped {
+            lease: "a".into(),
+            epoch: 1,
+        },
+        t0 + ms(1200),
+    );
+    assert_eq!(releases(&fx), [("a", 1)]);
+    assert!(fx.contains(&Effect::Release {
+        lease: "a".into(),
+        epoch: 1,
+        timeout: ms(600)
+    }));
+    assert!(!c.is_finished());
+    assert_eq!(c.next_deadline(), None);
+
+    let fx = c.step(
+        Event::ReleaseDone {
+            lease: "a".into(),
+            result: Ok(true),
+        },
+        t0 + ms(1210),
+    );
+    assert!(announced(
+        &fx,
+        &Announcement::Released {
+            lease: "a".into(),
+            epoch: 1,
+            error: None
+        }
+    ));
+    assert!(c.is_finished());
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    assert_eq!(c.next_deadline(), None);
+    assert!(c.step(Event::Tick, t0 + ms(5000)).is_empty());
+}
+
+#[test]
+fn shutdown_in_standby_finishes_at_once() {
+    let t0 = start();
+    let mut c = coordinator(&["a"], t0);
+    c.step(Event::Tick, t0);
+    c.step(campaign_done("a", Ok(None)), t0);
+    assert!(c.step(Event::Shutdown, t0 + ms(1)).is_empty());
+    assert!(c.is_finished());
+    assert_eq!(c.next_deadline(), None);
+}
+
+#[test]
+fn shutdown_with_a_campaign_in_flight_that_wins_releases_at_once() {
+    let t0 = start();
+    let mut c = coordinator(&["a", "b"], t0);
+    c.step(Event::Tick, t0);
+    assert!(c.step(Event::Shutdown, t0 + ms(5)).is_empty());
+    assert!(!c.is_finished(), "campaigns still in flight");
+    let fx = c.step(campaigned(&[("a", 7)], &[("b", None)]), t0 + ms(10));
+    assert_eq!(releases(&fx), [("a", 7)]);
+    assert!(start_terms(&fx).is_empty());
+    assert!(!c.is_finished());
+    c.step(
+        Event::ReleaseDone {
+            lease: "a".into(),
+            result: Ok(true),
+        },
+        t0 + ms(20),
+    );
+    assert!(c.is_finished());
+}
+
+#[test]
+fn shutdown_releases_an_uncertain_lease_without_a_term_at_once() {
+    let t0 = start();
+    let mut c = leader("a", 1, t0, ms(10));
+    let safe_until = t0 + ms(2750);
+    renewal(&c.step(Event::Tick, t0 + ms(1000)));
+    c.step(renew_failed(), t0 + ms(1000));
+    fail_renewals_before(&mut c, safe_until, safe_until);
+    c.step(Event::Tick, safe_until);
+    let fx = c.step(Event::Shutdown, safe_until + ms(10));
+    assert!(end_terms(&fx).is_empty());
+    assert_eq!(releases(&fx), [("a", 1)]);
+    // A failed release still finishes: the lease expires by its ttl.
+    let fx = c.step(
+        Event::ReleaseDone {
+            lease: "a".into(),
+            result: Err("down".into()),
+        },
+        safe_until + ms(20),
+    );
+    assert!(announced(
+        &fx,
+        &Announcement::Released {
+            lease: "a".into(),
+            epoch: 1,
+            error: Some("down".into())
+        }
+    ));
+    assert!(c.is_finished());
+}
+
+#[test]
+fn step_down_releases_then_campaigns_again_after_a_poll() {
+    let t0 = start();
+    let mut c = leader("a", 2, t0, ms(10));
+    let fx = c.step(Event::StepDown { lease: "a".into() }, t0 + ms(300));
+    assert_eq!(end_terms(&fx), [("a", 2, EndReason::Releasing, true)]);
+    assert!(releases(&fx).is_empty());
+    let fx = c.step(
+        Event::TermStopped {
+            lease: "a".into(),
+            epoch: 2,
+        },
+        t0 + ms(400),
+    );
+    assert_eq!(releases(&fx), [("a", 2)]);
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(2))));
+
+    let released = t0 + ms(410);
+    let fx = c.step(
+        Event::ReleaseDone {
+            lease: "a".into(),
+            result: Ok(true),
+        },
+        released,
+    );
+    assert!(campaigns(&fx).is_empty(), "{fx:?}");
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    assert!(!c.is_finished());
+    let next = c.next_deadline().unwrap();
+    assert!(next >= released + ms(3000) && next < released + ms(3600));
+    assert!(campaigns(&c.step(Event::Tick, next - ms(1))).is_empty());
+    assert_eq!(campaigns(&c.step(Event::Tick, next)), ["a"]);
+    // It may win it back, with whatever epoch the store hands out.
+    let fx = c.step(campaign_done("a", Ok(Some(3))), next + ms(5));
+    assert_eq!(start_terms(&fx), [("a", 3, next + ms(2750))]);
+}
+
+#[test]
+fn a_step_down_backing_off_waits_the_backoff_beyond_the_poll_and_only_once() {
+    let t0 = start();
+    let mut c = leader("a", 2, t0, ms(10));
+    c.step(
+        Event::BackOff {
+            lease: "a".into(),
+            wait: ms(8000),
+        },
+        t0 + ms(300),
+    );
+    c.step(Event::StepDown { lease: "a".into() }, t0 + ms(300));
+    c.step(
+        Event::TermStopped {
+            lease: "a".into(),
+            epoch: 2,
+        },
+        t0 + ms(400),
+    );
+    let released = t0 + ms(410);
+    c.step(
+        Event::ReleaseDone {
+            lease: "a".into(),
+            result: Ok(true),
+        },
+        released,
+    );
+    let next = c.next_deadline().unwrap();
+    assert!(
+        next >= released + ms(11_000) && next < released + ms(11_600),
+        "{:?}",
+        next - released
+    );
+    // Another replica's release notice does not cut it short either.
+    c.step(
+        Event::ReleasedElsewhere { lease: "a".into() },
+        released + ms(500),
+    );
+    assert!(campaigns(&c.step(Event::Tick, next - ms(1))).is_empty());
+    assert_eq!(campaigns(&c.step(Event::Tick, next)), ["a"]);
+    // Taken again and stepped down without a backoff: a poll only.
+    let fx = c.step(campaign_done("a", Ok(Some(3))), next + ms(5));
+    assert_eq!(start_terms(&fx).len(), 1);
+    c.step(Event::StepDown { lease: "a".into() }, next + ms(10));
+    c.step(
+        Event::TermStopped {
+            lease: "a".into(),
+            epoch: 3,
+        },
+        next + ms(10),
+    );
+    let again = next + ms(20);
+    c.step(
+        Event::ReleaseDone {
+            lease: "a".into(),
+            result: Ok(true),
+        },
+        again,
+    );
+    let after = c.next_deadline().unwrap();
+    assert!(after < again + ms(3600), "{:?}", after - again);
+}
+
+#[test]
+fn after_a_step_down_our_own_release_notice_does_not_make_us_campaign() {
+    let t0 = start();
+    let mut c = leader("a", 2, t0, ms(10));
+    c.step(Event::StepDown { lease: "a".into() }, t0 + ms(300));
+    c.step(
+        Event::TermStopped {
+            lease: "a".into(),
+            epoch: 2,
+        },
+        t0 + ms(300),
+    );
+    let released = t0 + ms(310);
+    c.step(
+        Event::ReleaseDone {
+            lease: "a".into(),
+            result: Ok(true),
+        },
+        released,
+    );
+    let next = c.next_deadline().unwrap();
+    // The store announces our own release to our own listener: that is no reason to campaign.
+    let echo = Event::ReleasedElsewhere { lease: "a".into() };
+    assert!(campaigns(&c.step(echo.clone(), released + ms(1))).is_empty());
+    assert!(campaigns(&c.step(Event::Resubscribed, released + ms(2))).is_empty());
+    assert_eq!(
+        c.next_deadline(),
+        Some(next),
+        "the poll is not put off either"
+    );
+    assert_eq!(campaigns(&c.step(Event::Tick, next)), ["a"]);
+    // Once the hold-off is over, notifications work as usual again.
+    c.step(campaign_done("a", Ok(None)), next + ms(5));
+    assert_eq!(campaigns(&c.step(echo, next + ms(6))), ["a"]);
+}
+
+#[test]
+fn step_down_of_a_lease_not_held_does_nothing() {
+    let t0 = start();
+    let mut c = coordinator(&["a"], t0);
+    c.step(Event::Tick, t0);
+    c.step(campaign_done("a", Ok(None)), t0);
+    let before = c.next_deadline();
+    assert!(
+        c.step(Event::StepDown { lease: "a".into() }, t0 + ms(1))
+            .is_empty()
+    );
+    assert_eq!(c.next_deadline(), before);
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+}
+
+#[test]
+fn released_elsewhere_makes_a_standby_campaign_at_once() {
+    let t0 = start();
+    let mut c = coordinator(&["a", "b"], t0);
+    c.step(Event::Tick, t0);
+    c.step(campaigned(&[], &[("a", None), ("b", None)]), t0 + ms(5));
+    let fx = c.step(Event::ReleasedElsewhere { lease: "a".into() }, t0 + ms(100));
+    assert_eq!(campaigns(&fx), ["a"]);
+    // An unknown lease is ignored.
+    assert!(
+        c.step(
+            Event::ReleasedElsewhere {
+                lease: "zzz".into()
+            },
+            t0 + ms(101)
+        )
+        .is_empty()
+    );
+    // A campaign already in flight is not doubled.
+    assert!(
+        c.step(Event::ReleasedElsewhere { lease: "a".into() }, t0 + ms(102))
+            .is_empty()
+    );
+}
+
+#[test]
+fn released_elsewhere_leaves_a_held_lease_alone() {
+    let t0 = start();
+    let mut c = leader("a", 1, t0, ms(10));
+    let fx = c.step(Event::ReleasedElsewhere { lease: "a".into() }, t0 + ms(100));
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+}
+
+#[test]
+fn resubscribed_makes_every_standby_campaign_at_once() {
+    let t0 = start();
+    let mut c = coordinator(&["a", "b", "c"], t0);
+    c.step(Event::Tick, t0);
+    c.step(
+        campaigned(&[("b", 1)], &[("a", None), ("c", None)]),
+        t0 + ms(5),
+    );
+    let fx = c.step(Event::Resubscribed, t0 + ms(100));
+    assert_eq!(campaigns(&fx), ["a", "c"]);
+    assert_eq!(c.view("b"), Some((Role::Leader, Some(1))));
+}
+
+#[test]
+fn late_campaign_result_gives_no_term_and_renews_at_once() {
+    let t0 = start();
+    let mut c = coordinator(&["a"], t0);
+    c.step(Event::Tick, t0);
+    // The answer came after what would have been safe_until: no term may start on it.
+    let fx = c.step(campaign_done("a", Ok(Some(1))), t0 + ms(2750));
+    assert!(start_terms(&fx).is_empty(), "{fx:?}");
+    assert_eq!(renewal(&fx).0, [req("a", 1)]);
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+    let fx = c.step(renew_done(&["a"]), t0 + ms(2760));
+    assert_eq!(start_terms(&fx), [("a", 1, t0 + ms(5500))]);
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+}
+
+#[test]
+fn a_renewal_result_with_nothing_in_flight_is_ignored() {
+    let t0 = start();
+    let mut c = leader("a", 1, t0, ms(10));
+    renewal(&c.step(Event::Tick, t0 + ms(1000)));
+    let fx = c.step(renew_done(&["a"]), t0 + ms(1010));
+    assert_eq!(extensions(&fx).len(), 1);
+    assert!(c.step(renew_done(&[]), t0 + ms(1020)).is_empty());
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+}
+
+#[test]
+fn a_renewal_for_an_older_epoch_does_not_touch_the_new_one() {
+    let t0 = start();
+    let mut c = leader("a", 1, t0, ms(10));
+    let safe_until = t0 + ms(2750);
+    let expires_by = t0 + ms(10) + TTL + ms(250);
+    renewal(&c.step(Event::Tick, t0 + ms(1000)));
+    c.step(renew_failed(), t0 + ms(1000));
+    fail_renewals_before(&mut c, safe_until, safe_until);
+    c.step(Event::Tick, safe_until);
+    // The last retry goes out just before the lease surely expired...
+    let mut sent = c.next_deadline().unwrap();
+    while sent < expires_by {
+        renewal(&c.step(Event::Tick, sent));
+        if c.next_deadline() == Some(expires_by) {
+            break;
+        }
+        c.step(renew_failed(), sent);
+        sent = c.next_deadline().unwrap();
+    }
+    // ...and is still in flight when it has: the lease is given up and won again at epoch 2.
+    c.step(Event::Tick, expires_by);
+    assert_eq!(c.view("a"), Some((Role::Standby, None)));
+    assert_eq!(campaigns(&c.step(Event::Tick, expires_by)), ["a"]);
+    let fx = c.step(campaign_done("a", Ok(Some(2))), expires_by + ms(5));
+    let (_, _, new_safe_until) = start_terms(&fx)[0];
+    assert_eq!(new_safe_until, expires_by + ms(2750));
+    // The old renewal (epoch 1) now answers "landed": it says nothing about epoch 2.
+    let fx = c.step(renew_done(&["a"]), expires_by + ms(10));
+    assert!(
+        extensions(&fx).is_empty() && start_terms(&fx).is_empty(),
+        "{fx:?}"
+    );
+    assert!(end_terms(&fx).is_empty(), "{fx:?}");
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(2))));
+}
+
+#[test]
+fn a_closed_campaign_gate_keeps_a_standby_from_campaigning() {
+    let t0 = start();
+    let timing = Timing::from_ttl(Duration::from_secs(3));
+    let mut c = Coordinator::new(timing, ["g".to_string()], t0, 7);
+    let fx = c.step(
+        Event::CampaignGate {
+            lease: "g".into(),
+            open: false,
+        },
+        t0,
+    );
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(
+        c.next_deadline(),
+        None,
+        "a gated standby has nothing to wake up for"
+    );
+    for s in 1..20 {
+        let fx = c.step(Event::Tick, t0 + Duration::from_secs(s));
+        assert!(
+            !fx.iter().any(|e| matches!(e, Effect::Campaign { .. })),
+            "{fx:?}"
+        );
+        let fx = c.step(
+            Event::ReleasedElsewhere { lease: "g".into() },
+            t0 + Duration::from_secs(s),
+        );
+        assert!(
+            !fx.iter().any(|e| matches!(e, Effect::Campaign { .. })),
+            "{fx:?}"
+        );
+    }
+    let at = t0 + Duration::from_secs(30);
+    let fx = c.step(
+        Event::CampaignGate {
+            lease: "g".into(),
+            open: true,
+        },
+        at,
+    );
+    assert!(
+        fx.iter().any(|e| matches!(e, Effect::Campaign { .. })),
+        "opening the gate campaigns at once: {fx:?}"
+    );
+}
+
+fn assign(lease: &str, yours: bool) -> Event {
+    Event::Assign {
+        lease: lease.into(),
+        yours,
+    }
+}
+
+#[test]
+fn a_shard_is_campaigned_for_only_once_assigned_and_at_once_when_it_is() {
+    let t0 = start();
+    let mut c = Coordinator::with_shards(
+        timing(),
+        ["plain".to_string()],
+        ["orders/0".to_string(), "orders/1".to_string()],
+        t0,
+        7,
+    );
+    let fx = c.step(Event::Tick, t0);
+    assert_eq!(
+        campaigns(&fx),
+        ["plain"],
+        "shards wait for their group's plan"
+    );
+    c.step(campaigned(&[("plain", 1)], &[]), t0 + ms(5));
+    // A release notice or a poll does not make an unassigned shard campaign.
+    let fx = c.step(
+        Event::ReleasedElsewhere {
+            lease: "orders/0".into(),
+        },
+        t0 + ms(10),
+    );
+    assert!(campaigns(&fx).is_empty(), "{fx:?}");
+    let fx = c.step(assign("orders/1", true), t0 + ms(20));
+    assert_eq!(campaigns(&fx), ["orders/1"]);
+    // Assigned but lost to its holder: campaigns again at the holder's expiry, as any lease.
+    let fx = c.step(campaigned(&[], &[("orders/1", Some(ms(700)))]), t0 + ms(25));
+    assert!(campaigns(&fx).is_empty());
+    let fx = c.step(Event::Tick, t0 + ms(25) + ms(700) + CAMPAIGN_SLACK);
+    assert_eq!(campaigns(&fx), ["orders/1"]);
+}
+
+#[test]
+fn taking_a_held_shard_s_assignment_away_keeps_it_held_until_it_is_stepped_down() {
+    let t0 = start();
+    let mut c = Coordinator::with_shards(timing(), [], ["orders/0".to_string()], t0, 7);
+    let fx = c.step(assign("orders/0", true), t0);
+    assert_eq!(campaigns(&fx), ["orders/0"]);
+    let fx = c.step(campaigned(&[("orders/0", 3)], &[]), t0 + ms(5));
+    assert_eq!(start_terms(&fx).len(), 1);
+    let fx = c.step(assign("orders/0", false), t0 + ms(10));
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(c.view("orders/0"), Some((Role::Leader, Some(3))));
+    // The group's runner steps it down: the ordered release, and no campaign after it.
+    let fx = c.step(
+        Event::StepDown {
+            lease: "orders/0".into(),
+        },
+        t0 + ms(20),
+    );
+    assert_eq!(
+        end_terms(&fx),
+        [("orders/0", 3, EndReason::Releasing, true)]
+    );
+    let fx = c.step(
+        Event::TermStopped {
+            lease: "orders/0".into(),
+            epoch: 3,
+        },
+        t0 + ms(30),
+    );
+    assert_eq!(releases(&fx), [("orders/0", 3)]);
+    c.step(
+        Event::ReleaseDone {
+            lease: "orders/0".into(),
+            result: Ok(true),
+        },
+        t0 + ms(35),
+    );
+    for s in 1..10 {
+        let fx = c.step(Event::Tick, t0 + Duration::from_secs(s));
+        assert!(campaigns(&fx).is_empty(), "{fx:?}");
+        let fx = c.step(
+            Event::CampaignNow {
+                lease: "orders/0".into(),
+            },
+            t0 + Duration::from_secs(s),
+        );
+        assert!(campaigns(&fx).is_empty(), "{fx:?}");
+    }
+}
+
+#[test]
+fn campaign_now_wakes_an_assigned_standby_before_its_poll() {
+    let t0 = start();
+    let mut c = Coordinator::with_shards(timing(), [], ["orders/0".to_string()], t0, 7);
+    c.step(assign("orders/0", true), t0);
+    // Lost without a known wait (the holder released and someone else's campaign took it).
+    let fx = c.step(campaigned(&[], &[("orders/0", None)]), t0 + ms(5));
+    assert!(campaigns(&fx).is_empty());
+    let fx = c.step(
+        Event::CampaignNow {
+            lease: "orders/0".into(),
+        },
+        t0 + ms(400),
+    );
+    assert_eq!(campaigns(&fx), ["orders/0"]);
+}
+
+#[test]
+fn a_shard_stepped_down_from_and_given_back_by_its_group_is_campaigned_for_at_once() {
+    let t0 = start();
+    let mut c = Coordinator::with_shards(timing(), [], ["orders/3".to_string()], t0, 7);
+    c.step(assign("orders/3", true), t0);
+    c.step(campaigned(&[("orders/3", 2)], &[]), t0 + ms(5));
+    c.step(assign("orders/3", false), t0 + ms(10));
+    c.step(
+        Event::StepDown {
+            lease: "orders/3".into(),
+        },
+        t0 + ms(10),
+    );
+    c.step(
+        Event::TermStopped {
+            lease: "orders/3".into(),
+            epoch: 2,
+        },
+        t0 + ms(12),
+    );
+    c.step(
+        Event::ReleaseDone {
+            lease: "orders/3".into(),
+            result: Ok(true),
+        },
+        t0 + ms(14),
+    );
+    // Its new owner left again at once, and the plan gives the shard back: no poll's wait.
+    let fx = c.step(assign("orders/3", true), t0 + ms(30));
+    assert_eq!(campaigns(&fx), ["orders/3"]);
+}
+
+/// The ordered release a handoff request starts: the term ends and is awaited, then the release,
+/// then a standby that holds off a poll.
+fn assert_hands_over(c: &mut Coordinator, fx: &[Effect], lease: &str, epoch: Epoch, at: Instant) {
+    assert!(
+        announced(
+            fx,
+            &Announcement::HandoffRequested {
+                lease: lease.into(),
+                epoch
+            }
+        ),
+        "{fx:?}"
+    );
+    assert_eq!(end_terms(fx), [(lease, epoch, EndReason::Releasing, true)]);
+    assert!(
+        releases(fx).is_empty(),
+        "no release before the plugins stopped"
+    );
+    let fx = c.step(
+        Event::TermStopped {
+            lease: lease.into(),
+            epoch,
+        },
+        at + ms(5),
+    );
+    assert_eq!(releases(&fx), [(lease, epoch)]);
+    let released = at + ms(10);
+    let fx = c.step(
+        Event::ReleaseDone {
+            lease: lease.into(),
+            result: Ok(true),
+        },
+        released,
+    );
+    assert!(campaigns(&fx).is_empty(), "{fx:?}");
+    assert_eq!(c.view(lease), Some((Role::Standby, None)));
+    // Its own release notice does not bring the lease straight back.
+    let echo = Event::ReleasedElsewhere {
+        lease: lease.into(),
+    };
+    assert!(campaigns(&c.step(echo, released + ms(1))).is_empty());
+    assert!(campaigns(&c.step(Event::Tick, released + ms(2999))).is_empty());
+}
+
+#[test]
+fn a_handoff_notice_alone_gives_up_nothing_it_renews_at_once_and_the_answer_decides() {
+    // On PostgreSQL any role that may connect can send the notice, a plugin's SQL role included:
+    // were the notice enough, such a role could make the holder step down again and again.
+    let t0 = start();
+    let mut c = leader("a", 4, t0, ms(10));
+    let at = t0 + ms(300);
+    let notice = || Event::HandoffNoticed {
+        lease: "a".into(),
+        epoch: 4,
+    };
+    let fx = c.step(notice(), at);
+    assert!(end_terms(&fx).is_empty(), "{fx:?}");
+    assert_eq!(renewal(&fx).0, [req("a", 4)], "renewed at once");
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(4))));
+    // A forged notice: the row holds no request, the lease is kept and renewed as usual.
+    let fx = c.step(renewed(&["a"], &[], None), at + ms(5));
+    assert!(end_terms(&fx).is_empty(), "{fx:?}");
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(4))));
+    // A real one 50 ms later: within the retry interval of the last renewal a notice brought
+    // forward, so it is renewed for at that interval's end, and that renewal reads the request.
+    let fx = c.step(notice(), at + ms(50));
+    assert!(renewals(&fx).is_empty(), "{fx:?}");
+    let at = at + ms(200);
+    assert_eq!(c.next_deadline(), Some(at));
+    let fx = c.step(Event::Tick, at);
+    assert_eq!(renewal(&fx).0.len(), 1, "{fx:?}");
+    let fx = c.step(
+        Event::RenewDone {
+            result: Ok(Renewed {
+                landed: names(&["a"]),
+                busy: Vec::new(),
+                db_now: None,
+                handoffs: names(&["a"]),
+            }),
+        },
+        at + ms(5),
+    );
+    assert_hands_over(&mut c, &fx, "a", 4, at + ms(5));
+}
+
+#[test]
+fn a_handoff_notice_heard_during_a_renewal_renews_again_as_soon_as_it_returns() {
+    // The batch in flight may have read the row before the request was written.
+    let t0 = start();
+    let mut c = leader("a", 4, t0, ms(10));
+    let sent = t0 + ms(1000);
+    assert_eq!(renewal(&c.step(Event::Tick, sent)).0.len(), 1);
+    let notice = Event::HandoffNoticed {
+        lease: "a".into(),
+        epoch: 4,
+    };
+    assert!(c.step(notice, sent + ms(1)).is_empty());
+    let back = sent + ms(5);
+    let fx = c.step(renewed(&["a"], &[], None), back);
+    assert_eq!(renewal(&fx).0, [req("a", 4)], "renewed again at once");
+    // Only once: the renewal after that keeps its cadence.
+    let fx = c.step(renewed(&["a"], &[], None), back + ms(5));
+    assert!(renewals(&fx).is_empty(), "{fx:?}");
+    assert!(renewals(&c.step(Event::Tick, back + ms(6))).is_empty());
+}
+
+#[test]
+fn a_flood_of_handoff_notices_costs_one_renewal_per_retry_interval_at_most() {
+    // Forged lines in a SQLite event file, or NOTIFYs on PostgreSQL, one a millisecond for 5 s,
+    // each renewal answered in 1 ms: besides the 5 of the cadence, at most one renewal per retry
+    // interval (200 ms here), where each notice renewed back to back before.
+    let t0 = start();
+    let mut c = leader("a", 4, t0, ms(10));
+    let mut renewed_at = Vec::new();
+    let mut in_flight = false;
+    for tick in 0..5000 {
+        let now = t0 + ms(10 + tick);
+        if in_flight {
+            in_flight = !renewals(&c.step(renewed(&["a"], &[], None), now)).is_empty();
+            if in_flight {
+                renewed_at.push(now);
+            }
+        }
+        let notice = Event::HandoffNoticed {
+            lease: "a".into(),
+            epoch: 4,
+        };
+        let mut fx = c.step(notice, now);
+        if c.next_deadline().is_some_and(|d| d <= now) {
+            fx.extend(c.step(Event::Tick, now));
+        }
+        if !renewals(&fx).is_empty() {
+            assert!(!in_flight, "two renewals in flight at {:?}", now - t0);
+            in_flight = true;
+            renewed_at.push(now);
+        }
+    }
+    let count = renewed_at.len();
+    assert!(count <= 5 + 5000 / 200 + 1, "{count} renewals in 5 s");
+    for pair in renewed_at.windows(2) {
+        assert!(pair[1] - pair[0] >= ms(200), "{renewed_at:?}");
+    }
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(4))));
+}
+
+#[test]
+fn a_handoff_notice_for_another_epoch_or_lease_changes_nothing() {
+    let t0 = start();
+    let mut c = leader("a", 4, t0, ms(10));
+    let before = c.next_deadline();
+    for (lease, epoch) in [("a", 3), ("a", 5), ("b", 4)] {
+        let fx = c.step(
+            Event::HandoffNoticed {
+                lease: lease.into(),
+                epoch,
+            },
+            t0 + ms(300),
+        );
+        assert!(fx.is_empty(), "{lease} at {epoch}: {fx:?}");
+    }
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(4))));
+    assert_eq!(c.next_deadline(), before);
+    // A standby asked (the request raced its campaign) has nothing to give up.
+    let mut s = coordinator(&["a"], t0);
+    s.step(Event::Tick, t0);
+    s.step(campaign_done("a", Ok(None)), t0);
+    let fx = s.step(
+        Event::HandoffNoticed {
+            lease: "a".into(),
+            epoch: 4,
+        },
+        t0 + ms(1),
+    );
+    assert!(fx.is_empty(), "{fx:?}");
+}
+
+#[test]
+fn a_renewal_that_reports_a_handoff_request_renews_then_hands_the_lease_over() {
+    let t0 = start();
+    let mut c = leader_of_two(t0);
+    let sent = t0 + ms(1000);
+    let (batch, _) = renewal(&c.step(Event::Tick, sent));
+    assert_eq!(batch.len(), 2);
+    let at = sent + ms(5);
+    let fx = c.step(
+        Event::RenewDone {
+            result: Ok(Renewed {
+                landed: names(&["a", "b"]),
+                busy: Vec::new(),
+                db_now: None,
+                handoffs: names(&["b"]),
+            }),
+        },
+        at,
+    );
+    assert_eq!(extensions(&fx).len(), 2, "{fx:?}");
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))), "a is kept");
+    assert_hands_over(&mut c, &fx, "b", 2, at);
+}
+
+#[test]
+fn a_lone_renewal_that_reports_a_handoff_request_hands_the_lease_over() {
+    let t0 = start();
+    let mut c = leader_of_two(t0);
+    let sent = t0 + ms(1000);
+    c.step(Event::Tick, sent);
+    let fx = c.step(renewed(&["a"], &["b"], None), sent + ms(5));
+    assert_eq!(lone_renewals(&fx).len(), 1);
+    let at = sent + ms(20);
+    let fx = c.step(
+        Event::RenewOneDone {
+            lease: "b".into(),
+            result: Ok(RenewedOne {
+                landed: true,
+                db_now: None,
+                handoff: true,
+            }),
+        },
+        at,
+    );
+    assert_hands_over(&mut c, &fx, "b", 2, at);
+}
+
+#[test]
+fn a_free_lease_whose_row_is_locked_is_retried_soon_and_announced_when_found_locked_again() {
+    let t0 = start();
+    let mut c = coordinator(&["a", "b"], t0);
+    c.step(Event::Tick, t0);
+    let locked = |won: &[(&str, Epoch)]| Event::CampaignDone {
+        result: Ok(CampaignedMany {
+            locked: vec![("b".to_string(), vec![4242])],
+            ..campaigned_many(won, &[("b", None)])
+        }),
+    };
+    let fx = c.step(locked(&[("a", 1)]), t0 + ms(2));
+    // The other lease is not held up, and a first sighting (another standby's campaign has the
+    // row for a moment) is not worth a warning.
+    assert_eq!(start_terms(&fx).len(), 1);
+    assert!(
+        !fx.iter()
+            .any(|e| matches!(e, Effect::Announce(Announcement::CampaignBlocked { .. })))
+    );
+    // Again after the retry interval (with its jitter), not after a poll.
+    let at = c.next_deadline().unwrap();
+    assert!(at <= t0 + ms(2) + ms(240), "{:?}", at - t0);
+    assert_eq!(campaigns(&c.step(Event::Tick, at)), ["b"]);
+    let fx = c.step(locked(&[]), at + ms(1));
+    let blocked: Vec<_> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Announce(Announcement::CampaignBlocked {
+                lease, locked_by, ..
+            }) => Some((lease.as_str(), locked_by.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(blocked, [("b", vec![4242])]);
+    // Once per run of sightings.
+    let at = c.next_deadline().unwrap();
+    c.step(Event::Tick, at);
+    let fx = c.step(locked(&[]), at + ms(1));
+    assert!(
+        !fx.iter()
+            .any(|e| matches!(e, Effect::Announce(Announcement::CampaignBlocked { .. })))
+    );
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+}

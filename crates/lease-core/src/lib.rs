@@ -1,0 +1,50 @@
+//! The pure core of leasehold's lease protocol: what a lease is, how its timing relates, and the
+//! coordinator that decides, for every lease a replica campaigns for, what to do next. Nothing
+//! here reads a clock, draws an unseeded random number, does I/O or needs a runtime: the driver in
+//! `leasehold-lease` feeds it events and instants and carries out its effects, and the simulator
+//! feeds it the same from a seed (docs/ARCHITECTURE.md §3, §10).
+//!
+//! # Order
+//!
+//! Each module may use the modules listed before it and never one listed after it
+//! (`host/tests/layers.rs` checks it):
+//!
+//! 1. [`text`]: durations, driver messages and outside text as people read them;
+//! 2. [`epoch`]: the fencing token;
+//! 3. [`name`]: lease names;
+//! 4. [`timing`]: the ttl and the intervals derived from it, and how they must relate;
+//! 5. [`identity`]: the holder id, and the replica id it starts with;
+//! 6. [`history`]: the terms of each lease as the cluster recorded them, for display;
+//! 7. [`protocol`]: the safety rules this release follows, as a number the schema may require;
+//! 8. [`record`]: what the stores return: rows, campaign and renewal outcomes, release notices;
+//! 9. [`instant`]: the coordinator's instants, plain time since an origin its driver chose;
+//! 10. [`clock`]: watching the database's clock for steps;
+//! 11. [`role`]: a replica's role in a lease, and why a term ended;
+//! 12. [`coordinator`]: the state machine, one `step(event, now)` for all leases;
+//! 13. [`groups`]: lease groups' fair shares and who hands which shard to whom.
+
+pub mod clock;
+pub mod coordinator;
+pub mod epoch;
+pub mod groups;
+pub mod history;
+pub mod identity;
+pub mod instant;
+pub mod name;
+pub mod protocol;
+pub mod record;
+pub mod role;
+pub mod text;
+pub mod timing;
+
+pub use coordinator::Coordinator;
+pub use epoch::Epoch;
+pub use identity::HolderId;
+pub use instant::Instant;
+pub use name::{LeaseName, LeaseNameError};
+pub use record::{
+    Campaigned, CampaignedMany, DbMillis, GroupMember, GroupView, LeaseRecord, MemberRecord,
+    ReleaseNotice, RenewRequest, Renewed, RenewedOne,
+};
+pub use role::{EndReason, Role};
+pub use timing::{Timing, TimingError};
