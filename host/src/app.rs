@@ -23,7 +23,8 @@ use crate::config::Config;
 use crate::http::AppState;
 use crate::lease::group_runner::Runner;
 use crate::lease::groups::GroupSpec;
-use crate::lease::{Driver, Epoch, HolderId, Leases, Role, StoreError, open_store};
+use crate::lease::seams::Seams;
+use crate::lease::{Driver, Epoch, Leases, Role, StoreError, open_store};
 use crate::metrics::Metrics;
 use crate::plugin::PluginSet;
 use crate::runtime::engine::EngineOptions;
@@ -229,7 +230,10 @@ impl App {
 
     /// [`App::start`], with plugin grants reading the variables they name from `environment`.
     pub async fn start_with(config: Config, environment: Environment) -> Result<App, AppError> {
-        let holder = HolderId::generate(&config.replica_id);
+        // The one place the lease layer's wall clock and randomness come from (its seams): the
+        // system's here, a seed's in the simulator.
+        let seams = Seams::system();
+        let holder = seams.holder_id(&config.replica_id);
         if let Some(warning) = config
             .database_url
             .plaintext_warning(LEASE_DATABASE, |k| std::env::var(k).ok())
@@ -266,6 +270,7 @@ impl App {
             config.leases.iter().map(|l| l.to_string()),
             config.groups.iter().flat_map(GroupSpec::leases),
             root.clone(),
+            seams,
         );
         let mut driver = driver.with_metrics(metrics.lease.clone());
         let tasks = TaskTracker::new();

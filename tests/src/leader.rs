@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use leasehold::lease::{DatabaseUrl, Driver, HolderId, Leases, Term, Timing, open_store};
+use leasehold::lease::{DatabaseUrl, Driver, Leases, Term, Timing, open_store};
 use tokio_util::sync::CancellationToken;
 
 /// A replica holding one lease.
@@ -25,7 +25,7 @@ impl Holding {
         let root = CancellationToken::new();
         let (driver, leases) = Driver::new(
             store,
-            HolderId::generate("cap-test"),
+            leasehold::lease::seams::Seams::system().holder_id("cap-test"),
             Timing::from_ttl(ttl),
             [lease.to_string()],
             root.clone(),

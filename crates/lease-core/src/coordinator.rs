@@ -715,10 +715,10 @@ impl Coordinator {
         {
             fx.push(Effect::Announce(Announcement::HeldOff { remaining }));
         }
-        let won: std::collections::HashMap<String, Epoch> = campaigned.won.into_iter().collect();
-        let lost: std::collections::HashMap<String, Option<Duration>> =
+        let won: std::collections::BTreeMap<String, Epoch> = campaigned.won.into_iter().collect();
+        let lost: std::collections::BTreeMap<String, Option<Duration>> =
             campaigned.lost.into_iter().collect();
-        let locked: std::collections::HashMap<String, Vec<i32>> =
+        let locked: std::collections::BTreeMap<String, Vec<i32>> =
             campaigned.locked.into_iter().collect();
         for name in batch {
             if let Some(locked_by) = locked.get(&name) {

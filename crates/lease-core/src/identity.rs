@@ -11,9 +11,10 @@ use rand::Rng;
 pub struct HolderId(String);
 
 impl HolderId {
-    /// `REPLICA-xxxxxxxx`, with eight random hex digits fresh for this process.
-    pub fn generate(replica_id: &str) -> Self {
-        let suffix: u32 = rand::rng().random();
+    /// `REPLICA-xxxxxxxx`, with eight hex digits drawn from `rng`: fresh for each process when
+    /// the composition root seeds it from the system's entropy, the same for a replayed seed.
+    pub fn generate(replica_id: &str, rng: &mut impl Rng) -> Self {
+        let suffix: u32 = rng.random();
         HolderId(format!("{replica_id}-{suffix:08x}"))
     }
 
@@ -77,9 +78,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn identities_differ_per_start() {
-        let a = HolderId::generate("r1");
-        let b = HolderId::generate("r1");
+    fn identities_differ_per_draw_and_start_with_the_replica_id() {
+        use rand::SeedableRng;
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        let a = HolderId::generate("r1", &mut rng);
+        let b = HolderId::generate("r1", &mut rng);
         assert!(a.as_str().starts_with("r1-"));
         assert_ne!(a, b);
     }

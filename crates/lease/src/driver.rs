@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rand::Rng;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -22,7 +23,7 @@ use super::handle::{Leases, Releases};
 use super::health::{LoopHealth, Recorder};
 use super::identity::HolderId;
 use super::leadership::{Leadership, Term, TermControl};
-use super::seams::{self, Origin};
+use super::seams::{self, Origin, Seams};
 use super::store::{Epoch, LeaseStore, ReleaseNotice, RenewRequest, within};
 use super::timing::Timing;
 use crate::metrics::LeaseMetrics;
@@ -61,6 +62,8 @@ pub struct Driver {
     coordinator: Coordinator,
     /// Where the coordinator's instants count from.
     origin: Origin,
+    /// The wall clock terms are stamped with, and the jitter's seed.
+    seams: Seams,
     /// The store the effects go to.
     store: Arc<dyn LeaseStore>,
     /// This process's holder id.
@@ -95,7 +98,9 @@ pub struct Driver {
 
 impl Driver {
     /// A driver for `leases`, and the [`Leases`] handle the rest of the host uses. Cancelling `root`
-    /// releases every lease in order and makes [`Driver::run`] return.
+    /// releases every lease in order and makes [`Driver::run`] return. The system's wall clock
+    /// and entropy; the composition root hands in its own [`Seams`] through
+    /// [`Driver::with_shards`].
     pub fn new(
         store: Arc<dyn LeaseStore>,
         holder: HolderId,
@@ -103,11 +108,12 @@ impl Driver {
         leases: impl IntoIterator<Item = String>,
         root: CancellationToken,
     ) -> (Driver, Arc<Leases>) {
-        Self::with_shards(store, holder, timing, leases, [], root)
+        Self::with_shards(store, holder, timing, leases, [], root, Seams::system())
     }
 
     /// [`Driver::new`], with the shards of lease groups too: campaigned for only once their
-    /// group's runner assigns them to this replica ([`Leases::assign`]).
+    /// group's runner assigns them to this replica ([`Leases::assign`]), and the wall clock and
+    /// random source of `seams`.
     pub fn with_shards(
         store: Arc<dyn LeaseStore>,
         holder: HolderId,
@@ -115,13 +121,11 @@ impl Driver {
         leases: impl IntoIterator<Item = String>,
         shards: impl IntoIterator<Item = String>,
         root: CancellationToken,
+        seams: Seams,
     ) -> (Driver, Arc<Leases>) {
         let leases: Vec<String> = leases.into_iter().collect();
         let shards: Vec<String> = shards.into_iter().collect();
-        let seed = {
-            use std::hash::{BuildHasher, RandomState};
-            RandomState::new().hash_one(holder.as_str())
-        };
+        let seed = seams.rng("coordinator").random();
         let origin = Origin::now();
         let coordinator = Coordinator::with_shards(
             timing,
@@ -149,6 +153,7 @@ impl Driver {
         let driver = Driver {
             coordinator,
             origin,
+            seams,
             store,
             holder,
             root,
@@ -192,7 +197,10 @@ impl Driver {
                 .coordinator
                 .next_deadline()
                 .map(|t| self.origin.to_runtime(t));
+            // Biased: branches are polled in this order, not in the runtime's random one, so a
+            // seeded run replays exactly; every queue is drained into the batch below anyway.
             let event = tokio::select! {
+                biased;
                 _ = self.root.cancelled(), if !shutdown_seen => {
                     shutdown_seen = true;
                     match self.groups_left.take() {
@@ -438,6 +446,7 @@ impl Driver {
             (lease.clone(), epoch, change),
             self.root.child_token(),
             safe_until,
+            &self.seams,
         );
         logs::term_started(&lease, epoch);
         self.terms.insert(lease, ActiveTerm { term, control });

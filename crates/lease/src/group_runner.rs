@@ -104,6 +104,7 @@ impl Runner {
             self.leases
                 .publish_groups(self.members.iter().map(|m| m.status().clone()).collect());
             tokio::select! {
+                biased;
                 _ = root.cancelled() => {}
                 _ = self.leases.released_elsewhere() => {}
                 _ = self.closed.changed() => {}

@@ -220,7 +220,7 @@ pub async fn wait(
     timeout: Duration,
 ) -> Result<Outcome, StoreError> {
     let name = asked.lease.to_string();
-    let deadline = tokio::time::Instant::now() + timeout;
+    let deadline = crate::seams::now() + timeout;
     let mut released = false;
     let moved = loop {
         let row = store.get(std::slice::from_ref(&name)).await?;
@@ -229,7 +229,7 @@ pub async fn wait(
             Some(row) if row.epoch > asked.epoch || !row.is_held() => released = true,
             _ => {}
         }
-        if tokio::time::Instant::now() >= deadline {
+        if crate::seams::now() >= deadline {
             break None;
         }
         tokio::time::sleep(POLL).await;

@@ -12,7 +12,9 @@
 //! level.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tracing::{info, warn};
 
@@ -362,7 +364,7 @@ impl Recorder {
                 Ok(value)
             }
             Err(e) => {
-                let (cause, say) = self.health.failed(op, &e, Instant::now());
+                let (cause, say) = self.health.failed(op, &e, crate::seams::now());
                 self.metrics.count_store_error(op, cause.as_str());
                 let text = e.to_string();
                 let why = cause.says();
@@ -396,7 +398,7 @@ mod tests {
             op: "campaign",
             after: Duration::from_secs(1),
         };
-        let t0 = Instant::now();
+        let t0 = crate::seams::now();
         assert_eq!(
             health.failed("campaign", &timeout, t0),
             (Cause::Timeout, Say::Began)

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tokio_util::task::TaskTracker;
 
+use crate::seams::{self, Seams};
 use leasehold_lease_core::epoch::Epoch;
 pub use leasehold_lease_core::role::{EndReason, Role};
 
@@ -84,6 +85,8 @@ pub struct TermControl {
     safe_until: watch::Sender<Instant>,
     /// Where the end is recorded, shared with the term.
     ended: Arc<OnceLock<TermEnd>>,
+    /// The wall clock the end is recorded by.
+    seams: Seams,
 }
 
 impl TermControl {
@@ -98,7 +101,7 @@ impl TermControl {
     pub fn end_for(&self, reason: EndReason) {
         let _ = self.ended.set(TermEnd {
             reason,
-            at: SystemTime::now(),
+            at: self.seams.wall(),
         });
         self.end();
     }
@@ -126,10 +129,12 @@ impl Term {
     /// Starts a term of `lease` at `epoch` under `token` (a child of the process's root), to end
     /// no later than `safe_until`; the driver keeps the [`TermControl`].
     /// `change` is the lease's [`Leadership::changes`] count with this start.
+    /// Its wall-clock times (began, ended) come from `seams`.
     pub fn start(
         (lease, epoch, change): (String, Epoch, u64),
         token: CancellationToken,
         safe_until: Instant,
+        seams: &Seams,
     ) -> (Term, TermControl) {
         let tracker = TaskTracker::new();
         let (tx, rx) = watch::channel(safe_until);
@@ -138,7 +143,7 @@ impl Term {
             lease,
             epoch,
             change,
-            began: SystemTime::now(),
+            began: seams.wall(),
             token: token.clone(),
             ended: ended.clone(),
             tracker: tracker.clone(),
@@ -149,6 +154,7 @@ impl Term {
             tracker,
             safe_until: tx,
             ended,
+            seams: seams.clone(),
         };
         (term, control)
     }
@@ -161,6 +167,7 @@ impl Term {
             (lease.to_string(), epoch, 1),
             CancellationToken::new(),
             safe_until,
+            &Seams::system(),
         )
     }
 
@@ -207,7 +214,7 @@ impl Term {
 
     /// [`Term::is_live_at`] now.
     pub fn is_live(&self) -> bool {
-        self.is_live_at(Instant::now())
+        self.is_live_at(seams::now())
     }
 
     /// After the deadline passed: waits until a renewal that landed in time moves it forward
@@ -218,10 +225,11 @@ impl Term {
             if self.token.is_cancelled() {
                 return false;
             }
-            if Instant::now() < *safe_until.borrow_and_update() {
+            if seams::now() < *safe_until.borrow_and_update() {
                 return true;
             }
             tokio::select! {
+                biased;
                 _ = self.token.cancelled() => return false,
                 changed = safe_until.changed() => if changed.is_err() { return false },
             }

@@ -3,8 +3,8 @@
 //! injectable outages and clock steps.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -84,9 +84,29 @@ pub enum Health {
     Hanging = 2,
 }
 
+/// The clock a memory store judges expiry by: the calling runtime's unless one is handed in (a
+/// simulator's world clock, which no replica's own clock reads).
+#[derive(Clone)]
+pub struct StoreClock(Arc<dyn Fn() -> Instant + Send + Sync>);
+
+impl StoreClock {
+    /// A clock that reads `now`.
+    pub fn new(now: impl Fn() -> Instant + Send + Sync + 'static) -> StoreClock {
+        StoreClock(Arc::new(now))
+    }
+}
+
+impl std::fmt::Debug for StoreClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreClock")
+    }
+}
+
 /// The in-memory store. Share it between drivers with an `Arc` to simulate several replicas.
 #[derive(Debug)]
 pub struct MemoryStore {
+    /// The clock expiry is judged by, before steps.
+    clock: StoreClock,
     /// The lease rows by name.
     rows: Mutex<BTreeMap<String, Row>>,
     /// How calls answer ([`Health`]).
@@ -105,19 +125,26 @@ pub struct MemoryStore {
 
 impl Default for MemoryStore {
     fn default() -> Self {
+        MemoryStore::with_clock(StoreClock::new(crate::seams::now))
+    }
+}
+
+impl MemoryStore {
+    /// An empty store whose clock is `clock`.
+    pub fn with_clock(clock: StoreClock) -> Self {
+        let origin = (clock.0)();
         MemoryStore {
+            clock,
             rows: Mutex::new(BTreeMap::new()),
             health: AtomicU8::new(Health::Up as u8),
             releases: broadcast::channel(1024).0,
-            origin: Instant::now(),
+            origin,
             stepped: Mutex::new(Duration::ZERO),
             members: Mutex::new(BTreeMap::new()),
             calls: AtomicU64::new(0),
         }
     }
-}
 
-impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
@@ -140,9 +167,9 @@ impl MemoryStore {
         *self.stepped.lock().unwrap_or_else(|p| p.into_inner()) += by;
     }
 
-    /// The store's clock: `tokio::time` plus the steps.
+    /// The store's clock: its [`StoreClock`] plus the steps.
     fn now(&self) -> Instant {
-        Instant::now() + *self.stepped.lock().unwrap_or_else(|p| p.into_inner())
+        (self.clock.0)() + *self.stepped.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A reading of the store's clock.
@@ -486,6 +513,7 @@ impl LeaseStore for MemoryStore {
         tokio::spawn(async move {
             loop {
                 let notice = tokio::select! {
+                    biased;
                     _ = shutdown.cancelled() => return,
                     r = sub.recv() => match r {
                         Ok(notice) => notice,

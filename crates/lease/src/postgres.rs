@@ -484,7 +484,7 @@ async fn migrate(pool: &PgPool, url: &str, lock_wait: Duration) -> Result<(), St
     };
     // The advisory lock serialises concurrent migrators; a retry covers the rare race on creating
     // the bookkeeping table itself.
-    let deadline = tokio::time::Instant::now() + lock_wait;
+    let deadline = crate::seams::now() + lock_wait;
     let mut attempt = 0;
     loop {
         // On a connection of its own, closed after a failure: the advisory lock is held by the

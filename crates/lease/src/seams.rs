@@ -12,6 +12,7 @@
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, SystemTime};
 
+use leasehold_lease_core::identity::HolderId;
 use leasehold_lease_core::instant::Instant as CoreInstant;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -98,6 +99,11 @@ impl Seams {
             Wall::System => SystemTime::now(),
             Wall::Simulated { at, origin } => at + now().saturating_duration_since(origin),
         }
+    }
+
+    /// This replica's holder id: `replica_id` and a suffix drawn from the seed.
+    pub fn holder_id(&self, replica_id: &str) -> HolderId {
+        HolderId::generate(replica_id, &mut self.rng("holder"))
     }
 
     /// A random source for one `purpose` (`"holder"`, `"jitter"`, …): the same seed and purpose

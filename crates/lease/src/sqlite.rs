@@ -113,6 +113,8 @@ impl MachineClock {
             t.tv_sec * 1000 + t.tv_nsec / 1_000_000
         }
         #[cfg(not(target_os = "linux"))]
+        #[allow(clippy::disallowed_methods)]
+        // the database's clock: SQLite has none of its own
         {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -169,7 +171,7 @@ impl SqliteStore {
         // Several processes opening a new file at once race to switch it to WAL and to migrate it.
         // SQLite has no advisory lock for that, so the losers retry until `connect_timeout`; errors
         // that no retry can fix (a missing directory, a corrupt file) are reported at once.
-        let deadline = tokio::time::Instant::now() + connect_timeout;
+        let deadline = crate::seams::now() + connect_timeout;
         let mut attempt = 0u64;
         loop {
             attempt += 1;
@@ -210,7 +212,7 @@ impl SqliteStore {
                     source,
                 }),
             };
-            if tokio::time::Instant::now() >= deadline || !is_contention(&error) {
+            if crate::seams::now() >= deadline || !is_contention(&error) {
                 return Err(error);
             }
             debug!(error = %error, attempt, "opening the lease file raced another process; retrying");
@@ -298,6 +300,7 @@ fn is_contention(error: &StoreError) -> bool {
 
 /// The machine's wall clock in milliseconds since the Unix epoch: what terms are recorded with.
 /// Only shown, never judged, so a step of it only skews the history.
+#[allow(clippy::disallowed_methods)] // the database's wall clock: SQLite has none of its own
 fn wall_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -528,8 +531,8 @@ impl LeaseStore for SqliteStore {
             db_now: Some(now),
             ..CampaignedMany::default()
         };
-        let held: std::collections::HashMap<String, i64> = held.into_iter().collect();
-        let won: std::collections::HashSet<&str> =
+        let held: std::collections::BTreeMap<String, i64> = held.into_iter().collect();
+        let won: std::collections::BTreeSet<&str> =
             out.won.iter().map(|(n, _)| n.as_str()).collect();
         for name in names {
             if !won.contains(name.as_str()) {

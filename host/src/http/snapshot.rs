@@ -349,13 +349,13 @@ mod tests {
     use super::*;
     use crate::http::LeaseStatus;
     use crate::lease::memory::{Health, MemoryStore};
-    use crate::lease::{Driver, HolderId, Role, Timing};
+    use crate::lease::{Driver, Role, Timing};
 
     /// Snapshots of a replica of lease `leader` on `store`, and its driver (not running).
     fn replica(store: &Arc<MemoryStore>) -> (Driver, Arc<Leases>, Snapshots) {
         let (driver, leases) = Driver::new(
             store.clone(),
-            HolderId::generate("a"),
+            crate::lease::seams::Seams::system().holder_id("a"),
             Timing::from_ttl(Duration::from_secs(3)),
             ["leader".to_string()],
             CancellationToken::new(),

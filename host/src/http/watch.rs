@@ -379,6 +379,7 @@ mod tests {
             ("orders".to_string(), epoch, change),
             CancellationToken::new(),
             Instant::now() + Duration::from_secs(60),
+            &crate::lease::seams::Seams::system(),
         );
         let leadership = Leadership {
             role: Role::Leader,

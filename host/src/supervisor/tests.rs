@@ -16,7 +16,7 @@ use super::Supervisor;
 use super::status::{PluginStatus, StatusBoard};
 use crate::capability::Capabilities;
 use crate::lease::memory::{Health, MemoryStore};
-use crate::lease::{DatabaseUrl, Driver, HolderId, Leases, Role, Timing};
+use crate::lease::{DatabaseUrl, Driver, Leases, Role, Timing};
 use crate::metrics::Metrics;
 use crate::runtime::Runtime;
 use crate::runtime::engine::EngineOptions;
@@ -73,7 +73,7 @@ async fn replica(plugin: &str, manifest: &str, ttl: Duration) -> Replica {
     let root = CancellationToken::new();
     let (driver, leases) = Driver::new(
         store.clone(),
-        HolderId::generate("sup"),
+        crate::lease::seams::Seams::system().holder_id("sup"),
         Timing::from_ttl(ttl),
         ["leader".to_string()],
         root.clone(),

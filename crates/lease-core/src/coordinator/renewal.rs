@@ -31,11 +31,11 @@ impl Coordinator {
                 } else {
                     due
                 });
-                let landed: std::collections::HashSet<&str> =
+                let landed: std::collections::BTreeSet<&str> =
                     renewed.landed.iter().map(String::as_str).collect();
-                let busy: std::collections::HashSet<&str> =
+                let busy: std::collections::BTreeSet<&str> =
                     renewed.busy.iter().map(String::as_str).collect();
-                let handoffs: std::collections::HashSet<&str> =
+                let handoffs: std::collections::BTreeSet<&str> =
                     renewed.handoffs.iter().map(String::as_str).collect();
                 for (name, epoch) in batch {
                     if landed.contains(name.as_str()) {

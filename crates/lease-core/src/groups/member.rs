@@ -23,7 +23,7 @@
 //!   its last holder's membership lapsed (its row expired rather than being deleted): a holder
 //!   that died or was cut off.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::{CountConflict, GroupSpec, GroupStatus, assign};
@@ -71,7 +71,7 @@ pub struct Member {
     /// The shards' lease names, by shard.
     leases: Vec<String>,
     /// Shard by lease name.
-    index: HashMap<String, u32>,
+    index: BTreeMap<String, u32>,
     /// Whether each shard is ours to campaign for, as last told to the coordinator (none at first).
     yours: Vec<bool>,
     /// Since when (by the database's clock) each free shard has been seen free.
@@ -83,10 +83,10 @@ pub struct Member {
     last_holder: Vec<Option<String>>,
     /// The members of the last view, and when each one's row expires unless it heartbeats (by the
     /// database's clock).
-    expiries: HashMap<String, DbMillis>,
+    expiries: BTreeMap<String, DbMillis>,
     /// Members gone since, still the last holder of some shard: whether their row lapsed (`true`)
     /// or was deleted by a graceful leave.
-    gone: HashMap<String, bool>,
+    gone: BTreeMap<String, bool>,
     /// What `/status` shows.
     status: GroupStatus,
 }
@@ -116,8 +116,8 @@ impl Member {
             index,
             free_since: BTreeMap::new(),
             giving: BTreeMap::new(),
-            expiries: HashMap::new(),
-            gone: HashMap::new(),
+            expiries: BTreeMap::new(),
+            gone: BTreeMap::new(),
             status,
         }
     }
@@ -326,7 +326,7 @@ impl Member {
 
     /// Notes which members have gone since the last view and whether their rows lapsed.
     fn note_members(&mut self, view: &GroupView) {
-        let present: HashMap<String, DbMillis> = view
+        let present: BTreeMap<String, DbMillis> = view
             .members
             .iter()
             .map(|m| {
@@ -336,7 +336,7 @@ impl Member {
                 (m.id.clone(), expires)
             })
             .collect();
-        for (id, expires) in self.expiries.drain() {
+        for (id, expires) in std::mem::take(&mut self.expiries) {
             if !present.contains_key(&id) {
                 // Gone before its row's expiry: deleted by a leave. At or after it: lapsed (give
                 // or take the rounding of the clock readings to whole milliseconds).

@@ -39,7 +39,7 @@ fn replica(store: &Arc<MemoryStore>, id: &str) -> Replica {
     let shared: Arc<dyn LeaseStore> = store.clone();
     let (driver, leases) = Driver::new(
         shared,
-        HolderId::generate(id),
+        crate::seams::Seams::system().holder_id(id),
         timing(),
         [LEASE.to_string()],
         root.clone(),
@@ -109,7 +109,7 @@ fn when_cancelled(term: &Term) -> JoinHandle<Instant> {
     let term = term.clone();
     tokio::spawn(async move {
         term.cancelled().await;
-        Instant::now()
+        crate::seams::now()
     })
 }
 
@@ -128,12 +128,12 @@ async fn a_lone_replica_acquires_and_keeps_renewing() {
     assert_eq!(epoch, 1);
     assert_eq!(term.lease, LEASE);
     let first = term.safe_until();
-    assert_eq!(first, Instant::now() + TTL - ms(250));
+    assert_eq!(first, crate::seams::now() + TTL - ms(250));
 
     // Ten ttls later: still the same term, its deadline pushed forward by every renewal.
     tokio::time::sleep(TTL * 10).await;
     assert!(!term.is_cancelled());
-    assert!(term.safe_until() > Instant::now());
+    assert!(term.safe_until() > crate::seams::now());
     assert!(term.safe_until() >= first + TTL * 9);
     let l = a.leases.leadership(LEASE).unwrap();
     assert_eq!((l.role, l.epoch), (Role::Leader, Some(1)));
@@ -162,7 +162,7 @@ async fn failing_renewals_end_the_term_by_safe_until_then_standby() {
     let running = uncertain.term.expect("the term runs until safe_until");
     assert!(!running.is_cancelled());
     let safe_until = term.safe_until();
-    assert!(Instant::now() < safe_until);
+    assert!(crate::seams::now() < safe_until);
 
     let ended_at = ended.await.unwrap();
     assert!(
@@ -177,7 +177,7 @@ async fn failing_renewals_end_the_term_by_safe_until_then_standby() {
 
     let standby = wait_for_role(&mut rx, Role::Standby, TTL).await;
     assert!(standby.term.is_none() && standby.epoch.is_none());
-    assert!(Instant::now() > safe_until);
+    assert!(crate::seams::now() > safe_until);
     // By then the store has expired the lease by its own clock.
     store.set_health(Health::Up);
     assert!(!row(&store).await.is_held());
@@ -206,9 +206,9 @@ async fn hanging_store_fails_closed() {
     tokio::time::sleep(TTL * 3).await;
     assert_eq!(a.role(), Role::Standby);
     // Shutdown does not wait for the hung store longer than a store timeout.
-    let stopping = Instant::now();
+    let stopping = crate::seams::now();
     a.stop().await;
-    assert!(Instant::now() - stopping <= timing().store_timeout);
+    assert!(crate::seams::now() - stopping <= timing().store_timeout);
 }
 
 /// (c) A renewal landing while uncertain, with the term still running: the same term goes on.
@@ -240,18 +240,18 @@ async fn recovery_before_expiry_restarts_the_term_with_the_same_epoch() {
     let mut rx = a.watch();
     let (_, term) = wait_for_leader(&mut rx, ms(10)).await;
     // The store set expires_at = now + ttl at the campaign; safe_until is 250 ms before that.
-    let expires_at = Instant::now() + TTL;
+    let expires_at = crate::seams::now() + TTL;
     store.set_health(Health::Failing);
     term.cancelled().await;
-    assert!(Instant::now() < expires_at);
+    assert!(crate::seams::now() < expires_at);
 
     // Retries go every 200 ms: one falls in the 250 ms between safe_until and the expiry.
     store.set_health(Health::Up);
     let (epoch, again) = wait_for_leader(&mut rx, ms(250)).await;
-    assert!(Instant::now() < expires_at);
+    assert!(crate::seams::now() < expires_at);
     assert_eq!(epoch, 1, "renewed, not re-acquired");
     assert!(term.is_cancelled(), "the old term stays ended");
-    assert!(again.safe_until() > Instant::now());
+    assert!(again.safe_until() > crate::seams::now());
     assert_eq!(row(&store).await.epoch, 1);
     a.stop().await;
 }
@@ -314,13 +314,13 @@ async fn two_replicas_one_leader_and_instant_handover() {
     let term = lead.term.unwrap();
     let ended = when_cancelled(&term);
 
-    let handover = Instant::now();
+    let handover = crate::seams::now();
     leader.root.cancel();
     let (epoch, _) = wait_for_leader(&mut other_rx, timing().poll_interval / 10).await;
-    let took = Instant::now() - handover;
+    let took = crate::seams::now() - handover;
     assert_eq!(epoch, 2);
     assert!(took < timing().poll_interval / 10, "took {took:?}");
-    assert!(ended.await.unwrap() <= Instant::now());
+    assert!(ended.await.unwrap() <= crate::seams::now());
     assert_eq!(leader.role(), Role::Standby);
     let r = row(&store).await;
     assert_eq!(
@@ -352,14 +352,14 @@ async fn shutdown_waits_for_term_tasks_before_releasing() {
             let r = row(&store).await;
             assert!(r.is_held(), "released while a term task still ran");
             assert_eq!((r.holder, r.epoch), (holder, 1));
-            *drained.lock().unwrap() = Some(Instant::now());
+            *drained.lock().unwrap() = Some(crate::seams::now());
         }
     });
 
-    let stopping = Instant::now();
+    let stopping = crate::seams::now();
     a.root.cancel();
     let (epoch, _) = wait_for_leader(&mut rb, TTL).await;
-    let taken = Instant::now();
+    let taken = crate::seams::now();
     let drained = drained.lock().unwrap().expect("the term task finished");
     assert_eq!(epoch, 2);
     assert_eq!(drained, stopping + ms(1500));
@@ -404,12 +404,12 @@ async fn step_down_hands_the_lease_to_the_standby() {
     tokio::time::sleep(TTL).await;
     assert_eq!(b.role(), Role::Standby);
 
-    let asked = Instant::now();
+    let asked = crate::seams::now();
     a.leases.step_down(LEASE);
     let (epoch, _) = wait_for_leader(&mut rb, ms(10)).await;
     assert_eq!(epoch, 2);
     assert!(term.is_cancelled());
-    assert!(Instant::now() - asked < ms(10));
+    assert!(crate::seams::now() - asked < ms(10));
     tokio::time::sleep(TTL).await;
     assert_eq!((a.role(), b.role()), (Role::Standby, Role::Leader));
     a.stop().await;
@@ -426,12 +426,12 @@ async fn step_down_alone_reacquires_after_a_poll() {
     let poll = timing().poll_interval;
     let (mut epoch, _) = wait_for_leader(&mut rx, ms(10)).await;
     for round in 0..20 {
-        let asked = Instant::now();
+        let asked = crate::seams::now();
         a.leases.step_down(LEASE);
         wait_for_role(&mut rx, Role::Standby, ms(10)).await;
         let (again, _) = wait_for_leader(&mut rx, poll * 2).await;
         assert_eq!(again, epoch + 1);
-        let waited = Instant::now() - asked;
+        let waited = crate::seams::now() - asked;
         assert!(
             waited >= poll,
             "round {round}: campaigned again after {waited:?}"

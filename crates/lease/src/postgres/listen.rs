@@ -116,6 +116,7 @@ impl Subscription {
                     Ok::<_, sqlx::Error>(listener)
                 };
                 let error = tokio::select! {
+                    biased;
                     _ = self.stop.cancelled() => return None,
                     r = subscribed => match r {
                         Ok(listener) => {
@@ -142,11 +143,13 @@ impl Subscription {
                     },
                 };
                 // Plus up to 20% jitter, as campaigns have: replicas that lost the server together
-                // do not all come back to it in the same millisecond.
+                // do not all come back to it in the same millisecond. PostgreSQL is never
+                // simulated, so the system's entropy will do.
+                let mut rng = crate::seams::Seams::system().rng("listen");
                 let retry_in = self
                     .backoff
-                    .mul_f64(1.0 + rand::Rng::random_range(&mut rand::rng(), 0.0..0.2));
-                let now = tokio::time::Instant::now();
+                    .mul_f64(1.0 + rand::Rng::random_range(&mut rng, 0.0..0.2));
+                let now = crate::seams::now();
                 match &mut self.failing {
                     None => {
                         self.failing = Some((now, 1, now));
@@ -163,6 +166,7 @@ impl Subscription {
                     }
                 }
                 tokio::select! {
+                    biased;
                     _ = self.stop.cancelled() => return None,
                     _ = tokio::time::sleep(retry_in) => {}
                 }
@@ -170,6 +174,7 @@ impl Subscription {
                 continue;
             };
             let received = tokio::select! {
+                biased;
                 _ = self.stop.cancelled() => return None,
                 r = listener.try_recv() => r,
             };

@@ -65,7 +65,7 @@ pub async fn lock(
         .fetch_one(&mut *conn)
         .await?;
     let key = key(&database);
-    let started = tokio::time::Instant::now();
+    let started = crate::seams::now();
     let mut said = false;
     loop {
         let taken: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
@@ -75,7 +75,7 @@ pub async fn lock(
         if taken {
             return Ok(key);
         }
-        let now = tokio::time::Instant::now();
+        let now = crate::seams::now();
         if !said && now.duration_since(started) >= SAY_AFTER {
             said = true;
             let holder = holder(conn, key).await;
@@ -153,6 +153,7 @@ pub async fn said<T>(
 ) -> T {
     tokio::pin!(work);
     tokio::select! {
+        biased;
         done = &mut work => return done,
         () = tokio::time::sleep(SAY_AFTER) => {}
     }

@@ -31,7 +31,9 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use rustix::fs::{Mode, OFlags};
 
@@ -286,6 +288,7 @@ impl EventFile {
         tokio::spawn(async move {
             loop {
                 tokio::select! {
+                    biased;
                     _ = shutdown.cancelled() => return,
                     poke = pokes.recv() => if poke.is_none() { return },
                 }
@@ -383,7 +386,7 @@ impl Dropped {
     /// Logs what was dropped since the last report, unless that was within
     /// [`DROP_REPORT_INTERVAL`].
     fn report(&mut self, path: &Path) {
-        let now = Instant::now();
+        let now = crate::seams::now();
         if self.lines == 0
             || self
                 .reported

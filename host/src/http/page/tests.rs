@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::{CONTENT_SECURITY_POLICY, INDEX_HTML, PAGE_CSS, PAGE_JS};
 use crate::http::{AppState, Status, serve};
 use crate::lease::memory::MemoryStore;
-use crate::lease::{Driver, HolderId, Timing};
+use crate::lease::{Driver, Timing};
 use crate::metrics::Metrics;
 use crate::supervisor::status::{PluginCard, PluginState, StatusBoard};
 
@@ -21,7 +21,7 @@ use crate::supervisor::status::{PluginCard, PluginState, StatusBoard};
 async fn serving() -> (String, CancellationToken) {
     let (_driver, leases) = Driver::new(
         Arc::new(MemoryStore::new()),
-        HolderId::generate("page"),
+        crate::lease::seams::Seams::system().holder_id("page"),
         Timing::from_ttl(Duration::from_secs(3)),
         ["leader".to_string()],
         CancellationToken::new(),
