@@ -1,0 +1,248 @@
+//! What a run did, in true simulated time: the event log a seed's hash is taken of, and what the
+//! oracle judges: each epoch won and by whom, how long the database let each term live, and
+//! every side effect of a term's work. Replicas never read any of it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use leasehold_lease_core::Epoch;
+use sha2::{Digest, Sha256};
+
+/// The one true clock of a run, in nanoseconds since it began: what the world loop advances and
+/// what every record is stamped with. No replica reads it; the memory store's clock derives from
+/// it (with the database's drift and steps).
+#[derive(Debug, Clone, Default)]
+pub struct TrueClock(Arc<AtomicU64>);
+
+impl TrueClock {
+    /// Now, since the run began.
+    pub fn now(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Ordering::SeqCst))
+    }
+
+    /// Moves the clock to `to` (never back).
+    pub fn set(&self, to: Duration) {
+        let nanos = u64::try_from(to.as_nanos()).unwrap_or(u64::MAX);
+        self.0.fetch_max(nanos, Ordering::SeqCst);
+    }
+}
+
+/// A point of the run: true time, and the order of execution within one instant (the world
+/// loop runs one replica at a time, so this order is a serialisation consistent with what
+/// each saw of the others through the store).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct At {
+    /// True time.
+    pub t: Duration,
+    /// Execution order.
+    pub seq: u64,
+}
+
+/// One side effect of a term's work.
+#[derive(Debug, Clone)]
+pub struct Effect {
+    /// When.
+    pub at: At,
+    /// The replica that ran it.
+    pub replica: String,
+    /// The lease.
+    pub lease: String,
+    /// The term's epoch.
+    pub epoch: Epoch,
+}
+
+/// An epoch handed out.
+#[derive(Debug, Clone)]
+pub struct Win {
+    /// When the store applied the campaign.
+    pub at: At,
+    /// The lease.
+    pub lease: String,
+    /// The epoch.
+    pub epoch: Epoch,
+    /// The holder id that won it.
+    pub holder: String,
+}
+
+/// A broken promise, found while the run went on or by the oracle after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Which promise.
+    pub rule: &'static str,
+    /// What happened, with times.
+    pub detail: String,
+}
+
+/// The record itself; shared by the world, the fault layers of every replica and the work of
+/// every term.
+#[derive(Debug, Default)]
+pub struct Record {
+    seq: u64,
+    /// Every line of the event log.
+    pub log: Vec<String>,
+    /// Epochs won, in execution order.
+    pub wins: Vec<Win>,
+    /// Until when (true time) the database lets each term live, by the statements that
+    /// applied: the apply time plus the ttl on the database's clock, steps left out.
+    pub expiries: BTreeMap<(String, Epoch), Duration>,
+    /// Every side effect.
+    pub effects: Vec<Effect>,
+    /// Promises found broken while the run went on.
+    pub violations: Vec<Violation>,
+    /// Whether to print each log line as it is written (`make sim SEED=…`).
+    pub echo: bool,
+}
+
+/// The record, shared.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    record: Arc<Mutex<Record>>,
+    clock: TrueClock,
+}
+
+impl History {
+    /// An empty history on `clock`.
+    pub fn new(clock: TrueClock, echo: bool) -> History {
+        let history = History {
+            record: Arc::default(),
+            clock,
+        };
+        history.lock().echo = echo;
+        history
+    }
+
+    /// The true clock.
+    pub fn clock(&self) -> &TrueClock {
+        &self.clock
+    }
+
+    /// The record, locked. Nothing holds it across an await.
+    pub fn lock(&self) -> MutexGuard<'_, Record> {
+        self.record.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Now, as the next point of the run.
+    pub fn at(&self) -> At {
+        let mut record = self.lock();
+        record.seq += 1;
+        At {
+            t: self.clock.now(),
+            seq: record.seq,
+        }
+    }
+
+    /// Writes a line of the event log.
+    pub fn note(&self, text: impl AsRef<str>) {
+        let t = self.clock.now();
+        let mut record = self.lock();
+        record.seq += 1;
+        let line = format!("{:>10.3} {}", t.as_secs_f64() * 1000.0, text.as_ref());
+        if record.echo {
+            println!("{line}");
+        }
+        record.log.push(line);
+    }
+
+    /// Records a broken promise at once (and in the log).
+    pub fn violation(&self, rule: &'static str, detail: String) {
+        self.note(format!("VIOLATION {rule}: {detail}"));
+        self.lock().violations.push(Violation { rule, detail });
+    }
+
+    /// Records that the store handed `epoch` of `lease` to `holder`; it lives until `until`
+    /// (true time) unless renewed.
+    pub fn won(&self, lease: &str, epoch: Epoch, holder: &str, until: Duration) {
+        let at = self.at();
+        self.note(format!("store: {holder} won {lease} at epoch {epoch}"));
+        let mut record = self.lock();
+        record.wins.push(Win {
+            at,
+            lease: lease.to_string(),
+            epoch,
+            holder: holder.to_string(),
+        });
+        let entry = record
+            .expiries
+            .entry((lease.to_string(), epoch))
+            .or_default();
+        *entry = (*entry).max(until);
+    }
+
+    /// Records that a renewal of `epoch` of `lease` applied: the term lives until `until`.
+    pub fn renewed(&self, lease: &str, epoch: Epoch, until: Duration) {
+        let mut record = self.lock();
+        let entry = record
+            .expiries
+            .entry((lease.to_string(), epoch))
+            .or_default();
+        *entry = (*entry).max(until);
+    }
+
+    /// Records that the database let go of `epoch` of `lease` now (a release): no work of it may
+    /// come after.
+    pub fn released(&self, lease: &str, epoch: Epoch) {
+        let now = self.clock.now();
+        let mut record = self.lock();
+        if let Some(until) = record.expiries.get_mut(&(lease.to_string(), epoch)) {
+            *until = (*until).min(now);
+        }
+    }
+
+    /// Records one side effect of the work of `epoch` of `lease` on `replica`, and judges it
+    /// at once: no work of a term after the time the database lets it live, by true time.
+    pub fn effect(&self, replica: &str, lease: &str, epoch: Epoch) {
+        let at = self.at();
+        let until = self
+            .lock()
+            .expiries
+            .get(&(lease.to_string(), epoch))
+            .copied();
+        match until {
+            Some(until) if at.t < until => {}
+            Some(until) => self.violation(
+                "no work after the term's deadline",
+                format!(
+                    "{replica} worked for {lease} at epoch {epoch} at {:.3} ms, after the database let the term go at {:.3} ms",
+                    ms(at.t),
+                    ms(until)
+                ),
+            ),
+            None => self.violation(
+                "no work after the term's deadline",
+                format!(
+                    "{replica} worked for {lease} at epoch {epoch} at {:.3} ms, an epoch the store never handed out",
+                    ms(at.t)
+                ),
+            ),
+        }
+        self.lock().effects.push(Effect {
+            at,
+            replica: replica.to_string(),
+            lease: lease.to_string(),
+            epoch,
+        });
+    }
+
+    /// The SHA-256 of the event log, in hex.
+    pub fn hash(&self) -> String {
+        let record = self.lock();
+        let mut h = Sha256::new();
+        for line in &record.log {
+            h.update(line.as_bytes());
+            h.update(b"\n");
+        }
+        let mut out = String::new();
+        for b in h.finalize() {
+            let _ = write!(out, "{b:02x}");
+        }
+        out
+    }
+}
+
+/// Milliseconds, for reports.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

@@ -1,0 +1,290 @@
+//! One seeded run: the world loop. It draws the scenario, starts the replicas, and then, step by
+//! step, moves true time on by a seeded amount, does what is due (a freeze, a crash, a step of
+//! the database clock…) and runs every live replica up to the new time, in a seeded order. After
+//! the faults heal it watches for every lease to have a live holder again; then the oracle reads
+//! the history.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::FutureExt;
+use leasehold_lease::groups::GroupSpec;
+use leasehold_lease::memory::{MemoryStore, StoreClock};
+use leasehold_lease::role::Role;
+use leasehold_lease::store::LeaseStore;
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+use crate::history::{History, TrueClock, Violation, ms};
+use crate::oracle;
+use crate::plan::{Happening, Plan};
+use crate::replica::{Life, Replica, Spec, World};
+
+/// What a run found.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The seed.
+    pub seed: u64,
+    /// Every broken promise.
+    pub violations: Vec<Violation>,
+    /// The SHA-256 of the event log.
+    pub hash: String,
+    /// The event log.
+    pub log: Vec<String>,
+}
+
+/// Runs `seed`; with `echo`, prints the event log as it is written.
+pub fn run(seed: u64, echo: bool) -> anyhow::Result<Outcome> {
+    let plan = Plan::draw(seed);
+    let clock = TrueClock::default();
+    let history = History::new(clock.clone(), echo);
+    history.note(format!("seed {seed}: {plan:?}"));
+    let db_rate = plan.db_rate;
+    let db_clock = {
+        // Only differences between readings matter: any fixed point serves as the origin.
+        let base = tokio::time::Instant::from_std(std::time::Instant::now());
+        let clock = clock.clone();
+        StoreClock::new(move || base + clock.now().mul_f64(db_rate))
+    };
+    let store = Arc::new(MemoryStore::with_clock(db_clock));
+    let faulty = Arc::new(AtomicBool::new(true));
+    let world = World {
+        store: store.clone(),
+        rates: plan.faults,
+        faulty: faulty.clone(),
+        history: history.clone(),
+        db_rate,
+    };
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed);
+    let spec = |i: usize| Spec {
+        name: format!("r{i}"),
+        leases: plan.leases.clone(),
+        groups: plan.groups.clone(),
+        timing: plan.timing,
+        rate: plan.rates[i],
+    };
+    let mut replicas: Vec<Replica> = (0..plan.replicas).map(|i| Replica::new(spec(i))).collect();
+    for r in &mut replicas {
+        r.start(&world, rng.random())?;
+    }
+    let ttl = plan.timing.ttl;
+    let mut happenings = plan.happenings.clone();
+    // Restarts due, by replica: (true time, what).
+    let mut starts: BTreeMap<usize, Duration> = BTreeMap::new();
+    let mut last_step: Option<Duration> = None;
+    let end = plan.heal_at + plan.tail;
+    let mut healed = false;
+    let mut settled: Option<Duration> = None;
+    let names: Vec<String> = plan
+        .leases
+        .iter()
+        .cloned()
+        .chain(plan.groups.iter().flat_map(GroupSpec::leases))
+        .collect();
+    let mut now = Duration::ZERO;
+    while now < end {
+        now += Duration::from_micros(rng.random_range(500..=20_000));
+        clock.set(now);
+        if !healed && now >= plan.heal_at {
+            healed = true;
+            faulty.store(false, Ordering::SeqCst);
+            history.note("faults heal");
+            for (i, r) in replicas.iter_mut().enumerate() {
+                match r.life {
+                    Life::Frozen(_) => r.resume(),
+                    Life::Down => {
+                        starts.entry(i).or_insert(now);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        while let Some((at, _)) = happenings.first().filter(|(at, _)| *at <= now && !healed) {
+            let _ = at;
+            let (_, happening) = happenings.remove(0);
+            happen(
+                &mut replicas,
+                &world,
+                &mut starts,
+                &mut last_step,
+                &plan,
+                now,
+                happening,
+                &spec,
+            );
+        }
+        // (Re)starts due; none within two ttls of a clock step, so that every replica has read
+        // the database's clock before it steps (a step before a first reading is outside the
+        // model).
+        let quiet_until = last_step.map(|s| s + ttl * 2);
+        let due: Vec<usize> = starts
+            .iter()
+            .filter(|(_, at)| **at <= now && quiet_until.is_none_or(|q| now >= q))
+            .map(|(i, _)| *i)
+            .collect();
+        for i in due {
+            starts.remove(&i);
+            if replicas[i].life == Life::Down {
+                replicas[i].start(&world, rng.random())?;
+            }
+        }
+        for r in replicas.iter_mut() {
+            if let Life::Frozen(until) = r.life
+                && now >= until
+            {
+                history.note(format!("{} resumes", r.spec.name));
+                r.resume();
+            }
+        }
+        let mut order: Vec<usize> = (0..replicas.len()).collect();
+        order.shuffle(&mut rng);
+        for i in order {
+            if matches!(replicas[i].life, Life::Up | Life::Leaving) {
+                replicas[i].advance(now);
+            }
+        }
+        if healed && settled.is_none() && all_held(&store, &replicas, &names) {
+            settled = Some(now);
+            history.note(format!(
+                "every lease has a live holder, {:.3} ms after the faults healed",
+                ms(now - plan.heal_at)
+            ));
+        }
+    }
+    match settled {
+        Some(at) if at - plan.heal_at <= plan.settle_bound => {}
+        Some(at) => history.violation(
+            "a holder again once faults heal",
+            format!(
+                "every lease had a live holder only {:.3} ms after the faults healed (bound {:.3} ms)",
+                ms(at - plan.heal_at),
+                ms(plan.settle_bound)
+            ),
+        ),
+        None => history.violation(
+            "a holder again once faults heal",
+            format!(
+                "some lease had no live holder {:.3} ms after the faults healed (bound {:.3} ms)",
+                ms(end - plan.heal_at),
+                ms(plan.settle_bound)
+            ),
+        ),
+    }
+    for r in &mut replicas {
+        r.crash();
+    }
+    oracle::judge(&history);
+    let hash = history.hash();
+    let record = history.lock();
+    Ok(Outcome {
+        seed,
+        violations: record.violations.clone(),
+        hash,
+        log: record.log.clone(),
+    })
+}
+
+/// Does one happening.
+#[allow(clippy::too_many_arguments)] // the world loop's state, lent for one step
+fn happen(
+    replicas: &mut Vec<Replica>,
+    world: &World,
+    starts: &mut BTreeMap<usize, Duration>,
+    last_step: &mut Option<Duration>,
+    plan: &Plan,
+    now: Duration,
+    happening: Happening,
+    spec: &dyn Fn(usize) -> Spec,
+) {
+    let history = &world.history;
+    let up =
+        |replicas: &Vec<Replica>, i: usize| replicas.get(i).is_some_and(|r| r.life == Life::Up);
+    match happening {
+        Happening::Freeze { replica, for_ } if up(replicas, replica) => {
+            history.note(format!("r{replica} frozen for {:.3} ms", ms(for_)));
+            replicas[replica].life = Life::Frozen(now + for_);
+        }
+        Happening::Crash {
+            replica,
+            restart_after,
+        } if up(replicas, replica) => {
+            history.note(format!("r{replica} crashes"));
+            replicas[replica].crash();
+            starts.insert(replica, now + restart_after);
+        }
+        Happening::Leave {
+            replica,
+            rejoin_after,
+        } if up(replicas, replica) => {
+            history.note(format!("r{replica} leaves gracefully"));
+            replicas[replica].leave();
+            starts.insert(replica, now + rejoin_after);
+        }
+        Happening::Join => {
+            let i = replicas.len();
+            history.note(format!("r{i} joins"));
+            replicas.push(Replica::new(spec(i)));
+            starts.insert(i, now);
+        }
+        Happening::Handoff { lease, to } => {
+            let to = to.map(|i| format!("r{i}"));
+            let asked = world
+                .store
+                .request_handoff(&lease, to.as_deref())
+                .now_or_never();
+            history.note(format!(
+                "operator asks the holder of {lease} to hand it over{}: {}",
+                to.map(|t| format!(" to {t}")).unwrap_or_default(),
+                match asked {
+                    Some(Ok(Some(row))) => format!("asked {} at epoch {}", row.holder, row.epoch),
+                    Some(Ok(None)) => "nobody holds it".to_string(),
+                    Some(Err(e)) => format!("refused: {e}"),
+                    None => "the store did not answer".to_string(),
+                }
+            ));
+        }
+        Happening::ClockStep { by } => {
+            // Starts after the step wait two ttls (the world loop holds them back).
+            let fresh = replicas
+                .iter()
+                .any(|r| r.life == Life::Up && r.started_within(now, plan.timing.ttl));
+            if fresh {
+                history.note(format!(
+                    "database clock step of {:.3} ms skipped: a replica has not read the clock yet",
+                    ms(by)
+                ));
+            } else {
+                history.note(format!("database clock steps forward {:.3} ms", ms(by)));
+                world.store.step_clock(by);
+                *last_step = Some(now);
+            }
+        }
+        other => history.note(format!("{other:?}: not applicable now, skipped")),
+    }
+}
+
+/// Whether every lease in `names` is held, by the store's account, by a live replica that
+/// leads it.
+fn all_held(store: &MemoryStore, replicas: &[Replica], names: &[String]) -> bool {
+    let Some(Ok(rows)) = store.get(names).now_or_never() else {
+        return false;
+    };
+    names.iter().all(|name| {
+        rows.iter()
+            .find(|r| &r.name == name && r.is_held())
+            .is_some_and(|row| {
+                replicas.iter().any(|r| {
+                    r.life == Life::Up
+                        && r.leases.as_ref().is_some_and(|l| {
+                            l.holder().as_str() == row.holder
+                                && l.leadership(name).is_some_and(|s| {
+                                    s.role == Role::Leader && s.epoch == Some(row.epoch)
+                                })
+                        })
+                })
+            })
+    })
+}

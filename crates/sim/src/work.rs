@@ -1,0 +1,65 @@
+//! The work of a term, as a recorder: for every term a replica starts, a task under the term that
+//! does a side effect now and then and records it with true time. It stops the way plugins and
+//! processes do: the clock decides (no effect once the term's `safe_until` has passed on the
+//! replica's own clock, checked right before each), the term's token makes it prompt, and the
+//! term's tracker makes the ordered release wait for it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_lease::handle::Leases;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::history::History;
+
+/// Follows `lease` on a replica: starts the work of each new term.
+pub async fn follow(
+    leases: Arc<Leases>,
+    lease: String,
+    replica: String,
+    history: History,
+    seed: u64,
+) {
+    let Some(mut watch) = leases.subscribe(&lease) else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut last = None;
+    loop {
+        let term = watch.borrow_and_update().term.clone();
+        if let Some(term) = term.filter(|t| Some(t.epoch) != last) {
+            last = Some(term.epoch);
+            history.note(format!(
+                "{replica}: term of {lease} at epoch {} begins",
+                term.epoch
+            ));
+            let (history, replica, seed) = (history.clone(), replica.clone(), rng.random());
+            let lease = lease.clone();
+            let inner = term.clone();
+            term.spawn(async move {
+                let mut rng = SmallRng::seed_from_u64(seed);
+                loop {
+                    // The clock decides, as at the door of guest code.
+                    if !inner.is_live() {
+                        break;
+                    }
+                    history.effect(&replica, &lease, inner.epoch);
+                    let pause = Duration::from_millis(rng.random_range(1..=40));
+                    tokio::select! {
+                        biased;
+                        _ = inner.cancelled() => break,
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                }
+                history.note(format!(
+                    "{replica}: work of {lease} at epoch {} stopped",
+                    inner.epoch
+                ));
+            });
+        }
+        if watch.changed().await.is_err() {
+            return;
+        }
+    }
+}
