@@ -27,6 +27,7 @@ use rand::{Rng, SeedableRng};
 
 use super::clock::ClockWatch;
 use super::timing::Timing;
+use crate::buggify::{Planted, planted};
 use crate::record::{CampaignedMany, Epoch, RenewRequest, Renewed, RenewedOne};
 pub use crate::role::EndReason;
 use crate::role::Role;
@@ -346,6 +347,10 @@ struct LeaseState {
     /// and whether that was announced: only once it is seen again on the retry, since two
     /// standbys campaigning at once also find each other's row lock, for a moment.
     locked_since: Option<(Instant, bool)>,
+    /// A term of this epoch was ended before its deadline (a clock step) and its work may still
+    /// be draining: a release must wait for [`Event::TermStopped`], or another replica could
+    /// start while the drain still lands writes.
+    draining: Option<Epoch>,
 }
 
 impl LeaseState {
@@ -464,6 +469,7 @@ impl Coordinator {
                     back_off: Duration::ZERO,
                     unassigned,
                     solo: None,
+                    draining: None,
                     locked_since: None,
                 };
                 (name, state)
@@ -776,7 +782,11 @@ impl Coordinator {
             });
             return;
         }
-        let safe_until = sent + timing.ttl - timing.margin;
+        let from = match planted(Planted::DeadlineFromReply) {
+            true => now,
+            false => sent,
+        };
+        let safe_until = from + timing.ttl - timing.margin;
         let term = safe_until > now && !quiet;
         state.phase = Phase::Held {
             epoch,
@@ -864,6 +874,9 @@ impl Coordinator {
         let Some(state) = self.leases.get_mut(lease) else {
             return;
         };
+        if state.draining == Some(epoch) {
+            state.draining = None;
+        }
         if let Phase::Stopping {
             epoch: held, then, ..
         } = state.phase
@@ -958,6 +971,19 @@ impl Coordinator {
                     reason: EndReason::Releasing,
                     confirm: true,
                 });
+                state.phase = Phase::Stopping {
+                    epoch,
+                    expires_by,
+                    then,
+                };
+            }
+            // Its term ended early and still drains: wait for it as for a running term.
+            Phase::Held {
+                epoch,
+                term: false,
+                expires_by,
+                ..
+            } if state.draining == Some(epoch) => {
                 state.phase = Phase::Stopping {
                     epoch,
                     expires_by,

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::instant::Instant;
 
 use super::{Announcement, Coordinator, Effect, EndReason, Phase, after};
+use crate::buggify::{Planted, planted};
 use crate::clock::Reading;
 use crate::record::{DbMillis, Epoch, RenewRequest, Renewed, RenewedOne};
 
@@ -167,7 +168,11 @@ impl Coordinator {
                 term,
                 failing,
             } if *held == epoch => {
-                *safe_until = sent + timing.ttl - timing.margin;
+                let from = match planted(Planted::DeadlineFromReply) {
+                    true => now,
+                    false => sent,
+                };
+                *safe_until = from + timing.ttl - timing.margin;
                 *expires_by = now + timing.ttl + timing.margin;
                 let was_failing = std::mem::replace(failing, false);
                 if *term {
@@ -278,11 +283,14 @@ impl Coordinator {
             if let Phase::Held { epoch, term, .. } = &mut state.phase
                 && std::mem::replace(term, false)
             {
+                // Ended before its deadline: its work may drain until then, and a release of
+                // the lease meanwhile waits for it.
+                state.draining = Some(*epoch);
                 fx.push(Effect::EndTerm {
                     lease: name.clone(),
                     epoch: *epoch,
                     reason: EndReason::ClockStep,
-                    confirm: false,
+                    confirm: true,
                 });
             }
         }

@@ -799,8 +799,8 @@ fn a_forward_clock_step_ends_every_term_and_keeps_the_replica_quiet_for_a_ttl() 
     assert_eq!(
         end_terms(&fx),
         [
-            ("a", 1, EndReason::ClockStep, false),
-            ("b", 1, EndReason::ClockStep, false)
+            ("a", 1, EndReason::ClockStep, true),
+            ("b", 1, EndReason::ClockStep, true)
         ]
     );
     assert!(
@@ -836,6 +836,76 @@ fn a_forward_clock_step_ends_every_term_and_keeps_the_replica_quiet_for_a_ttl() 
     started.sort();
     assert_eq!(started, ["a", "b"]);
     assert_eq!(campaigns(&fx), ["c"]);
+}
+
+#[test]
+fn a_release_after_a_clock_step_waits_for_the_ended_term_s_work_to_stop() {
+    // The step ends the term before its deadline, so its work may still drain until then: a
+    // step-down (or a handoff, or the shutdown) meanwhile must not release under it, or another
+    // replica could start while the drain still lands writes (found by the simulator).
+    let t0 = start();
+    let mut c = coordinator(&["a"], t0);
+    c.step(Event::Tick, t0);
+    let won = Event::CampaignDone {
+        result: Ok(CampaignedMany {
+            db_now: Some(1_000_000),
+            ..campaigned_many(&[("a", 1)], &[])
+        }),
+    };
+    c.step(won, t0 + ms(2));
+    let sent = t0 + ms(1000);
+    renewal(&c.step(Event::Tick, sent));
+    let fx = c.step(renewed(&["a"], &[], Some(1_009_003)), sent + ms(2));
+    assert_eq!(end_terms(&fx), [("a", 1, EndReason::ClockStep, true)]);
+    let fx = c.step(
+        Event::StepDown {
+            lease: "a".to_string(),
+        },
+        sent + ms(10),
+    );
+    assert!(
+        releases(&fx).is_empty(),
+        "released under a draining term: {fx:?}"
+    );
+    let fx = c.step(
+        Event::TermStopped {
+            lease: "a".to_string(),
+            epoch: 1,
+        },
+        sent + ms(20),
+    );
+    assert_eq!(releases(&fx), [("a", 1)]);
+}
+
+#[test]
+fn a_release_after_a_clock_step_whose_work_has_stopped_goes_out_at_once() {
+    let t0 = start();
+    let mut c = coordinator(&["a"], t0);
+    c.step(Event::Tick, t0);
+    let won = Event::CampaignDone {
+        result: Ok(CampaignedMany {
+            db_now: Some(1_000_000),
+            ..campaigned_many(&[("a", 1)], &[])
+        }),
+    };
+    c.step(won, t0 + ms(2));
+    let sent = t0 + ms(1000);
+    renewal(&c.step(Event::Tick, sent));
+    c.step(renewed(&["a"], &[], Some(1_009_003)), sent + ms(2));
+    c.step(
+        Event::TermStopped {
+            lease: "a".to_string(),
+            epoch: 1,
+        },
+        sent + ms(5),
+    );
+    let fx = c.step(
+        Event::StepDown {
+            lease: "a".to_string(),
+        },
+        sent + ms(10),
+    );
+    assert_eq!(releases(&fx), [("a", 1)]);
 }
 
 #[test]
