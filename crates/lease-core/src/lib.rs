@@ -9,20 +9,22 @@
 //! Each module may use the modules listed before it and never one listed after it
 //! (`host/tests/layers.rs` checks it):
 //!
-//! 1. [`text`]: durations, driver messages and outside text as people read them;
-//! 2. [`epoch`]: the fencing token;
-//! 3. [`name`]: lease names;
-//! 4. [`timing`]: the ttl and the intervals derived from it, and how they must relate;
-//! 5. [`identity`]: the holder id, and the replica id it starts with;
-//! 6. [`history`]: the terms of each lease as the cluster recorded them, for display;
-//! 7. [`protocol`]: the safety rules this release follows, as a number the schema may require;
-//! 8. [`record`]: what the stores return: rows, campaign and renewal outcomes, release notices;
-//! 9. [`instant`]: the coordinator's instants, plain time since an origin its driver chose;
-//! 10. [`clock`]: watching the database's clock for steps;
-//! 11. [`role`]: a replica's role in a lease, and why a term ended;
-//! 12. [`coordinator`]: the state machine, one `step(event, now)` for all leases;
-//! 13. [`groups`]: lease groups' fair shares and who hands which shard to whom.
+//! 1. [`buggify`]: fault points and planted bugs, compiled only for the simulator;
+//! 2. [`text`]: durations, driver messages and outside text as people read them;
+//! 3. [`epoch`]: the fencing token;
+//! 4. [`name`]: lease names;
+//! 5. [`timing`]: the ttl and the intervals derived from it, and how they must relate;
+//! 6. [`identity`]: the holder id, and the replica id it starts with;
+//! 7. [`history`]: the terms of each lease as the cluster recorded them, for display;
+//! 8. [`protocol`]: the safety rules this release follows, as a number the schema may require;
+//! 9. [`record`]: what the stores return: rows, campaign and renewal outcomes, release notices;
+//! 10. [`instant`]: the coordinator's instants, plain time since an origin its driver chose;
+//! 11. [`clock`]: watching the database's clock for steps;
+//! 12. [`role`]: a replica's role in a lease, and why a term ended;
+//! 13. [`coordinator`]: the state machine, one `step(event, now)` for all leases;
+//! 14. [`groups`]: lease groups' fair shares and who hands which shard to whom.
 
+pub mod buggify;
 pub mod clock;
 pub mod coordinator;
 pub mod epoch;

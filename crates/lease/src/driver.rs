@@ -24,9 +24,10 @@ use super::health::{LoopHealth, Recorder};
 use super::identity::HolderId;
 use super::leadership::{Leadership, Term, TermControl};
 use super::seams::{self, Origin, Seams};
-use super::store::{Epoch, LeaseStore, ReleaseNotice, RenewRequest, within};
+use super::store::{Epoch, LeaseStore, ReleaseNotice, RenewRequest, StoreError, within};
 use super::timing::Timing;
 use crate::metrics::LeaseMetrics;
+use leasehold_lease_core::buggify::{Planted, buggify, planted};
 
 mod gauges;
 mod logs;
@@ -216,6 +217,9 @@ impl Driver {
                 }
                 Some(event) = self.events_rx.recv() => event,
                 notice = next_notice(&mut notices) => match notice {
+                    // A fault point: a notice lost on its way, as a dropped connection loses
+                    // one; the poll is the fallback.
+                    Some(_) if buggify("drop-notice") => Event::Tick,
                     Some(ReleaseNotice::Released(lease)) => {
                         debug!(lease = %lease, "release notified");
                         self.released.notify_one();
@@ -358,10 +362,15 @@ impl Driver {
                 lease,
                 epoch,
                 safe_until,
-            } => self.start_term(lease, epoch, self.origin.to_runtime(safe_until)),
+            } => {
+                let safe_until = early_deadline(self.origin.to_runtime(safe_until));
+                self.start_term(lease, epoch, safe_until)
+            }
             Effect::ExtendTerm { lease, safe_until } => {
                 if let Some(active) = self.terms.get(&lease) {
-                    active.control.extend(self.origin.to_runtime(safe_until));
+                    active
+                        .control
+                        .extend(early_deadline(self.origin.to_runtime(safe_until)));
                 }
             }
             Effect::EndTerm {
@@ -401,7 +410,17 @@ impl Driver {
         let recorder = self.recorder();
         self.call(span, async move {
             let started = seams::now();
-            let result = within(timeout, "renew", store.renew(holder.as_str(), &batch)).await;
+            let result = match buggify("renew-timeout") {
+                // A fault point: the renewal times out without reaching the store.
+                true => {
+                    tokio::time::sleep(timeout).await;
+                    Err(StoreError::Timeout {
+                        op: "renew",
+                        after: timeout,
+                    })
+                }
+                false => within(timeout, "renew", store.renew(holder.as_str(), &batch)).await,
+            };
             let took = started.elapsed();
             logs::renewal_returned(took, result.is_ok(), false);
             gauges::renewal_took(&metrics, took);
@@ -467,12 +486,19 @@ impl Driver {
         let control = active.map(|a| a.control);
         let events = confirm.then(|| self.events_tx.clone());
         let metrics = self.metrics.clone();
+        let early = planted(Planted::ReleaseBeforeStop);
         self.calls.spawn(async move {
+            if early && let Some(events) = &events {
+                let _ = events.send(Event::TermStopped {
+                    lease: lease.clone(),
+                    epoch,
+                });
+            }
             if let Some(control) = control {
                 control.stopped().await;
                 gauges::stopped_after(&metrics, ended_at.elapsed());
             }
-            if let Some(events) = events {
+            if let Some(events) = events.filter(|_| !early) {
                 let _ = events.send(Event::TermStopped { lease, epoch });
             }
         });
@@ -584,3 +610,15 @@ async fn sleep_until(deadline: Option<Instant>) {
 
 #[cfg(test)]
 mod tests;
+
+/// `safe_until`, or, at a fault point of the simulator, an earlier deadline: a term may always
+/// end sooner than its lease allows, and the work must stop by its clock then too.
+fn early_deadline(safe_until: Instant) -> Instant {
+    match buggify("early-deadline") {
+        true => {
+            let now = seams::now();
+            now + safe_until.saturating_duration_since(now) / 2
+        }
+        false => safe_until,
+    }
+}

@@ -5,7 +5,7 @@
 //! it so). It also tells the history what the store applied: the epochs won, and until when
 //! each term may live by the database's clock.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use leasehold_lease::store::{
     CampaignedMany, Epoch, GroupView, LeaseRecord, LeaseStore, MemberRecord, ReleaseNotice,
     RenewRequest, Renewed, StoreError,
 };
+use leasehold_lease::timing::Timing;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::mpsc;
@@ -49,9 +50,10 @@ pub struct FaultRates {
 }
 
 impl FaultRates {
-    /// Rates drawn from `rng`: about a third of runs calm, the rest with each fault at a rate
-    /// of its own.
-    pub fn draw(rng: &mut SmallRng) -> FaultRates {
+    /// Rates drawn from `rng` for a run with `timing`: about a third of runs calm, the rest with
+    /// each fault at a rate of its own. Slow statements take from half the margin to half again
+    /// the store timeout: the range where a deadline counted from the wrong instant shows.
+    pub fn draw(rng: &mut SmallRng, timing: &Timing) -> FaultRates {
         if rng.random_bool(0.3) {
             return FaultRates {
                 latency: Duration::from_millis(rng.random_range(0..5)),
@@ -65,13 +67,13 @@ impl FaultRates {
                 0.0
             }
         };
-        let (p_slow, p_lose_request, p_lose_reply, p_hang) = (p(0.05), p(0.1), p(0.1), p(0.05));
+        let (p_slow, p_lose_request, p_lose_reply, p_hang) = (p(0.3), p(0.1), p(0.1), p(0.05));
         let (p_drop_notice, p_delay_notice, p_duplicate_notice, p_forge_notice) =
             (p(0.5), p(0.5), p(0.3), p(0.1));
         FaultRates {
             latency: Duration::from_millis(rng.random_range(0..40)),
             p_slow,
-            slow: Duration::from_millis(rng.random_range(100..1_500)),
+            slow: rng.random_range(timing.margin / 2..timing.store_timeout * 3 / 2),
             p_lose_request,
             p_lose_reply,
             p_hang,
@@ -109,6 +111,8 @@ pub struct FaultyStore {
     db_rate: f64,
     /// The leases forged notices may name.
     leases: Vec<String>,
+    /// Until when (true time, in nanoseconds) this replica is cut off from the store.
+    cut: Arc<AtomicU64>,
 }
 
 impl FaultyStore {
@@ -123,6 +127,7 @@ impl FaultyStore {
         replica: &str,
         db_rate: f64,
         leases: Vec<String>,
+        cut: Arc<AtomicU64>,
     ) -> FaultyStore {
         FaultyStore {
             inner,
@@ -133,6 +138,7 @@ impl FaultyStore {
             replica: replica.to_string(),
             db_rate,
             leases,
+            cut,
         }
     }
 
@@ -148,6 +154,7 @@ impl FaultyStore {
             "quiet",
             1.0,
             Vec::new(),
+            Arc::default(),
         )
     }
 
@@ -168,6 +175,16 @@ impl FaultyStore {
         }
         let r = self.rates;
         let mut rng = self.rng();
+        let now = self.history.clock().now();
+        if now < Duration::from_nanos(self.cut.load(Ordering::SeqCst)) {
+            // Cut off: the request never arrives, failing at once or hanging.
+            let hang = rng.random_bool(0.5);
+            return Fate {
+                lose_request: true,
+                hang,
+                ..none
+            };
+        }
         let mut latency = || {
             let slow = r.p_slow > 0.0 && rng.random_bool(r.p_slow);
             let max = if slow { r.slow } else { r.latency };
@@ -197,6 +214,7 @@ impl FaultyStore {
             tokio::time::sleep(fate.before).await;
         }
         if fate.hang && !fate.lose_reply {
+            // Hangs until the caller gives up (its timeout drops this future).
             self.history
                 .note(format!("{}: {op} hangs before the store", self.replica));
             return std::future::pending().await;

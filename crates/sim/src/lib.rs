@@ -26,4 +26,5 @@ pub mod replica;
 pub mod run;
 pub mod work;
 
+pub use leasehold_lease_core::buggify::Planted;
 pub use run::{Outcome, run};

@@ -44,6 +44,13 @@ pub enum Happening {
         /// The replica asked for.
         to: Option<usize>,
     },
+    /// The replica is cut off from the store (a partition) for this long.
+    Cut {
+        /// Which.
+        replica: usize,
+        /// For how long.
+        for_: Duration,
+    },
     /// The database's clock steps forward.
     ClockStep {
         /// By how much.
@@ -76,6 +83,8 @@ pub struct Plan {
     pub settle_bound: Duration,
     /// How long the run goes on after healing.
     pub tail: Duration,
+    /// How often each fault point of the production code fires (`buggify`); 0 in half the runs.
+    pub buggify: f64,
 }
 
 /// The most replicas a run has at once, joiners included.
@@ -107,7 +116,11 @@ impl Plan {
             }],
             false => Vec::new(),
         };
-        let faults = FaultRates::draw(&mut rng);
+        let faults = FaultRates::draw(&mut rng, &timing);
+        let buggify = match rng.random_bool(0.5) {
+            true => rng.random_range(0.002..0.03),
+            false => 0.0,
+        };
         let heal_at = ttl * rng.random_range(6..=12);
         let mut happenings = Vec::new();
         let mut joined = replicas;
@@ -116,7 +129,11 @@ impl Plan {
             let replica = rng.random_range(0..joined);
             let span =
                 |rng: &mut SmallRng, max: u32| ttl.mul_f64(rng.random_range(0.05..f64::from(max)));
-            let happening = match rng.random_range(0..6) {
+            let happening = match rng.random_range(0..7) {
+                6 => Happening::Cut {
+                    replica,
+                    for_: span(&mut rng, 3),
+                },
                 0 => Happening::Freeze {
                     replica,
                     for_: span(&mut rng, 3),
@@ -165,6 +182,7 @@ impl Plan {
             heal_at,
             settle_bound,
             tail: settle_bound + ttl,
+            buggify,
         }
     }
 }

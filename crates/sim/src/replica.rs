@@ -5,7 +5,7 @@
 //! runtime is dropped with every task on it.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::{Duration, SystemTime};
 
 use leasehold_lease::driver::Driver;
@@ -69,6 +69,8 @@ pub struct Replica {
     pub starts: u32,
     /// Resumed from a freeze since it last ran.
     resumed: bool,
+    /// Until when (true time, in nanoseconds) it is cut off from the store.
+    pub cut: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -108,6 +110,7 @@ impl Replica {
             driver: None,
             starts: 0,
             resumed: false,
+            cut: Arc::default(),
         }
     }
 
@@ -139,6 +142,7 @@ impl Replica {
                 holder.as_str(),
                 world.db_rate,
                 all,
+                self.cut.clone(),
             ));
             world.history.note(format!(
                 "{} starts as {holder} (start {})",

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::FutureExt;
+use leasehold_lease::buggify::{self, Planted};
 use leasehold_lease::groups::GroupSpec;
 use leasehold_lease::memory::{MemoryStore, StoreClock};
 use leasehold_lease::role::Role;
@@ -36,9 +37,18 @@ pub struct Outcome {
     pub log: Vec<String>,
 }
 
-/// Runs `seed`; with `echo`, prints the event log as it is written.
-pub fn run(seed: u64, echo: bool) -> anyhow::Result<Outcome> {
+/// Runs `seed`, with `planted` planted if any; with `echo`, prints the event log as it is
+/// written.
+pub fn run(seed: u64, planted: Option<Planted>, echo: bool) -> anyhow::Result<Outcome> {
     let plan = Plan::draw(seed);
+    buggify::install(seed ^ 0xb0661f7, plan.buggify, planted);
+    let outcome = world_loop(seed, &plan, echo);
+    buggify::uninstall();
+    outcome
+}
+
+/// The world loop of one run.
+fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
     let clock = TrueClock::default();
     let history = History::new(clock.clone(), echo);
     history.note(format!("seed {seed}: {plan:?}"));
@@ -110,7 +120,7 @@ pub fn run(seed: u64, echo: bool) -> anyhow::Result<Outcome> {
                 &world,
                 &mut starts,
                 &mut last_step,
-                &plan,
+                plan,
                 now,
                 happening,
                 &spec,
@@ -222,6 +232,14 @@ fn happen(
             history.note(format!("r{replica} leaves gracefully"));
             replicas[replica].leave();
             starts.insert(replica, now + rejoin_after);
+        }
+        Happening::Cut { replica, for_ } if up(replicas, replica) => {
+            history.note(format!(
+                "r{replica} cut off from the store for {:.3} ms",
+                ms(for_)
+            ));
+            let until = u64::try_from((now + for_).as_nanos()).unwrap_or(u64::MAX);
+            replicas[replica].cut.store(until, Ordering::SeqCst);
         }
         Happening::Join => {
             let i = replicas.len();

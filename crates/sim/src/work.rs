@@ -1,8 +1,9 @@
 //! The work of a term, as a recorder: for every term a replica starts, a task under the term that
 //! does a side effect now and then and records it with true time. It stops the way plugins and
-//! processes do: the clock decides (no effect once the term's `safe_until` has passed on the
-//! replica's own clock, checked right before each), the term's token makes it prompt, and the
-//! term's tracker makes the ordered release wait for it.
+//! processes do: no effect begins once the term has ended or its `safe_until` has passed on the
+//! replica's own clock (the door of guest code); an effect under way when the term ends is
+//! drained, landing only if `safe_until` has not passed by then (a guest call's epoch deadline is
+//! never later); and the term's tracker makes the ordered release wait for the drain.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +43,13 @@ pub async fn follow(
                 loop {
                     // The clock decides, as at the door of guest code.
                     if !inner.is_live() {
+                        break;
+                    }
+                    // An effect takes a while to land, and is drained, not dropped, if the term
+                    // ends meanwhile; past the deadline it is cut off, as a guest call is.
+                    let landing = Duration::from_millis(rng.random_range(0..=20));
+                    tokio::time::sleep(landing).await;
+                    if leasehold_lease::seams::now() >= inner.safe_until() {
                         break;
                     }
                     history.effect(&replica, &lease, inner.epoch);
