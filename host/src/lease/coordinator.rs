@@ -510,7 +510,10 @@ impl Coordinator {
     pub fn next_deadline(&self) -> Option<Instant> {
         let mut next: Option<Instant> = None;
         let mut consider = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
-        let mut holds_any = false;
+        // Whether the next batch would carry any lease: one renewed alone stays out of it until
+        // its answer, and with no other, the batch's time is no deadline (waking then would find
+        // nothing to send, and wake again at once until that answer came).
+        let mut batched = false;
         let quiet_until = self.quiet_until;
         // One campaign at a time: what falls due meanwhile goes with the next batch.
         let may_campaign = self.campaigning.in_flight.is_none() && !self.shutting_down;
@@ -527,7 +530,7 @@ impl Coordinator {
                     term,
                     ..
                 } => {
-                    holds_any = true;
+                    batched |= state.solo.is_none();
                     consider(if term { safe_until } else { expires_by });
                     // A term held back by a clock step starts when the quiet ends.
                     if let Some(q) = quiet_until
@@ -538,13 +541,13 @@ impl Coordinator {
                     }
                 }
                 Phase::Stopping { expires_by, .. } => {
-                    holds_any = true;
+                    batched |= state.solo.is_none();
                     consider(expires_by);
                 }
                 Phase::Releasing { .. } | Phase::Done => {}
             }
         }
-        if holds_any
+        if batched
             && self.renewal.in_flight.is_none()
             && let Some(at) = self.renewal.next_at
         {

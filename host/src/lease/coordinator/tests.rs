@@ -772,6 +772,44 @@ fn a_lone_renewal_answering_after_the_lease_moved_on_is_ignored() {
 }
 
 #[test]
+fn while_the_only_held_lease_is_renewed_alone_nothing_wakes_the_coordinator_before_its_answer() {
+    // The batch has no lease to carry meanwhile: were its time (or a handoff notice's renewal) a
+    // deadline, the driver would wake, find nothing to send and wake again at once, until the
+    // lone answer came, which may take the lease's whole time left.
+    let t0 = Instant::now();
+    let mut c = leader("a", 1, t0, ms(10));
+    let sent = t0 + ms(1000);
+    renewal(&c.step(Event::Tick, sent));
+    let fx = c.step(renewed(&[], &["a"], None), sent + ms(5));
+    assert_eq!(lone_renewals(&fx).len(), 1, "{fx:?}");
+    let safe_until = t0 + ms(2750);
+    assert_eq!(c.next_deadline(), Some(safe_until));
+    assert!(c.step(Event::Tick, sent + ms(1000)).is_empty());
+    assert_eq!(
+        c.next_deadline(),
+        Some(safe_until),
+        "the batch's time, with no batch"
+    );
+    let notice = Event::HandoffNoticed {
+        lease: "a".into(),
+        epoch: 1,
+    };
+    let fx = c.step(notice, sent + ms(1100));
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(
+        c.next_deadline(),
+        Some(safe_until),
+        "a notice with no batch to send"
+    );
+    // Back in the batch once its lone renewal lands, and renewed at once for the notice: the lone
+    // renewal may have read the row before the request was written.
+    let back = sent + ms(1300);
+    let fx = c.step(renewed_alone("a", Ok(true)), back);
+    assert_eq!(extensions(&fx), [("a", sent + ms(5) + TTL - ms(250))]);
+    assert_eq!(renewal(&fx).0, [req("a", 1)]);
+}
+
+#[test]
 fn a_forward_clock_step_ends_every_term_and_keeps_the_replica_quiet_for_a_ttl() {
     let t0 = Instant::now();
     let mut c = coordinator(&["a", "b", "c"], t0);
