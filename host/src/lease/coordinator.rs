@@ -18,7 +18,7 @@
 //! which time every holder that trusted the old clock has stopped. Those answers are handled in
 //! `coordinator/renewal.rs`; what falls due as time passes, in `coordinator/due.rs`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
@@ -79,12 +79,16 @@ pub enum Event {
     },
     /// The release listener reconnected; notifications may have been lost, so campaign now.
     Resubscribed,
-    /// Allow or forbid campaigning for `lease` (a standby whose health check fails must not
-    /// take the lease); opening the gate campaigns at once.
+    /// `source` allows or forbids campaigning for `lease` (a standby whose health check fails
+    /// must not take the lease). Campaigns are allowed only while no source forbids them, so one
+    /// check that passes never overrides another that fails; the last source to allow them again
+    /// campaigns at once.
     CampaignGate {
         /// The lease.
         lease: String,
-        /// Whether campaigns are allowed.
+        /// Who speaks.
+        source: GateSource,
+        /// Whether this source allows campaigns.
         open: bool,
     },
     /// Whether a lease group's plan gives `lease` (a shard) to this replica: only shards given to
@@ -131,6 +135,16 @@ pub enum Event {
     },
     /// Release every lease in order and finish.
     Shutdown,
+}
+
+/// Who shuts or opens a lease's campaign gate ([`Event::CampaignGate`]): each health check
+/// bound to the lease speaks for itself.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum GateSource {
+    /// A health-check plugin, by its name.
+    HealthCheck(String),
+    /// A `[[service]]`'s health script or probe, by the service's name.
+    Service(String),
 }
 
 /// Something the driver must do.
@@ -332,8 +346,9 @@ struct LeaseState {
     /// release is announced to our own listener too, and would otherwise make us take straight
     /// back the lease we just gave up.
     hold_off: Option<Instant>,
-    /// Campaigns are forbidden (a failing standby health check).
-    gated: bool,
+    /// The sources that forbid campaigns (failing standby health checks): the gate is shut
+    /// while any does.
+    shut_by: BTreeSet<GateSource>,
     /// Added to the hold-off after this replica's next release ([`Event::BackOff`]).
     back_off: Duration,
     /// A lease group's plan gives this shard to another replica: no campaign for it. Always
@@ -349,6 +364,11 @@ struct LeaseState {
 }
 
 impl LeaseState {
+    /// Whether a health check keeps this lease from being campaigned for.
+    fn gated(&self) -> bool {
+        !self.shut_by.is_empty()
+    }
+
     /// The role and held epoch, as `/status` and subscribers see them.
     fn view(&self) -> (Role, Option<Epoch>) {
         match self.phase {
@@ -460,7 +480,7 @@ impl Coordinator {
                 let state = LeaseState {
                     phase: Phase::Standby { next_campaign: now },
                     hold_off: None,
-                    gated: false,
+                    shut_by: BTreeSet::new(),
                     back_off: Duration::ZERO,
                     unassigned,
                     solo: None,
@@ -520,7 +540,7 @@ impl Coordinator {
         for state in self.leases.values() {
             match state.phase {
                 Phase::Standby { next_campaign } => {
-                    if may_campaign && !state.gated && !state.unassigned {
+                    if may_campaign && !state.gated() && !state.unassigned {
                         consider(quiet_until.map_or(next_campaign, |q| q.max(next_campaign)));
                     }
                 }
@@ -598,10 +618,19 @@ impl Coordinator {
                     state.campaign_now(now);
                 }
             }
-            Event::CampaignGate { lease, open } => {
+            Event::CampaignGate {
+                lease,
+                source,
+                open,
+            } => {
                 if let Some(state) = self.leases.get_mut(&lease) {
-                    let was_gated = std::mem::replace(&mut state.gated, !open);
-                    if was_gated && open {
+                    let was_gated = state.gated();
+                    if open {
+                        state.shut_by.remove(&source);
+                    } else {
+                        state.shut_by.insert(source);
+                    }
+                    if was_gated && !state.gated() {
                         state.campaign_now(now);
                     }
                 }

@@ -55,7 +55,7 @@ pub mod store;
 pub mod timing;
 pub mod url;
 
-pub use coordinator::Coordinator;
+pub use coordinator::{Coordinator, GateSource};
 pub use driver::Driver;
 pub use handle::Leases;
 pub use identity::HolderId;

@@ -15,7 +15,7 @@ use super::instance::{Live, Plugin};
 use super::policy::{Failures, Policy, Step};
 use super::work::{Work, drive};
 use crate::lease::groups::GroupStatus;
-use crate::lease::{Leadership, Term};
+use crate::lease::{GateSource, Leadership, Term};
 use crate::plugin::PluginEntry;
 use crate::runtime::host::LeaseView;
 use crate::runtime::{CallFailure, CheckRole};
@@ -106,10 +106,14 @@ impl Subject {
         }
     }
 
-    /// Lets this replica campaign for the lease (take part in the group), or not.
-    fn allow(&self, sup: &Supervisor, open: bool) {
+    /// Lets this replica campaign for the lease (take part in the group), or not, as far as
+    /// health check `plugin` is concerned.
+    fn allow(&self, sup: &Supervisor, plugin: &str, open: bool) {
         match self {
-            Subject::Lease { name, .. } => sup.leases.allow_campaigns(name, open),
+            Subject::Lease { name, .. } => {
+                let source = GateSource::HealthCheck(plugin.to_string());
+                sup.leases.allow_campaigns(name, source, open)
+            }
             Subject::Group { name, .. } => sup.leases.allow_group(name, open),
         }
     }
@@ -164,7 +168,7 @@ pub(super) async fn health_loop(
             .await;
     }
     if check.gated {
-        check.subject.allow(&check.sup, true);
+        check.allow(true);
     }
 }
 
@@ -193,6 +197,11 @@ struct Check {
 }
 
 impl Check {
+    /// Opens or shuts the subject's gate on this check's behalf.
+    fn allow(&self, open: bool) {
+        self.subject.allow(&self.sup, &self.plugin.name, open);
+    }
+
     /// Takes the role this replica has now, and returns the span the role runs in.
     fn enter_role(&mut self) -> Span {
         let (role, term) = self.subject.role();
@@ -241,7 +250,7 @@ impl Work for Check {
             Ok(()) => {
                 if step == Step::Call && self.gated {
                     info!("standby health check passes again: campaigning allowed");
-                    self.subject.allow(&self.sup, true);
+                    self.allow(true);
                     self.gated = false;
                 }
                 return;
@@ -265,7 +274,7 @@ impl Work for Check {
             }
             CheckRole::Standby if !self.gated => {
                 warn!("standby health check fails: not campaigning until it passes");
-                self.subject.allow(&self.sup, false);
+                self.allow(false);
                 self.gated = true;
             }
             _ => {}
