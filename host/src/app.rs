@@ -24,7 +24,7 @@ use crate::http::AppState;
 use crate::lease::group_runner::Runner;
 use crate::lease::groups::GroupSpec;
 use crate::lease::seams::Seams;
-use crate::lease::{Driver, Epoch, Leases, Role, StoreError, open_store};
+use crate::lease::{Driver, Epoch, GateSource, Leases, Role, StoreError, open_store};
 use crate::metrics::Metrics;
 use crate::plugin::PluginSet;
 use crate::runtime::engine::EngineOptions;
@@ -331,7 +331,8 @@ impl App {
                 // Shut until its first standby check passes: queued before the driver starts,
                 // so that even the first campaign waits for it.
                 if bound.health.is_some() {
-                    leases.allow_campaigns(bound.lease.as_str(), false);
+                    let source = GateSource::Service(bound.name.clone());
+                    leases.allow_campaigns(bound.lease.as_str(), source, false);
                 }
                 processes.push(tasks.spawn(crate::supervisor::service::follow(
                     Arc::new(bound.clone()),

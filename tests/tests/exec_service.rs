@@ -145,6 +145,47 @@ async fn a_failing_standby_health_script_keeps_the_replica_from_campaigning_unti
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_standby_health_script_keeps_the_replica_from_campaigning_whatever_a_health_check_plugin_says()
+ {
+    // The plugin fails every other standby check: each pass after a failure opens the gate as
+    // far as the plugin is concerned, never for the script.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("fail-standby"), "").unwrap();
+    let plugins = leasehold_tests::host::plugin_dir(&[(
+        "flaky-health",
+        "lease = \"relay\"\n[schedule]\ninterval = \"100ms\"\n[config]\nfail = \"standby\"\nfail_every = \"2\"\n",
+    )])
+    .unwrap();
+    let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let host = replica("gated", &url, dir.path(), "", "500ms")
+        .plugins(plugins.path())
+        .spawn()
+        .await
+        .unwrap();
+    host.wait_for_log("standby health script fails", Duration::from_secs(10))
+        .await
+        .unwrap();
+    host.wait_for_log("standby health check fails", Duration::from_secs(10))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let log = host.log_text();
+    let failed = log.find("standby health check fails").unwrap();
+    assert!(
+        log[failed..].contains("health check passes: campaigning allowed"),
+        "the plugin passed again meanwhile: {log}"
+    );
+    assert!(!log.contains("lease acquired"), "{log}");
+    assert!(history(dir.path()).is_empty());
+    // The script passes: the gate opens once the plugin's next check passes too.
+    std::fs::remove_file(dir.path().join("fail-standby")).unwrap();
+    host.wait_for_log("lease acquired", Duration::from_secs(10))
+        .await
+        .unwrap();
+    in_history(dir.path(), 1, "activate").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_active_health_script_that_keeps_failing_deactivates_and_gives_the_lease_up() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("leases.db").display());

@@ -654,6 +654,33 @@ async fn a_standby_whose_check_fails_does_not_campaign() {
     );
 }
 
+/// Alone on a fresh store, the lease is free from the host's first campaign, which comes before
+/// the check has run once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_whose_standby_check_fails_never_leads_even_when_it_starts_alone() {
+    let db = Db::new(Backend::Sqlite).await.unwrap();
+    let sick = plugin_dir(&[("flaky-health", &health_manifest("standby"))]).unwrap();
+    let host = sqlite_in_process("sick-alone", &db, sick.path()).await;
+    let failed = host
+        .wait_for_plugin(
+            "flaky-health",
+            "the standby check to fail",
+            Duration::from_secs(15),
+            |s| s.last_error.is_some(),
+        )
+        .await
+        .unwrap();
+    // Its active check would pass: had it taken the lease, it would keep it.
+    for _ in 0..20 {
+        assert_eq!(host.role("leader").await, Some(Role::Standby));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = host.status().await.unwrap();
+    assert!(status.leases[0].holder.is_none(), "{status:?}");
+    assert!(host.plugin_status("flaky-health").await.unwrap().calls > failed.calls);
+    assert!(!host.log_text().contains("lease acquired"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn plugins_are_added_replaced_and_removed_without_a_restart() {
     let db = Db::new(Backend::Sqlite).await.unwrap();

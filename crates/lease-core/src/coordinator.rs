@@ -18,7 +18,7 @@
 //! which time every holder that trusted the old clock has stopped. Those answers are handled in
 //! `coordinator/renewal.rs`; what falls due as time passes, in `coordinator/due.rs`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::instant::Instant;
@@ -80,12 +80,16 @@ pub enum Event {
     },
     /// The release listener reconnected; notifications may have been lost, so campaign now.
     Resubscribed,
-    /// Allow or forbid campaigning for `lease` (a standby whose health check fails must not
-    /// take the lease); opening the gate campaigns at once.
+    /// `source` allows or forbids campaigning for `lease` (a standby whose health check fails
+    /// must not take the lease). Campaigns are allowed only while no source forbids them, so one
+    /// check that passes never overrides another that fails; the last source to allow them again
+    /// campaigns at once.
     CampaignGate {
         /// The lease.
         lease: String,
-        /// Whether campaigns are allowed.
+        /// Who speaks.
+        source: GateSource,
+        /// Whether this source allows campaigns.
         open: bool,
     },
     /// Whether a lease group's plan gives `lease` (a shard) to this replica: only shards given to
@@ -132,6 +136,16 @@ pub enum Event {
     },
     /// Release every lease in order and finish.
     Shutdown,
+}
+
+/// Who shuts or opens a lease's campaign gate ([`Event::CampaignGate`]): each health check
+/// bound to the lease speaks for itself.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum GateSource {
+    /// A health-check plugin, by its name.
+    HealthCheck(String),
+    /// A `[[service]]`'s health script or probe, by the service's name.
+    Service(String),
 }
 
 /// Something the driver must do.
@@ -333,8 +347,9 @@ struct LeaseState {
     /// release is announced to our own listener too, and would otherwise make us take straight
     /// back the lease we just gave up.
     hold_off: Option<Instant>,
-    /// Campaigns are forbidden (a failing standby health check).
-    gated: bool,
+    /// The sources that forbid campaigns (failing standby health checks): the gate is shut
+    /// while any does.
+    shut_by: BTreeSet<GateSource>,
     /// Added to the hold-off after this replica's next release ([`Event::BackOff`]).
     back_off: Duration,
     /// A lease group's plan gives this shard to another replica: no campaign for it. Always
@@ -354,6 +369,11 @@ struct LeaseState {
 }
 
 impl LeaseState {
+    /// Whether a health check keeps this lease from being campaigned for.
+    fn gated(&self) -> bool {
+        !self.shut_by.is_empty()
+    }
+
     /// The role and held epoch, as `/status` and subscribers see them.
     fn view(&self) -> (Role, Option<Epoch>) {
         match self.phase {
@@ -465,7 +485,7 @@ impl Coordinator {
                 let state = LeaseState {
                     phase: Phase::Standby { next_campaign: now },
                     hold_off: None,
-                    gated: false,
+                    shut_by: BTreeSet::new(),
                     back_off: Duration::ZERO,
                     unassigned,
                     solo: None,
@@ -516,14 +536,17 @@ impl Coordinator {
     pub fn next_deadline(&self) -> Option<Instant> {
         let mut next: Option<Instant> = None;
         let mut consider = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
-        let mut holds_any = false;
+        // Whether the next batch would carry any lease: one renewed alone stays out of it until
+        // its answer, and with no other, the batch's time is no deadline (waking then would find
+        // nothing to send, and wake again at once until that answer came).
+        let mut batched = false;
         let quiet_until = self.quiet_until;
         // One campaign at a time: what falls due meanwhile goes with the next batch.
         let may_campaign = self.campaigning.in_flight.is_none() && !self.shutting_down;
         for state in self.leases.values() {
             match state.phase {
                 Phase::Standby { next_campaign } => {
-                    if may_campaign && !state.gated && !state.unassigned {
+                    if may_campaign && !state.gated() && !state.unassigned {
                         consider(quiet_until.map_or(next_campaign, |q| q.max(next_campaign)));
                     }
                 }
@@ -533,7 +556,7 @@ impl Coordinator {
                     term,
                     ..
                 } => {
-                    holds_any = true;
+                    batched |= state.solo.is_none();
                     consider(if term { safe_until } else { expires_by });
                     // A term held back by a clock step starts when the quiet ends.
                     if let Some(q) = quiet_until
@@ -544,13 +567,13 @@ impl Coordinator {
                     }
                 }
                 Phase::Stopping { expires_by, .. } => {
-                    holds_any = true;
+                    batched |= state.solo.is_none();
                     consider(expires_by);
                 }
                 Phase::Releasing { .. } | Phase::Done => {}
             }
         }
-        if holds_any
+        if batched
             && self.renewal.in_flight.is_none()
             && let Some(at) = self.renewal.next_at
         {
@@ -601,10 +624,19 @@ impl Coordinator {
                     state.campaign_now(now);
                 }
             }
-            Event::CampaignGate { lease, open } => {
+            Event::CampaignGate {
+                lease,
+                source,
+                open,
+            } => {
                 if let Some(state) = self.leases.get_mut(&lease) {
-                    let was_gated = std::mem::replace(&mut state.gated, !open);
-                    if was_gated && open {
+                    let was_gated = state.gated();
+                    if open {
+                        state.shut_by.remove(&source);
+                    } else {
+                        state.shut_by.insert(source);
+                    }
+                    if was_gated && !state.gated() {
                         state.campaign_now(now);
                     }
                 }

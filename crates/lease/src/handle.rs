@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::{Notify, mpsc, watch};
 
-use super::coordinator::Event;
+use super::coordinator::{Event, GateSource};
 use super::groups::GroupStatus;
 use super::health::LoopHealth;
 use super::identity::HolderId;
@@ -137,11 +137,13 @@ impl Leases {
         self.step_down(lease);
     }
 
-    /// Allows or forbids campaigning for `lease` (a standby whose health check fails must not
-    /// take it over).
-    pub fn allow_campaigns(&self, lease: &str, allowed: bool) {
+    /// Allows or forbids campaigning for `lease` on behalf of `source` (a standby whose health
+    /// check fails must not take it over): campaigns are allowed only while no source forbids
+    /// them.
+    pub fn allow_campaigns(&self, lease: &str, source: GateSource, allowed: bool) {
         let _ = self.requests.send(Event::CampaignGate {
             lease: lease.to_string(),
+            source,
             open: allowed,
         });
     }

@@ -47,7 +47,7 @@ pub mod sqlite;
 pub mod store;
 pub mod url;
 
-pub use coordinator::Coordinator;
+pub use coordinator::{Coordinator, GateSource};
 pub use driver::Driver;
 pub use handle::Leases;
 pub use identity::HolderId;

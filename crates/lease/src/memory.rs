@@ -1,6 +1,6 @@
 //! An in-memory [`LeaseStore`] for unit tests: the same protocol with `tokio::time` as the
 //! "database clock" (so paused-time tests work), release notifications within the process, and
-//! injectable outages and clock steps.
+//! injectable outages, clock steps and row locks.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::history::{PRUNE_EVERY, RecordedTerm, TERMS_KEPT, TermEnd, TermRecord};
 use super::store::{
     CampaignedMany, DbMillis, Epoch, GroupMember, GroupView, LeaseRecord, LeaseStore,
-    ReleaseNotice, RenewRequest, Renewed, StoreError,
+    ReleaseNotice, RenewRequest, Renewed, RenewedOne, StoreError,
 };
 
 #[derive(Debug, Clone)]
@@ -121,6 +121,8 @@ pub struct MemoryStore {
     members: Mutex<BTreeMap<(String, String), MemberRow>>,
     /// Calls made, answered or not ([`MemoryStore::calls`]).
     calls: AtomicU64,
+    /// Rows another session holds locked, until when ([`MemoryStore::lock_row`]).
+    locked: Mutex<BTreeMap<String, Instant>>,
 }
 
 impl Default for MemoryStore {
@@ -142,6 +144,7 @@ impl MemoryStore {
             stepped: Mutex::new(Duration::ZERO),
             members: Mutex::new(BTreeMap::new()),
             calls: AtomicU64::new(0),
+            locked: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -165,6 +168,22 @@ impl MemoryStore {
     /// server: every lease expires `by` sooner than its holder reckons.
     pub fn step_clock(&self, by: Duration) {
         *self.stepped.lock().unwrap_or_else(|p| p.into_inner()) += by;
+    }
+
+    /// Has another session hold `name`'s row locked for `duration` from now, as a transaction
+    /// left open would on PostgreSQL: meanwhile a batched renewal reports the lease busy, and a
+    /// lone renewal waits for the lock. Other calls do not wait for it here.
+    pub fn lock_row(&self, name: &str, duration: Duration) {
+        let until = self.now() + duration;
+        let mut locked = self.locked.lock().unwrap_or_else(|p| p.into_inner());
+        locked.insert(name.to_string(), until);
+    }
+
+    /// Until when `name`'s row is locked, if it is now.
+    fn locked_until(&self, name: &str) -> Option<Instant> {
+        let now = self.now();
+        let locked = self.locked.lock().unwrap_or_else(|p| p.into_inner());
+        locked.get(name).copied().filter(|&until| until > now)
     }
 
     /// The store's clock: its [`StoreClock`] plus the steps.
@@ -283,8 +302,13 @@ impl LeaseStore for MemoryStore {
         self.gate("renew").await?;
         let (mut rows, now) = self.rows();
         let mut landed = Vec::new();
+        let mut busy = Vec::new();
         let mut handoffs = Vec::new();
         for req in leases {
+            if self.locked_until(&req.name).is_some() {
+                busy.push(req.name.clone());
+                continue;
+            }
             let unscoped = crate::buggify::planted(crate::buggify::Planted::RenewalUnscoped);
             if let Some(row) = rows.get_mut(&req.name)
                 && (unscoped || row.holder == holder && row.epoch == req.epoch)
@@ -300,9 +324,38 @@ impl LeaseStore for MemoryStore {
         }
         Ok(Renewed {
             landed,
-            busy: Vec::new(),
+            busy,
             db_now: self.db_now(now),
             handoffs,
+        })
+    }
+
+    async fn renew_one(
+        &self,
+        holder: &str,
+        lease: &RenewRequest,
+        timeout: Duration,
+    ) -> Result<RenewedOne, StoreError> {
+        // Waits for the row lock no longer than `timeout`, as PostgreSQL's `lock_timeout` does.
+        // Waited in durations: the lock's end is on the store's clock, the sleep on the caller's.
+        let mut waited = Duration::ZERO;
+        while let Some(until) = self.locked_until(&lease.name) {
+            let left = until.saturating_duration_since(self.now());
+            if waited + left > timeout {
+                tokio::time::sleep(timeout.saturating_sub(waited)).await;
+                return Err(StoreError::Timeout {
+                    op: "renew",
+                    after: timeout,
+                });
+            }
+            tokio::time::sleep(left).await;
+            waited += left;
+        }
+        let renewed = self.renew(holder, std::slice::from_ref(lease)).await?;
+        Ok(RenewedOne {
+            landed: renewed.landed.contains(&lease.name),
+            db_now: renewed.db_now,
+            handoff: renewed.handoffs.contains(&lease.name),
         })
     }
 

@@ -2,21 +2,18 @@
 //! following whether this replica counts as one of its members. Each role is a [`Work`] for the
 //! one [`drive`] loop, started through the one [`Plugin::start`].
 
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span, info, info_span, warn};
 
-use super::Supervisor;
 use super::instance::{Live, Plugin};
 use super::policy::{Failures, Policy, Step};
 use super::work::{Work, drive};
+use super::{Supervisor, Target};
 use crate::lease::groups::GroupStatus;
-use crate::lease::{Leadership, Term};
-use crate::plugin::PluginEntry;
+use crate::lease::{GateSource, Leadership, Term};
 use crate::runtime::host::LeaseView;
 use crate::runtime::{CallFailure, CheckRole};
 
@@ -106,10 +103,21 @@ impl Subject {
         }
     }
 
-    /// Lets this replica campaign for the lease (take part in the group), or not.
-    fn allow(&self, sup: &Supervisor, open: bool) {
+    /// Whether its check keeps the gate shut from its start until it first passes: a lease's
+    /// does, so that a standby not yet known to be healthy does not take it; a group's does not,
+    /// since keeping the replica out of the group gives up its shards.
+    pub(super) fn shut_from_start(&self) -> bool {
+        matches!(self, Subject::Lease { .. })
+    }
+
+    /// Lets this replica campaign for the lease (take part in the group), or not, as far as
+    /// health check `plugin` is concerned.
+    pub(super) fn allow(&self, sup: &Supervisor, plugin: &str, open: bool) {
         match self {
-            Subject::Lease { name, .. } => sup.leases.allow_campaigns(name, open),
+            Subject::Lease { name, .. } => {
+                let source = GateSource::HealthCheck(plugin.to_string());
+                sup.leases.allow_campaigns(name, source, open)
+            }
             Subject::Group { name, .. } => sup.leases.allow_group(name, open),
         }
     }
@@ -127,21 +135,13 @@ fn group_role(groups: &[GroupStatus], group: &str) -> CheckRole {
 /// One health check of `subject`: `check(active)` while this replica holds the lease (counts as a
 /// member of the group), stepping down (leaving the group) after `failure_threshold` consecutive
 /// failures; `check(standby)` otherwise, keeping the replica from campaigning (from joining the
-/// group) while it fails. A fresh store per role, and after any trap. A group's check sees the
-/// group's name as its lease's and no shard.
+/// group) while it fails, and a lease's from its start until it first passes. A fresh store per
+/// role, and after any trap. A group's check sees the group's name as its lease's and no shard.
 ///
 /// Each role runs in a span of its own, `health{plugin, lease, epoch}` (`epoch` while active;
 /// `group` in place of `lease` for a group's check), which every line of the check and of its
 /// guest carries.
-pub(super) async fn health_loop(
-    sup: Supervisor,
-    entry: Arc<PluginEntry>,
-    subject: Subject,
-    retire: CancellationToken,
-) {
-    let Some(plugin) = Plugin::new(sup.runtime.clone(), entry, sup.board.clone(), retire) else {
-        return;
-    };
+pub(super) async fn health_loop(sup: Supervisor, plugin: Plugin, subject: Subject) {
     let policy = Policy::health_check(plugin.entry.manifest.interval);
     let mut failures = Failures::new(policy);
     let (board, name) = (plugin.board.clone(), plugin.name.clone());
@@ -157,14 +157,20 @@ pub(super) async fn health_loop(
         due: None,
         gone: false,
     };
+    if check.subject.shut_from_start() {
+        // Shut when the check was started too, but a predecessor's last pass may have opened it
+        // since.
+        check.allow(false);
+        check.gated = true;
+    }
     while !check.gone && !check.plugin.retire.is_cancelled() {
         let span = check.enter_role();
         drive(&mut check, &mut failures, &board, &name)
             .instrument(span)
             .await;
     }
-    if check.gated {
-        check.subject.allow(&check.sup, true);
+    if check.gated && !check.replaced() {
+        check.allow(true);
     }
 }
 
@@ -193,6 +199,24 @@ struct Check {
 }
 
 impl Check {
+    /// Opens or shuts the subject's gate on this check's behalf.
+    fn allow(&self, open: bool) {
+        self.subject.allow(&self.sup, &self.plugin.name, open);
+    }
+
+    /// Whether a newer file of this plugin, still a health check of this lease, takes its gate
+    /// over: that one keeps it shut from its start, so opening it here would let a campaign slip
+    /// in between.
+    fn replaced(&self) -> bool {
+        let Subject::Lease { name, .. } = &self.subject else {
+            return false;
+        };
+        let target = Target::Lease(name.clone());
+        let set = self.sup.plugins.borrow();
+        set.get(&*self.plugin.name)
+            .is_some_and(|e| e.digest != self.plugin.entry.digest && target.checked_by(e))
+    }
+
     /// Takes the role this replica has now, and returns the span the role runs in.
     fn enter_role(&mut self) -> Span {
         let (role, term) = self.subject.role();
@@ -240,8 +264,8 @@ impl Work for Check {
         let failure = match outcome {
             Ok(()) => {
                 if step == Step::Call && self.gated {
-                    info!("standby health check passes again: campaigning allowed");
-                    self.subject.allow(&self.sup, true);
+                    info!("health check passes: campaigning allowed");
+                    self.allow(true);
                     self.gated = false;
                 }
                 return;
@@ -258,14 +282,16 @@ impl Work for Check {
                     failures.count()
                 );
                 self.subject.step_down(&self.sup);
-                // A group stays closed until a check passes (the lease's own gate is the
-                // standby check's).
-                self.gated = matches!(self.subject, Subject::Group { .. });
+                // A group stays closed until a check passes; a lease's gate stays as it was (shut
+                // still if no check has passed since this one started), for the standby check.
+                if matches!(self.subject, Subject::Group { .. }) {
+                    self.gated = true;
+                }
                 *failures = Failures::new(self.policy);
             }
             CheckRole::Standby if !self.gated => {
                 warn!("standby health check fails: not campaigning until it passes");
-                self.subject.allow(&self.sup, false);
+                self.allow(false);
                 self.gated = true;
             }
             _ => {}

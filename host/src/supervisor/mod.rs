@@ -100,25 +100,24 @@ impl Supervisor {
         &self.board
     }
 
-    /// Follows every lease until `shutdown`.
-    pub async fn run(self, shutdown: CancellationToken) {
+    /// Follows every lease until `shutdown`. The health checks of the plugin set as it is now
+    /// are started before this returns, each check of a lease with its campaign gate shut until
+    /// it first passes: a lease driver started after this call does not campaign before them.
+    pub fn run(self, shutdown: CancellationToken) -> impl Future<Output = ()> + Send + 'static {
         let tasks = TaskTracker::new();
         for name in self.leases.lease_names() {
             let (sup, lease, stop) = (self.clone(), name.to_string(), shutdown.clone());
             tasks.spawn(async move { sup.follow_lease(&lease, stop).await });
-            let (sup, lease, stop) = (self.clone(), name.to_string(), shutdown.clone());
-            tasks.spawn(async move { sup.follow_health_checks(Target::Lease(lease), stop).await });
+            let target = Target::Lease(name.to_string());
+            tasks.spawn(self.follow_health_checks(target, shutdown.clone()));
         }
         for group in self.leases.groups() {
-            let (sup, stop) = (self.clone(), shutdown.clone());
-            tasks.spawn(async move {
-                sup.follow_health_checks(Target::Group(group.name), stop)
-                    .await
-            });
+            let target = Target::Group(group.name);
+            tasks.spawn(self.follow_health_checks(target, shutdown.clone()));
         }
         // Each lease's loops publish the board on every change of the plugin set.
         tasks.close();
-        tasks.wait().await;
+        async move { tasks.wait().await }
     }
 
     /// Adds new plugins to the board and drops removed ones; running ones keep their state. Their
@@ -308,45 +307,69 @@ impl Supervisor {
 
     /// Keeps one task per health check of `target` running, whatever the role, following plugin
     /// changes; a retired check reopens the campaign gate it may have closed. A check bound to a
-    /// group runs once per replica, not per shard: it gates the whole group.
-    async fn follow_health_checks(&self, target: Target, shutdown: CancellationToken) {
+    /// group runs once per replica, not per shard: it gates the whole group. The checks of the
+    /// current set are started before this returns.
+    fn follow_health_checks(
+        &self,
+        target: Target,
+        shutdown: CancellationToken,
+    ) -> impl Future<Output = ()> + Send + 'static {
         let mut plugins = self.plugins.clone();
         let mut workers = Workers::default();
         let tasks = TaskTracker::new();
-        loop {
-            let set = plugins.borrow_and_update().clone();
-            // The board first, so no task can report on a plugin the board does not list yet.
-            self.publish_set(&set);
-            let wanted = |e: &PluginEntry| {
-                let bound = match (&target, &e.manifest.binding) {
-                    (Target::Lease(lease), Binding::Lease(name)) => name.as_str() == lease,
-                    (Target::Group(group), Binding::Group(name)) => name == group,
-                    _ => false,
-                };
-                bound && matches!(e.loaded, Ok(ref l) if l.prepared.world() == World::HealthCheck)
-            };
-            let start = |entry: Arc<PluginEntry>, retire: CancellationToken| {
-                let subject = match &target {
-                    Target::Lease(lease) => Subject::lease(self, lease),
-                    Target::Group(group) => Some(Subject::group(self, group)),
-                };
-                let sup = self.clone();
-                // The check's spans are its roles' (see `health_loop`).
-                let task = async move {
-                    if let Some(subject) = subject {
-                        health_loop(sup, entry, subject, retire).await;
-                    }
-                };
-                Box::pin(task) as BoxFuture<'static, ()>
-            };
-            workers.sync(&set, wanted, &shutdown, start, |task| tasks.spawn(task));
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                changed = plugins.changed() => if changed.is_err() { break },
+        let set = plugins.borrow_and_update().clone();
+        self.sync_health_checks(&target, &set, &mut workers, &shutdown, &tasks);
+        let sup = self.clone();
+        async move {
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    changed = plugins.changed() => if changed.is_err() { break },
+                }
+                let set = plugins.borrow_and_update().clone();
+                sup.sync_health_checks(&target, &set, &mut workers, &shutdown, &tasks);
             }
+            tasks.close();
+            tasks.wait().await;
         }
-        tasks.close();
-        tasks.wait().await;
+    }
+
+    /// Brings the health checks of `target` in line with `set`, spawning new ones on `tasks`.
+    fn sync_health_checks(
+        &self,
+        target: &Target,
+        set: &PluginSet,
+        workers: &mut Workers,
+        shutdown: &CancellationToken,
+        tasks: &TaskTracker,
+    ) {
+        // The board first, so no task can report on a plugin the board does not list yet.
+        self.publish_set(set);
+        let start = |entry: Arc<PluginEntry>, retire: CancellationToken| {
+            let subject = match target {
+                Target::Lease(lease) => Subject::lease(self, lease),
+                Target::Group(group) => Some(Subject::group(self, group)),
+            };
+            let plugin = Plugin::new(self.runtime.clone(), entry, self.board.clone(), retire);
+            let check = subject.zip(plugin);
+            if let Some((subject, plugin)) = &check
+                && subject.shut_from_start()
+            {
+                // Now rather than once the task runs: the host starts its health checks before
+                // the lease driver, so that even the first campaign waits for them.
+                subject.allow(self, &plugin.name, false);
+            }
+            let sup = self.clone();
+            // The check's spans are its roles' (see `health_loop`).
+            let task = async move {
+                if let Some((subject, plugin)) = check {
+                    health_loop(sup, plugin, subject).await;
+                }
+            };
+            Box::pin(task) as BoxFuture<'static, ()>
+        };
+        let wanted = |e: &PluginEntry| target.checked_by(e);
+        workers.sync(set, wanted, shutdown, start, |task| tasks.spawn(task));
     }
 }
 
@@ -356,6 +379,18 @@ enum Target {
     Lease(String),
     /// A lease group.
     Group(String),
+}
+
+impl Target {
+    /// Whether `entry` is a health check bound to this target, and loaded.
+    fn checked_by(&self, entry: &PluginEntry) -> bool {
+        let bound = match (self, &entry.manifest.binding) {
+            (Target::Lease(lease), Binding::Lease(name)) => name.as_str() == lease,
+            (Target::Group(group), Binding::Group(name)) => name == group,
+            _ => false,
+        };
+        bound && matches!(entry.loaded, Ok(ref l) if l.prepared.world() == World::HealthCheck)
+    }
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ use super::process_card::ProcessCard;
 use super::process_status::ProcessKind;
 use super::status::StatusBoard;
 use super::terms::each_term;
-use crate::lease::{Leases, Term};
+use crate::lease::{GateSource, Leases, Term};
 use crate::metrics::Metrics;
 use crate::process::bound::KILL_MARGIN;
 use crate::process::handle::{Kept, LATE_READ, Spec, monotonic_ns_at, since};
@@ -85,7 +85,7 @@ pub async fn follow(
     };
     each_term(leadership, &shutdown, on_term, between).await;
     if gated.load(Ordering::Relaxed) {
-        scripts.leases.allow_campaigns(&lease, true);
+        scripts.allow_campaigns(true);
     }
 }
 
@@ -171,6 +171,13 @@ fn kill_at(safe_until: Instant) -> Instant {
 }
 
 impl Scripts {
+    /// Opens or shuts the lease's campaign gate on this service's behalf.
+    fn allow_campaigns(&self, open: bool) {
+        let source = GateSource::Service(self.service.name.clone());
+        self.leases
+            .allow_campaigns(self.service.lease.as_str(), source, open);
+    }
+
     /// `health standby` every interval for as long as this replica is a standby: closes the
     /// campaign gate while it fails, opens it when it passes again. Never returns by itself.
     async fn standby(&self, gated: &AtomicBool) {
@@ -183,17 +190,16 @@ impl Scripts {
         loop {
             let until = Instant::now() + self.service.health_interval;
             let checked = self.check(health, "standby", None, until).await;
-            let lease = self.service.lease.as_str();
             match (checked, gated.load(Ordering::Relaxed) && said) {
                 (Err(why), false) => {
                     said = true;
                     warn!("standby health {noun} fails ({why}): not campaigning until it passes");
-                    self.leases.allow_campaigns(lease, false);
+                    self.allow_campaigns(false);
                     gated.store(true, Ordering::Relaxed);
                 }
                 (Ok(()), _) if gated.load(Ordering::Relaxed) => {
                     info!("standby health {noun} passes: campaigning allowed");
-                    self.leases.allow_campaigns(lease, true);
+                    self.allow_campaigns(true);
                     gated.store(false, Ordering::Relaxed);
                 }
                 _ => {}

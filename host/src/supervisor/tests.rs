@@ -15,9 +15,11 @@ use tokio_util::sync::CancellationToken;
 use super::Supervisor;
 use super::status::{PluginStatus, StatusBoard};
 use crate::capability::Capabilities;
+use crate::lease::LeaseStore;
 use crate::lease::memory::{Health, MemoryStore};
 use crate::lease::{DatabaseUrl, Driver, Leases, Role, Timing};
 use crate::metrics::Metrics;
+use crate::plugin::PluginSet;
 use crate::runtime::Runtime;
 use crate::runtime::engine::EngineOptions;
 
@@ -27,6 +29,11 @@ struct Replica {
     store: Arc<MemoryStore>,
     board: StatusBoard,
     root: CancellationToken,
+    /// The plugin set, as the directory watcher would publish it.
+    set: tokio::sync::watch::Sender<Arc<PluginSet>>,
+    runtime: Arc<Runtime>,
+    capabilities: Arc<Capabilities>,
+    plugins: PathBuf,
     _dirs: Vec<tempfile::TempDir>,
 }
 
@@ -67,8 +74,7 @@ async fn replica(plugin: &str, manifest: &str, ttl: Duration) -> Replica {
         "{:?}",
         set[plugin].loaded.as_ref().err()
     );
-    let (_set_tx, set_rx) = tokio::sync::watch::channel(Arc::new(set));
-    std::mem::forget(_set_tx); // the set never changes in these tests
+    let (set_tx, set_rx) = tokio::sync::watch::channel(Arc::new(set));
     let store = Arc::new(MemoryStore::new());
     let root = CancellationToken::new();
     let (driver, leases) = Driver::new(
@@ -79,7 +85,12 @@ async fn replica(plugin: &str, manifest: &str, ttl: Duration) -> Replica {
         root.clone(),
     );
     tokio::spawn(driver.run());
-    let supervisor = Supervisor::new(runtime, leases.clone(), capabilities, set_rx);
+    let supervisor = Supervisor::new(
+        runtime.clone(),
+        leases.clone(),
+        capabilities.clone(),
+        set_rx,
+    );
     let board = supervisor.board().clone();
     tokio::spawn(supervisor.run(root.clone()));
     Replica {
@@ -87,11 +98,23 @@ async fn replica(plugin: &str, manifest: &str, ttl: Duration) -> Replica {
         store,
         board,
         root,
+        set: set_tx,
+        runtime,
+        capabilities,
+        plugins: plugins.path().to_path_buf(),
         _dirs: vec![plugins, scratch],
     }
 }
 
 impl Replica {
+    /// Loads the plugin directory again and publishes it, as the watcher does after a change.
+    fn rescan(&self) {
+        let previous = self.set.borrow().clone();
+        let set = crate::plugin::scan(&self.plugins, &self.runtime, &self.capabilities, &previous)
+            .unwrap();
+        self.set.send_replace(Arc::new(set));
+    }
+
     fn role(&self) -> Role {
         self.leases.leadership("leader").unwrap().role
     }
@@ -225,6 +248,108 @@ async fn a_call_in_flight_at_the_deadline_is_cancelled_then_resumes_with_the_nex
     .await;
     r.run_until("a call in the new term", Duration::from_secs(5), |r| {
         r.status("misbehave").calls >= 4
+    })
+    .await;
+}
+
+fn health_check(fail: &str) -> String {
+    format!("lease = \"leader\"\n[schedule]\ninterval = \"100ms\"\n[config]\nfail = \"{fail}\"\n")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replica_whose_health_check_fails_from_the_start_never_leads_even_alone() {
+    // Alone, the lease is free from the first campaign on, which comes before the check has run
+    // once: its gate must be shut by then.
+    let r = replica(
+        "flaky-health",
+        &health_check("always"),
+        Duration::from_secs(2),
+    )
+    .await;
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        assert_eq!(r.role(), Role::Standby);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let status = r.status("flaky-health");
+    assert!(status.errors >= 10, "{status:?}");
+    let rows = r.store.get(&["leader".to_string()]).await.unwrap();
+    assert!(rows.is_empty(), "the lease was won: {rows:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replica_whose_health_check_passes_leads_once_it_has_passed() {
+    let r = replica(
+        "flaky-health",
+        &health_check("never"),
+        Duration::from_secs(2),
+    )
+    .await;
+    r.run_until("leading", Duration::from_secs(5), |r| {
+        r.role() == Role::Leader
+    })
+    .await;
+    let status = r.status("flaky-health");
+    assert!(status.calls >= 2, "init and a check: {status:?}");
+    assert_eq!(status.last_error, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_health_check_keeps_the_gate_shut_across_reloads_of_its_file_and_its_removal_opens_it()
+ {
+    // A new file's task starts once the old one's has ended: were the gate opened in between,
+    // this lone replica would campaign for the free lease then.
+    let r = replica(
+        "flaky-health",
+        &health_check("always"),
+        Duration::from_secs(2),
+    )
+    .await;
+    r.run_until("the check to fail", Duration::from_secs(5), |r| {
+        r.status("flaky-health").errors >= 3
+    })
+    .await;
+    for round in 0..5 {
+        let manifest = format!("{}# file {round}\n", health_check("always"));
+        std::fs::write(r.plugins.join("flaky-health.toml"), manifest).unwrap();
+        r.rescan();
+        let until = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < until {
+            assert_eq!(r.role(), Role::Standby, "file {round}");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    let rows = r.store.get(&["leader".to_string()]).await.unwrap();
+    assert!(rows.is_empty(), "the lease was won: {rows:?}");
+    // With the check gone, nothing holds the replica back.
+    std::fs::remove_file(r.plugins.join("flaky-health.wasm")).unwrap();
+    r.rescan();
+    r.run_until("leading", Duration::from_secs(5), |r| {
+        r.role() == Role::Leader
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_health_check_added_on_the_holder_that_fails_only_there_gives_the_lease_up_then_takes_it_back()
+ {
+    // Added while this replica leads, the check shuts the gate before it has passed, and its
+    // active failures step down before any pass: its standby pass must still open the gate.
+    let r = replica("hello-reconciler", HELLO, Duration::from_secs(2)).await;
+    r.run_until("leading", Duration::from_secs(5), |r| {
+        r.role() == Role::Leader
+    })
+    .await;
+    std::fs::copy(guest("flaky-health"), r.plugins.join("flaky-health.wasm")).unwrap();
+    std::fs::write(r.plugins.join("flaky-health.toml"), health_check("active")).unwrap();
+    r.rescan();
+    r.run_until("stepped down", Duration::from_secs(5), |r| {
+        r.role() == Role::Standby
+    })
+    .await;
+    r.run_until("leading again", Duration::from_secs(10), |r| {
+        let l = r.leases.leadership("leader").unwrap();
+        l.role == Role::Leader && l.epoch == Some(2)
     })
     .await;
 }

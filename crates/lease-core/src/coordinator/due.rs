@@ -31,7 +31,7 @@ impl Coordinator {
                 Phase::Stopping { .. } => state.stopping_due(name, now, fx),
                 Phase::Standby { next_campaign } => {
                     if may_campaign
-                        && !state.gated
+                        && !state.gated()
                         && !state.unassigned
                         && next_campaign <= now + margin
                     {

@@ -777,6 +777,44 @@ fn a_lone_renewal_answering_after_the_lease_moved_on_is_ignored() {
 }
 
 #[test]
+fn while_the_only_held_lease_is_renewed_alone_nothing_wakes_the_coordinator_before_its_answer() {
+    // The batch has no lease to carry meanwhile: were its time (or a handoff notice's renewal) a
+    // deadline, the driver would wake, find nothing to send and wake again at once, until the
+    // lone answer came, which may take the lease's whole time left.
+    let t0 = start();
+    let mut c = leader("a", 1, t0, ms(10));
+    let sent = t0 + ms(1000);
+    renewal(&c.step(Event::Tick, sent));
+    let fx = c.step(renewed(&[], &["a"], None), sent + ms(5));
+    assert_eq!(lone_renewals(&fx).len(), 1, "{fx:?}");
+    let safe_until = t0 + ms(2750);
+    assert_eq!(c.next_deadline(), Some(safe_until));
+    assert!(c.step(Event::Tick, sent + ms(1000)).is_empty());
+    assert_eq!(
+        c.next_deadline(),
+        Some(safe_until),
+        "the batch's time, with no batch"
+    );
+    let notice = Event::HandoffNoticed {
+        lease: "a".into(),
+        epoch: 1,
+    };
+    let fx = c.step(notice, sent + ms(1100));
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(
+        c.next_deadline(),
+        Some(safe_until),
+        "a notice with no batch to send"
+    );
+    // Back in the batch once its lone renewal lands, and renewed at once for the notice: the lone
+    // renewal may have read the row before the request was written.
+    let back = sent + ms(1300);
+    let fx = c.step(renewed_alone("a", Ok(true)), back);
+    assert_eq!(extensions(&fx), [("a", sent + ms(5) + TTL - ms(250))]);
+    assert_eq!(renewal(&fx).0, [req("a", 1)]);
+}
+
+#[test]
 fn a_forward_clock_step_ends_every_term_and_keeps_the_replica_quiet_for_a_ttl() {
     let t0 = start();
     let mut c = coordinator(&["a", "b", "c"], t0);
@@ -1341,18 +1379,27 @@ fn a_renewal_for_an_older_epoch_does_not_touch_the_new_one() {
     assert_eq!(c.view("a"), Some((Role::Leader, Some(2))));
 }
 
+fn gate(lease: &str, source: &GateSource, open: bool) -> Event {
+    Event::CampaignGate {
+        lease: lease.into(),
+        source: source.clone(),
+        open,
+    }
+}
+
+fn check(plugin: &str) -> GateSource {
+    GateSource::HealthCheck(plugin.into())
+}
+
+fn service(name: &str) -> GateSource {
+    GateSource::Service(name.into())
+}
+
 #[test]
 fn a_closed_campaign_gate_keeps_a_standby_from_campaigning() {
     let t0 = start();
-    let timing = Timing::from_ttl(Duration::from_secs(3));
-    let mut c = Coordinator::new(timing, ["g".to_string()], t0, 7);
-    let fx = c.step(
-        Event::CampaignGate {
-            lease: "g".into(),
-            open: false,
-        },
-        t0,
-    );
+    let mut c = coordinator(&["g"], t0);
+    let fx = c.step(gate("g", &check("probe"), false), t0);
     assert!(fx.is_empty(), "{fx:?}");
     assert_eq!(
         c.next_deadline(),
@@ -1361,31 +1408,80 @@ fn a_closed_campaign_gate_keeps_a_standby_from_campaigning() {
     );
     for s in 1..20 {
         let fx = c.step(Event::Tick, t0 + Duration::from_secs(s));
-        assert!(
-            !fx.iter().any(|e| matches!(e, Effect::Campaign { .. })),
-            "{fx:?}"
-        );
+        assert!(campaigns(&fx).is_empty(), "{fx:?}");
         let fx = c.step(
             Event::ReleasedElsewhere { lease: "g".into() },
             t0 + Duration::from_secs(s),
         );
-        assert!(
-            !fx.iter().any(|e| matches!(e, Effect::Campaign { .. })),
-            "{fx:?}"
-        );
+        assert!(campaigns(&fx).is_empty(), "{fx:?}");
     }
-    let at = t0 + Duration::from_secs(30);
     let fx = c.step(
-        Event::CampaignGate {
-            lease: "g".into(),
-            open: true,
-        },
-        at,
+        gate("g", &check("probe"), true),
+        t0 + Duration::from_secs(30),
     );
-    assert!(
-        fx.iter().any(|e| matches!(e, Effect::Campaign { .. })),
-        "opening the gate campaigns at once: {fx:?}"
+    assert_eq!(campaigns(&fx), ["g"], "opening the gate campaigns at once");
+}
+
+#[test]
+fn a_gate_shut_before_the_first_tick_holds_back_even_the_first_campaign() {
+    // The host shuts it before the driver's first step, until the check's first pass.
+    let t0 = start();
+    let mut c = coordinator(&["g"], t0);
+    let fx = c.step_all([gate("g", &check("probe"), false), Event::Tick], t0);
+    assert!(campaigns(&fx).is_empty(), "{fx:?}");
+    assert_eq!(c.next_deadline(), None);
+    let fx = c.step(gate("g", &check("probe"), true), t0 + ms(40));
+    assert_eq!(campaigns(&fx), ["g"]);
+}
+
+#[test]
+fn a_gate_stays_shut_while_any_of_its_sources_keeps_it_shut() {
+    let t0 = start();
+    let mut c = coordinator(&["g"], t0);
+    c.step_all(
+        [
+            gate("g", &service("relay"), false),
+            gate("g", &check("probe"), false),
+        ],
+        t0,
     );
+    // The plugin passes while the service's script still fails: no campaign.
+    let fx = c.step(gate("g", &check("probe"), true), t0 + ms(100));
+    assert!(campaigns(&fx).is_empty(), "{fx:?}");
+    assert_eq!(c.next_deadline(), None);
+    // It fails again, then the script passes: still shut.
+    c.step(gate("g", &check("probe"), false), t0 + ms(200));
+    let fx = c.step(gate("g", &service("relay"), true), t0 + ms(300));
+    assert!(campaigns(&fx).is_empty(), "{fx:?}");
+    assert!(campaigns(&c.step(Event::Tick, t0 + ms(10_000))).is_empty());
+    // Open once the last of them passes, and at once.
+    let fx = c.step(gate("g", &check("probe"), true), t0 + ms(10_100));
+    assert_eq!(campaigns(&fx), ["g"]);
+}
+
+#[test]
+fn a_source_that_never_shut_a_gate_cannot_open_it_and_one_that_shut_it_twice_opens_it_once() {
+    let t0 = start();
+    let mut c = coordinator(&["g"], t0);
+    c.step(gate("g", &service("relay"), false), t0);
+    for source in [check("relay"), check("other"), service("other")] {
+        let fx = c.step(gate("g", &source, true), t0 + ms(10));
+        assert!(campaigns(&fx).is_empty(), "{source:?}: {fx:?}");
+    }
+    // The same source saying it twice is one source: one pass opens the gate.
+    c.step(gate("g", &service("relay"), false), t0 + ms(20));
+    let fx = c.step(gate("g", &service("relay"), true), t0 + ms(30));
+    assert_eq!(campaigns(&fx), ["g"]);
+    // A gate of another lease, or of a lease this replica does not campaign for, is its own.
+    let mut c = coordinator(&["g", "h"], t0);
+    let fx = c.step_all(
+        [
+            gate("h", &service("relay"), false),
+            gate("x", &service("relay"), false),
+        ],
+        t0,
+    );
+    assert_eq!(campaigns(&fx), ["g"]);
 }
 
 fn assign(lease: &str, yours: bool) -> Event {

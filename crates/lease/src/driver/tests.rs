@@ -481,3 +481,60 @@ async fn a_database_clock_step_never_makes_two_live_terms() {
         b.stop().await;
     }
 }
+
+/// Runs `test` on a current-thread runtime of its own with paused time, and fails if it has not
+/// finished within `limit` on the wall clock: a task that wakes at once again and again keeps
+/// paused time from moving, so such a test would hang rather than fail.
+fn on_paused_time_within(limit: Duration, test: impl Future<Output = ()> + Send + 'static) {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let run = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(test);
+        let _ = done_tx.send(());
+    });
+    match done_rx.recv_timeout(limit) {
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!(
+            "not done within {limit:?} on the wall clock: something keeps paused time from moving"
+        ),
+        // Done, or panicked: the panic is the test's.
+        _ => {
+            if let Err(panic) = run.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
+}
+
+/// A renewal that finds the row locked (another session's open transaction) is sent again alone
+/// and waits for the lock. Meanwhile the batch has no lease to carry: neither its time nor a
+/// handoff notice may wake the driver at once again and again (which would stop paused time,
+/// hence the watchdog).
+#[test]
+fn a_lone_renewal_waiting_for_a_row_lock_leaves_the_driver_asleep_until_it_answers() {
+    on_paused_time_within(Duration::from_secs(60), async {
+        let store = Arc::new(MemoryStore::new());
+        let a = replica(&store, "a");
+        let mut rx = a.watch();
+        let (_, term) = wait_for_leader(&mut rx, ms(10)).await;
+        let won = crate::seams::now();
+        let ended = when_cancelled(&term);
+        // Locked from 1.5 s to 3.5 s: the batch at 2 s finds it busy, and the lone renewal waits
+        // past the next batch's time (3 s), within the term (safe_until 3.75 s).
+        tokio::time::sleep(ms(1500)).await;
+        store.lock_row(LEASE, ms(2000));
+        tokio::time::sleep(ms(700)).await;
+        store.request_handoff(LEASE, None).await.unwrap();
+        wait_for_role(&mut rx, Role::Standby, TTL).await;
+        // The lone renewal read the request once the lock went, and the lease was handed over.
+        let ended_at = ended.await.unwrap();
+        assert!(ended_at >= won + ms(3500), "{:?}", ended_at - won);
+        let r = row(&store).await;
+        assert!(!r.is_held());
+        assert_eq!(r.epoch, 1);
+        a.stop().await;
+    });
+}
