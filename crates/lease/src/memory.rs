@@ -2,7 +2,8 @@
 //! "database clock" (so paused-time tests work), release notifications within the process, and
 //! injectable outages and clock steps.
 
-use std::collections::BTreeMap;
+mod tables;
+
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,65 +13,12 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::history::{PRUNE_EVERY, RecordedTerm, TERMS_KEPT, TermEnd, TermRecord};
+use super::history::{TermEnd, TermRecord};
 use super::store::{
     CampaignedMany, DbMillis, Epoch, GroupMember, GroupView, LeaseRecord, LeaseStore,
     ReleaseNotice, RenewRequest, Renewed, StoreError,
 };
-
-#[derive(Debug, Clone)]
-struct Row {
-    holder: String,
-    epoch: Epoch,
-    ttl: Duration,
-    expires_at: Instant,
-    /// The lease's recorded terms, oldest first, at most [`TERMS_KEPT`].
-    terms: Vec<MemoryTerm>,
-    /// An operator's handoff request: the epoch whose holder is asked, and the replica to hand
-    /// over to, if any.
-    handoff: Option<(Epoch, Option<String>)>,
-    /// After a release that a handoff request named a replica for: that replica, and until when
-    /// only it may win the lease.
-    reserved: Option<(String, Instant)>,
-}
-
-/// A lease group member's row: when it joined, when it expires, its shard count.
-type MemberRow = (Instant, Instant, Option<u32>);
-
-/// A term as the in-memory store records it, by its clock.
-#[derive(Debug, Clone)]
-struct MemoryTerm {
-    epoch: Epoch,
-    holder: String,
-    started: Instant,
-    ended: Option<(Instant, TermEnd)>,
-}
-
-impl MemoryTerm {
-    fn at(&self, now: Instant) -> RecordedTerm {
-        let ago = |t: Instant| {
-            i64::try_from(now.saturating_duration_since(t).as_millis()).unwrap_or(i64::MAX)
-        };
-        RecordedTerm {
-            epoch: self.epoch,
-            holder: self.holder.clone(),
-            started_ms_ago: ago(self.started),
-            ended_ms_ago: self.ended.map(|(t, _)| ago(t)),
-            end: self.ended.map(|(_, end)| end),
-        }
-    }
-}
-
-/// Closes `row`'s open term `epoch` as `end` at `at`.
-fn close_term(row: &mut Row, epoch: Epoch, at: Instant, end: TermEnd) {
-    for term in row
-        .terms
-        .iter_mut()
-        .filter(|t| t.epoch == epoch && t.ended.is_none())
-    {
-        term.ended = Some((at, end));
-    }
-}
+use tables::{Row, Tables};
 
 /// How the store answers, for fault injection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,13 +50,20 @@ impl std::fmt::Debug for StoreClock {
     }
 }
 
+/// What the store's one lock guards.
+#[derive(Debug)]
+struct State {
+    /// The tables as the last call left them.
+    tables: Tables,
+}
+
 /// The in-memory store. Share it between drivers with an `Arc` to simulate several replicas.
 #[derive(Debug)]
 pub struct MemoryStore {
     /// The clock expiry is judged by, before steps.
     clock: StoreClock,
-    /// The lease rows by name.
-    rows: Mutex<BTreeMap<String, Row>>,
+    /// The tables and what goes with them.
+    state: Mutex<State>,
     /// How calls answer ([`Health`]).
     health: AtomicU8,
     /// Release notifications (and handoff requests) to listeners.
@@ -117,8 +72,6 @@ pub struct MemoryStore {
     origin: Instant,
     /// How far the store's clock has been stepped ahead of `tokio::time`.
     stepped: Mutex<Duration>,
-    /// Lease group members by (group, member): when each joined, when it expires, its shard count.
-    members: Mutex<BTreeMap<(String, String), MemberRow>>,
     /// Calls made, answered or not ([`MemoryStore::calls`]).
     calls: AtomicU64,
 }
@@ -135,12 +88,13 @@ impl MemoryStore {
         let origin = (clock.0)();
         MemoryStore {
             clock,
-            rows: Mutex::new(BTreeMap::new()),
+            state: Mutex::new(State {
+                tables: Tables::default(),
+            }),
             health: AtomicU8::new(Health::Up as u8),
             releases: broadcast::channel(1024).0,
             origin,
             stepped: Mutex::new(Duration::ZERO),
-            members: Mutex::new(BTreeMap::new()),
             calls: AtomicU64::new(0),
         }
     }
@@ -186,16 +140,17 @@ impl MemoryStore {
         }
     }
 
-    /// The rows, locked, and the store's clock read under the lock, as a database reads it when
+    /// The state, locked, and the store's clock read under the lock, as a database reads it when
     /// the statement runs: read before, a call that waited for another would judge expiry (and
     /// report waits) by a time already past.
-    fn rows(&self) -> (std::sync::MutexGuard<'_, BTreeMap<String, Row>>, Instant) {
-        // A panic while holding the lock cannot leave a row half-written: every update is one assignment.
-        let rows = self
-            .rows
+    fn state(&self) -> (std::sync::MutexGuard<'_, State>, Instant) {
+        // Poisoning is ignored: a call cut short by a panic (a test's) leaves what it wrote so
+        // far, as a crash between two statements would, and the store goes on from there.
+        let state = self
+            .state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        (rows, self.now())
+        (state, self.now())
     }
 
     fn record(name: &str, row: &Row, now: Instant) -> LeaseRecord {
@@ -228,52 +183,21 @@ impl LeaseStore for MemoryStore {
     ) -> Result<CampaignedMany, StoreError> {
         self.gate("campaign").await?;
         super::store::ttl_ms(ttl)?;
-        let (mut rows, now) = self.rows();
+        let (mut state, now) = self.state();
+        let tables = &mut state.tables;
         let mut out = CampaignedMany {
             db_now: self.db_now(now),
             ..CampaignedMany::default()
         };
         for name in names {
-            let (epoch, mut terms) = match rows.get_mut(name) {
-                Some(row) if row.expires_at > now => {
-                    out.lost.push((name.clone(), Some(row.expires_at - now)));
-                    continue;
-                }
-                // Reserved for another replica by a handoff: free for it alone until then.
-                Some(Row {
-                    reserved: Some((replica, until)),
-                    ..
-                }) if *until > now && !super::store::is_reserved_for(replica, holder) => {
-                    out.lost.push((name.clone(), Some(*until - now)));
-                    continue;
-                }
-                Some(row) => {
-                    let (epoch, expired) = (row.epoch, row.expires_at);
-                    close_term(row, epoch, expired, TermEnd::Expired);
-                    (epoch + 1, std::mem::take(&mut row.terms))
-                }
-                None => (1, Vec::new()),
-            };
-            terms.push(MemoryTerm {
-                epoch,
-                holder: holder.to_string(),
-                started: now,
-                ended: None,
-            });
-            if epoch % i64::from(PRUNE_EVERY) == 0 {
-                let kept = TERMS_KEPT as usize;
-                terms.drain(..terms.len().saturating_sub(kept));
+            // Held, or reserved for another replica by a handoff: free for it alone until then.
+            if let Some(free_at) = tables.rows.get(name).map(|r| r.free_at(holder))
+                && free_at > now
+            {
+                out.lost.push((name.clone(), Some(free_at - now)));
+                continue;
             }
-            let row = Row {
-                holder: holder.to_string(),
-                epoch,
-                ttl,
-                expires_at: now + ttl,
-                terms,
-                handoff: None,
-                reserved: None,
-            };
-            rows.insert(name.clone(), row);
+            let epoch = tables.win(name, holder, ttl, 0, now);
             out.won.push((name.clone(), epoch));
         }
         Ok(out)
@@ -281,14 +205,12 @@ impl LeaseStore for MemoryStore {
 
     async fn renew(&self, holder: &str, leases: &[RenewRequest]) -> Result<Renewed, StoreError> {
         self.gate("renew").await?;
-        let (mut rows, now) = self.rows();
+        let (mut state, now) = self.state();
         let mut landed = Vec::new();
         let mut handoffs = Vec::new();
         for req in leases {
-            if let Some(row) = rows.get_mut(&req.name)
-                && row.holder == holder
-                && row.epoch == req.epoch
-                && row.expires_at > now
+            if let Some(row) = state.tables.rows.get_mut(&req.name)
+                && row.held_by(holder, req.epoch, now)
             {
                 row.expires_at = now + req.ttl;
                 row.ttl = req.ttl;
@@ -308,20 +230,9 @@ impl LeaseStore for MemoryStore {
 
     async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
         self.gate("release").await?;
-        let (mut rows, now) = self.rows();
-        let released = match rows.get_mut(name) {
-            Some(row) if row.holder == holder && row.epoch == epoch && row.expires_at > now => {
-                row.expires_at = now;
-                close_term(row, epoch, now, TermEnd::Released);
-                // A handoff to a named replica reserves the lease for it for one ttl.
-                row.reserved = match row.handoff.take() {
-                    Some((asked, Some(to))) if asked == epoch => Some((to, now + row.ttl)),
-                    _ => None,
-                };
-                true
-            }
-            _ => false,
-        };
+        let (mut state, now) = self.state();
+        let released = state.tables.release(name, holder, epoch, now);
+        drop(state);
         if released {
             let _ = self
                 .releases
@@ -332,18 +243,19 @@ impl LeaseStore for MemoryStore {
 
     async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError> {
         self.gate("force release").await?;
-        let (mut rows, now) = self.rows();
-        let released = match rows.get_mut(name) {
+        let (mut state, now) = self.state();
+        let released = match state.tables.rows.get_mut(name) {
             Some(row) if row.expires_at > now => {
                 row.expires_at = now;
                 let epoch = row.epoch;
-                close_term(row, epoch, now, TermEnd::Forced);
+                row.close_term(epoch, now, TermEnd::Forced);
                 row.handoff = None;
                 row.reserved = None;
                 Some((row.holder.clone(), epoch))
             }
             _ => None,
         };
+        drop(state);
         if released.is_some() {
             let _ = self
                 .releases
@@ -358,14 +270,15 @@ impl LeaseStore for MemoryStore {
         to: Option<&str>,
     ) -> Result<Option<LeaseRecord>, StoreError> {
         self.gate("request handoff").await?;
-        let (mut rows, now) = self.rows();
-        let asked = match rows.get_mut(name) {
+        let (mut state, now) = self.state();
+        let asked = match state.tables.rows.get_mut(name) {
             Some(row) if row.expires_at > now => {
                 row.handoff = Some((row.epoch, to.map(str::to_string)));
                 Some(Self::record(name, row, now))
             }
             _ => None,
         };
+        drop(state);
         if let Some(record) = &asked {
             let _ = self.releases.send(ReleaseNotice::HandoffRequested {
                 lease: name.to_string(),
@@ -377,16 +290,23 @@ impl LeaseStore for MemoryStore {
 
     async fn get(&self, names: &[String]) -> Result<Vec<LeaseRecord>, StoreError> {
         self.gate("get").await?;
-        let (rows, now) = self.rows();
+        let (state, now) = self.state();
         Ok(names
             .iter()
-            .filter_map(|n| rows.get(n).map(|row| Self::record(n, row, now)))
+            .filter_map(|n| {
+                state
+                    .tables
+                    .rows
+                    .get(n)
+                    .map(|row| Self::record(n, row, now))
+            })
             .collect())
     }
 
     async fn list(&self, after: Option<&str>, limit: u32) -> Result<Vec<LeaseRecord>, StoreError> {
         self.gate("list").await?;
-        let (rows, now) = self.rows();
+        let (state, now) = self.state();
+        let rows = &state.tables.rows;
         let range = match after {
             Some(a) => {
                 rows.range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))
@@ -401,19 +321,19 @@ impl LeaseStore for MemoryStore {
 
     async fn terms(&self, names: &[String], per_lease: u32) -> Result<Vec<TermRecord>, StoreError> {
         self.gate("terms").await?;
-        let (rows, now) = self.rows();
+        let (state, now) = self.state();
         let mut names: Vec<&String> = names.iter().collect();
         names.sort();
         names.dedup();
         Ok(names
             .into_iter()
-            .filter_map(|name| rows.get(name).map(|row| (name, row)))
+            .filter_map(|name| state.tables.rows.get(name).map(|row| (name, row)))
             .flat_map(|(name, row)| {
                 // The row's own term has ended once the row has expired, closed or not yet
                 // (a release closes it; a silence leaves it to the next campaign).
                 let mut terms = row.clone();
                 if row.expires_at <= now {
-                    close_term(&mut terms, row.epoch, row.expires_at, TermEnd::Expired);
+                    terms.close_term(row.epoch, row.expires_at, TermEnd::Expired);
                 }
                 terms
                     .terms
@@ -437,8 +357,8 @@ impl LeaseStore for MemoryStore {
     ) -> Result<GroupView, StoreError> {
         self.gate("heartbeat").await?;
         super::store::ttl_ms(ttl)?;
-        let (rows, now) = self.rows();
-        let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut state, now) = self.state();
+        let Tables { rows, members } = &mut state.tables;
         members.retain(|(g, m), (_, expires, _)| g != group || m == member || *expires > now);
         let key = (group.to_string(), member.to_string());
         let joined = match members.get(&key) {
@@ -475,10 +395,11 @@ impl LeaseStore for MemoryStore {
 
     async fn members(&self) -> Result<Vec<super::store::MemberRecord>, StoreError> {
         self.gate("members").await?;
-        let now = self.now();
-        let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        let (state, now) = self.state();
         let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-        Ok(members
+        Ok(state
+            .tables
+            .members
             .iter()
             .filter(|(_, (_, expires, _))| *expires > now)
             .map(
@@ -495,7 +416,8 @@ impl LeaseStore for MemoryStore {
 
     async fn leave(&self, groups: &[String], member: &str) -> Result<(), StoreError> {
         self.gate("leave").await?;
-        let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut state, _) = self.state();
+        let members = &mut state.tables.members;
         members.retain(|(g, m), _| m != member || !groups.contains(g));
         Ok(())
     }
