@@ -1,9 +1,15 @@
-//! An in-memory [`LeaseStore`] for unit tests: the same protocol with `tokio::time` as the
-//! "database clock" (so paused-time tests work), release notifications within the process, and
-//! injectable outages and clock steps.
+//! An in-memory [`LeaseStore`] for unit tests and simulations: the same protocol with
+//! `tokio::time` as the "database clock" (so paused-time tests work), release notifications
+//! within the process, and injectable faults: outages, clock steps and a failover that loses the
+//! last commits ([`MemoryStore::fail_over`]), as the PostgreSQL store meets it. The same calls in
+//! the same order give the same answers.
 
+mod incarnation;
 mod tables;
+#[cfg(test)]
+mod tests;
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,7 +24,9 @@ use super::store::{
     CampaignedMany, DbMillis, Epoch, GroupMember, GroupView, LeaseRecord, LeaseStore,
     ReleaseNotice, RenewRequest, Renewed, StoreError,
 };
-use tables::{Row, Tables};
+use incarnation::Incarnation;
+pub use tables::FAILOVER_CAN_LOSE;
+use tables::{Journal, Row, Tables};
 
 /// How the store answers, for fault injection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,11 +58,22 @@ impl std::fmt::Debug for StoreClock {
     }
 }
 
-/// What the store's one lock guards.
+/// What the store's one lock guards: its tables, and what PostgreSQL keeps beside them.
 #[derive(Debug)]
 struct State {
-    /// The tables as the last call left them.
+    /// The tables as the last commit left them.
     tables: Tables,
+    /// The tables after each of the last commits, for a failover to go back to.
+    journal: Journal,
+    /// The store's incarnation and the one campaigns recorded.
+    incarnation: Incarnation,
+}
+
+impl State {
+    /// Records the tables as a call that wrote them left them: a commit a failover can lose.
+    fn commit(&mut self) {
+        self.journal.commit(&self.tables);
+    }
 }
 
 /// The in-memory store. Share it between drivers with an `Arc` to simulate several replicas.
@@ -90,6 +109,8 @@ impl MemoryStore {
             clock,
             state: Mutex::new(State {
                 tables: Tables::default(),
+                journal: Journal::new(Tables::default()),
+                incarnation: Incarnation::default(),
             }),
             health: AtomicU8::new(Health::Up as u8),
             releases: broadcast::channel(1024).0,
@@ -119,6 +140,20 @@ impl MemoryStore {
     /// server: every lease expires `by` sooner than its holder reckons.
     pub fn step_clock(&self, by: Duration) {
         *self.stepped.lock().unwrap_or_else(|p| p.into_inner()) += by;
+    }
+
+    /// Fails over to a standby that missed the last `lose_last` commits (every call that wrote
+    /// something is one; at most [`FAILOVER_CAN_LOSE`]: a larger number loses all the store
+    /// keeps), as a promotion from asynchronous replication does: the tables go back to how they
+    /// were before them, the store changes incarnation (docs/ARCHITECTURE.md §9.2), and release
+    /// listeners are told to campaign for everything ([`ReleaseNotice::Resubscribed`]), as after
+    /// a lost `LISTEN` connection.
+    pub fn fail_over(&self, lose_last: usize) {
+        let (mut state, _) = self.state();
+        state.tables = state.journal.lose_last(lose_last);
+        state.incarnation.fail_over();
+        drop(state);
+        let _ = self.releases.send(ReleaseNotice::Resubscribed);
     }
 
     /// The store's clock: its [`StoreClock`] plus the steps.
@@ -167,6 +202,13 @@ impl MemoryStore {
             expires_in_ms: left,
         }
     }
+
+    /// Tells release listeners of each lease of `names`.
+    fn notify_released(&self, names: &[String]) {
+        for name in names {
+            let _ = self.releases.send(ReleaseNotice::Released(name.clone()));
+        }
+    }
 }
 
 #[async_trait]
@@ -181,24 +223,47 @@ impl LeaseStore for MemoryStore {
         names: &[String],
         ttl: Duration,
     ) -> Result<CampaignedMany, StoreError> {
+        // As the PostgreSQL store: no statement for no lease, so no incarnation seen by it either.
+        if names.is_empty() {
+            return Ok(CampaignedMany::default());
+        }
         self.gate("campaign").await?;
         super::store::ttl_ms(ttl)?;
         let (mut state, now) = self.state();
-        let tables = &mut state.tables;
         let mut out = CampaignedMany {
             db_now: self.db_now(now),
             ..CampaignedMany::default()
         };
-        for name in names {
-            // Held, or reserved for another replica by a handoff: free for it alone until then.
-            if let Some(free_at) = tables.rows.get(name).map(|r| r.free_at(holder))
-                && free_at > now
-            {
-                out.lost.push((name.clone(), Some(free_at - now)));
+        let State {
+            tables,
+            incarnation,
+            ..
+        } = &mut *state;
+        let max_epoch = tables.rows.values().map(|r| r.epoch).max().unwrap_or(0);
+        let seen_first = incarnation.see(max_epoch, now)?;
+        let mut wrote = seen_first;
+        let mut asked = BTreeSet::new();
+        for name in names.iter().filter(|n| asked.insert(n.as_str())) {
+            let row = tables.rows.get(name);
+            // The hold-off of a failover, then the holder's expiry or a reservation for another
+            // replica: the wait is whichever ends later.
+            let hold = row.map_or(ttl, |r| r.ttl.max(ttl));
+            let held_off = incarnation.held_off(seen_first, hold, now);
+            out.held_off_for = out.held_off_for.max(held_off);
+            let until_free = row
+                .map(|r| r.free_at(holder))
+                .filter(|at| *at > now)
+                .map(|at| at - now);
+            if until_free.is_some() || held_off.is_some() {
+                out.lost.push((name.clone(), until_free.max(held_off)));
                 continue;
             }
-            let epoch = tables.win(name, holder, ttl, 0, now);
+            let epoch = tables.win(name, holder, ttl, incarnation.floor(), now);
             out.won.push((name.clone(), epoch));
+            wrote = true;
+        }
+        if wrote {
+            state.commit();
         }
         Ok(out)
     }
@@ -206,37 +271,41 @@ impl LeaseStore for MemoryStore {
     async fn renew(&self, holder: &str, leases: &[RenewRequest]) -> Result<Renewed, StoreError> {
         self.gate("renew").await?;
         let (mut state, now) = self.state();
-        let mut landed = Vec::new();
-        let mut handoffs = Vec::new();
+        let tables = &mut state.tables;
+        let mut renewed = Renewed {
+            db_now: self.db_now(now),
+            ..Renewed::default()
+        };
         for req in leases {
-            if let Some(row) = state.tables.rows.get_mut(&req.name)
-                && row.held_by(holder, req.epoch, now)
-            {
-                row.expires_at = now + req.ttl;
-                row.ttl = req.ttl;
-                landed.push(req.name.clone());
-                if row.handoff.as_ref().is_some_and(|(e, _)| *e == row.epoch) {
-                    handoffs.push(req.name.clone());
-                }
+            let Some(row) = tables.rows.get_mut(&req.name) else {
+                continue;
+            };
+            if !row.held_by(holder, req.epoch, now) {
+                continue;
+            }
+            row.expires_at = now + req.ttl;
+            row.ttl = req.ttl;
+            renewed.landed.push(req.name.clone());
+            if row.handoff.as_ref().is_some_and(|(e, _)| *e == row.epoch) {
+                renewed.handoffs.push(req.name.clone());
             }
         }
-        Ok(Renewed {
-            landed,
-            busy: Vec::new(),
-            db_now: self.db_now(now),
-            handoffs,
-        })
+        if !renewed.landed.is_empty() {
+            state.commit();
+        }
+        Ok(renewed)
     }
 
     async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
         self.gate("release").await?;
         let (mut state, now) = self.state();
         let released = state.tables.release(name, holder, epoch, now);
+        if released {
+            state.commit();
+        }
         drop(state);
         if released {
-            let _ = self
-                .releases
-                .send(ReleaseNotice::Released(name.to_string()));
+            self.notify_released(&[name.to_string()]);
         }
         Ok(released)
     }
@@ -249,17 +318,19 @@ impl LeaseStore for MemoryStore {
                 row.expires_at = now;
                 let epoch = row.epoch;
                 row.close_term(epoch, now, TermEnd::Forced);
+                // A forced release ends any handoff under way: nobody is reserved the lease.
                 row.handoff = None;
                 row.reserved = None;
                 Some((row.holder.clone(), epoch))
             }
             _ => None,
         };
+        if released.is_some() {
+            state.commit();
+        }
         drop(state);
         if released.is_some() {
-            let _ = self
-                .releases
-                .send(ReleaseNotice::Released(name.to_string()));
+            self.notify_released(&[name.to_string()]);
         }
         Ok(released)
     }
@@ -278,6 +349,9 @@ impl LeaseStore for MemoryStore {
             }
             _ => None,
         };
+        if asked.is_some() {
+            state.commit();
+        }
         drop(state);
         if let Some(record) = &asked {
             let _ = self.releases.send(ReleaseNotice::HandoffRequested {
@@ -357,6 +431,7 @@ impl LeaseStore for MemoryStore {
     ) -> Result<GroupView, StoreError> {
         self.gate("heartbeat").await?;
         super::store::ttl_ms(ttl)?;
+        let count = u32::try_from(super::store::shard_count(shards)?).ok();
         let (mut state, now) = self.state();
         let Tables { rows, members } = &mut state.tables;
         members.retain(|(g, m), (_, expires, _)| g != group || m == member || *expires > now);
@@ -365,7 +440,6 @@ impl LeaseStore for MemoryStore {
             Some((joined, expires, _)) if *expires > now => *joined,
             _ => now,
         };
-        let count = u32::try_from(super::store::shard_count(shards)?).ok();
         members.insert(key, (joined, now + ttl, count));
         let live = members
             .iter()
@@ -386,6 +460,7 @@ impl LeaseStore for MemoryStore {
             })
             .collect();
         holders.sort();
+        state.commit();
         Ok(GroupView {
             members: live,
             holders,
@@ -418,7 +493,11 @@ impl LeaseStore for MemoryStore {
         self.gate("leave").await?;
         let (mut state, _) = self.state();
         let members = &mut state.tables.members;
+        let before = members.len();
         members.retain(|(g, m), _| m != member || !groups.contains(g));
+        if members.len() != before {
+            state.commit();
+        }
         Ok(())
     }
 

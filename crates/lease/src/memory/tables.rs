@@ -1,7 +1,8 @@
 //! What the in-memory store keeps, as PostgreSQL keeps it in tables: the lease rows with their
-//! terms and handoffs, and the lease group members.
+//! terms and handoffs, the lease group members; and the journal of its last commits that a
+//! failover goes back in ([`super::MemoryStore::fail_over`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -82,7 +83,7 @@ impl MemoryTerm {
     }
 }
 
-/// The rows of every table.
+/// Everything a failover can lose: the rows of every table.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Tables {
     /// The lease rows by name.
@@ -148,5 +149,39 @@ impl Tables {
             }
             _ => false,
         }
+    }
+}
+
+/// How many of its latest commits a failover of the in-memory store can lose at most
+/// ([`super::MemoryStore::fail_over`]): it keeps its tables as they were after each of them, and
+/// before the oldest. Each kept state is a full copy of the tables, so a store of many leases
+/// with long histories costs that many copies.
+pub const FAILOVER_CAN_LOSE: usize = 64;
+
+/// The tables after each of the last [`FAILOVER_CAN_LOSE`] commits, and before the oldest of
+/// them: oldest first, the newest equal to the live tables.
+#[derive(Debug)]
+pub(super) struct Journal(VecDeque<Tables>);
+
+impl Journal {
+    /// A journal of no commit yet, of tables as `initial`.
+    pub(super) fn new(initial: Tables) -> Self {
+        Journal(VecDeque::from([initial]))
+    }
+
+    /// Records the tables as a commit left them, forgetting the oldest beyond the bound.
+    pub(super) fn commit(&mut self, after: &Tables) {
+        self.0.push_back(after.clone());
+        while self.0.len() > FAILOVER_CAN_LOSE + 1 {
+            self.0.pop_front();
+        }
+    }
+
+    /// Forgets the last `lose` commits (all kept, if it keeps fewer) and returns the tables as
+    /// they were before them: the new primary's history goes on from there.
+    pub(super) fn lose_last(&mut self, lose: usize) -> Tables {
+        let kept = self.0.len().saturating_sub(lose).max(1);
+        self.0.truncate(kept);
+        self.0.back().cloned().unwrap_or_default()
     }
 }
