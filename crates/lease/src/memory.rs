@@ -1,10 +1,12 @@
 //! An in-memory [`LeaseStore`] for unit tests and simulations: the same protocol with
 //! `tokio::time` as the "database clock" (so paused-time tests work), release notifications
-//! within the process, and injectable faults: outages, clock steps and a failover that loses the
-//! last commits ([`MemoryStore::fail_over`]), as the PostgreSQL store meets it. The same calls in
-//! the same order give the same answers.
+//! within the process, and injectable faults: outages, clock steps, a failover that loses the
+//! last commits ([`MemoryStore::fail_over`]) and rows locked by another transaction
+//! ([`MemoryStore::lock_row`]), each as the PostgreSQL store meets it. The same calls in the
+//! same order give the same answers.
 
 mod incarnation;
+mod locks;
 mod tables;
 #[cfg(test)]
 mod tests;
@@ -15,16 +17,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{Notify, broadcast, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::history::{TermEnd, TermRecord};
 use super::store::{
     CampaignedMany, DbMillis, Epoch, GroupMember, GroupView, LeaseRecord, LeaseStore,
-    ReleaseNotice, RenewRequest, Renewed, StoreError,
+    ReleaseNotice, RenewRequest, Renewed, RenewedOne, StoreError,
 };
 use incarnation::Incarnation;
+use locks::{LOCKER_PID, RowLocks};
 pub use tables::FAILOVER_CAN_LOSE;
 use tables::{Journal, Row, Tables};
 
@@ -67,6 +70,8 @@ struct State {
     journal: Journal,
     /// The store's incarnation and the one campaigns recorded.
     incarnation: Incarnation,
+    /// Rows other transactions keep locked.
+    locks: RowLocks,
 }
 
 impl State {
@@ -93,6 +98,12 @@ pub struct MemoryStore {
     stepped: Mutex<Duration>,
     /// Calls made, answered or not ([`MemoryStore::calls`]).
     calls: AtomicU64,
+    /// Wakes the calls waiting for a row lock when their wait may be over early: a failover, a
+    /// step of the store's clock.
+    woken: Notify,
+    /// What the PostgreSQL store is opened with as its call timeout: its sessions wait for a row
+    /// lock 9/10 of it at most ([`crate::server_budget`]).
+    call_timeout: Duration,
 }
 
 impl Default for MemoryStore {
@@ -111,18 +122,29 @@ impl MemoryStore {
                 tables: Tables::default(),
                 journal: Journal::new(Tables::default()),
                 incarnation: Incarnation::default(),
+                locks: RowLocks::default(),
             }),
             health: AtomicU8::new(Health::Up as u8),
             releases: broadcast::channel(1024).0,
             origin,
             stepped: Mutex::new(Duration::ZERO),
             calls: AtomicU64::new(0),
+            woken: Notify::new(),
+            call_timeout: crate::timing::Timing::default().store_timeout,
         }
     }
 
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The store as if opened with `call_timeout` (the timing's `store_timeout`; by default the
+    /// default timing's): a release, a forced release or a handoff request waits for a locked
+    /// row 9/10 of it at most, as the PostgreSQL store's sessions do.
+    pub fn with_call_timeout(mut self, call_timeout: Duration) -> Self {
+        self.call_timeout = call_timeout;
+        self
     }
 
     /// Makes every later call succeed, fail or hang.
@@ -140,20 +162,37 @@ impl MemoryStore {
     /// server: every lease expires `by` sooner than its holder reckons.
     pub fn step_clock(&self, by: Duration) {
         *self.stepped.lock().unwrap_or_else(|p| p.into_inner()) += by;
+        self.woken.notify_waiters();
     }
 
     /// Fails over to a standby that missed the last `lose_last` commits (every call that wrote
     /// something is one; at most [`FAILOVER_CAN_LOSE`]: a larger number loses all the store
     /// keeps), as a promotion from asynchronous replication does: the tables go back to how they
-    /// were before them, the store changes incarnation (docs/ARCHITECTURE.md §9.2), and release
-    /// listeners are told to campaign for everything ([`ReleaseNotice::Resubscribed`]), as after
-    /// a lost `LISTEN` connection.
+    /// were before them, the store changes incarnation (docs/ARCHITECTURE.md §9.2), every row
+    /// lock ends and a call waiting for one fails, and release listeners are told to campaign
+    /// for everything ([`ReleaseNotice::Resubscribed`]), as after a lost `LISTEN` connection.
     pub fn fail_over(&self, lose_last: usize) {
         let (mut state, _) = self.state();
         state.tables = state.journal.lose_last(lose_last);
         state.incarnation.fail_over();
+        state.locks.clear();
         drop(state);
+        self.woken.notify_waiters();
         let _ = self.releases.send(ReleaseNotice::Resubscribed);
+    }
+
+    /// Makes another transaction keep the row of lease `name` locked for `for_` by the store's
+    /// clock, with a lock every write of the row conflicts with (a fenced write's `FOR SHARE`, an
+    /// operator's `FOR UPDATE`): campaigns skip the row while it is free and name it
+    /// ([`CampaignedMany::locked`]), batched renewals report it busy ([`Renewed::busy`]), and a
+    /// renewal of it alone, a release, a forced release or a handoff request waits for it, at
+    /// most the session's lock timeout. Locking a locked row again keeps it locked until the
+    /// later end. A lease without a row has nothing to lock, and stays unlocked.
+    pub fn lock_row(&self, name: &str, for_: Duration) {
+        let (mut state, now) = self.state();
+        if state.tables.rows.contains_key(name) {
+            state.locks.lock(name, now + for_);
+        }
     }
 
     /// The store's clock: its [`StoreClock`] plus the steps.
@@ -237,6 +276,7 @@ impl LeaseStore for MemoryStore {
         let State {
             tables,
             incarnation,
+            locks,
             ..
         } = &mut *state;
         let max_epoch = tables.rows.values().map(|r| r.epoch).max().unwrap_or(0);
@@ -258,6 +298,12 @@ impl LeaseStore for MemoryStore {
                 out.lost.push((name.clone(), until_free.max(held_off)));
                 continue;
             }
+            // Free, but another transaction keeps its row locked: left out, not waited for.
+            if locks.holds(name, now) {
+                out.locked.push((name.clone(), vec![LOCKER_PID]));
+                out.lost.push((name.clone(), None));
+                continue;
+            }
             let epoch = tables.win(name, holder, ttl, incarnation.floor(), now);
             out.won.push((name.clone(), epoch));
             wrote = true;
@@ -271,7 +317,7 @@ impl LeaseStore for MemoryStore {
     async fn renew(&self, holder: &str, leases: &[RenewRequest]) -> Result<Renewed, StoreError> {
         self.gate("renew").await?;
         let (mut state, now) = self.state();
-        let tables = &mut state.tables;
+        let State { tables, locks, .. } = &mut *state;
         let mut renewed = Renewed {
             db_now: self.db_now(now),
             ..Renewed::default()
@@ -281,6 +327,11 @@ impl LeaseStore for MemoryStore {
                 continue;
             };
             if !row.held_by(holder, req.epoch, now) {
+                continue;
+            }
+            // Still ours, but another transaction keeps it locked: for a renewal of its own.
+            if locks.holds(&req.name, now) {
+                renewed.busy.push(req.name.clone());
                 continue;
             }
             row.expires_at = now + req.ttl;
@@ -296,39 +347,83 @@ impl LeaseStore for MemoryStore {
         Ok(renewed)
     }
 
+    async fn renew_one(
+        &self,
+        holder: &str,
+        lease: &RenewRequest,
+        timeout: Duration,
+    ) -> Result<RenewedOne, StoreError> {
+        self.gate("renew").await?;
+        super::store::ttl_ms(lease.ttl)?;
+        let name = lease.name.as_str();
+        let targets = |tables: &Tables, now| match tables.rows.get(name) {
+            Some(row) if row.held_by(holder, lease.epoch, now) => vec![name.to_string()],
+            _ => Vec::new(),
+        };
+        let write = |state: &mut State, targets: &[String], judged: &locks::Judged| {
+            let at = judged.at(name);
+            let mut renewed = RenewedOne {
+                landed: false,
+                db_now: self.db_now(judged.now()),
+                handoff: false,
+            };
+            if let Some(row) = state.tables.rows.get_mut(name)
+                && !targets.is_empty()
+                && row.held_by(holder, lease.epoch, at)
+            {
+                row.expires_at = at + lease.ttl;
+                row.ttl = lease.ttl;
+                renewed.landed = true;
+                renewed.handoff = row.handoff.as_ref().is_some_and(|(e, _)| *e == row.epoch);
+                state.commit();
+            }
+            renewed
+        };
+        // It waits for the row's lock, as PostgreSQL's does, 9/10 of its caller's timeout at most.
+        let budget = crate::server_budget(timeout);
+        self.write_rows("renew", budget, targets, write).await
+    }
+
     async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
-        self.gate("release").await?;
-        let (mut state, now) = self.state();
-        let released = state.tables.release(name, holder, epoch, now);
-        if released {
-            state.commit();
-        }
-        drop(state);
-        if released {
-            self.notify_released(&[name.to_string()]);
-        }
-        Ok(released)
+        let leases = [(name.to_string(), epoch)];
+        let released = self.release_rows("release", holder, &leases).await?;
+        Ok(!released.is_empty())
+    }
+
+    async fn release_many(
+        &self,
+        holder: &str,
+        leases: &[(String, Epoch)],
+    ) -> Result<Vec<String>, StoreError> {
+        self.release_rows("release", holder, leases).await
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError> {
         self.gate("force release").await?;
-        let (mut state, now) = self.state();
-        let released = match state.tables.rows.get_mut(name) {
-            Some(row) if row.expires_at > now => {
-                row.expires_at = now;
-                let epoch = row.epoch;
-                row.close_term(epoch, now, TermEnd::Forced);
-                // A forced release ends any handoff under way: nobody is reserved the lease.
-                row.handoff = None;
-                row.reserved = None;
-                Some((row.holder.clone(), epoch))
-            }
-            _ => None,
+        let targets = |tables: &Tables, now| match tables.rows.get(name) {
+            Some(row) if row.expires_at > now => vec![name.to_string()],
+            _ => Vec::new(),
         };
-        if released.is_some() {
+        let write = |state: &mut State, targets: &[String], judged: &locks::Judged| {
+            let at = judged.at(name);
+            let row = state.tables.rows.get_mut(name)?;
+            if targets.is_empty() || row.expires_at <= at {
+                return None;
+            }
+            row.expires_at = at;
+            let epoch = row.epoch;
+            row.close_term(epoch, at, TermEnd::Forced);
+            // A forced release ends any handoff under way: nobody is reserved the lease.
+            row.handoff = None;
+            row.reserved = None;
+            let released = (row.holder.clone(), epoch);
             state.commit();
-        }
-        drop(state);
+            Some(released)
+        };
+        let budget = crate::server_budget(self.call_timeout);
+        let released = self
+            .write_rows("force release", budget, targets, write)
+            .await?;
         if released.is_some() {
             self.notify_released(&[name.to_string()]);
         }
@@ -341,18 +436,25 @@ impl LeaseStore for MemoryStore {
         to: Option<&str>,
     ) -> Result<Option<LeaseRecord>, StoreError> {
         self.gate("request handoff").await?;
-        let (mut state, now) = self.state();
-        let asked = match state.tables.rows.get_mut(name) {
-            Some(row) if row.expires_at > now => {
-                row.handoff = Some((row.epoch, to.map(str::to_string)));
-                Some(Self::record(name, row, now))
-            }
-            _ => None,
+        let targets = |tables: &Tables, now| match tables.rows.get(name) {
+            Some(row) if row.expires_at > now => vec![name.to_string()],
+            _ => Vec::new(),
         };
-        if asked.is_some() {
+        let write = |state: &mut State, targets: &[String], judged: &locks::Judged| {
+            let row = state.tables.rows.get_mut(name)?;
+            if targets.is_empty() || row.expires_at <= judged.at(name) {
+                return None;
+            }
+            row.handoff = Some((row.epoch, to.map(str::to_string)));
+            // Its time left as of the statement's start, PostgreSQL's `now()`.
+            let record = Self::record(name, row, judged.started());
             state.commit();
-        }
-        drop(state);
+            Some(record)
+        };
+        let budget = crate::server_budget(self.call_timeout);
+        let asked = self
+            .write_rows("request handoff", budget, targets, write)
+            .await?;
         if let Some(record) = &asked {
             let _ = self.releases.send(ReleaseNotice::HandoffRequested {
                 lease: name.to_string(),
@@ -528,5 +630,50 @@ impl LeaseStore for MemoryStore {
             }
         });
         Some(rx)
+    }
+}
+
+impl MemoryStore {
+    /// Releases each of `leases` that `holder` holds at its epoch, in one statement: waits for
+    /// the locks on those rows (the session's lock timeout at most) and notifies each release.
+    async fn release_rows(
+        &self,
+        op: &'static str,
+        holder: &str,
+        leases: &[(String, Epoch)],
+    ) -> Result<Vec<String>, StoreError> {
+        self.gate(op).await?;
+        let targets = |tables: &Tables, now| {
+            leases
+                .iter()
+                .filter(|(name, epoch)| {
+                    tables
+                        .rows
+                        .get(name)
+                        .is_some_and(|row| row.held_by(holder, *epoch, now))
+                })
+                .map(|(name, _)| name.clone())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect()
+        };
+        let write = |state: &mut State, targets: &[String], judged: &locks::Judged| {
+            let released: Vec<String> = leases
+                .iter()
+                .filter(|(name, epoch)| {
+                    targets.contains(name)
+                        && state.tables.release(name, holder, *epoch, judged.at(name))
+                })
+                .map(|(name, _)| name.clone())
+                .collect();
+            if !released.is_empty() {
+                state.commit();
+            }
+            released
+        };
+        let budget = crate::server_budget(self.call_timeout);
+        let released = self.write_rows(op, budget, targets, write).await?;
+        self.notify_released(&released);
+        Ok(released)
     }
 }

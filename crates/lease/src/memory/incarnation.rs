@@ -39,6 +39,11 @@ impl Incarnation {
         self.current += 1;
     }
 
+    /// Which incarnation the store is in, to tell whether it failed over meanwhile.
+    pub(super) fn current(&self) -> u64 {
+        self.current
+    }
+
     /// A campaign at `now` looks at the incarnation, with `max_epoch` the highest epoch in the
     /// lease table. Returns whether it saw a new one first (and recorded it): such a campaign
     /// wins nothing, whatever [`Incarnation::held_off`] says of the time.
