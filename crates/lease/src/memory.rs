@@ -1,76 +1,35 @@
-//! An in-memory [`LeaseStore`] for unit tests: the same protocol with `tokio::time` as the
-//! "database clock" (so paused-time tests work), release notifications within the process, and
-//! injectable outages, clock steps and row locks.
+//! An in-memory [`LeaseStore`] for unit tests and simulations: the same protocol with
+//! `tokio::time` as the "database clock" (so paused-time tests work), release notifications
+//! within the process, and injectable faults: outages, clock steps, a failover that loses the
+//! last commits ([`MemoryStore::fail_over`]) and rows locked by another transaction
+//! ([`MemoryStore::lock_row`]), each as the PostgreSQL store meets it. The same calls in the
+//! same order give the same answers.
 
-use std::collections::BTreeMap;
+mod incarnation;
+mod locks;
+mod tables;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{Notify, broadcast, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::history::{PRUNE_EVERY, RecordedTerm, TERMS_KEPT, TermEnd, TermRecord};
+use super::history::{TermEnd, TermRecord};
 use super::store::{
     CampaignedMany, DbMillis, Epoch, GroupMember, GroupView, LeaseRecord, LeaseStore,
     ReleaseNotice, RenewRequest, Renewed, RenewedOne, StoreError,
 };
-
-#[derive(Debug, Clone)]
-struct Row {
-    holder: String,
-    epoch: Epoch,
-    ttl: Duration,
-    expires_at: Instant,
-    /// The lease's recorded terms, oldest first, at most [`TERMS_KEPT`].
-    terms: Vec<MemoryTerm>,
-    /// An operator's handoff request: the epoch whose holder is asked, and the replica to hand
-    /// over to, if any.
-    handoff: Option<(Epoch, Option<String>)>,
-    /// After a release that a handoff request named a replica for: that replica, and until when
-    /// only it may win the lease.
-    reserved: Option<(String, Instant)>,
-}
-
-/// A lease group member's row: when it joined, when it expires, its shard count.
-type MemberRow = (Instant, Instant, Option<u32>);
-
-/// A term as the in-memory store records it, by its clock.
-#[derive(Debug, Clone)]
-struct MemoryTerm {
-    epoch: Epoch,
-    holder: String,
-    started: Instant,
-    ended: Option<(Instant, TermEnd)>,
-}
-
-impl MemoryTerm {
-    fn at(&self, now: Instant) -> RecordedTerm {
-        let ago = |t: Instant| {
-            i64::try_from(now.saturating_duration_since(t).as_millis()).unwrap_or(i64::MAX)
-        };
-        RecordedTerm {
-            epoch: self.epoch,
-            holder: self.holder.clone(),
-            started_ms_ago: ago(self.started),
-            ended_ms_ago: self.ended.map(|(t, _)| ago(t)),
-            end: self.ended.map(|(_, end)| end),
-        }
-    }
-}
-
-/// Closes `row`'s open term `epoch` as `end` at `at`.
-fn close_term(row: &mut Row, epoch: Epoch, at: Instant, end: TermEnd) {
-    for term in row
-        .terms
-        .iter_mut()
-        .filter(|t| t.epoch == epoch && t.ended.is_none())
-    {
-        term.ended = Some((at, end));
-    }
-}
+use incarnation::Incarnation;
+use locks::{LOCKER_PID, RowLocks};
+pub use tables::FAILOVER_CAN_LOSE;
+use tables::{Journal, Row, Tables};
 
 /// How the store answers, for fault injection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,13 +61,33 @@ impl std::fmt::Debug for StoreClock {
     }
 }
 
+/// What the store's one lock guards: its tables, and what PostgreSQL keeps beside them.
+#[derive(Debug)]
+struct State {
+    /// The tables as the last commit left them.
+    tables: Tables,
+    /// The tables after each of the last commits, for a failover to go back to.
+    journal: Journal,
+    /// The store's incarnation and the one campaigns recorded.
+    incarnation: Incarnation,
+    /// Rows other transactions keep locked.
+    locks: RowLocks,
+}
+
+impl State {
+    /// Records the tables as a call that wrote them left them: a commit a failover can lose.
+    fn commit(&mut self) {
+        self.journal.commit(&self.tables);
+    }
+}
+
 /// The in-memory store. Share it between drivers with an `Arc` to simulate several replicas.
 #[derive(Debug)]
 pub struct MemoryStore {
     /// The clock expiry is judged by, before steps.
     clock: StoreClock,
-    /// The lease rows by name.
-    rows: Mutex<BTreeMap<String, Row>>,
+    /// The tables and what goes with them.
+    state: Mutex<State>,
     /// How calls answer ([`Health`]).
     health: AtomicU8,
     /// Release notifications (and handoff requests) to listeners.
@@ -117,12 +96,14 @@ pub struct MemoryStore {
     origin: Instant,
     /// How far the store's clock has been stepped ahead of `tokio::time`.
     stepped: Mutex<Duration>,
-    /// Lease group members by (group, member): when each joined, when it expires, its shard count.
-    members: Mutex<BTreeMap<(String, String), MemberRow>>,
     /// Calls made, answered or not ([`MemoryStore::calls`]).
     calls: AtomicU64,
-    /// Rows another session holds locked, until when ([`MemoryStore::lock_row`]).
-    locked: Mutex<BTreeMap<String, Instant>>,
+    /// Wakes the calls waiting for a row lock when their wait may be over early: a failover, a
+    /// step of the store's clock.
+    woken: Notify,
+    /// What the PostgreSQL store is opened with as its call timeout: its sessions wait for a row
+    /// lock 9/10 of it at most ([`crate::server_budget`]).
+    call_timeout: Duration,
 }
 
 impl Default for MemoryStore {
@@ -137,20 +118,33 @@ impl MemoryStore {
         let origin = (clock.0)();
         MemoryStore {
             clock,
-            rows: Mutex::new(BTreeMap::new()),
+            state: Mutex::new(State {
+                tables: Tables::default(),
+                journal: Journal::new(Tables::default()),
+                incarnation: Incarnation::default(),
+                locks: RowLocks::default(),
+            }),
             health: AtomicU8::new(Health::Up as u8),
             releases: broadcast::channel(1024).0,
             origin,
             stepped: Mutex::new(Duration::ZERO),
-            members: Mutex::new(BTreeMap::new()),
             calls: AtomicU64::new(0),
-            locked: Mutex::new(BTreeMap::new()),
+            woken: Notify::new(),
+            call_timeout: crate::timing::Timing::default().store_timeout,
         }
     }
 
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The store as if opened with `call_timeout` (the timing's `store_timeout`; by default the
+    /// default timing's): a release, a forced release or a handoff request waits for a locked
+    /// row 9/10 of it at most, as the PostgreSQL store's sessions do.
+    pub fn with_call_timeout(mut self, call_timeout: Duration) -> Self {
+        self.call_timeout = call_timeout;
+        self
     }
 
     /// Makes every later call succeed, fail or hang.
@@ -168,22 +162,37 @@ impl MemoryStore {
     /// server: every lease expires `by` sooner than its holder reckons.
     pub fn step_clock(&self, by: Duration) {
         *self.stepped.lock().unwrap_or_else(|p| p.into_inner()) += by;
+        self.woken.notify_waiters();
     }
 
-    /// Has another session hold `name`'s row locked for `duration` from now, as a transaction
-    /// left open would on PostgreSQL: meanwhile a batched renewal reports the lease busy, and a
-    /// lone renewal waits for the lock. Other calls do not wait for it here.
-    pub fn lock_row(&self, name: &str, duration: Duration) {
-        let until = self.now() + duration;
-        let mut locked = self.locked.lock().unwrap_or_else(|p| p.into_inner());
-        locked.insert(name.to_string(), until);
+    /// Fails over to a standby that missed the last `lose_last` commits (every call that wrote
+    /// something is one; at most [`FAILOVER_CAN_LOSE`]: a larger number loses all the store
+    /// keeps), as a promotion from asynchronous replication does: the tables go back to how they
+    /// were before them, the store changes incarnation (docs/ARCHITECTURE.md §9.2), every row
+    /// lock ends and a call waiting for one fails, and release listeners are told to campaign
+    /// for everything ([`ReleaseNotice::Resubscribed`]), as after a lost `LISTEN` connection.
+    pub fn fail_over(&self, lose_last: usize) {
+        let (mut state, _) = self.state();
+        state.tables = state.journal.lose_last(lose_last);
+        state.incarnation.fail_over();
+        state.locks.clear();
+        drop(state);
+        self.woken.notify_waiters();
+        let _ = self.releases.send(ReleaseNotice::Resubscribed);
     }
 
-    /// Until when `name`'s row is locked, if it is now.
-    fn locked_until(&self, name: &str) -> Option<Instant> {
-        let now = self.now();
-        let locked = self.locked.lock().unwrap_or_else(|p| p.into_inner());
-        locked.get(name).copied().filter(|&until| until > now)
+    /// Makes another transaction keep the row of lease `name` locked for `for_` by the store's
+    /// clock, with a lock every write of the row conflicts with (a fenced write's `FOR SHARE`, an
+    /// operator's `FOR UPDATE`): campaigns skip the row while it is free and name it
+    /// ([`CampaignedMany::locked`]), batched renewals report it busy ([`Renewed::busy`]), and a
+    /// renewal of it alone, a release, a forced release or a handoff request waits for it, at
+    /// most the session's lock timeout. Locking a locked row again keeps it locked until the
+    /// later end. A lease without a row has nothing to lock, and stays unlocked.
+    pub fn lock_row(&self, name: &str, for_: Duration) {
+        let (mut state, now) = self.state();
+        if state.tables.rows.contains_key(name) {
+            state.locks.lock(name, now + for_);
+        }
     }
 
     /// The store's clock: its [`StoreClock`] plus the steps.
@@ -205,16 +214,17 @@ impl MemoryStore {
         }
     }
 
-    /// The rows, locked, and the store's clock read under the lock, as a database reads it when
+    /// The state, locked, and the store's clock read under the lock, as a database reads it when
     /// the statement runs: read before, a call that waited for another would judge expiry (and
     /// report waits) by a time already past.
-    fn rows(&self) -> (std::sync::MutexGuard<'_, BTreeMap<String, Row>>, Instant) {
-        // A panic while holding the lock cannot leave a row half-written: every update is one assignment.
-        let rows = self
-            .rows
+    fn state(&self) -> (std::sync::MutexGuard<'_, State>, Instant) {
+        // Poisoning is ignored: a call cut short by a panic (a test's) leaves what it wrote so
+        // far, as a crash between two statements would, and the store goes on from there.
+        let state = self
+            .state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        (rows, self.now())
+        (state, self.now())
     }
 
     fn record(name: &str, row: &Row, now: Instant) -> LeaseRecord {
@@ -231,6 +241,13 @@ impl MemoryStore {
             expires_in_ms: left,
         }
     }
+
+    /// Tells release listeners of each lease of `names`.
+    fn notify_released(&self, names: &[String]) {
+        for name in names {
+            let _ = self.releases.send(ReleaseNotice::Released(name.clone()));
+        }
+    }
 }
 
 #[async_trait]
@@ -245,89 +262,92 @@ impl LeaseStore for MemoryStore {
         names: &[String],
         ttl: Duration,
     ) -> Result<CampaignedMany, StoreError> {
+        // As the PostgreSQL store: no statement for no lease, so no incarnation seen by it either.
+        if names.is_empty() {
+            return Ok(CampaignedMany::default());
+        }
         self.gate("campaign").await?;
         super::store::ttl_ms(ttl)?;
-        let (mut rows, now) = self.rows();
+        let (mut state, now) = self.state();
         let mut out = CampaignedMany {
             db_now: self.db_now(now),
             ..CampaignedMany::default()
         };
-        for name in names {
-            let (epoch, mut terms) = match rows.get_mut(name) {
-                Some(row) if row.expires_at > now => {
-                    out.lost.push((name.clone(), Some(row.expires_at - now)));
-                    continue;
-                }
-                // Reserved for another replica by a handoff: free for it alone until then.
-                Some(Row {
-                    reserved: Some((replica, until)),
-                    ..
-                }) if *until > now && !super::store::is_reserved_for(replica, holder) => {
-                    out.lost.push((name.clone(), Some(*until - now)));
-                    continue;
-                }
-                Some(row) => {
-                    let (epoch, expired) = (row.epoch, row.expires_at);
-                    close_term(row, epoch, expired, TermEnd::Expired);
-                    (epoch + 1, std::mem::take(&mut row.terms))
-                }
-                None => (1, Vec::new()),
-            };
-            terms.push(MemoryTerm {
-                epoch,
-                holder: holder.to_string(),
-                started: now,
-                ended: None,
-            });
-            if epoch % i64::from(PRUNE_EVERY) == 0 {
-                let kept = TERMS_KEPT as usize;
-                terms.drain(..terms.len().saturating_sub(kept));
+        let State {
+            tables,
+            incarnation,
+            locks,
+            ..
+        } = &mut *state;
+        let max_epoch = tables.rows.values().map(|r| r.epoch).max().unwrap_or(0);
+        let seen_first = incarnation.see(max_epoch, now)?;
+        let mut wrote = seen_first;
+        let mut asked = BTreeSet::new();
+        for name in names.iter().filter(|n| asked.insert(n.as_str())) {
+            let row = tables.rows.get(name);
+            // The hold-off of a failover, then the holder's expiry or a reservation for another
+            // replica: the wait is whichever ends later.
+            let hold = row.map_or(ttl, |r| r.ttl.max(ttl));
+            let held_off = incarnation.held_off(seen_first, hold, now);
+            out.held_off_for = out.held_off_for.max(held_off);
+            let until_free = row
+                .map(|r| r.free_at(holder))
+                .filter(|at| *at > now)
+                .map(|at| at - now);
+            if until_free.is_some() || held_off.is_some() {
+                out.lost.push((name.clone(), until_free.max(held_off)));
+                continue;
             }
-            let row = Row {
-                holder: holder.to_string(),
-                epoch,
-                ttl,
-                expires_at: now + ttl,
-                terms,
-                handoff: None,
-                reserved: None,
-            };
-            rows.insert(name.clone(), row);
+            // Free, but another transaction keeps its row locked: left out, not waited for.
+            if locks.holds(name, now) {
+                out.locked.push((name.clone(), vec![LOCKER_PID]));
+                out.lost.push((name.clone(), None));
+                continue;
+            }
+            let epoch = tables.win(name, holder, ttl, incarnation.floor(), now);
             out.won.push((name.clone(), epoch));
+            wrote = true;
+        }
+        if wrote {
+            state.commit();
         }
         Ok(out)
     }
 
     async fn renew(&self, holder: &str, leases: &[RenewRequest]) -> Result<Renewed, StoreError> {
         self.gate("renew").await?;
-        let (mut rows, now) = self.rows();
-        let mut landed = Vec::new();
-        let mut busy = Vec::new();
-        let mut handoffs = Vec::new();
+        let (mut state, now) = self.state();
+        let State { tables, locks, .. } = &mut *state;
+        let mut renewed = Renewed {
+            db_now: self.db_now(now),
+            ..Renewed::default()
+        };
         for req in leases {
-            if self.locked_until(&req.name).is_some() {
-                busy.push(req.name.clone());
+            let Some(row) = tables.rows.get_mut(&req.name) else {
+                continue;
+            };
+            // A planted bug of the simulator: a renewal that lands whoever holds the row.
+            let unscoped = crate::buggify::planted(crate::buggify::Planted::RenewalUnscoped)
+                && row.expires_at > now;
+            if !unscoped && !row.held_by(holder, req.epoch, now) {
                 continue;
             }
-            let unscoped = crate::buggify::planted(crate::buggify::Planted::RenewalUnscoped);
-            if let Some(row) = rows.get_mut(&req.name)
-                && (unscoped || row.holder == holder && row.epoch == req.epoch)
-                && row.expires_at > now
-            {
-                row.expires_at = now + req.ttl;
-                row.ttl = req.ttl;
-                landed.push(req.name.clone());
-                if row.handoff.as_ref().is_some_and(|(e, _)| *e == row.epoch) {
-                    handoffs.push(req.name.clone());
-                }
+            // Still ours, but another transaction keeps it locked: for a renewal of its own.
+            if locks.holds(&req.name, now) {
+                renewed.busy.push(req.name.clone());
+                continue;
+            }
+            row.expires_at = now + req.ttl;
+            row.ttl = req.ttl;
+            renewed.landed.push(req.name.clone());
+            if row.handoff.as_ref().is_some_and(|(e, _)| *e == row.epoch) {
+                renewed.handoffs.push(req.name.clone());
             }
         }
-        Ok(Renewed {
-            landed,
-            busy,
-            db_now: self.db_now(now),
-            handoffs,
-        })
+        if !renewed.landed.is_empty() {
+            state.commit();
+        }
+        Ok(renewed)
     }
 
     async fn renew_one(
@@ -336,71 +356,79 @@ impl LeaseStore for MemoryStore {
         lease: &RenewRequest,
         timeout: Duration,
     ) -> Result<RenewedOne, StoreError> {
-        // Waits for the row lock no longer than `timeout`, as PostgreSQL's `lock_timeout` does.
-        // Waited in durations: the lock's end is on the store's clock, the sleep on the caller's.
-        let mut waited = Duration::ZERO;
-        while let Some(until) = self.locked_until(&lease.name) {
-            let left = until.saturating_duration_since(self.now());
-            if waited + left > timeout {
-                tokio::time::sleep(timeout.saturating_sub(waited)).await;
-                return Err(StoreError::Timeout {
-                    op: "renew",
-                    after: timeout,
-                });
+        self.gate("renew").await?;
+        super::store::ttl_ms(lease.ttl)?;
+        let name = lease.name.as_str();
+        let targets = |tables: &Tables, now| match tables.rows.get(name) {
+            Some(row) if row.held_by(holder, lease.epoch, now) => vec![name.to_string()],
+            _ => Vec::new(),
+        };
+        let write = |state: &mut State, targets: &[String], judged: &locks::Judged| {
+            let at = judged.at(name);
+            let mut renewed = RenewedOne {
+                landed: false,
+                db_now: self.db_now(judged.now()),
+                handoff: false,
+            };
+            if let Some(row) = state.tables.rows.get_mut(name)
+                && !targets.is_empty()
+                && row.held_by(holder, lease.epoch, at)
+            {
+                row.expires_at = at + lease.ttl;
+                row.ttl = lease.ttl;
+                renewed.landed = true;
+                renewed.handoff = row.handoff.as_ref().is_some_and(|(e, _)| *e == row.epoch);
+                state.commit();
             }
-            tokio::time::sleep(left).await;
-            waited += left;
-        }
-        let renewed = self.renew(holder, std::slice::from_ref(lease)).await?;
-        Ok(RenewedOne {
-            landed: renewed.landed.contains(&lease.name),
-            db_now: renewed.db_now,
-            handoff: renewed.handoffs.contains(&lease.name),
-        })
+            renewed
+        };
+        // It waits for the row's lock, as PostgreSQL's does, 9/10 of its caller's timeout at most.
+        let budget = crate::server_budget(timeout);
+        self.write_rows("renew", budget, targets, write).await
     }
 
     async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
-        self.gate("release").await?;
-        let (mut rows, now) = self.rows();
-        let released = match rows.get_mut(name) {
-            Some(row) if row.holder == holder && row.epoch == epoch && row.expires_at > now => {
-                row.expires_at = now;
-                close_term(row, epoch, now, TermEnd::Released);
-                // A handoff to a named replica reserves the lease for it for one ttl.
-                row.reserved = match row.handoff.take() {
-                    Some((asked, Some(to))) if asked == epoch => Some((to, now + row.ttl)),
-                    _ => None,
-                };
-                true
-            }
-            _ => false,
-        };
-        if released {
-            let _ = self
-                .releases
-                .send(ReleaseNotice::Released(name.to_string()));
-        }
-        Ok(released)
+        let leases = [(name.to_string(), epoch)];
+        let released = self.release_rows("release", holder, &leases).await?;
+        Ok(!released.is_empty())
+    }
+
+    async fn release_many(
+        &self,
+        holder: &str,
+        leases: &[(String, Epoch)],
+    ) -> Result<Vec<String>, StoreError> {
+        self.release_rows("release", holder, leases).await
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError> {
         self.gate("force release").await?;
-        let (mut rows, now) = self.rows();
-        let released = match rows.get_mut(name) {
-            Some(row) if row.expires_at > now => {
-                row.expires_at = now;
-                let epoch = row.epoch;
-                close_term(row, epoch, now, TermEnd::Forced);
-                row.handoff = None;
-                row.reserved = None;
-                Some((row.holder.clone(), epoch))
-            }
-            _ => None,
+        let targets = |tables: &Tables, now| match tables.rows.get(name) {
+            Some(row) if row.expires_at > now => vec![name.to_string()],
+            _ => Vec::new(),
         };
+        let write = |state: &mut State, targets: &[String], judged: &locks::Judged| {
+            let at = judged.at(name);
+            let row = state.tables.rows.get_mut(name)?;
+            if targets.is_empty() || row.expires_at <= at {
+                return None;
+            }
+            row.expires_at = at;
+            let epoch = row.epoch;
+            row.close_term(epoch, at, TermEnd::Forced);
+            // A forced release ends any handoff under way: nobody is reserved the lease.
+            row.handoff = None;
+            row.reserved = None;
+            let released = (row.holder.clone(), epoch);
+            state.commit();
+            Some(released)
+        };
+        let budget = crate::server_budget(self.call_timeout);
+        let released = self
+            .write_rows("force release", budget, targets, write)
+            .await?;
         if released.is_some() {
-            let _ = self
-                .releases
-                .send(ReleaseNotice::Released(name.to_string()));
+            self.notify_released(&[name.to_string()]);
         }
         Ok(released)
     }
@@ -411,14 +439,25 @@ impl LeaseStore for MemoryStore {
         to: Option<&str>,
     ) -> Result<Option<LeaseRecord>, StoreError> {
         self.gate("request handoff").await?;
-        let (mut rows, now) = self.rows();
-        let asked = match rows.get_mut(name) {
-            Some(row) if row.expires_at > now => {
-                row.handoff = Some((row.epoch, to.map(str::to_string)));
-                Some(Self::record(name, row, now))
-            }
-            _ => None,
+        let targets = |tables: &Tables, now| match tables.rows.get(name) {
+            Some(row) if row.expires_at > now => vec![name.to_string()],
+            _ => Vec::new(),
         };
+        let write = |state: &mut State, targets: &[String], judged: &locks::Judged| {
+            let row = state.tables.rows.get_mut(name)?;
+            if targets.is_empty() || row.expires_at <= judged.at(name) {
+                return None;
+            }
+            row.handoff = Some((row.epoch, to.map(str::to_string)));
+            // Its time left as of the statement's start, PostgreSQL's `now()`.
+            let record = Self::record(name, row, judged.started());
+            state.commit();
+            Some(record)
+        };
+        let budget = crate::server_budget(self.call_timeout);
+        let asked = self
+            .write_rows("request handoff", budget, targets, write)
+            .await?;
         if let Some(record) = &asked {
             let _ = self.releases.send(ReleaseNotice::HandoffRequested {
                 lease: name.to_string(),
@@ -430,16 +469,23 @@ impl LeaseStore for MemoryStore {
 
     async fn get(&self, names: &[String]) -> Result<Vec<LeaseRecord>, StoreError> {
         self.gate("get").await?;
-        let (rows, now) = self.rows();
+        let (state, now) = self.state();
         Ok(names
             .iter()
-            .filter_map(|n| rows.get(n).map(|row| Self::record(n, row, now)))
+            .filter_map(|n| {
+                state
+                    .tables
+                    .rows
+                    .get(n)
+                    .map(|row| Self::record(n, row, now))
+            })
             .collect())
     }
 
     async fn list(&self, after: Option<&str>, limit: u32) -> Result<Vec<LeaseRecord>, StoreError> {
         self.gate("list").await?;
-        let (rows, now) = self.rows();
+        let (state, now) = self.state();
+        let rows = &state.tables.rows;
         let range = match after {
             Some(a) => {
                 rows.range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))
@@ -454,19 +500,19 @@ impl LeaseStore for MemoryStore {
 
     async fn terms(&self, names: &[String], per_lease: u32) -> Result<Vec<TermRecord>, StoreError> {
         self.gate("terms").await?;
-        let (rows, now) = self.rows();
+        let (state, now) = self.state();
         let mut names: Vec<&String> = names.iter().collect();
         names.sort();
         names.dedup();
         Ok(names
             .into_iter()
-            .filter_map(|name| rows.get(name).map(|row| (name, row)))
+            .filter_map(|name| state.tables.rows.get(name).map(|row| (name, row)))
             .flat_map(|(name, row)| {
                 // The row's own term has ended once the row has expired, closed or not yet
                 // (a release closes it; a silence leaves it to the next campaign).
                 let mut terms = row.clone();
                 if row.expires_at <= now {
-                    close_term(&mut terms, row.epoch, row.expires_at, TermEnd::Expired);
+                    terms.close_term(row.epoch, row.expires_at, TermEnd::Expired);
                 }
                 terms
                     .terms
@@ -490,15 +536,15 @@ impl LeaseStore for MemoryStore {
     ) -> Result<GroupView, StoreError> {
         self.gate("heartbeat").await?;
         super::store::ttl_ms(ttl)?;
-        let (rows, now) = self.rows();
-        let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        let count = u32::try_from(super::store::shard_count(shards)?).ok();
+        let (mut state, now) = self.state();
+        let Tables { rows, members } = &mut state.tables;
         members.retain(|(g, m), (_, expires, _)| g != group || m == member || *expires > now);
         let key = (group.to_string(), member.to_string());
         let joined = match members.get(&key) {
             Some((joined, expires, _)) if *expires > now => *joined,
             _ => now,
         };
-        let count = u32::try_from(super::store::shard_count(shards)?).ok();
         members.insert(key, (joined, now + ttl, count));
         let live = members
             .iter()
@@ -519,6 +565,7 @@ impl LeaseStore for MemoryStore {
             })
             .collect();
         holders.sort();
+        state.commit();
         Ok(GroupView {
             members: live,
             holders,
@@ -528,10 +575,11 @@ impl LeaseStore for MemoryStore {
 
     async fn members(&self) -> Result<Vec<super::store::MemberRecord>, StoreError> {
         self.gate("members").await?;
-        let now = self.now();
-        let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        let (state, now) = self.state();
         let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-        Ok(members
+        Ok(state
+            .tables
+            .members
             .iter()
             .filter(|(_, (_, expires, _))| *expires > now)
             .map(
@@ -548,8 +596,13 @@ impl LeaseStore for MemoryStore {
 
     async fn leave(&self, groups: &[String], member: &str) -> Result<(), StoreError> {
         self.gate("leave").await?;
-        let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut state, _) = self.state();
+        let members = &mut state.tables.members;
+        let before = members.len();
         members.retain(|(g, m), _| m != member || !groups.contains(g));
+        if members.len() != before {
+            state.commit();
+        }
         Ok(())
     }
 
@@ -580,5 +633,50 @@ impl LeaseStore for MemoryStore {
             }
         });
         Some(rx)
+    }
+}
+
+impl MemoryStore {
+    /// Releases each of `leases` that `holder` holds at its epoch, in one statement: waits for
+    /// the locks on those rows (the session's lock timeout at most) and notifies each release.
+    async fn release_rows(
+        &self,
+        op: &'static str,
+        holder: &str,
+        leases: &[(String, Epoch)],
+    ) -> Result<Vec<String>, StoreError> {
+        self.gate(op).await?;
+        let targets = |tables: &Tables, now| {
+            leases
+                .iter()
+                .filter(|(name, epoch)| {
+                    tables
+                        .rows
+                        .get(name)
+                        .is_some_and(|row| row.held_by(holder, *epoch, now))
+                })
+                .map(|(name, _)| name.clone())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect()
+        };
+        let write = |state: &mut State, targets: &[String], judged: &locks::Judged| {
+            let released: Vec<String> = leases
+                .iter()
+                .filter(|(name, epoch)| {
+                    targets.contains(name)
+                        && state.tables.release(name, holder, *epoch, judged.at(name))
+                })
+                .map(|(name, _)| name.clone())
+                .collect();
+            if !released.is_empty() {
+                state.commit();
+            }
+            released
+        };
+        let budget = crate::server_budget(self.call_timeout);
+        let released = self.write_rows(op, budget, targets, write).await?;
+        self.notify_released(&released);
+        Ok(released)
     }
 }
