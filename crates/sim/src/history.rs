@@ -226,6 +226,28 @@ impl History {
         });
     }
 
+    /// Records that the fence accepted a write of `epoch` of `lease` from `replica`, and judges
+    /// it: no write of an epoch once a later one of the lease was handed out.
+    pub fn fenced_write(&self, replica: &str, lease: &str, epoch: Epoch) {
+        let newest = self
+            .lock()
+            .wins
+            .iter()
+            .filter(|w| w.lease == lease)
+            .map(|w| w.epoch)
+            .max();
+        if let Some(newest) = newest.filter(|&n| n > epoch) {
+            let t = self.clock.now();
+            self.violation(
+                "no fenced write from an old epoch",
+                format!(
+                    "the fence accepted {replica}'s write to {lease} at epoch {epoch} at {:.3} ms, after epoch {newest} was handed out",
+                    ms(t)
+                ),
+            );
+        }
+    }
+
     /// The SHA-256 of the event log, in hex.
     pub fn hash(&self) -> String {
         let record = self.lock();

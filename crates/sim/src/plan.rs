@@ -51,6 +51,18 @@ pub enum Happening {
         /// For how long.
         for_: Duration,
     },
+    /// The store fails over to a standby that missed its last commits.
+    Failover {
+        /// How many commits it lost.
+        lose_last: usize,
+    },
+    /// Another transaction keeps a lease's row locked (a fenced write, an operator's session).
+    LockRow {
+        /// The lease.
+        lease: String,
+        /// For how long.
+        for_: Duration,
+    },
     /// The database's clock steps forward.
     ClockStep {
         /// By how much.
@@ -129,7 +141,19 @@ impl Plan {
             let replica = rng.random_range(0..joined);
             let span =
                 |rng: &mut SmallRng, max: u32| ttl.mul_f64(rng.random_range(0.05..f64::from(max)));
-            let happening = match rng.random_range(0..7) {
+            let names: Vec<String> = leases
+                .iter()
+                .cloned()
+                .chain(groups.iter().flat_map(GroupSpec::leases))
+                .collect();
+            let happening = match rng.random_range(0..9) {
+                7 => Happening::Failover {
+                    lose_last: rng.random_range(0..=6),
+                },
+                8 => Happening::LockRow {
+                    lease: names[rng.random_range(0..names.len())].clone(),
+                    for_: span(&mut rng, 2),
+                },
                 6 => Happening::Cut {
                     replica,
                     for_: span(&mut rng, 3),
@@ -150,17 +174,10 @@ impl Plan {
                     joined += 1;
                     Happening::Join
                 }
-                4 => {
-                    let names: Vec<String> = leases
-                        .iter()
-                        .cloned()
-                        .chain(groups.iter().flat_map(GroupSpec::leases))
-                        .collect();
-                    Happening::Handoff {
-                        lease: names[rng.random_range(0..names.len())].clone(),
-                        to: rng.random_bool(0.5).then(|| rng.random_range(0..joined)),
-                    }
-                }
+                4 => Happening::Handoff {
+                    lease: names[rng.random_range(0..names.len())].clone(),
+                    to: rng.random_bool(0.5).then(|| rng.random_range(0..joined)),
+                },
                 _ => Happening::ClockStep {
                     by: timing.margin + span(&mut rng, 3),
                 },

@@ -168,6 +168,7 @@ impl Replica {
             for lease in names {
                 rt.spawn(crate::work::follow(
                     leases.clone(),
+                    world.store.clone(),
                     lease,
                     self.spec.name.clone(),
                     world.history.clone(),

@@ -59,7 +59,8 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
         let clock = clock.clone();
         StoreClock::new(move || base + clock.now().mul_f64(db_rate))
     };
-    let store = Arc::new(MemoryStore::with_clock(db_clock));
+    let store =
+        Arc::new(MemoryStore::with_clock(db_clock).with_call_timeout(plan.timing.store_timeout));
     let faulty = Arc::new(AtomicBool::new(true));
     let world = World {
         store: store.clone(),
@@ -69,6 +70,7 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
         db_rate,
     };
     let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed);
+    let operator = Operator::new()?;
     let spec = |i: usize| Spec {
         name: format!("r{i}"),
         leases: plan.leases.clone(),
@@ -116,6 +118,7 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
             let _ = at;
             let (_, happening) = happenings.remove(0);
             happen(
+                &operator,
                 &mut replicas,
                 &world,
                 &mut starts,
@@ -149,6 +152,7 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
                 r.resume();
             }
         }
+        operator.advance(now);
         let mut order: Vec<usize> = (0..replicas.len()).collect();
         order.shuffle(&mut rng);
         for i in order {
@@ -200,6 +204,7 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
 /// Does one happening.
 #[allow(clippy::too_many_arguments)] // the world loop's state, lent for one step
 fn happen(
+    operator: &Operator,
     replicas: &mut Vec<Replica>,
     world: &World,
     starts: &mut BTreeMap<usize, Duration>,
@@ -249,20 +254,33 @@ fn happen(
         }
         Happening::Handoff { lease, to } => {
             let to = to.map(|i| format!("r{i}"));
-            let asked = world
-                .store
-                .request_handoff(&lease, to.as_deref())
-                .now_or_never();
+            let (store, history) = (world.store.clone(), history.clone());
+            // Asked from the operator's own runtime: the request may wait for a locked row.
+            operator.spawn(async move {
+                let asked = store.request_handoff(&lease, to.as_deref()).await;
+                history.note(format!(
+                    "operator asked the holder of {lease} to hand it over{}: {}",
+                    to.map(|t| format!(" to {t}")).unwrap_or_default(),
+                    match asked {
+                        Ok(Some(row)) => format!("asked {} at epoch {}", row.holder, row.epoch),
+                        Ok(None) => "nobody holds it".to_string(),
+                        Err(e) => format!("refused: {e}"),
+                    }
+                ));
+            });
+        }
+        Happening::Failover { lose_last } => {
             history.note(format!(
-                "operator asks the holder of {lease} to hand it over{}: {}",
-                to.map(|t| format!(" to {t}")).unwrap_or_default(),
-                match asked {
-                    Some(Ok(Some(row))) => format!("asked {} at epoch {}", row.holder, row.epoch),
-                    Some(Ok(None)) => "nobody holds it".to_string(),
-                    Some(Err(e)) => format!("refused: {e}"),
-                    None => "the store did not answer".to_string(),
-                }
+                "the store fails over, losing its last {lose_last} commits"
             ));
+            world.store.fail_over(lose_last);
+        }
+        Happening::LockRow { lease, for_ } => {
+            history.note(format!(
+                "another transaction locks the row of {lease} for {:.3} ms",
+                ms(for_)
+            ));
+            world.store.lock_row(&lease, for_);
         }
         Happening::ClockStep { by } => {
             // Starts after the step wait two ttls (the world loop holds them back).
@@ -305,4 +323,32 @@ fn all_held(store: &MemoryStore, replicas: &[Replica], names: &[String]) -> bool
                 })
             })
     })
+}
+
+/// An operator's client of the store, on a paused runtime of its own that keeps true time: what
+/// `leasehold leases handoff` would be.
+struct Operator {
+    rt: tokio::runtime::Runtime,
+    base: tokio::time::Instant,
+}
+
+impl Operator {
+    fn new() -> anyhow::Result<Operator> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()?;
+        let base = rt.block_on(async { tokio::time::Instant::now() });
+        Ok(Operator { rt, base })
+    }
+
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.rt.spawn(task);
+    }
+
+    fn advance(&self, now: Duration) {
+        let target = self.base + now;
+        self.rt
+            .block_on(async move { tokio::time::sleep_until(target).await });
+    }
 }

@@ -8,20 +8,26 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use leasehold_lease::handle::Leases;
+use leasehold_lease::memory::MemoryStore;
+use leasehold_lease::store::LeaseStore;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::history::History;
 
-/// Follows `lease` on a replica: starts the work of each new term.
+/// Follows `lease` on a replica: starts the work of each new term. Each effect is also a
+/// fenced write to `store`, judged by the fence rule when the fence accepts it.
 pub async fn follow(
     leases: Arc<Leases>,
+    store: Arc<MemoryStore>,
     lease: String,
     replica: String,
     history: History,
     seed: u64,
 ) {
+    let holder = leases.holder().as_str().to_string();
     let Some(mut watch) = leases.subscribe(&lease) else {
         return;
     };
@@ -36,7 +42,7 @@ pub async fn follow(
                 term.epoch
             ));
             let (history, replica, seed) = (history.clone(), replica.clone(), rng.random());
-            let lease = lease.clone();
+            let (lease, store, holder) = (lease.clone(), store.clone(), holder.clone());
             let inner = term.clone();
             term.spawn(async move {
                 let mut rng = SmallRng::seed_from_u64(seed);
@@ -53,6 +59,15 @@ pub async fn follow(
                         break;
                     }
                     history.effect(&replica, &lease, inner.epoch);
+                    // The fence: the row still names this holder and epoch, unexpired.
+                    let names = [lease.clone()];
+                    if let Some(Ok(rows)) = store.get(&names).now_or_never()
+                        && rows.first().is_some_and(|r| {
+                            r.holder == holder && r.epoch == inner.epoch && r.is_held()
+                        })
+                    {
+                        history.fenced_write(&replica, &lease, inner.epoch);
+                    }
                     let pause = Duration::from_millis(rng.random_range(1..=40));
                     tokio::select! {
                         biased;

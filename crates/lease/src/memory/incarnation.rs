@@ -82,6 +82,10 @@ impl Incarnation {
 
     /// The least epoch a campaign may hand out.
     pub(super) fn floor(&self) -> Epoch {
-        self.floor
+        // A planted bug of the simulator: no floor, so a lost campaign's epoch is handed out again.
+        match crate::buggify::planted(crate::buggify::Planted::FailoverFloorOff) {
+            true => 0,
+            false => self.floor,
+        }
     }
 }
