@@ -12,6 +12,8 @@ use leasehold::lease::{DatabaseUrl, LeaseStore, open_store};
 pub enum Backend {
     /// The in-memory store (one process).
     Memory,
+    /// The in-memory store behind the simulator's fault layer, its faults off.
+    MemoryFaultsOff,
     /// A SQLite file in a temporary directory.
     Sqlite,
     /// A fresh database on the test PostgreSQL server.
@@ -32,7 +34,7 @@ impl Db {
     /// Creates an empty database of `backend`.
     pub async fn new(backend: Backend) -> anyhow::Result<Db> {
         let (url, dir) = match backend {
-            Backend::Memory => (None, None),
+            Backend::Memory | Backend::MemoryFaultsOff => (None, None),
             Backend::Sqlite => {
                 let dir = tempfile::tempdir()?;
                 let path: PathBuf = dir.path().join("leases.db");
@@ -55,6 +57,9 @@ impl Db {
     /// replica would have; the shared store for memory.
     pub async fn open(&self) -> anyhow::Result<Arc<dyn LeaseStore>> {
         match &self.url {
+            None if self.backend == Backend::MemoryFaultsOff => Ok(Arc::new(
+                leasehold::lease::memory::faults::FaultyStore::quiet(self.memory.clone()),
+            )),
             None => Ok(self.memory.clone()),
             Some(url) => {
                 Ok(open_store(url, Duration::from_secs(10), Duration::from_secs(10)).await?)

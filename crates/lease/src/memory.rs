@@ -5,6 +5,7 @@
 //! ([`MemoryStore::lock_row`]), each as the PostgreSQL store meets it. The same calls in the
 //! same order give the same answers.
 
+pub mod faults;
 mod incarnation;
 mod locks;
 mod tables;

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use leasehold_lease::memory::faults::Witness;
 use leasehold_lease_core::Epoch;
 use sha2::{Digest, Sha256};
 
@@ -261,6 +262,24 @@ impl History {
             let _ = write!(out, "{b:02x}");
         }
         out
+    }
+}
+
+impl Witness for History {
+    fn now(&self) -> Duration {
+        self.clock.now()
+    }
+    fn note(&self, text: String) {
+        History::note(self, text);
+    }
+    fn won(&self, lease: &str, epoch: Epoch, holder: &str, until: Duration) {
+        History::won(self, lease, epoch, holder, until);
+    }
+    fn renewed(&self, lease: &str, epoch: Epoch, until: Duration) {
+        History::renewed(self, lease, epoch, until);
+    }
+    fn released(&self, lease: &str, epoch: Epoch) {
+        History::released(self, lease, epoch);
     }
 }
 

@@ -9,7 +9,7 @@ use leasehold_lease::timing::Timing;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::faults::FaultRates;
+use leasehold_lease::memory::faults::FaultRates;
 
 /// Something the world does to a replica or the store at a true time.
 #[derive(Debug, Clone, PartialEq)]

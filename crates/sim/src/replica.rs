@@ -21,8 +21,8 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::faults::{FaultRates, FaultyStore};
 use crate::history::History;
+use leasehold_lease::memory::faults::{FaultRates, FaultyStore};
 
 /// Where a replica is in its life.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -138,7 +138,7 @@ impl Replica {
                 world.rates,
                 world.faulty.clone(),
                 rng.random(),
-                world.history.clone(),
+                Arc::new(world.history.clone()),
                 holder.as_str(),
                 world.db_rate,
                 all,

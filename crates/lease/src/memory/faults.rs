@@ -2,27 +2,54 @@
 //! after a statement, a request lost (never applied), a reply lost after the write applied, a
 //! call that hangs until its caller gives up; release notices dropped, delayed, duplicated and
 //! forged. With faults off it is the memory store, unchanged (the store conformance suite runs
-//! it so). It also tells the history what the store applied: the epochs won, and until when
-//! each term may live by the database's clock.
+//! it so). It tells a [`Witness`] (the simulator's history) what the store applied: the epochs
+//! won, and until when each term may live by the database's clock, in the witness's true time.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use leasehold_lease::history::TermRecord;
-use leasehold_lease::memory::MemoryStore;
-use leasehold_lease::store::{
+use crate::history::TermRecord;
+use crate::memory::MemoryStore;
+use crate::store::{
     CampaignedMany, Epoch, GroupView, LeaseRecord, LeaseStore, MemberRecord, ReleaseNotice,
     RenewRequest, Renewed, StoreError,
 };
-use leasehold_lease::timing::Timing;
+use crate::timing::Timing;
+use async_trait::async_trait;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::history::History;
+/// Who is told what the store applied, and keeps the true time: the simulator's history. No
+/// replica sees it.
+pub trait Witness: Send + Sync + std::fmt::Debug + 'static {
+    /// True time since the run began.
+    fn now(&self) -> Duration;
+    /// A line of the event log.
+    fn note(&self, text: String);
+    /// The store handed `epoch` of `lease` to `holder`; the term lives until `until` unless renewed.
+    fn won(&self, lease: &str, epoch: Epoch, holder: &str, until: Duration);
+    /// A renewal of `epoch` of `lease` applied: the term lives until `until`.
+    fn renewed(&self, lease: &str, epoch: Epoch, until: Duration);
+    /// The store let go of `epoch` of `lease` now (a release).
+    fn released(&self, lease: &str, epoch: Epoch);
+}
+
+/// A witness that keeps nothing: for a fault layer with its faults off.
+#[derive(Debug, Default)]
+pub struct Unwitnessed;
+
+impl Witness for Unwitnessed {
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+    fn note(&self, _text: String) {}
+    fn won(&self, _lease: &str, _epoch: Epoch, _holder: &str, _until: Duration) {}
+    fn renewed(&self, _lease: &str, _epoch: Epoch, _until: Duration) {}
+    fn released(&self, _lease: &str, _epoch: Epoch) {}
+}
 
 /// How often each fault strikes, drawn once per run so that some runs are calm and some stormy.
 #[derive(Debug, Clone, Copy, Default)]
@@ -103,7 +130,7 @@ pub struct FaultyStore {
     /// Off once the faults heal (and for the conformance suite).
     on: Arc<AtomicBool>,
     rng: Mutex<SmallRng>,
-    history: History,
+    history: Arc<dyn Witness>,
     /// The replica, for the log.
     replica: String,
     /// How fast the database's clock runs against true time (its drift), to tell when a term
@@ -123,7 +150,7 @@ impl FaultyStore {
         rates: FaultRates,
         on: Arc<AtomicBool>,
         seed: u64,
-        history: History,
+        history: Arc<dyn Witness>,
         replica: &str,
         db_rate: f64,
         leases: Vec<String>,
@@ -150,7 +177,7 @@ impl FaultyStore {
             FaultRates::default(),
             Arc::new(AtomicBool::new(false)),
             0,
-            History::default(),
+            Arc::new(Unwitnessed),
             "quiet",
             1.0,
             Vec::new(),
@@ -175,7 +202,7 @@ impl FaultyStore {
         }
         let r = self.rates;
         let mut rng = self.rng();
-        let now = self.history.clock().now();
+        let now = self.history.now();
         if now < Duration::from_nanos(self.cut.load(Ordering::SeqCst)) {
             // Cut off: the request never arrives, failing at once or hanging.
             let hang = rng.random_bool(0.5);
@@ -244,7 +271,7 @@ impl FaultyStore {
 
     /// Until when (true time) a term renewed now for `ttl` lives by the database's clock.
     fn until(&self, ttl: Duration) -> Duration {
-        self.history.clock().now() + ttl.div_f64(self.db_rate)
+        self.history.now() + ttl.div_f64(self.db_rate)
     }
 }
 
@@ -292,11 +319,11 @@ impl LeaseStore for FaultyStore {
         holder: &str,
         lease: &RenewRequest,
         timeout: Duration,
-    ) -> Result<leasehold_lease::store::RenewedOne, StoreError> {
+    ) -> Result<crate::store::RenewedOne, StoreError> {
         self.call(
             "renew",
             self.inner.renew_one(holder, lease, timeout),
-            |answer: &leasehold_lease::store::RenewedOne| {
+            |answer: &crate::store::RenewedOne| {
                 if answer.landed {
                     self.history
                         .renewed(&lease.name, lease.epoch, self.until(lease.ttl));
