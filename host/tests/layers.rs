@@ -1,7 +1,7 @@
 //! The orders the sources state are the orders the code has.
 //!
-//! Checked in each crate that states an order: the host, `leasehold-lease` and
-//! `leasehold-lease-core`; Cargo keeps the line between the crates themselves.
+//! Checked in each crate that states an order: the host, `leasehold-lease`,
+//! `leasehold-lease-core` and `leasehold-sim`; Cargo keeps the line between the crates themselves.
 //!
 //! - A crate's layers: no module names a module listed after it in its `lib.rs`'s numbered list
 //!   (the host's "Layers", a lease crate's "Order").
@@ -568,6 +568,7 @@ fn crate_sources() -> Vec<(&'static str, PathBuf)> {
             root.join("../crates/lease-core/src"),
         ),
         ("leasehold-lease", root.join("../crates/lease/src")),
+        ("leasehold-sim", root.join("../crates/sim/src")),
     ]
 }
 
