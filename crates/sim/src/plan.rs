@@ -111,7 +111,7 @@ impl Plan {
     /// The scenario of `seed`.
     pub fn draw(seed: u64) -> Plan {
         let mut rng = SmallRng::seed_from_u64(seed);
-        let ttl = Duration::from_millis([1_000, 2_000, 3_000][rng.random_range(0..3)]);
+        let ttl = Duration::from_millis([500, 1_000, 2_000][rng.random_range(0..3)]);
         let timing = Timing::from_ttl(ttl);
         let replicas = rng.random_range(2..=MAX_REPLICAS - 1);
         let drift = |rng: &mut SmallRng| 1.0 + rng.random_range(-MAX_DRIFT..=MAX_DRIFT);

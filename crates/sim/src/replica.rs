@@ -71,6 +71,8 @@ pub struct Replica {
     resumed: bool,
     /// Until when (true time, in nanoseconds) it is cut off from the store.
     pub cut: Arc<AtomicU64>,
+    /// Whether an answer with the database's clock has reached it since it last started.
+    pub read_clock: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -111,6 +113,7 @@ impl Replica {
             starts: 0,
             resumed: false,
             cut: Arc::default(),
+            read_clock: Arc::default(),
         }
     }
 
@@ -121,6 +124,7 @@ impl Replica {
             .start_paused(true)
             .build()?;
         self.starts += 1;
+        self.read_clock = Arc::default();
         let mut rng = SmallRng::seed_from_u64(seed);
         let now = world.history.clock().now();
         let (leases, root, driver) = {
@@ -133,17 +137,20 @@ impl Replica {
             let holder = seams.holder_id(&self.spec.name);
             let mut all = self.spec.leases.clone();
             all.extend(self.spec.groups.iter().flat_map(GroupSpec::leases));
-            let store = Arc::new(FaultyStore::new(
-                world.store.clone(),
-                world.rates,
-                world.faulty.clone(),
-                rng.random(),
-                Arc::new(world.history.clone()),
-                holder.as_str(),
-                world.db_rate,
-                all,
-                self.cut.clone(),
-            ));
+            let store = Arc::new(
+                FaultyStore::new(
+                    world.store.clone(),
+                    world.rates,
+                    world.faulty.clone(),
+                    rng.random(),
+                    Arc::new(world.history.clone()),
+                    holder.as_str(),
+                    world.db_rate,
+                    all,
+                    self.cut.clone(),
+                )
+                .telling_clock_reads(self.read_clock.clone()),
+            );
             world.history.note(format!(
                 "{} starts as {holder} (start {})",
                 self.spec.name, self.starts

@@ -140,6 +140,10 @@ pub struct FaultyStore {
     leases: Vec<String>,
     /// Until when (true time, in nanoseconds) this replica is cut off from the store.
     cut: Arc<AtomicU64>,
+    /// Set once an answer carrying the database's clock has reached the replica: a step of that
+    /// clock before a replica's first reading of it is outside the model (docs/ARCHITECTURE.md
+    /// §9.3), so the simulator steps it only after every live replica has read it.
+    read_clock: Arc<AtomicBool>,
 }
 
 impl FaultyStore {
@@ -166,7 +170,14 @@ impl FaultyStore {
             db_rate,
             leases,
             cut,
+            read_clock: Arc::default(),
         }
+    }
+
+    /// Sets `read_clock` once an answer carrying the database's clock reaches the replica.
+    pub fn telling_clock_reads(mut self, read_clock: Arc<AtomicBool>) -> Self {
+        self.read_clock = read_clock;
+        self
     }
 
     /// The memory store with no faults and no history worth reading: what the conformance
@@ -265,6 +276,10 @@ impl FaultyStore {
                 return std::future::pending().await;
             }
             return Err(StoreError::Unavailable(format!("{op}: reply lost")));
+        }
+        // Only the coordinator's statements feed its watch of the database clock.
+        if result.is_ok() && matches!(op, "campaign" | "renew") {
+            self.read_clock.store(true, Ordering::SeqCst);
         }
         result
     }
