@@ -85,8 +85,60 @@ impl fmt::Debug for Escaped<'_> {
     }
 }
 
+/// `directives` (a `RUST_LOG` value) with each one that names the lease layer by its old path
+/// (`leasehold::lease`, `leasehold::lease::driver`, or all of `leasehold`) also given for the
+/// crates the lease layer now lives in (`leasehold_lease`, `leasehold_lease_core`), whose log
+/// lines carry those targets: a filter written for an earlier release keeps working.
+pub fn lease_targets(directives: &str) -> String {
+    let mut out: Vec<String> = directives.split(',').map(str::to_string).collect();
+    for directive in directives.split(',') {
+        let (target, level) = match directive.split_once('=') {
+            Some((target, level)) => (target.trim(), Some(level)),
+            None => (directive.trim(), None),
+        };
+        let with = |target: String| match level {
+            Some(level) => format!("{target}={level}"),
+            None => target,
+        };
+        if target == "leasehold" {
+            out.push(with("leasehold_lease".into()));
+            out.push(with("leasehold_lease_core".into()));
+        } else if let Some(rest) = target.strip_prefix("leasehold::lease")
+            && (rest.is_empty() || rest.starts_with("::"))
+        {
+            out.push(with(format!("leasehold_lease{rest}")));
+            if rest.is_empty() {
+                out.push(with("leasehold_lease_core".into()));
+            }
+        }
+    }
+    out.join(",")
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_filter_naming_the_lease_layer_by_its_old_path_also_names_its_crates() {
+        assert_eq!(
+            super::lease_targets("info,leasehold::lease=debug"),
+            "info,leasehold::lease=debug,leasehold_lease=debug,leasehold_lease_core=debug"
+        );
+        assert_eq!(
+            super::lease_targets("info,leasehold::lease::driver=debug"),
+            "info,leasehold::lease::driver=debug,leasehold_lease::driver=debug"
+        );
+        assert_eq!(
+            super::lease_targets("leasehold=trace"),
+            "leasehold=trace,leasehold_lease=trace,leasehold_lease_core=trace"
+        );
+        assert_eq!(super::lease_targets("warn,sqlx=error"), "warn,sqlx=error");
+        assert_eq!(
+            super::lease_targets("leasehold::leases=debug"),
+            "leasehold::leases=debug"
+        );
+    }
+
     use super::*;
 
     /// What one event logs through the text formatter, with or without colours.

@@ -498,13 +498,17 @@ fn init_logging(
     tracing_appender::non_blocking::WorkerGuard,
     tracing_appender::non_blocking::ErrorCounter,
 ) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let filter = std::env::var(tracing_subscriber::EnvFilter::DEFAULT_ENV)
+        .ok()
+        .and_then(|directives| {
+            tracing_subscriber::EnvFilter::try_new(log::lease_targets(&directives)).ok()
+        })
         // PostgreSQL's NOTICEs ("relation … already exists, skipping" on every start) are noise
         // at info; warnings and errors from the server still show. The pool's own warnings about
         // a connection found dead on its way back ("error occurred while testing the connection
         // on-release") come in twos and threes with every outage, which the lease loop's account
         // already tells.
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default_filter));
     use std::io::IsTerminal;
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(true)
