@@ -2,7 +2,7 @@
 //! oracle judges: each epoch won and by whom, how long the database let each term live, and
 //! every side effect of a term's work. Replicas never read any of it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -68,6 +68,21 @@ pub struct Win {
     pub holder: String,
 }
 
+/// A replica's machine suspended: its monotonic clock stopped while true time ran on.
+#[derive(Debug, Clone)]
+pub struct Suspend {
+    /// The replica.
+    pub replica: String,
+    /// Since when.
+    pub since: Duration,
+    /// For how long.
+    pub for_: Duration,
+    /// The terms it ran then.
+    pub terms: Vec<(String, Epoch)>,
+    /// When the first answer the database gave after it reached the replica.
+    pub answer: Option<Duration>,
+}
+
 /// A broken promise, found while the run went on or by the oracle after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
@@ -93,6 +108,31 @@ pub struct Record {
     pub effects: Vec<Effect>,
     /// Promises found broken while the run went on.
     pub violations: Vec<Violation>,
+    /// Releases the store applied: lease, epoch, when.
+    pub releases: Vec<(String, Epoch, Duration)>,
+    /// Handoffs an operator asked for: lease, epoch asked, the replica named if any.
+    pub handoffs: Vec<(String, Epoch, Option<String>)>,
+    /// Shut health gates: (replica, lease) -> since when, counting from the later of the shut
+    /// and the replica's last resume (a frozen replica cannot act on it).
+    pub gated: BTreeMap<(String, String), Duration>,
+    /// How long a campaign sent before a gate shut may still land: the store timeout, and two
+    /// world steps.
+    pub gate_slack: Duration,
+    /// Replicas whose monotonic clock stopped (a suspended machine), and until when their work
+    /// is outside the model: from the suspend to shortly after the first answer their
+    /// coordinator gets (`None` until then), when the clock watch must have ended its terms.
+    pub unbound: BTreeMap<String, (Duration, Option<Duration>)>,
+    /// Terms that were running on a replica when its machine was suspended, or began before its
+    /// clock watch could read the lost time: their deadline no longer protects, by design.
+    pub unbound_terms: BTreeSet<(String, Epoch)>,
+    /// Each suspend: the replica, since when, for how long, the terms it ran, and when the first
+    /// answer the database gave after it reached the replica.
+    pub suspends: Vec<Suspend>,
+    /// When the work of each term stopped: (lease, epoch) -> true time.
+    pub stops: BTreeMap<(String, Epoch), Duration>,
+    /// When the database's clock stepped or the store failed over: a reservation (kept by the
+    /// database's clock, in a commit a failover can lose) may end early across one.
+    pub store_events: Vec<Duration>,
     /// Whether to print each log line as it is written (`make sim SEED=…`).
     pub echo: bool,
 }
@@ -154,10 +194,30 @@ impl History {
     }
 
     /// Records that the store handed `epoch` of `lease` to `holder`; it lives until `until`
-    /// (true time) unless renewed.
+    /// (true time) unless renewed. Judges it at once: no replica wins a lease it has been gated
+    /// from for longer than a campaign already in flight could take.
     pub fn won(&self, lease: &str, epoch: Epoch, holder: &str, until: Duration) {
         let at = self.at();
         self.note(format!("store: {holder} won {lease} at epoch {epoch}"));
+        let replica = replica_of(holder);
+        let gated = {
+            let record = self.lock();
+            record
+                .gated
+                .get(&(replica.to_string(), lease.to_string()))
+                .copied()
+                .filter(|&since| at.t > since + record.gate_slack)
+        };
+        if let Some(since) = gated {
+            self.violation(
+                "a gated standby does not take the lease",
+                format!(
+                    "{holder} won {lease} at epoch {epoch} at {:.3} ms, its health gate shut since {:.3} ms",
+                    ms(at.t),
+                    ms(since)
+                ),
+            );
+        }
         let mut record = self.lock();
         record.wins.push(Win {
             at,
@@ -190,12 +250,72 @@ impl History {
         if let Some(until) = record.expiries.get_mut(&(lease.to_string(), epoch)) {
             *until = (*until).min(now);
         }
+        record.releases.push((lease.to_string(), epoch, now));
+    }
+
+    /// `replica`'s machine was suspended: its work is outside the model until its clock watch
+    /// has had an answer to read the lost time from.
+    /// `terms` are the terms it runs now.
+    pub fn suspended(&self, replica: &str, for_: Duration, terms: Vec<(String, Epoch)>) {
+        let now = self.clock.now();
+        let mut record = self.lock();
+        record.unbound.insert(replica.to_string(), (now, None));
+        record.unbound_terms.extend(terms.iter().cloned());
+        record.suspends.push(Suspend {
+            replica: replica.to_string(),
+            since: now,
+            for_,
+            terms,
+            answer: None,
+        });
+    }
+
+    /// `replica`'s process died: the work of every term it ran stopped with it.
+    pub fn crashed(&self, replica: &str) {
+        let now = self.clock.now();
+        let mut record = self.lock();
+        let terms: Vec<(String, Epoch)> = record
+            .suspends
+            .iter()
+            .filter(|s| s.replica == replica)
+            .flat_map(|s| s.terms.iter().cloned())
+            .collect();
+        for term in terms {
+            record.stops.entry(term).or_insert(now);
+        }
+    }
+
+    /// Records that the work of `epoch` of `lease` stopped now.
+    pub fn stopped(&self, lease: &str, epoch: Epoch) {
+        let now = self.clock.now();
+        self.lock().stops.insert((lease.to_string(), epoch), now);
     }
 
     /// Records one side effect of the work of `epoch` of `lease` on `replica`, and judges it
     /// at once: no work of a term after the time the database lets it live, by true time.
     pub fn effect(&self, replica: &str, lease: &str, epoch: Epoch) {
         let at = self.at();
+        let unbound = {
+            let mut record = self.lock();
+            let term = (lease.to_string(), epoch);
+            let window = match record.unbound.get(replica) {
+                Some((_, None)) => true,
+                Some((_, Some(until))) if at.t <= *until => true,
+                Some((_, Some(_))) => {
+                    record.unbound.remove(replica);
+                    false
+                }
+                None => false,
+            };
+            if window {
+                record.unbound_terms.insert(term.clone());
+            }
+            window || record.unbound_terms.contains(&term)
+        };
+        if unbound {
+            // Outside the model (a suspended clock): recorded, not judged.
+            return;
+        }
         let until = self
             .lock()
             .expiries
@@ -281,6 +401,34 @@ impl Witness for History {
     fn released(&self, lease: &str, epoch: Epoch) {
         History::released(self, lease, epoch);
     }
+    fn answered(&self, holder: &str, applied_at: Duration) {
+        // Only an answer the database gave after the suspend began shows the lost time (one
+        // already on its way carries the old clock). Work under way may still land after it: a
+        // drain of up to 20 ms, and a world step.
+        let until = self.clock.now() + Duration::from_millis(45);
+        let now = self.clock.now();
+        let mut record = self.lock();
+        if let Some((since, end @ None)) = record.unbound.get_mut(replica_of(holder))
+            && applied_at > *since
+        {
+            *end = Some(until);
+        }
+        for suspend in record.suspends.iter_mut() {
+            if suspend.replica == replica_of(holder)
+                && suspend.answer.is_none()
+                && applied_at > suspend.since
+            {
+                suspend.answer = Some(now);
+            }
+        }
+    }
+}
+
+/// The replica id a holder id starts with (`r1-0176406f` is `r1`'s).
+pub fn replica_of(holder: &str) -> &str {
+    holder
+        .rsplit_once('-')
+        .map_or(holder, |(replica, _)| replica)
 }
 
 /// Milliseconds, for reports.

@@ -6,12 +6,93 @@ use std::collections::BTreeMap;
 
 use leasehold_lease_core::Epoch;
 
-use crate::history::{At, History, ms};
+use std::time::Duration;
 
-/// Judges the history, recording what it finds broken.
-pub fn judge(history: &History) {
+use crate::history::{At, History, ms, replica_of};
+
+/// Judges the history, recording what it finds broken; `reservation` is how long a handoff's
+/// release keeps the lease for the replica asked for, in true time (a ttl on the database's
+/// clock).
+pub fn judge(history: &History, reservation: Duration, margin: Duration) {
     one_holder_per_epoch_and_epochs_only_go_up(history);
     terms_of_a_lease_never_overlap(history);
+    a_handoff_goes_where_it_was_asked(history, reservation);
+    a_suspended_clock_is_seen_at_the_first_answer_after_it(history, margin);
+}
+
+/// A machine suspended well beyond the margin (twice it: the clock watch tolerates the margin and
+/// the width of its measuring window) has its terms ended by the first answer the database gave
+/// after the suspend, plus the drain of work under way: its local deadline no longer protects,
+/// so the clock watch must (docs/ARCHITECTURE.md §9.3).
+fn a_suspended_clock_is_seen_at_the_first_answer_after_it(history: &History, margin: Duration) {
+    let (suspends, stops) = {
+        let record = history.lock();
+        (record.suspends.clone(), record.stops.clone())
+    };
+    for suspend in suspends.iter().filter(|s| s.for_ > margin * 2) {
+        let Some(answer) = suspend.answer else {
+            continue;
+        };
+        for (lease, epoch) in &suspend.terms {
+            let stopped = stops.get(&(lease.clone(), *epoch)).copied();
+            if stopped.is_none_or(|at| at > answer + Duration::from_millis(45)) {
+                history.violation(
+                    "a suspended clock is seen at the next answer",
+                    format!(
+                        "{} was suspended {:.3} ms at {:.3} ms; the first answer after reached it at {:.3} ms, but its term of {lease} at epoch {epoch} went on until {}",
+                        suspend.replica,
+                        ms(suspend.for_),
+                        ms(suspend.since),
+                        ms(answer),
+                        stopped.map_or("the end".to_string(), |t| format!("{:.3} ms", ms(t)))
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// After a handoff asked for a replica, the holder's release keeps the lease for it: whoever
+/// wins the lease within the reservation is that replica.
+fn a_handoff_goes_where_it_was_asked(history: &History, reservation: Duration) {
+    let (handoffs, releases, wins, store_events) = {
+        let record = history.lock();
+        (
+            record.handoffs.clone(),
+            record.releases.clone(),
+            record.wins.clone(),
+            record.store_events.clone(),
+        )
+    };
+    // The last request for a term is the one its release answers.
+    let mut last: BTreeMap<(&str, Epoch), Option<&str>> = BTreeMap::new();
+    for (lease, epoch, to) in &handoffs {
+        last.insert((lease.as_str(), *epoch), to.as_deref());
+    }
+    for ((lease, epoch), to) in last.into_iter().filter_map(|(k, to)| Some((k, to?))) {
+        let Some(&(_, _, released)) = releases.iter().find(|(l, e, _)| l == lease && *e == epoch)
+        else {
+            continue;
+        };
+        let next = wins
+            .iter()
+            .find(|w| w.lease == lease && w.epoch > epoch && w.at.t >= released);
+        if let Some(win) = next
+            && win.at.t < released + reservation
+            && replica_of(&win.holder) != to
+            && !store_events.iter().any(|&t| released <= t && t <= win.at.t)
+        {
+            history.violation(
+                "a handoff goes where it was asked",
+                format!(
+                    "{lease} was handed over to {to} (released at epoch {epoch} at {:.3} ms), but {} won it at {:.3} ms, within the reservation",
+                    ms(released),
+                    win.holder,
+                    ms(win.at.t)
+                ),
+            );
+        }
+    }
 }
 
 /// Each epoch of a lease is handed out once, and each one handed out is greater than every one

@@ -21,6 +21,15 @@ pub enum Happening {
         /// For how long.
         for_: Duration,
     },
+    /// The replica's machine is suspended: it is not run, and its monotonic clock stops too,
+    /// while the database's runs on (outside the model, docs/ARCHITECTURE.md §9.3: the clock
+    /// watch must end its terms at the next answer it gets).
+    Suspend {
+        /// Which.
+        replica: usize,
+        /// For how long.
+        for_: Duration,
+    },
     /// The replica's process dies where it stands; it starts again this much later.
     Crash {
         /// Which.
@@ -58,6 +67,16 @@ pub enum Happening {
     },
     /// Another transaction keeps a lease's row locked (a fenced write, an operator's session).
     LockRow {
+        /// The lease.
+        lease: String,
+        /// For how long.
+        for_: Duration,
+    },
+    /// A health check of the replica fails for a while: its gate for the lease is shut, then
+    /// opened again.
+    Gate {
+        /// Which replica.
+        replica: usize,
         /// The lease.
         lease: String,
         /// For how long.
@@ -146,7 +165,16 @@ impl Plan {
                 .cloned()
                 .chain(groups.iter().flat_map(GroupSpec::leases))
                 .collect();
-            let happening = match rng.random_range(0..9) {
+            let happening = match rng.random_range(0..11) {
+                10 => Happening::Suspend {
+                    replica,
+                    for_: span(&mut rng, 3),
+                },
+                9 => Happening::Gate {
+                    replica,
+                    lease: names[rng.random_range(0..names.len())].clone(),
+                    for_: span(&mut rng, 4),
+                },
                 7 => Happening::Failover {
                     lose_last: rng.random_range(0..=6),
                 },

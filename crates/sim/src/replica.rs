@@ -69,6 +69,8 @@ pub struct Replica {
     pub starts: u32,
     /// Resumed from a freeze since it last ran.
     resumed: bool,
+    /// Suspended for this long (its clock stopped too), until it resumes.
+    suspended: Option<Duration>,
     /// Until when (true time, in nanoseconds) it is cut off from the store.
     pub cut: Arc<AtomicU64>,
     /// Whether an answer with the database's clock has reached it since it last started.
@@ -112,6 +114,7 @@ impl Replica {
             driver: None,
             starts: 0,
             resumed: false,
+            suspended: None,
             cut: Arc::default(),
             read_clock: Arc::default(),
         }
@@ -220,10 +223,38 @@ impl Replica {
         self.start.is_some_and(|(_, at)| now < at + span)
     }
 
-    /// Resumes it after a freeze.
+    /// Resumes it after a freeze: its clock jumps by the time it was frozen. After a suspend its
+    /// clock instead goes on from where it stopped, behind true time by as much.
     pub fn resume(&mut self) {
         self.life = Life::Up;
-        self.resumed = true;
+        match self.suspended.take() {
+            Some(for_) => {
+                if let Some((_, started)) = &mut self.start {
+                    *started += for_.div_f64(self.spec.rate);
+                }
+            }
+            None => self.resumed = true,
+        }
+    }
+
+    /// The terms it runs now: lease and epoch.
+    pub fn terms(&self) -> Vec<(String, leasehold_lease_core::Epoch)> {
+        let Some(leases) = &self.leases else {
+            return Vec::new();
+        };
+        leases
+            .lease_names()
+            .filter_map(|name| {
+                let term = leases.leadership(name)?.term?;
+                Some((name.to_string(), term.epoch))
+            })
+            .collect()
+    }
+
+    /// Suspends it until true time `until`, its monotonic clock stopped for `for_`.
+    pub fn suspend(&mut self, until: Duration, for_: Duration) {
+        self.life = Life::Frozen(until);
+        self.suspended = Some(for_);
     }
 
     /// Crashes it: the runtime and every task on it are dropped where they stand.

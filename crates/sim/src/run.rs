@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use leasehold_lease::buggify::{self, Planted};
+use leasehold_lease::coordinator::GateSource;
 use leasehold_lease::groups::GroupSpec;
+use leasehold_lease::handoff;
+use leasehold_lease::name::LeaseName;
 use leasehold_lease::memory::{MemoryStore, StoreClock};
 use leasehold_lease::role::Role;
 use leasehold_lease::store::LeaseStore;
@@ -71,6 +74,9 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
     };
     let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed);
     let operator = Operator::new()?;
+    // Shut health gates, to open again: (when, replica, lease).
+    let mut gates: Vec<(Duration, usize, String)> = Vec::new();
+    history.lock().gate_slack = plan.timing.store_timeout + Duration::from_millis(40);
     let spec = |i: usize| Spec {
         name: format!("r{i}"),
         leases: plan.leases.clone(),
@@ -97,6 +103,8 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
         .chain(plan.groups.iter().flat_map(GroupSpec::leases))
         .collect();
     let mut now = Duration::ZERO;
+    // When membership last changed: the last start of a replica, or the faults healing.
+    let mut settled_from = plan.heal_at;
     while now < end {
         now += Duration::from_micros(rng.random_range(500..=20_000));
         clock.set(now);
@@ -106,7 +114,10 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
             history.note("faults heal");
             for (i, r) in replicas.iter_mut().enumerate() {
                 match r.life {
-                    Life::Frozen(_) => r.resume(),
+                    Life::Frozen(_) => {
+                        r.resume();
+                        resumed_gates(&history, &r.spec.name, now);
+                    }
                     Life::Down => {
                         starts.entry(i).or_insert(now);
                     }
@@ -119,6 +130,7 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
             let (_, happening) = happenings.remove(0);
             happen(
                 &operator,
+                &mut gates,
                 &mut replicas,
                 &world,
                 &mut starts,
@@ -127,6 +139,13 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
                 happening,
                 &spec,
             );
+        }
+        // Gates due to open (all of them once the faults heal).
+        let (open, shut): (Vec<_>, Vec<_>) =
+            gates.drain(..).partition(|(at, _, _)| healed || *at <= now);
+        gates = shut;
+        for (_, i, lease) in open {
+            open_gate(&replicas[i], i, &lease, &history);
         }
         // (Re)starts due; none within two ttls of a clock step, so that every replica has read
         // the database's clock before it steps (a step before a first reading is outside the
@@ -140,7 +159,13 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
         for i in due {
             starts.remove(&i);
             if replicas[i].life == Life::Down {
+                // A new process: its gates start open.
+                history
+                    .lock()
+                    .gated
+                    .retain(|(r, _), _| r != &replicas[i].spec.name);
                 replicas[i].start(&world, rng.random())?;
+                settled_from = settled_from.max(now);
             }
         }
         for r in replicas.iter_mut() {
@@ -149,6 +174,7 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
             {
                 history.note(format!("{} resumes", r.spec.name));
                 r.resume();
+                resumed_gates(&history, &r.spec.name, now);
             }
         }
         operator.advance(now);
@@ -186,10 +212,12 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
             ),
         ),
     }
+    fair_shares(&store, &replicas, &plan.groups, settled_from, &history);
     for r in &mut replicas {
         r.crash();
+        history.crashed(&r.spec.name);
     }
-    oracle::judge(&history);
+    oracle::judge(&history, plan.timing.ttl.div_f64(plan.db_rate), plan.timing.margin);
     let hash = history.hash();
     let record = history.lock();
     Ok(Outcome {
@@ -204,6 +232,7 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
 #[allow(clippy::too_many_arguments)] // the world loop's state, lent for one step
 fn happen(
     operator: &Operator,
+    gates: &mut Vec<(Duration, usize, String)>,
     replicas: &mut Vec<Replica>,
     world: &World,
     starts: &mut BTreeMap<usize, Duration>,
@@ -220,12 +249,22 @@ fn happen(
             history.note(format!("r{replica} frozen for {:.3} ms", ms(for_)));
             replicas[replica].life = Life::Frozen(now + for_);
         }
+        Happening::Suspend { replica, for_ } if up(replicas, replica) => {
+            history.note(format!(
+                "r{replica}'s machine suspended for {:.3} ms, its monotonic clock stopped",
+                ms(for_)
+            ));
+            let terms = replicas[replica].terms();
+            replicas[replica].suspend(now + for_, for_);
+            history.suspended(&format!("r{replica}"), for_, terms);
+        }
         Happening::Crash {
             replica,
             restart_after,
         } if up(replicas, replica) => {
             history.note(format!("r{replica} crashes"));
             replicas[replica].crash();
+            history.crashed(&format!("r{replica}"));
             starts.insert(replica, now + restart_after);
         }
         Happening::Leave {
@@ -253,15 +292,24 @@ fn happen(
         Happening::Handoff { lease, to } => {
             let to = to.map(|i| format!("r{i}"));
             let (store, history) = (world.store.clone(), history.clone());
-            // Asked from the operator's own runtime: the request may wait for a locked row.
+            // Asked as `leasehold leases handoff` asks, from the operator's own runtime: the
+            // request may wait for a locked row.
             operator.spawn(async move {
-                let asked = store.request_handoff(&lease, to.as_deref()).await;
+                let Ok(name) = LeaseName::parse(&lease) else {
+                    return;
+                };
+                let asked = handoff::request(store.as_ref(), &name, to.as_deref()).await;
+                if let Ok(asked) = &asked {
+                    history
+                        .lock()
+                        .handoffs
+                        .push((lease.clone(), asked.epoch, to.clone()));
+                }
                 history.note(format!(
                     "operator asked the holder of {lease} to hand it over{}: {}",
                     to.map(|t| format!(" to {t}")).unwrap_or_default(),
                     match asked {
-                        Ok(Some(row)) => format!("asked {} at epoch {}", row.holder, row.epoch),
-                        Ok(None) => "nobody holds it".to_string(),
+                        Ok(asked) => format!("asked {} at epoch {}", asked.holder, asked.epoch),
                         Err(e) => format!("refused: {e}"),
                     }
                 ));
@@ -272,6 +320,7 @@ fn happen(
                 "the store fails over, losing its last {lose_last} commits"
             ));
             world.store.fail_over(lose_last);
+            history.lock().store_events.push(now);
         }
         Happening::LockRow { lease, for_ } => {
             history.note(format!(
@@ -279,6 +328,25 @@ fn happen(
                 ms(for_)
             ));
             world.store.lock_row(&lease, for_);
+        }
+        Happening::Gate {
+            replica,
+            lease,
+            for_,
+        } if up(replicas, replica) => {
+            let Some(leases) = replicas[replica].leases.clone() else {
+                return;
+            };
+            history.note(format!(
+                "r{replica}'s health check of {lease} fails for {:.3} ms: gate shut",
+                ms(for_)
+            ));
+            leases.allow_campaigns(&lease, probe(), false);
+            history
+                .lock()
+                .gated
+                .insert((format!("r{replica}"), lease.clone()), now);
+            gates.push((now + for_, replica, lease));
         }
         Happening::ClockStep { by } => {
             // A step before a replica's first reading of the database's clock is outside the
@@ -296,10 +364,107 @@ fn happen(
             } else {
                 history.note(format!("database clock steps forward {:.3} ms", ms(by)));
                 world.store.step_clock(by);
+                history.lock().store_events.push(now);
                 *last_step = Some(now);
             }
         }
         other => history.note(format!("{other:?}: not applicable now, skipped")),
+    }
+}
+
+/// How many times each shard of a group may change hands once membership has settled: taken
+/// by whoever campaigns first when it is free (after an expiry, a clock step's quiet), handed to
+/// the member the plan gives it to, and once more for a member counted a look later. More is
+/// flapping.
+pub const MOVES_PER_SHARD: usize = 3;
+
+/// Once membership has settled (every replica up since the faults healed), each member of a
+/// lease group holds its fair share: the shard count over the members, rounded down or up; and
+/// it got there in at most [`MOVES_PER_SHARD`] moves per shard after the faults healed.
+fn fair_shares(
+    store: &MemoryStore,
+    replicas: &[Replica],
+    groups: &[GroupSpec],
+    settled_from: Duration,
+    history: &History,
+) {
+    let members: Vec<&Replica> = replicas.iter().filter(|r| r.life == Life::Up).collect();
+    if members.is_empty() || members.len() != replicas.len() {
+        return;
+    }
+    for group in groups {
+        let shards: Vec<String> = group.leases().collect();
+        let Some(Ok(rows)) = store.get(&shards).now_or_never() else {
+            continue;
+        };
+        let held: Vec<usize> = members
+            .iter()
+            .map(|m| {
+                let holder = m.leases.as_ref().map(|l| l.holder().as_str().to_string());
+                rows.iter()
+                    .filter(|row| row.is_held() && Some(&row.holder) == holder.as_ref())
+                    .count()
+            })
+            .collect();
+        let n = u32::try_from(members.len()).unwrap_or(u32::MAX);
+        let (low, high) = (group.shards / n, group.shards.div_ceil(n));
+        let fair = held.iter().all(|&h| {
+            let h = u32::try_from(h).unwrap_or(u32::MAX);
+            low <= h && h <= high
+        });
+        let moves = history
+            .lock()
+            .wins
+            .iter()
+            .filter(|w| w.at.t >= settled_from && shards.contains(&w.lease))
+            .count();
+        history.note(format!(
+            "group {}: {} shards over {} members, held {held:?}, {moves} moves since membership settled",
+            group.name, group.shards, n
+        ));
+        if !fair {
+            history.violation(
+                "fair shares once membership settles",
+                format!(
+                    "group {}: members hold {held:?} of {} shards, not {low} or {high} each",
+                    group.name, group.shards
+                ),
+            );
+        } else if moves > MOVES_PER_SHARD * group.shards as usize {
+            history.violation(
+                "fair shares once membership settles",
+                format!(
+                    "group {}: {moves} shards changed hands after membership settled, more than {MOVES_PER_SHARD} per shard of its {}",
+                    group.name, group.shards
+                ),
+            );
+        }
+    }
+}
+
+/// The health check the simulator's gates speak for.
+fn probe() -> GateSource {
+    GateSource::HealthCheck("probe".into())
+}
+
+/// Opens replica `i`'s gate of `lease` again (on whatever process it runs now).
+fn open_gate(replica: &Replica, i: usize, lease: &str, history: &History) {
+    history
+        .lock()
+        .gated
+        .remove(&(replica.spec.name.clone(), lease.to_string()));
+    if let Some(leases) = &replica.leases {
+        history.note(format!("r{i}'s health check of {lease} passes: gate open"));
+        leases.allow_campaigns(lease, probe(), true);
+    }
+}
+
+/// A resumed replica acts on its shut gates only now: they count from here.
+fn resumed_gates(history: &History, replica: &str, now: Duration) {
+    for ((r, _), since) in history.lock().gated.iter_mut() {
+        if r == replica {
+            *since = (*since).max(now);
+        }
     }
 }
 

@@ -75,8 +75,12 @@ pub async fn follow(
                         _ = tokio::time::sleep(pause) => {}
                     }
                 }
+                history.stopped(&lease, inner.epoch);
+                let why = inner
+                    .ended()
+                    .map_or("its deadline passed", |end| end.reason.as_str());
                 history.note(format!(
-                    "{replica}: work of {lease} at epoch {} stopped",
+                    "{replica}: work of {lease} at epoch {} stopped ({why})",
                     inner.epoch
                 ));
             });

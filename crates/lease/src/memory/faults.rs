@@ -12,8 +12,8 @@ use std::time::Duration;
 use crate::history::TermRecord;
 use crate::memory::MemoryStore;
 use crate::store::{
-    CampaignedMany, Epoch, GroupView, LeaseRecord, LeaseStore, MemberRecord, ReleaseNotice,
-    RenewRequest, Renewed, StoreError,
+    CampaignedMany, DbMillis, Epoch, GroupView, LeaseRecord, LeaseStore, MemberRecord,
+    ReleaseNotice, RenewRequest, Renewed, StoreError,
 };
 use crate::timing::Timing;
 use async_trait::async_trait;
@@ -35,6 +35,11 @@ pub trait Witness: Send + Sync + std::fmt::Debug + 'static {
     fn renewed(&self, lease: &str, epoch: Epoch, until: Duration);
     /// The store let go of `epoch` of `lease` now (a release).
     fn released(&self, lease: &str, epoch: Epoch);
+    /// An answer carrying the database's clock, read when the statement ran at true time
+    /// `applied_at`, reached `holder`'s coordinator.
+    fn answered(&self, holder: &str, applied_at: Duration) {
+        let _ = (holder, applied_at);
+    }
 }
 
 /// A witness that keeps nothing: for a fault layer with its faults off.
@@ -277,11 +282,29 @@ impl FaultyStore {
             }
             return Err(StoreError::Unavailable(format!("{op}: reply lost")));
         }
-        // Only the coordinator's statements feed its watch of the database clock.
-        if result.is_ok() && matches!(op, "campaign" | "renew") {
+        result
+    }
+
+    /// An answer of the coordinator's reached the replica: with a reading of the database's
+    /// clock, its watch of that clock has one more (heartbeats feed no watch).
+    fn answered<T>(
+        &self,
+        result: Result<T, StoreError>,
+        db_now: impl Fn(&T) -> Option<DbMillis>,
+        applied_at: &AtomicU64,
+    ) -> Result<T, StoreError> {
+        if result.as_ref().is_ok_and(|answer| db_now(answer).is_some()) {
             self.read_clock.store(true, Ordering::SeqCst);
+            let at = Duration::from_nanos(applied_at.load(Ordering::SeqCst));
+            self.history.answered(&self.replica, at);
         }
         result
+    }
+
+    /// The true time now, in nanoseconds, for an answer's `applied_at`.
+    fn stamp(&self, applied_at: &AtomicU64) {
+        let now = u64::try_from(self.history.now().as_nanos()).unwrap_or(u64::MAX);
+        applied_at.store(now, Ordering::SeqCst);
     }
 
     /// Until when (true time) a term renewed now for `ttl` lives by the database's clock.
@@ -303,30 +326,38 @@ impl LeaseStore for FaultyStore {
         ttl: Duration,
     ) -> Result<CampaignedMany, StoreError> {
         let until = || self.until(ttl);
-        self.call(
-            "campaign",
-            self.inner.campaign_many(holder, names, ttl),
-            |answer: &CampaignedMany| {
-                for (lease, epoch) in &answer.won {
-                    self.history.won(lease, *epoch, holder, until());
-                }
-            },
-        )
-        .await
+        let applied_at = AtomicU64::new(0);
+        let result = self
+            .call(
+                "campaign",
+                self.inner.campaign_many(holder, names, ttl),
+                |answer: &CampaignedMany| {
+                    self.stamp(&applied_at);
+                    for (lease, epoch) in &answer.won {
+                        self.history.won(lease, *epoch, holder, until());
+                    }
+                },
+            )
+            .await;
+        self.answered(result, |a| a.db_now, &applied_at)
     }
 
     async fn renew(&self, holder: &str, leases: &[RenewRequest]) -> Result<Renewed, StoreError> {
-        self.call(
-            "renew",
-            self.inner.renew(holder, leases),
-            |answer: &Renewed| {
-                for request in leases.iter().filter(|r| answer.landed.contains(&r.name)) {
-                    self.history
-                        .renewed(&request.name, request.epoch, self.until(request.ttl));
-                }
-            },
-        )
-        .await
+        let applied_at = AtomicU64::new(0);
+        let result = self
+            .call(
+                "renew",
+                self.inner.renew(holder, leases),
+                |answer: &Renewed| {
+                    self.stamp(&applied_at);
+                    for request in leases.iter().filter(|r| answer.landed.contains(&r.name)) {
+                        self.history
+                            .renewed(&request.name, request.epoch, self.until(request.ttl));
+                    }
+                },
+            )
+            .await;
+        self.answered(result, |a| a.db_now, &applied_at)
     }
 
     async fn renew_one(
@@ -335,17 +366,21 @@ impl LeaseStore for FaultyStore {
         lease: &RenewRequest,
         timeout: Duration,
     ) -> Result<crate::store::RenewedOne, StoreError> {
-        self.call(
-            "renew",
-            self.inner.renew_one(holder, lease, timeout),
-            |answer: &crate::store::RenewedOne| {
-                if answer.landed {
-                    self.history
-                        .renewed(&lease.name, lease.epoch, self.until(lease.ttl));
-                }
-            },
-        )
-        .await
+        let applied_at = AtomicU64::new(0);
+        let result = self
+            .call(
+                "renew",
+                self.inner.renew_one(holder, lease, timeout),
+                |answer: &crate::store::RenewedOne| {
+                    self.stamp(&applied_at);
+                    if answer.landed {
+                        self.history
+                            .renewed(&lease.name, lease.epoch, self.until(lease.ttl));
+                    }
+                },
+            )
+            .await;
+        self.answered(result, |a| a.db_now, &applied_at)
     }
 
     async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
