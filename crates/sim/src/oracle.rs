@@ -12,24 +12,26 @@ use crate::history::{At, History, ms, replica_of};
 
 /// Judges the history, recording what it finds broken; `reservation` is how long a handoff's
 /// release keeps the lease for the replica asked for, in true time (a ttl on the database's
-/// clock).
-pub fn judge(history: &History, reservation: Duration, margin: Duration) {
+/// clock), and `watch_tolerance` how far the database's clock may run ahead before the clock
+/// watch must see it (the margin and a store timeout for each of the two calls compared).
+pub fn judge(history: &History, reservation: Duration, watch_tolerance: Duration) {
     one_holder_per_epoch_and_epochs_only_go_up(history);
     terms_of_a_lease_never_overlap(history);
     a_handoff_goes_where_it_was_asked(history, reservation);
-    a_suspended_clock_is_seen_at_the_first_answer_after_it(history, margin);
+    a_suspended_clock_is_seen_at_the_first_answer_after_it(history, watch_tolerance * 2);
 }
 
-/// A machine suspended well beyond the margin (twice it: the clock watch tolerates the margin and
-/// the width of its measuring window) has its terms ended by the first answer the database gave
-/// after the suspend, plus the drain of work under way: its local deadline no longer protects,
-/// so the clock watch must (docs/ARCHITECTURE.md §9.3).
-fn a_suspended_clock_is_seen_at_the_first_answer_after_it(history: &History, margin: Duration) {
+/// A machine suspended well beyond what the clock watch tolerates (its margin, and the width of
+/// its measuring window: the two calls' durations, up to a store timeout each; twice that) has
+/// its terms ended by the first answer the database gave after the suspend, plus the drain of
+/// work under way: its local deadline no longer protects, so the clock watch must
+/// (docs/ARCHITECTURE.md §9.3).
+fn a_suspended_clock_is_seen_at_the_first_answer_after_it(history: &History, beyond: Duration) {
     let (suspends, stops) = {
         let record = history.lock();
         (record.suspends.clone(), record.stops.clone())
     };
-    for suspend in suspends.iter().filter(|s| s.for_ > margin * 2) {
+    for suspend in suspends.iter().filter(|s| s.for_ > beyond) {
         let Some(answer) = suspend.answer else {
             continue;
         };

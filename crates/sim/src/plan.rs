@@ -130,7 +130,7 @@ impl Plan {
     /// The scenario of `seed`.
     pub fn draw(seed: u64) -> Plan {
         let mut rng = SmallRng::seed_from_u64(seed);
-        let ttl = Duration::from_millis([500, 1_000, 2_000][rng.random_range(0..3)]);
+        let ttl = Duration::from_millis([500, 1_000, 2_000, 3_000][rng.random_range(0..4)]);
         let timing = Timing::from_ttl(ttl);
         let replicas = rng.random_range(2..=MAX_REPLICAS - 1);
         let drift = |rng: &mut SmallRng| 1.0 + rng.random_range(-MAX_DRIFT..=MAX_DRIFT);
@@ -155,7 +155,7 @@ impl Plan {
         let heal_at = ttl * rng.random_range(6..=12);
         let mut happenings = Vec::new();
         let mut joined = replicas;
-        for _ in 0..rng.random_range(0..=8) {
+        for _ in 0..rng.random_range(0..=10) {
             let at = heal_at.mul_f64(rng.random_range(0.05..0.95));
             let replica = rng.random_range(0..joined);
             let span =
@@ -165,7 +165,13 @@ impl Plan {
                 .cloned()
                 .chain(groups.iter().flat_map(GroupSpec::leases))
                 .collect();
-            let happening = match rng.random_range(0..11) {
+            let happening = match rng.random_range(0..12) {
+                // Partitions twice as often: a slow answer followed by silence is where a
+                // deadline counted from the wrong instant shows.
+                11 => Happening::Cut {
+                    replica,
+                    for_: span(&mut rng, 3),
+                },
                 10 => Happening::Suspend {
                     replica,
                     for_: span(&mut rng, 3),

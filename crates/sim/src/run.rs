@@ -14,8 +14,8 @@ use leasehold_lease::buggify::{self, Planted};
 use leasehold_lease::coordinator::GateSource;
 use leasehold_lease::groups::GroupSpec;
 use leasehold_lease::handoff;
-use leasehold_lease::name::LeaseName;
 use leasehold_lease::memory::{MemoryStore, StoreClock};
+use leasehold_lease::name::LeaseName;
 use leasehold_lease::role::Role;
 use leasehold_lease::store::LeaseStore;
 use rand::rngs::SmallRng;
@@ -217,7 +217,12 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
         r.crash();
         history.crashed(&r.spec.name);
     }
-    oracle::judge(&history, plan.timing.ttl.div_f64(plan.db_rate), plan.timing.margin);
+    let watch_tolerance = plan.timing.margin + plan.timing.store_timeout * 2;
+    oracle::judge(
+        &history,
+        plan.timing.ttl.div_f64(plan.db_rate),
+        watch_tolerance,
+    );
     let hash = history.hash();
     let record = history.lock();
     Ok(Outcome {

@@ -28,8 +28,10 @@ fn two_seeds_run_differently() {
 
 #[test]
 fn the_seeds_that_found_a_release_under_a_draining_term_stay_clean() {
-    // Regression seeds: an operator's handoff just after a database clock step released a lease
-    // while the work of the term the step ended still drained (fixed in the coordinator).
+    // Regression seeds: on the commit before the fix (c5ba094's parent) an operator's handoff just
+    // after a database clock step released a lease while the work of the term the step ended
+    // still drained. A seed names a run of one version of the simulator; the lasting regression
+    // test is the coordinator's `a_release_after_a_clock_step_waits_for_the_ended_term_s_work_to_stop`.
     for seed in [2444, 3537] {
         let outcome = run(seed, None, false).unwrap();
         assert!(
@@ -42,7 +44,7 @@ fn the_seeds_that_found_a_release_under_a_draining_term_stay_clean() {
 
 #[test]
 fn a_planted_bug_is_caught_and_its_run_replays() {
-    // release-before-stop is caught by its twelfth seed (`make sim MUTANTS=all`).
+    // release-before-stop is caught within a few seeds (`make sim MUTANTS=all` says which).
     let caught = (0..200)
         .find_map(|seed| {
             let outcome = run(seed, Some(Planted::ReleaseBeforeStop), false).unwrap();

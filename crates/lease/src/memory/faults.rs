@@ -99,7 +99,7 @@ impl FaultRates {
                 0.0
             }
         };
-        let (p_slow, p_lose_request, p_lose_reply, p_hang) = (p(0.3), p(0.1), p(0.1), p(0.05));
+        let (p_slow, p_lose_request, p_lose_reply, p_hang) = (p(0.5), p(0.1), p(0.1), p(0.05));
         let (p_drop_notice, p_delay_notice, p_duplicate_notice, p_forge_notice) =
             (p(0.5), p(0.5), p(0.3), p(0.1));
         FaultRates {
