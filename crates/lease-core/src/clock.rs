@@ -40,6 +40,9 @@ pub struct Step {
 pub struct ClockWatch {
     /// The reading that came back last.
     last: Option<Reading>,
+    /// How far beyond what is tolerated the last pair of readings could have shown a step
+    /// without [`ClockWatch::observe`] being able to tell it from slow calls ([`ClockWatch::unsure`]).
+    unsure: Duration,
 }
 
 impl ClockWatch {
@@ -61,7 +64,20 @@ impl ClockWatch {
         let db = Duration::from_millis(u64::try_from(db_ms).unwrap_or(0));
         let tolerance = margin + real.mul_f64(MAX_DRIFT);
         let ahead = db.saturating_sub(real);
+        // The least real time between the readings: a step this much larger than `ahead` hides
+        // in the calls' own durations.
+        let least_real = reading.sent.saturating_duration_since(last.received);
+        self.unsure = db.saturating_sub(least_real).saturating_sub(tolerance);
         (ahead > tolerance).then_some(Step { ahead })
+    }
+
+    /// After a reading that showed no step: how much larger than tolerated a step could still
+    /// have been, hidden in the durations of the two calls compared (zero when they were quick).
+    /// A holder the database's clock ran past by that much, and that never read the clock since,
+    /// may work that much past its lease's expiry: a replica that wins the lease waits it out
+    /// before its term starts (found by the simulator).
+    pub fn unsure(&self) -> Duration {
+        self.unsure
     }
 }
 
@@ -131,6 +147,27 @@ mod tests {
         assert!(
             w.observe(reading(t0, 7_200_000, 0, 7_207_800), MARGIN)
                 .is_some()
+        );
+    }
+
+    #[test]
+    fn slow_calls_leave_a_step_beyond_the_margin_unsure_and_quick_ones_do_not() {
+        let t0 = start();
+        let mut w = ClockWatch::default();
+        // Two quick calls 1 s apart, 1.1 s of database time: nothing could hide.
+        w.observe(reading(t0, 0, 2, 1_000_000), MARGIN);
+        assert_eq!(w.observe(reading(t0, 1_000, 2, 1_001_100), MARGIN), None);
+        assert_eq!(w.unsure(), Duration::ZERO);
+        // Two calls of 300 ms each, 1.5 s of database time between readings taken 1.2 to 1.8 s
+        // apart: no step shows, but one of up to 300 ms could hide in the calls, 48 ms of it
+        // beyond what is tolerated.
+        let mut w = ClockWatch::default();
+        w.observe(reading(t0, 0, 300, 1_000_000), MARGIN);
+        assert_eq!(w.observe(reading(t0, 1_500, 300, 1_001_500), MARGIN), None);
+        let unsure = w.unsure();
+        assert!(
+            unsure > Duration::from_millis(40) && unsure < Duration::from_millis(60),
+            "{unsure:?}"
         );
     }
 }

@@ -43,6 +43,15 @@ fn the_seeds_that_found_a_release_under_a_draining_term_stay_clean() {
 }
 
 #[test]
+fn a_step_hidden_in_slow_calls_does_not_let_a_standby_start_under_a_cut_off_holder() {
+    // Found on the commit before the fix: the database clock stepped 458 ms (beyond the 250 ms
+    // margin) while the holder was cut off; the standby's two readings came from slow calls, so
+    // the step hid in their durations, and it started work while the holder's still ran.
+    let outcome = run(110101, None, false).unwrap();
+    assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+}
+
+#[test]
 fn a_planted_bug_is_caught_and_its_run_replays() {
     // release-before-stop is caught within a few seeds (`make sim MUTANTS=all` says which).
     let caught = (0..200)

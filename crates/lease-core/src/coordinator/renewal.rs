@@ -274,6 +274,13 @@ impl Coordinator {
         };
         let reading = Reading { sent, received, db };
         let Some(step) = self.clock.observe(reading, self.timing.margin) else {
+            // Slow calls can hide a step beyond the margin: no new term until what they could
+            // hide has passed (see `ClockWatch::unsure`); running terms go on.
+            let unsure = self.clock.unsure();
+            if !unsure.is_zero() {
+                let until = received + unsure;
+                self.quiet_until = Some(self.quiet_until.map_or(until, |q| q.max(until)));
+            }
             return;
         };
         let quiet = self.timing.ttl;
