@@ -110,8 +110,9 @@ pub struct Record {
     pub violations: Vec<Violation>,
     /// Releases the store applied: lease, epoch, when.
     pub releases: Vec<(String, Epoch, Duration)>,
-    /// Handoffs an operator asked for: lease, epoch asked, the replica named if any.
-    pub handoffs: Vec<(String, Epoch, Option<String>)>,
+    /// Handoffs an operator asked for: lease, epoch asked, the replica named if any, and when
+    /// the request was answered.
+    pub handoffs: Vec<(String, Epoch, Option<String>, Duration)>,
     /// Shut health gates: (replica, lease) -> since when, counting from the later of the shut
     /// and the replica's last resume (a frozen replica cannot act on it).
     pub gated: BTreeMap<(String, String), Duration>,

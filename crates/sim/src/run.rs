@@ -305,10 +305,11 @@ fn happen(
                 };
                 let asked = handoff::request(store.as_ref(), &name, to.as_deref()).await;
                 if let Ok(asked) = &asked {
+                    let at = history.clock().now();
                     history
                         .lock()
                         .handoffs
-                        .push((lease.clone(), asked.epoch, to.clone()));
+                        .push((lease.clone(), asked.epoch, to.clone(), at));
                 }
                 history.note(format!(
                     "operator asked the holder of {lease} to hand it over{}: {}",
