@@ -876,11 +876,9 @@ fn a_forward_clock_step_ends_every_term_and_keeps_the_replica_quiet_for_a_ttl() 
     assert_eq!(campaigns(&fx), ["c"]);
 }
 
-#[test]
-fn a_release_after_a_clock_step_waits_for_the_ended_term_s_work_to_stop() {
-    // The step ends the term before its deadline, so its work may still drain until then: a
-    // step-down (or a handoff, or the shutdown) meanwhile must not release under it, or another
-    // replica could start while the drain still lands writes (found by the simulator).
+/// A leader of "a" at epoch 1 whose renewal, sent at the returned instant, found the database's
+/// clock 8 s ahead: the term ended by the step, its work still to confirm stopped.
+fn term_ended_by_a_clock_step() -> (Coordinator, Instant) {
     let t0 = start();
     let mut c = coordinator(&["a"], t0);
     c.step(Event::Tick, t0);
@@ -895,6 +893,15 @@ fn a_release_after_a_clock_step_waits_for_the_ended_term_s_work_to_stop() {
     renewal(&c.step(Event::Tick, sent));
     let fx = c.step(renewed(&["a"], &[], Some(1_009_003)), sent + ms(2));
     assert_eq!(end_terms(&fx), [("a", 1, EndReason::ClockStep, true)]);
+    (c, sent)
+}
+
+#[test]
+fn a_release_after_a_clock_step_waits_for_the_ended_term_s_work_to_stop() {
+    // The step ends the term before its deadline, so its work may still drain until then: a
+    // step-down (or a handoff, or the shutdown) meanwhile must not release under it, or another
+    // replica could start while the drain still lands writes (found by the simulator).
+    let (mut c, sent) = term_ended_by_a_clock_step();
     let fx = c.step(
         Event::StepDown {
             lease: "a".to_string(),
@@ -917,19 +924,7 @@ fn a_release_after_a_clock_step_waits_for_the_ended_term_s_work_to_stop() {
 
 #[test]
 fn a_release_after_a_clock_step_whose_work_has_stopped_goes_out_at_once() {
-    let t0 = start();
-    let mut c = coordinator(&["a"], t0);
-    c.step(Event::Tick, t0);
-    let won = Event::CampaignDone {
-        result: Ok(CampaignedMany {
-            db_now: Some(1_000_000),
-            ..campaigned_many(&[("a", 1)], &[])
-        }),
-    };
-    c.step(won, t0 + ms(2));
-    let sent = t0 + ms(1000);
-    renewal(&c.step(Event::Tick, sent));
-    c.step(renewed(&["a"], &[], Some(1_009_003)), sent + ms(2));
+    let (mut c, sent) = term_ended_by_a_clock_step();
     c.step(
         Event::TermStopped {
             lease: "a".to_string(),
