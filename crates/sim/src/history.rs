@@ -101,6 +101,8 @@ pub struct Record {
     pub log: Vec<String>,
     /// Epochs won, in execution order.
     pub wins: Vec<Win>,
+    /// The newest epoch handed out of each lease.
+    pub newest: BTreeMap<String, Epoch>,
     /// Until when (true time) the database lets each term live, by the statements that
     /// applied: the apply time plus the ttl on the database's clock, steps left out.
     pub expiries: BTreeMap<(String, Epoch), Duration>,
@@ -220,6 +222,8 @@ impl History {
             );
         }
         let mut record = self.lock();
+        let newest = record.newest.entry(lease.to_string()).or_default();
+        *newest = (*newest).max(epoch);
         record.wins.push(Win {
             at,
             lease: lease.to_string(),
@@ -351,13 +355,7 @@ impl History {
     /// Records that the fence accepted a write of `epoch` of `lease` from `replica`, and judges
     /// it: no write of an epoch once a later one of the lease was handed out.
     pub fn fenced_write(&self, replica: &str, lease: &str, epoch: Epoch) {
-        let newest = self
-            .lock()
-            .wins
-            .iter()
-            .filter(|w| w.lease == lease)
-            .map(|w| w.epoch)
-            .max();
+        let newest = self.lock().newest.get(lease).copied();
         if let Some(newest) = newest.filter(|&n| n > epoch) {
             let t = self.clock.now();
             self.violation(

@@ -1,14 +1,21 @@
-//! The oracle: what every run must show, read from its history once it is over. The deadline
-//! rule (no work after the database let the term go) and the liveness rule are judged while the
-//! run goes on, by the history and the world loop; the rest here.
+//! The oracle: what every run must show. Most promises are read from the history once the run is
+//! over ([`judge`]); the deadline, gate and fence rules are judged by the history as the run goes
+//! on; liveness ([`all_held`]) is watched by the world loop, and fair shares ([`fair_shares`])
+//! are read from the store and the replicas as the run ends.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::FutureExt;
+use leasehold_lease::groups::GroupSpec;
+use leasehold_lease::memory::MemoryStore;
+use leasehold_lease::role::Role;
+use leasehold_lease::store::LeaseStore;
 
 use leasehold_lease_core::Epoch;
 
-use std::time::Duration;
-
 use crate::history::{At, History, ms, replica_of};
+use crate::replica::{Life, Replica};
 
 /// Judges the history, recording what it finds broken; `reservation` is how long a handoff's
 /// release keeps the lease for the replica asked for, in true time (a ttl on the database's
@@ -161,4 +168,97 @@ fn terms_of_a_lease_never_overlap(history: &History) {
             }
         }
     }
+}
+
+/// How many times each shard of a group may change hands once membership has settled: taken
+/// by whoever campaigns first when it is free (after an expiry, a clock step's quiet), handed to
+/// the member the plan gives it to, and once more for a member counted a look later. More is
+/// flapping.
+pub const MOVES_PER_SHARD: usize = 3;
+
+/// Once membership has settled (every replica up since the faults healed), each member of a
+/// lease group holds its fair share: the shard count over the members, rounded down or up; and
+/// it got there in at most [`MOVES_PER_SHARD`] moves per shard after the faults healed.
+pub fn fair_shares(
+    store: &MemoryStore,
+    replicas: &[Replica],
+    groups: &[GroupSpec],
+    settled_from: Duration,
+    history: &History,
+) {
+    let members: Vec<&Replica> = replicas.iter().filter(|r| r.life == Life::Up).collect();
+    if members.is_empty() || members.len() != replicas.len() {
+        return;
+    }
+    for group in groups {
+        let shards: Vec<String> = group.leases().collect();
+        let Some(Ok(rows)) = store.get(&shards).now_or_never() else {
+            continue;
+        };
+        let held: Vec<usize> = members
+            .iter()
+            .map(|m| {
+                let holder = m.leases.as_ref().map(|l| l.holder().as_str().to_string());
+                rows.iter()
+                    .filter(|row| row.is_held() && Some(&row.holder) == holder.as_ref())
+                    .count()
+            })
+            .collect();
+        let n = u32::try_from(members.len()).unwrap_or(u32::MAX);
+        let (low, high) = (group.shards / n, group.shards.div_ceil(n));
+        let fair = held.iter().all(|&h| {
+            let h = u32::try_from(h).unwrap_or(u32::MAX);
+            low <= h && h <= high
+        });
+        let moves = history
+            .lock()
+            .wins
+            .iter()
+            .filter(|w| w.at.t >= settled_from && shards.contains(&w.lease))
+            .count();
+        history.note(format!(
+            "group {}: {} shards over {} members, held {held:?}, {moves} moves since membership settled",
+            group.name, group.shards, n
+        ));
+        if !fair {
+            history.violation(
+                "fair shares once membership settles",
+                format!(
+                    "group {}: members hold {held:?} of {} shards, not {low} or {high} each",
+                    group.name, group.shards
+                ),
+            );
+        } else if moves > MOVES_PER_SHARD * group.shards as usize {
+            history.violation(
+                "fair shares once membership settles",
+                format!(
+                    "group {}: {moves} shards changed hands after membership settled, more than {MOVES_PER_SHARD} per shard of its {}",
+                    group.name, group.shards
+                ),
+            );
+        }
+    }
+}
+
+/// Whether every lease in `names` is held, by the store's account, by a live replica that
+/// leads it.
+pub fn all_held(store: &MemoryStore, replicas: &[Replica], names: &[String]) -> bool {
+    let Some(Ok(rows)) = store.get(names).now_or_never() else {
+        return false;
+    };
+    names.iter().all(|name| {
+        rows.iter()
+            .find(|r| &r.name == name && r.is_held())
+            .is_some_and(|row| {
+                replicas.iter().any(|r| {
+                    r.life == Life::Up
+                        && r.leases.as_ref().is_some_and(|l| {
+                            l.holder().as_str() == row.holder
+                                && l.leadership(name).is_some_and(|s| {
+                                    s.role == Role::Leader && s.epoch == Some(row.epoch)
+                                })
+                        })
+                })
+            })
+    })
 }

@@ -218,11 +218,6 @@ impl Replica {
         }
     }
 
-    /// Whether it (re)started less than `span` before true time `now`.
-    pub fn started_within(&self, now: Duration, span: Duration) -> bool {
-        self.start.is_some_and(|(_, at)| now < at + span)
-    }
-
     /// Resumes it after a freeze: its clock jumps by the time it was frozen. After a suspend its
     /// clock instead goes on from where it stopped, behind true time by as much.
     pub fn resume(&mut self) {

@@ -9,15 +9,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures::FutureExt;
 use leasehold_lease::buggify::{self, Planted};
 use leasehold_lease::coordinator::GateSource;
 use leasehold_lease::groups::GroupSpec;
 use leasehold_lease::handoff;
 use leasehold_lease::memory::{MemoryStore, StoreClock};
 use leasehold_lease::name::LeaseName;
-use leasehold_lease::role::Role;
-use leasehold_lease::store::LeaseStore;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -185,7 +182,7 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
                 replicas[i].advance(now);
             }
         }
-        if healed && settled.is_none() && all_held(&store, &replicas, &names) {
+        if healed && settled.is_none() && oracle::all_held(&store, &replicas, &names) {
             settled = Some(now);
             history.note(format!(
                 "every lease has a live holder, {:.3} ms after the faults healed",
@@ -212,7 +209,7 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
             ),
         ),
     }
-    fair_shares(&store, &replicas, &plan.groups, settled_from, &history);
+    oracle::fair_shares(&store, &replicas, &plan.groups, settled_from, &history);
     for r in &mut replicas {
         r.crash();
         history.crashed(&r.spec.name);
@@ -378,76 +375,6 @@ fn happen(
     }
 }
 
-/// How many times each shard of a group may change hands once membership has settled: taken
-/// by whoever campaigns first when it is free (after an expiry, a clock step's quiet), handed to
-/// the member the plan gives it to, and once more for a member counted a look later. More is
-/// flapping.
-pub const MOVES_PER_SHARD: usize = 3;
-
-/// Once membership has settled (every replica up since the faults healed), each member of a
-/// lease group holds its fair share: the shard count over the members, rounded down or up; and
-/// it got there in at most [`MOVES_PER_SHARD`] moves per shard after the faults healed.
-fn fair_shares(
-    store: &MemoryStore,
-    replicas: &[Replica],
-    groups: &[GroupSpec],
-    settled_from: Duration,
-    history: &History,
-) {
-    let members: Vec<&Replica> = replicas.iter().filter(|r| r.life == Life::Up).collect();
-    if members.is_empty() || members.len() != replicas.len() {
-        return;
-    }
-    for group in groups {
-        let shards: Vec<String> = group.leases().collect();
-        let Some(Ok(rows)) = store.get(&shards).now_or_never() else {
-            continue;
-        };
-        let held: Vec<usize> = members
-            .iter()
-            .map(|m| {
-                let holder = m.leases.as_ref().map(|l| l.holder().as_str().to_string());
-                rows.iter()
-                    .filter(|row| row.is_held() && Some(&row.holder) == holder.as_ref())
-                    .count()
-            })
-            .collect();
-        let n = u32::try_from(members.len()).unwrap_or(u32::MAX);
-        let (low, high) = (group.shards / n, group.shards.div_ceil(n));
-        let fair = held.iter().all(|&h| {
-            let h = u32::try_from(h).unwrap_or(u32::MAX);
-            low <= h && h <= high
-        });
-        let moves = history
-            .lock()
-            .wins
-            .iter()
-            .filter(|w| w.at.t >= settled_from && shards.contains(&w.lease))
-            .count();
-        history.note(format!(
-            "group {}: {} shards over {} members, held {held:?}, {moves} moves since membership settled",
-            group.name, group.shards, n
-        ));
-        if !fair {
-            history.violation(
-                "fair shares once membership settles",
-                format!(
-                    "group {}: members hold {held:?} of {} shards, not {low} or {high} each",
-                    group.name, group.shards
-                ),
-            );
-        } else if moves > MOVES_PER_SHARD * group.shards as usize {
-            history.violation(
-                "fair shares once membership settles",
-                format!(
-                    "group {}: {moves} shards changed hands after membership settled, more than {MOVES_PER_SHARD} per shard of its {}",
-                    group.name, group.shards
-                ),
-            );
-        }
-    }
-}
-
 /// The health check the simulator's gates speak for.
 fn probe() -> GateSource {
     GateSource::HealthCheck("probe".into())
@@ -472,29 +399,6 @@ fn resumed_gates(history: &History, replica: &str, now: Duration) {
             *since = (*since).max(now);
         }
     }
-}
-
-/// Whether every lease in `names` is held, by the store's account, by a live replica that
-/// leads it.
-fn all_held(store: &MemoryStore, replicas: &[Replica], names: &[String]) -> bool {
-    let Some(Ok(rows)) = store.get(names).now_or_never() else {
-        return false;
-    };
-    names.iter().all(|name| {
-        rows.iter()
-            .find(|r| &r.name == name && r.is_held())
-            .is_some_and(|row| {
-                replicas.iter().any(|r| {
-                    r.life == Life::Up
-                        && r.leases.as_ref().is_some_and(|l| {
-                            l.holder().as_str() == row.holder
-                                && l.leadership(name).is_some_and(|s| {
-                                    s.role == Role::Leader && s.epoch == Some(row.epoch)
-                                })
-                        })
-                })
-            })
-    })
 }
 
 /// An operator's client of the store, on a paused runtime of its own that keeps true time: what
