@@ -24,14 +24,15 @@ use crate::http::AppState;
 use crate::lease::group_runner::Runner;
 use crate::lease::groups::GroupSpec;
 use crate::lease::seams::Seams;
-use crate::lease::{Driver, Epoch, GateSource, Leases, Role, StoreError, open_store};
+use crate::lease::{Driver, Epoch, Leases, Role, StoreError, open_store};
 use crate::metrics::Metrics;
 use crate::plugin::PluginSet;
 use crate::runtime::engine::EngineOptions;
 use crate::runtime::{EngineError, Runtime};
-use crate::supervisor::Supervisor;
-use crate::supervisor::process_status::{ProcessState, ProcessStatus, how_it_ended};
-use crate::supervisor::status::StatusBoard;
+use crate::supervisor::{
+    ProcessContext, ProcessState, ProcessStatus, StatusBoard, Supervisor, how_it_ended,
+    start_processes,
+};
 
 /// Why the host could not start or stop cleanly; each variant names what failed.
 #[derive(Debug, thiserror::Error)]
@@ -298,51 +299,22 @@ impl App {
             }
             None => (None, None, None),
         };
-        // OS processes bound to leases, each under a keeper that is this very program.
-        let mut processes = Vec::new();
+        // OS processes and services bound to leases, each under a keeper that is this very
+        // program. They show on the plugins' board, which `/status` reads: a host without
+        // plugins has a board all the same.
         let mut plugins = plugins;
+        let mut processes = Vec::new();
         if !config.processes.is_empty() || !config.services.is_empty() {
-            let keeper = std::env::current_exe().map_err(AppError::Keeper)?;
-            // The subreaper of its keepers' trees: a keeper killed on its own leaves its
-            // orphans to this host, which kills them before the work starts again or the lease
-            // goes; and reaps what comes to it (a service's daemon, once it ends).
-            if let Err(e) = crate::process::adopted::become_subreaper() {
-                warn!(
-                    "cannot become the subreaper of the processes' trees ({e}): should a keeper be killed on its own, what its process started may run on"
-                );
-            }
-            tasks.spawn(crate::process::adopted::reap_loop(root.clone()));
-            // Processes show on the plugins' board, which `/status` reads: one without plugins
-            // has a board all the same.
-            let board = plugins
-                .get_or_insert_with(|| StatusBoard::new(metrics.clone()))
-                .clone();
-            for bound in &config.processes {
-                processes.push(tasks.spawn(crate::supervisor::exec::follow(
-                    Arc::new(bound.clone()),
-                    leases.clone(),
-                    keeper.clone(),
-                    board.clone(),
-                    metrics.clone(),
-                    root.clone(),
-                )));
-            }
-            for bound in &config.services {
-                // Shut until its first standby check passes: queued before the driver starts,
-                // so that even the first campaign waits for it.
-                if bound.health.is_some() {
-                    let source = GateSource::Service(bound.name.clone());
-                    leases.allow_campaigns(bound.lease.as_str(), source, false);
-                }
-                processes.push(tasks.spawn(crate::supervisor::service::follow(
-                    Arc::new(bound.clone()),
-                    leases.clone(),
-                    keeper.clone(),
-                    board.clone(),
-                    metrics.clone(),
-                    root.clone(),
-                )));
-            }
+            let context = ProcessContext {
+                leases: leases.clone(),
+                keeper: std::env::current_exe().map_err(AppError::Keeper)?.into(),
+                board: plugins
+                    .get_or_insert_with(|| StatusBoard::new(metrics.clone()))
+                    .clone(),
+                metrics: metrics.clone(),
+            };
+            processes =
+                start_processes(&config.processes, &config.services, &context, &root, &tasks);
         }
         let http_stop = CancellationToken::new();
         let mut state = AppState::new(leases.clone(), plugins.clone(), metrics.clone());

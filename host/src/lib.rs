@@ -13,21 +13,23 @@
 //!
 //! 1. [`report`]: one line from an error and its causes, and outside text escaped for showing;
 //! 2. [`metrics`]: the Prometheus metrics the lease driver and the runtime record;
-//! 3. [`lease`]: lease rows and names, the stores that keep them, the coordinator state machine
+//! 3. [`output_rate`]: what bound work (a plugin, a process) may write to the host's log over
+//!    time, and the report of what it dropped;
+//! 4. [`lease`]: lease rows and names, the stores that keep them, the coordinator state machine
 //!    and its driver;
-//! 4. [`manifest`]: what a plugin's `NAME.toml` declares (lease, schedule, limits, grants);
-//! 5. [`capability`]: what plugins may be granted: fenced kv, sql, events;
-//! 6. [`runtime`]: the WebAssembly engine, compiled components, stores and guarded calls;
-//! 7. [`plugin`]: the plugin directory: plugin names, loading files and watching for changes;
-//! 8. [`process`]: OS processes under a lease, run by a keeper process that holds their deadline
+//! 5. [`manifest`]: what a plugin's `NAME.toml` declares (lease, schedule, limits, grants);
+//! 6. [`capability`]: what plugins may be granted: fenced kv, sql, events;
+//! 7. [`runtime`]: the WebAssembly engine, compiled components, stores and guarded calls;
+//! 8. [`plugin`]: the plugin directory: plugin names, loading files and watching for changes;
+//! 9. [`process`]: OS processes under a lease, run by a keeper process that holds their deadline
 //!    apart from the host;
-//! 9. [`supervisor`]: plugins bound to the lifecycle of their lease;
-//! 10. [`http`]: `/healthz`, `/readyz`, `/status`, `/metrics` and the page, from one snapshot of
+//! 10. [`supervisor`]: the work bound to the lifecycle of a lease: plugins, processes, services;
+//! 11. [`http`]: `/healthz`, `/readyz`, `/status`, `/metrics` and the page, from one snapshot of
 //!     the store, on a thread of its own, bounded and answering only to its own names;
-//! 11. [`config`]: the settings of `leasehold run`, from file, environment and flags;
-//! 12. [`app`]: the composition root: one running host, started from a config and shut down in
+//! 12. [`config`]: the settings of `leasehold run`, from file, environment and flags;
+//! 13. [`app`]: the composition root: one running host, started from a config and shut down in
 //!     order;
-//! 13. [`cli`]: the command line (`run`, `check`, `leases`, …): flags, signals and exit codes.
+//! 14. [`cli`]: the command line (`run`, `check`, `leases`, …): flags, signals and exit codes.
 
 pub mod app;
 pub mod capability;
@@ -37,6 +39,7 @@ pub mod http;
 pub mod lease;
 pub mod manifest;
 pub mod metrics;
+pub mod output_rate;
 pub mod plugin;
 pub mod process;
 pub mod report;

@@ -4,7 +4,7 @@
 pub use leasehold::http::{LeaseStatus, Status};
 pub use leasehold::lease::Role;
 pub use leasehold::runtime::World;
-pub use leasehold::supervisor::status::{PluginState, PluginStatus};
+pub use leasehold::supervisor::{PluginState, PluginStatus};
 
 /// Parses a `/status` body.
 pub fn parse(body: &[u8]) -> anyhow::Result<Status> {

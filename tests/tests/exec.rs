@@ -332,7 +332,7 @@ async fn a_child_that_closes_its_output_still_runs_and_is_stopped_in_order() {
     let card = &status.processes[0];
     assert_eq!(
         card.state,
-        leasehold::supervisor::process_status::ProcessState::Running,
+        leasehold::supervisor::ProcessState::Running,
         "{card:?}"
     );
     assert!(card.exits.is_empty(), "{card:?}");

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use leasehold::supervisor::process_status::{ProcessState, ProcessStatus};
+use leasehold::supervisor::{ProcessState, ProcessStatus};
 use leasehold_tests::eventually::{eventually, when};
 use leasehold_tests::host::{Host, HostBuilder, binary};
 use leasehold_tests::log::Logged;

@@ -11,7 +11,7 @@
 //! last is as safe, since whatever ran before it is kept only if the check passes. A kv write is
 //! one statement with the check in a CTE, so its lock too lasts only to its commit.
 
-use super::CapabilityError;
+use super::error::CapabilityError;
 use crate::lease::Term;
 
 /// PostgreSQL: locks the lease row for the rest of the transaction and returns it only when this

@@ -16,7 +16,7 @@ use futures::TryStreamExt;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 
-use super::CapabilityError;
+use super::error::CapabilityError;
 use super::fence::{self, Fence};
 use crate::lease::DatabaseUrl;
 use crate::lease::sqlite::MachineClock;

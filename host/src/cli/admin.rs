@@ -12,7 +12,7 @@ use clap::Args;
 use serde_json::Value;
 use tracing::warn;
 
-use super::{ListArgs, RunArgs};
+use super::args::{ListArgs, RunArgs};
 use crate::config::{Config, Layer};
 use crate::lease::handoff::{self, HandoffError, Outcome};
 use crate::lease::history::TermEnd;

@@ -206,7 +206,7 @@ async fn cycle(project: &Path, name: &str, plugins: &Path) {
                 crate::plugin::LoadError::Component(e) => e.explain(),
                 _ => None,
             };
-            super::check_failed(&file, &error, explanation, false);
+            super::check::check_failed(&file, &error, explanation, false);
             eprintln!("leasehold dev: {name} not copied");
         }
         Ok(Err(e)) => eprintln!(

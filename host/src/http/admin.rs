@@ -30,7 +30,6 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::AppState;
 use crate::lease::handoff::{self, HandoffError, Outcome};
 use crate::lease::history::TermRecord;
 use crate::lease::store::{
@@ -380,8 +379,8 @@ fn error(status: StatusCode, why: impl std::fmt::Display) -> Response {
 }
 
 /// Every request to the admin tree.
-pub async fn serve(State(state): State<AppState>, request: Request) -> Response {
-    let Some(admin) = state.admin.clone() else {
+pub async fn serve(State(admin): State<Option<Arc<Admin>>>, request: Request) -> Response {
+    let Some(admin) = admin else {
         return error(
             StatusCode::NOT_FOUND,
             format!(

@@ -28,8 +28,8 @@ use super::Status;
 use crate::lease::groups::GroupStatus;
 use crate::lease::health::CallsFailing;
 use crate::lease::{Leadership, Leases, Role};
-use crate::supervisor::process_status::ProcessStatus;
-use crate::supervisor::status::{PluginStatus, StatusBoard};
+use crate::supervisor::ProcessStatus;
+use crate::supervisor::{PluginStatus, StatusBoard};
 
 /// How old a snapshot may be before a request asks for a new one. The page polls every 500 ms
 /// and Prometheus-style probes every few seconds: 250 ms keeps every page poll at most one

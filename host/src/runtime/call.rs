@@ -48,10 +48,6 @@ pub enum CallFailure {
     /// Any other trap (unreachable, a panic, out-of-bounds access, ...).
     #[error("trapped: {0}")]
     Trap(String),
-    /// An OS process bound to a lease ended (its whole run is its one call), or could not
-    /// start: how, in the host's words.
-    #[error("{0}")]
-    Exited(String),
     /// The call was refused before it entered the guest, or stopped while it ran, because its
     /// term is over (or the plugin retired). `entered` tells whether guest code had started.
     #[error("cancelled: {}", .reason.describe())]
@@ -73,7 +69,6 @@ impl CallFailure {
             CallFailure::Memory(_) => "memory",
             CallFailure::StackOverflow => "stack",
             CallFailure::Trap(_) => "trap",
-            CallFailure::Exited(_) => "exit",
             CallFailure::Cancelled { .. } => "cancelled",
         }
     }
@@ -88,12 +83,11 @@ impl CallFailure {
         }
     }
 
-    /// True for a trap of the plugin's own making (not a returned error, not a cancel, not a
-    /// process's exit).
+    /// True for a trap of the plugin's own making (not a returned error, not a cancel).
     pub fn is_trap(&self) -> bool {
         !matches!(
             self,
-            CallFailure::Returned(_) | CallFailure::Cancelled { .. } | CallFailure::Exited(_)
+            CallFailure::Returned(_) | CallFailure::Cancelled { .. }
         )
     }
 
@@ -186,9 +180,7 @@ mod tests {
         for failure in traps {
             // A new variant fails to compile here until it is sorted (and listed above if it traps).
             match &failure {
-                CallFailure::Returned(_)
-                | CallFailure::Cancelled { .. }
-                | CallFailure::Exited(_) => {}
+                CallFailure::Returned(_) | CallFailure::Cancelled { .. } => {}
                 CallFailure::Timeout(_)
                 | CallFailure::OutOfFuel
                 | CallFailure::Memory(_)

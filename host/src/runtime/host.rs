@@ -12,10 +12,10 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::bindings::{lease, log};
 use super::call::Cancel;
 use super::limits::{Limiter, MAX_HANDLES};
-use super::rate::{Dropped, PluginRate};
 use crate::capability::PluginCapabilities;
 use crate::lease::Term;
 use crate::manifest::CallLimits;
+use crate::output_rate::{Dropped, OutputRate};
 
 /// What a plugin may learn of its lease through the `lease` import.
 #[derive(Debug, Clone)]
@@ -62,7 +62,7 @@ pub struct HostState {
     /// Log lines dropped in this call for want of budget.
     pub logs_dropped: Dropped,
     /// What the plugin may log over time, shared with its output and its other stores.
-    pub(super) log_rate: Arc<PluginRate>,
+    pub(super) log_rate: Arc<OutputRate>,
     /// What the `kv` and `sql` imports may use; `None` grants nothing (health checks, tools).
     pub capabilities: Option<PluginCapabilities>,
     /// Writes the fence refused in this store's life.
@@ -79,7 +79,7 @@ impl HostState {
         limits: &CallLimits,
         capabilities: Option<PluginCapabilities>,
         wasi: WasiCtx,
-        log_rate: Arc<PluginRate>,
+        log_rate: Arc<OutputRate>,
     ) -> Self {
         let mut table = ResourceTable::new();
         table.set_max_capacity(MAX_HANDLES);
@@ -195,13 +195,13 @@ impl super::bindings::types::Host for HostState {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::rate::{BURST_BYTES, LINE_COST, LogRates};
+    use crate::output_rate::{BURST_BYTES, LINE_COST, OutputRates};
 
-    fn state(rate: Arc<PluginRate>) -> HostState {
+    fn state(rate: Arc<OutputRate>) -> HostState {
         state_in(rate, None)
     }
 
-    fn state_in(rate: Arc<PluginRate>, term: Option<Term>) -> HostState {
+    fn state_in(rate: Arc<OutputRate>, term: Option<Term>) -> HostState {
         let lease = LeaseView {
             name: "leader".into(),
             holder: "h".into(),
@@ -225,7 +225,7 @@ mod tests {
             .with_writer(std::io::sink)
             .finish();
         tracing::subscriber::with_default(subscriber, || {
-            let rates = LogRates::new(crate::metrics::Metrics::new());
+            let rates = OutputRates::new(crate::metrics::Metrics::new());
             let mut first = state(rates.of(&"p".into()));
             let line = "x".repeat(100);
             // Lines the host does not log cost nothing of the rate.
@@ -267,7 +267,7 @@ mod tests {
             7,
             Instant::now() + std::time::Duration::from_secs(60),
         );
-        let rates = LogRates::new(crate::metrics::Metrics::new());
+        let rates = OutputRates::new(crate::metrics::Metrics::new());
         let mut guest = state_in(rates.of(&"hello".into()), Some(term));
         let mut emit = |json: bool| {
             let sink = crate::report::CapturedLog::default();

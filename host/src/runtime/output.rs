@@ -25,7 +25,7 @@ use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
-use super::rate::{Dropped, PluginRate};
+use crate::output_rate::{Dropped, OutputRate};
 
 /// Lines per stream and call that reach the log: enough for a call's diagnostics, too few for a
 /// guest printing in a loop to drown the host's log.
@@ -65,7 +65,7 @@ pub(super) struct GuestOutput {
 impl GuestOutput {
     /// Fresh sinks, wired into `wasi` as the guest's stdout and stderr, both within the plugin's
     /// `rate`.
-    pub(super) fn capture(wasi: &mut WasiCtxBuilder, rate: &Arc<PluginRate>) -> Self {
+    pub(super) fn capture(wasi: &mut WasiCtxBuilder, rate: &Arc<OutputRate>) -> Self {
         let stdout = LineSink::new("stdout", rate);
         let stderr = LineSink::new("stderr", rate);
         wasi.stdout(stdout.clone()).stderr(stderr.clone());
@@ -92,7 +92,7 @@ struct Lines {
     /// `stdout` or `stderr`.
     stream: &'static str,
     /// The plugin's rate, across its calls and stores.
-    rate: Arc<PluginRate>,
+    rate: Arc<OutputRate>,
     /// The line being written, at most [`MAX_LINE_BYTES`].
     partial: Vec<u8>,
     /// Whether the line being written was longer than what `partial` kept.
@@ -110,7 +110,7 @@ struct Lines {
 }
 
 impl LineSink {
-    fn new(stream: &'static str, rate: &Arc<PluginRate>) -> Self {
+    fn new(stream: &'static str, rate: &Arc<OutputRate>) -> Self {
         LineSink(Arc::new(Mutex::new(Lines {
             stream,
             rate: rate.clone(),
@@ -286,8 +286,8 @@ impl tokio::io::AsyncWrite for LineSink {
 mod tests {
     use super::*;
 
-    fn rate() -> Arc<PluginRate> {
-        super::super::rate::LogRates::new(crate::metrics::Metrics::new()).of(&Arc::from("p"))
+    fn rate() -> Arc<OutputRate> {
+        crate::output_rate::OutputRates::new(crate::metrics::Metrics::new()).of(&Arc::from("p"))
     }
 
     fn sink() -> LineSink {
@@ -337,7 +337,7 @@ mod tests {
 
     #[test]
     fn stdout_and_stderr_share_the_plugins_rate_across_calls() {
-        use super::super::rate::{BURST_BYTES, LINE_COST};
+        use crate::output_rate::{BURST_BYTES, LINE_COST};
         let rate = rate();
         let out = LineSink::new("stdout", &rate);
         let err = LineSink::new("stderr", &rate);

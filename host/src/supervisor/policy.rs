@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use crate::runtime::{CallFailure, Cancel};
+use super::failure::{Cancel, Failure};
 
 /// Consecutive failures before a reconciler is quarantined until its next term or a new file.
 pub const QUARANTINE_AFTER: u32 = 5;
@@ -130,7 +130,7 @@ impl Failures {
     }
 
     /// Takes in one outcome of `step` and says what follows.
-    pub fn after(&mut self, step: Step, outcome: Result<(), &CallFailure>) -> Next {
+    pub fn after(&mut self, step: Step, outcome: Result<(), &Failure>) -> Next {
         let failure = match outcome {
             Ok(()) => {
                 if step == Step::Call {
@@ -141,11 +141,11 @@ impl Failures {
             Err(failure) => failure,
         };
         match failure {
-            CallFailure::Cancelled {
+            Failure::Cancelled {
                 reason: Cancel::Deadline,
                 entered,
             } => Next::AwaitTerm { fresh: *entered },
-            CallFailure::Cancelled { .. } => Next::Stop,
+            Failure::Cancelled { .. } => Next::Stop,
             _ => {
                 self.count = self.count.saturating_add(1);
                 if self.quarantined() {
@@ -153,7 +153,7 @@ impl Failures {
                 } else {
                     Next::Retry {
                         after: self.policy.backoff(self.count),
-                        fresh: failure.poisons_store(),
+                        fresh: failure.needs_fresh_start(),
                     }
                 }
             }
@@ -192,9 +192,10 @@ impl Churn {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::CallFailure;
 
-    fn returned() -> CallFailure {
-        CallFailure::Returned("no".into())
+    fn returned() -> Failure {
+        Failure::Call(CallFailure::Returned("no".into()))
     }
 
     #[test]
@@ -237,7 +238,7 @@ mod tests {
             let mut f = Failures::new(Policy::RECONCILER);
             assert!(
                 matches!(
-                    f.after(Step::Call, Err(&trap)),
+                    f.after(Step::Call, Err(&Failure::Call(trap.clone()))),
                     Next::Retry { fresh: true, .. }
                 ),
                 "{trap:?}"
@@ -257,7 +258,7 @@ mod tests {
         assert_eq!(f.after(Step::Call, Ok(())), Next::Proceed);
         assert_eq!(f.count(), 0);
         for _ in 0..4 {
-            f.after(Step::Call, Err(&CallFailure::OutOfFuel));
+            f.after(Step::Call, Err(&Failure::Call(CallFailure::OutOfFuel)));
         }
         assert_eq!(f.after(Step::Call, Err(&returned())), Next::Quarantine);
         assert!(f.quarantined());
@@ -267,7 +268,7 @@ mod tests {
     fn cancels_are_not_failures() {
         let mut f = Failures::new(Policy::RECONCILER);
         f.after(Step::Call, Err(&returned()));
-        let deadline = |entered| CallFailure::Cancelled {
+        let deadline = |entered| Failure::Cancelled {
             reason: Cancel::Deadline,
             entered,
         };
@@ -280,7 +281,7 @@ mod tests {
             Next::AwaitTerm { fresh: true }
         );
         for reason in [Cancel::TermEnded, Cancel::Retired] {
-            let cancel = CallFailure::Cancelled {
+            let cancel = Failure::Cancelled {
                 reason,
                 entered: true,
             };
@@ -315,7 +316,7 @@ mod tests {
             assert_eq!(f.after(Step::Start, Ok(())), Next::Proceed);
             assert_eq!(f.after(Step::Start, Ok(())), Next::Proceed);
             // ...and the call traps.
-            match f.after(Step::Call, Err(&trap)) {
+            match f.after(Step::Call, Err(&Failure::Call(trap.clone()))) {
                 Next::Retry { after, fresh: true } => waits.push(after),
                 Next::Quarantine => break,
                 other => panic!("unexpected {other:?}"),
@@ -331,7 +332,7 @@ mod tests {
     #[test]
     fn an_init_that_fails_every_time_is_quarantined_after_five() {
         let mut f = Failures::new(Policy::RECONCILER);
-        let failed = CallFailure::Returned("no config".into());
+        let failed = Failure::Call(CallFailure::Returned("no config".into()));
         for _ in 0..4 {
             assert_eq!(f.after(Step::Start, Ok(())), Next::Proceed);
             assert!(matches!(

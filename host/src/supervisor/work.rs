@@ -7,9 +7,9 @@
 use tokio::time::sleep;
 use tracing::warn;
 
+use super::failure::Failure;
 use super::policy::{Failures, Next, Step};
 use super::status::{PluginState, StatusBoard};
-use crate::runtime::CallFailure;
 
 /// One kind of work that runs in a term (or a role): what the [`drive`] loop asks of it.
 pub(super) trait Work {
@@ -17,16 +17,16 @@ pub(super) trait Work {
     type Running;
 
     /// Starts the work afresh. Its outcome counts as [`Step::Start`].
-    async fn start(&mut self) -> Result<Self::Running, CallFailure>;
+    async fn start(&mut self) -> Result<Self::Running, Failure>;
 
     /// Waits for the next unit of work, does it and returns its outcome, which counts as
     /// [`Step::Call`]; `None` once the work is over here (its term ended, its file retired, its
     /// role changed).
-    async fn next(&mut self, running: &mut Self::Running) -> Option<Result<(), CallFailure>>;
+    async fn next(&mut self, running: &mut Self::Running) -> Option<Result<(), Failure>>;
 
     /// Hears each outcome once the policy has counted it, before the driver acts on the policy's
     /// decision: logs it, and may act on it (a health check steps down).
-    fn judged(&mut self, step: Step, outcome: Result<(), &CallFailure>, failures: &mut Failures);
+    fn judged(&mut self, step: Step, outcome: Result<(), &Failure>, failures: &mut Failures);
 
     /// Resolves once the work is over here: it cuts a backoff short.
     async fn over(&mut self);
@@ -136,7 +136,7 @@ async fn judge<W: Work>(
     failures: &mut Failures,
     shown: &mut Shown<'_>,
     step: Step,
-    outcome: Result<(), CallFailure>,
+    outcome: Result<(), Failure>,
 ) -> Then {
     let next = failures.after(step, outcome.as_ref().map(|_| ()));
     work.judged(step, outcome.as_ref().map(|_| ()), failures);

@@ -10,8 +10,25 @@ use sqlx::postgres::{
 };
 use sqlx::{Arguments, Decode, Row, TypeInfo, ValueRef};
 
-use super::Statement;
-use crate::capability::CapabilityError;
+use crate::capability::error::CapabilityError;
+
+/// One statement of a transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Statement {
+    /// The SQL: one statement.
+    pub sql: String,
+    /// Its parameters, `$1` first.
+    pub params: Vec<SqlValue>,
+}
+
+/// The result of a query.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rows {
+    /// Column names, in order.
+    pub columns: Vec<String>,
+    /// Each row's values, in column order.
+    pub rows: Vec<Vec<SqlValue>>,
+}
 
 /// The SQL and parameters of one call, as the host holds them, at most: room for a batch of
 /// thousands of rows' values or a few 1 MiB blobs. Each accepted byte is held up to four times on

@@ -1,7 +1,11 @@
 //! The files of a new project: the templates of `host/templates/` filled for one name,
 //! language and world, with the WIT and the toolchain pins this checkout builds with.
 
-use super::*;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::sdk;
+use super::spec::*;
 
 /// The text of `host/templates/PATH`, compiled in.
 macro_rules! template {

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::ProjectFile;
+use super::spec::ProjectFile;
 
 /// Where the copy goes in the project (the SDK's `../../wit` is then the project's `wit/`).
 pub const SDK_DIR: &str = "sdk/leasehold-guest";

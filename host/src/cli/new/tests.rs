@@ -1,7 +1,10 @@
 //! `leasehold new`'s unit tests: names, and every language and world rendered whole.
 
+use std::path::Path;
+
 use super::project::*;
-use super::*;
+use super::spec::*;
+use super::write::*;
 
 const LANGS: [Lang; 3] = [Lang::Rust, Lang::Python, Lang::Js];
 const WORLDS: [World; 3] = [

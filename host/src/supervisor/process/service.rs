@@ -28,19 +28,18 @@ use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
+use super::card::ProcessCard;
 use super::exec::log_output;
 use super::probe::Probe;
-use super::process_card::ProcessCard;
-use super::process_status::ProcessKind;
-use super::status::StatusBoard;
-use super::terms::each_term;
 use crate::lease::{GateSource, Leases, Term};
 use crate::metrics::Metrics;
+use crate::output_rate::OutputRate;
 use crate::process::bound::KILL_MARGIN;
 use crate::process::handle::{Kept, LATE_READ, Spec, monotonic_ns_at, since};
 use crate::process::protocol::{Ended, Mode, Report, Why};
 use crate::process::service::{BoundService, Health};
-use crate::runtime::rate::PluginRate;
+use crate::supervisor::terms::each_term;
+use crate::supervisor::{ProcessKind, StatusBoard};
 
 /// Follows `service`'s lease until `shutdown`.
 pub async fn follow(
@@ -62,7 +61,7 @@ pub async fn follow(
             (&service.name, ProcessKind::Service),
             &lease,
         ),
-        rate: Arc::new(PluginRate::for_process(&service.name, &metrics)),
+        rate: Arc::new(OutputRate::for_process(&service.name, &metrics)),
         probe: match &service.health {
             Some(Health::Probe(url)) => Some(Probe::new(url.clone())),
             _ => None,
@@ -101,7 +100,7 @@ struct Scripts {
     /// What `/status` and `/metrics` show of it.
     card: ProcessCard,
     /// What the scripts' output may cost the log.
-    rate: Arc<PluginRate>,
+    rate: Arc<OutputRate>,
     /// The HTTP probe, when `health` is a URL.
     probe: Option<Probe>,
 }

@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use super::status::StatusBoard;
 use crate::capability::PluginCapabilities;
 use crate::metrics::StoreAlive;
 use crate::plugin::PluginEntry;
 use crate::runtime::host::LeaseView;
 use crate::runtime::{CallFailure, Instance, PluginStore, Prepared, Runtime};
+use crate::supervisor::StatusBoard;
 
 /// One plugin file as its tasks start it, one instance after another.
 pub(super) struct Plugin {

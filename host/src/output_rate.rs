@@ -1,17 +1,18 @@
-//! What a plugin may write to the host's log over time: one token bucket per plugin, in bytes,
+//! What bound work may write to the host's log over time: one token bucket per plugin, in bytes,
 //! shared by everything it writes (the `log` import, stdout, stderr) and by all of its stores —
 //! every term, every shard of a group, every version of its file — so that neither a schedule of
-//! short calls, nor many instances, nor a reload loop gets it more than its rate.
+//! short calls, nor many instances, nor a reload loop gets it more than its rate; and one per
+//! bound process or service, shared by all of its runs ([`OutputRate::for_process`]).
 //!
-//! The per-call budgets (`output`, [`super::host::LOG_LINES_PER_CALL`]) bound one call;
+//! The per-call budgets (the runtime's `output`, [`crate::runtime::host::LOG_LINES_PER_CALL`]) bound one call;
 //! this bounds the plugin across calls. A line costs its text plus [`LINE_COST`], so the bucket
 //! bounds lines as well as bytes. What is refused is dropped and counted
 //! (`leasehold_plugin_log_dropped_total`), together with what the per-call budgets dropped, and
 //! reported in one host line per plugin at most every [`REPORT_INTERVAL`]: the first at the end of
 //! the first call that dropped anything, then at most one per interval.
 //!
-//! - `LogRates`: the buckets of every plugin the runtime has run, by plugin name;
-//! - [`PluginRate`]: one plugin's bucket, what it dropped and when that was last reported;
+//! - `OutputRates`: the buckets of every plugin the runtime has run, by plugin name;
+//! - [`OutputRate`]: one plugin's (or process's) bucket, what it dropped and when that was last reported;
 //! - `Bucket` and `Pending`: the pure logic, driven by the instants it is given.
 
 use std::collections::HashMap;
@@ -42,9 +43,13 @@ pub const LINE_COST: u64 = 256;
 /// happens, rarely enough that the reports are no flood themselves.
 pub const REPORT_INTERVAL: Duration = Duration::from_secs(10);
 
+/// The target of the report of dropped output, as it was when the runtime kept the rate: log
+/// filters name it.
+const LOG_TARGET: &str = "leasehold::runtime::rate";
+
 /// A token bucket in bytes: full at [`BURST_BYTES`], refilled at [`RATE_BYTES_PER_SECOND`].
 #[derive(Debug, Clone)]
-pub(super) struct Bucket {
+pub(crate) struct Bucket {
     /// Bytes that may be written now (fractions carried between refills).
     tokens: f64,
     /// When `tokens` was last refilled.
@@ -53,7 +58,7 @@ pub(super) struct Bucket {
 
 impl Bucket {
     /// A full bucket.
-    pub(super) fn full(now: Instant) -> Self {
+    pub(crate) fn full(now: Instant) -> Self {
         Bucket {
             tokens: BURST_BYTES as f64,
             at: now,
@@ -61,7 +66,7 @@ impl Bucket {
     }
 
     /// Takes the cost of a line of `text_bytes` if the bucket holds it; else takes nothing.
-    pub(super) fn take(&mut self, now: Instant, text_bytes: usize) -> bool {
+    pub(crate) fn take(&mut self, now: Instant, text_bytes: usize) -> bool {
         self.refill(now);
         let cost = (text_bytes as u64).saturating_add(LINE_COST) as f64;
         if cost > self.tokens {
@@ -105,7 +110,7 @@ impl Dropped {
 
 /// What a plugin dropped since its last report, and when that was.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Pending {
+pub(crate) struct Pending {
     /// Over the rate.
     over_rate: Dropped,
     /// Over a call's budget.
@@ -118,13 +123,13 @@ pub(super) struct Pending {
 
 /// One report of dropped output: what, and over how long.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Report {
+pub(crate) struct Report {
     /// Dropped over the rate.
-    pub(super) over_rate: Dropped,
+    pub(crate) over_rate: Dropped,
     /// Dropped over a call's budget.
-    pub(super) over_budget: Dropped,
+    pub(crate) over_budget: Dropped,
     /// Since the last report, or since the first drop for a first report.
-    pub(super) over: Duration,
+    pub(crate) over: Duration,
 }
 
 impl Pending {
@@ -143,7 +148,7 @@ impl Pending {
 
     /// The report due at `now`, if one is: during a call, once [`REPORT_INTERVAL`] has passed
     /// since the last report (or the first drop); at a call's end, also when there was none yet.
-    pub(super) fn due(&mut self, now: Instant, call_ended: bool) -> Option<Report> {
+    pub(crate) fn due(&mut self, now: Instant, call_ended: bool) -> Option<Report> {
         let since = self.since?;
         let start = self.reported.unwrap_or(since);
         let waited = now.saturating_duration_since(start) >= REPORT_INTERVAL;
@@ -162,9 +167,9 @@ impl Pending {
 }
 
 /// One plugin's bucket, shared by all of its stores; or one bound process's, shared by all of
-/// its runs ([`PluginRate::for_process`]).
+/// its runs ([`OutputRate::for_process`]).
 #[derive(Debug)]
-pub struct PluginRate {
+pub struct OutputRate {
     /// What writes through it, for the report: `plugin` or `process`.
     kind: &'static str,
     /// The plugin (or process), for the report.
@@ -181,9 +186,9 @@ struct State {
     pending: Pending,
 }
 
-impl PluginRate {
+impl OutputRate {
     fn new(plugin: Arc<str>, dropped: Counter, now: Instant) -> Self {
-        PluginRate {
+        OutputRate {
             kind: "plugin",
             plugin,
             dropped,
@@ -207,9 +212,9 @@ impl PluginRate {
             .plugin_log_dropped
             .get_or_create(&Metrics::plugin(&name))
             .clone();
-        PluginRate {
+        OutputRate {
             kind: "process",
-            ..PluginRate::new(name, dropped, Instant::now())
+            ..OutputRate::new(name, dropped, Instant::now())
         }
     }
 
@@ -264,7 +269,7 @@ impl PluginRate {
 
     /// Ends a call that dropped `over_budget` for want of its per-call budget, and reports what
     /// waits to be, if that is due.
-    pub(super) fn call_ended(&self, over_budget: Dropped) {
+    pub(crate) fn call_ended(&self, over_budget: Dropped) {
         let now = Instant::now();
         let report = {
             let mut state = self.state();
@@ -279,7 +284,7 @@ impl PluginRate {
 
     /// Lines dropped so far, over the rate or a call's budget.
     #[cfg(test)]
-    pub(super) fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.dropped.get()
     }
 
@@ -298,6 +303,7 @@ impl PluginRate {
             }
         }
         tracing::warn!(
+            target: LOG_TARGET,
             plugin = &*self.plugin,
             "{} output dropped in the last {:.1} s: {} (its rate: {} a second, burst {})",
             self.kind,
@@ -327,23 +333,23 @@ fn size(bytes: u64) -> String {
 /// The bucket of every plugin the runtime has run, by name: a plugin's file replaced, removed and
 /// put back, or its lease lost and won again, finds the bucket it left.
 #[derive(Debug)]
-pub(super) struct LogRates {
+pub(crate) struct OutputRates {
     /// Where each plugin's dropped lines are counted.
     metrics: Arc<Metrics>,
     /// The buckets.
-    plugins: Mutex<HashMap<Arc<str>, Arc<PluginRate>>>,
+    plugins: Mutex<HashMap<Arc<str>, Arc<OutputRate>>>,
 }
 
-impl LogRates {
-    pub(super) fn new(metrics: Arc<Metrics>) -> Self {
-        LogRates {
+impl OutputRates {
+    pub(crate) fn new(metrics: Arc<Metrics>) -> Self {
+        OutputRates {
             metrics,
             plugins: Mutex::new(HashMap::new()),
         }
     }
 
     /// `plugin`'s bucket, made full the first time it is asked for.
-    pub(super) fn of(&self, plugin: &Arc<str>) -> Arc<PluginRate> {
+    pub(crate) fn of(&self, plugin: &Arc<str>) -> Arc<OutputRate> {
         let mut plugins = self.plugins.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(rate) = plugins.get(plugin) {
             return rate.clone();
@@ -362,7 +368,7 @@ impl LogRates {
             .plugin_log_dropped
             .get_or_create(&Metrics::plugin(plugin))
             .clone();
-        let rate = Arc::new(PluginRate::new(plugin.clone(), dropped, now));
+        let rate = Arc::new(OutputRate::new(plugin.clone(), dropped, now));
         plugins.insert(plugin.clone(), rate.clone());
         rate
     }
@@ -504,7 +510,7 @@ mod tests {
     #[test]
     fn a_plugin_keeps_its_bucket_while_a_store_holds_it_and_idle_full_ones_are_forgotten() {
         let t0 = Instant::now();
-        let rates = LogRates::new(Metrics::new());
+        let rates = OutputRates::new(Metrics::new());
         let (a, b, c): (Arc<str>, Arc<str>, Arc<str>) = (Arc::from("a"), "b".into(), "c".into());
         let first = rates.of(&a);
         // Emptied by one store, the bucket is the same for the next (a reload, a shard).

@@ -9,13 +9,16 @@ use tokio::time::Instant;
 use tracing::{Instrument, Span, info, info_span, warn};
 
 use super::instance::{Live, Plugin};
-use super::policy::{Failures, Policy, Step};
-use super::work::{Work, drive};
-use super::{Supervisor, Target};
+use super::view::Replica;
 use crate::lease::groups::GroupStatus;
 use crate::lease::{GateSource, Leadership, Term};
+use crate::manifest::Binding;
+use crate::plugin::PluginEntry;
 use crate::runtime::host::LeaseView;
-use crate::runtime::{CallFailure, CheckRole};
+use crate::runtime::{CheckRole, World};
+use crate::supervisor::failure::Failure;
+use crate::supervisor::policy::{Failures, Policy, Step};
+use crate::supervisor::work::{Work, drive};
 
 /// What a health check is bound to.
 pub(super) enum Subject {
@@ -38,8 +41,8 @@ pub(super) enum Subject {
 
 impl Subject {
     /// `lease`'s subject, if this replica campaigns for it.
-    pub(super) fn lease(sup: &Supervisor, lease: &str) -> Option<Subject> {
-        let leadership = sup.leases.subscribe(lease)?;
+    pub(super) fn lease(replica: &Replica, lease: &str) -> Option<Subject> {
+        let leadership = replica.leases.subscribe(lease)?;
         Some(Subject::Lease {
             name: lease.to_string(),
             leadership,
@@ -47,10 +50,10 @@ impl Subject {
     }
 
     /// `group`'s subject.
-    pub(super) fn group(sup: &Supervisor, group: &str) -> Subject {
+    pub(super) fn group(replica: &Replica, group: &str) -> Subject {
         Subject::Group {
             name: group.to_string(),
-            groups: sup.leases.subscribe_groups(),
+            groups: replica.leases.subscribe_groups(),
         }
     }
 
@@ -96,10 +99,10 @@ impl Subject {
     }
 
     /// Gives up what an active check guards after too many failures in a row.
-    fn step_down(&self, sup: &Supervisor) {
+    fn step_down(&self, replica: &Replica) {
         match self {
-            Subject::Lease { name, .. } => sup.leases.step_down(name),
-            Subject::Group { name, .. } => sup.leases.allow_group(name, false),
+            Subject::Lease { name, .. } => replica.leases.step_down(name),
+            Subject::Group { name, .. } => replica.leases.allow_group(name, false),
         }
     }
 
@@ -112,13 +115,13 @@ impl Subject {
 
     /// Lets this replica campaign for the lease (take part in the group), or not, as far as
     /// health check `plugin` is concerned.
-    pub(super) fn allow(&self, sup: &Supervisor, plugin: &str, open: bool) {
+    pub(super) fn allow(&self, replica: &Replica, plugin: &str, open: bool) {
         match self {
             Subject::Lease { name, .. } => {
                 let source = GateSource::HealthCheck(plugin.to_string());
-                sup.leases.allow_campaigns(name, source, open)
+                replica.leases.allow_campaigns(name, source, open)
             }
-            Subject::Group { name, .. } => sup.leases.allow_group(name, open),
+            Subject::Group { name, .. } => replica.leases.allow_group(name, open),
         }
     }
 }
@@ -141,14 +144,14 @@ fn group_role(groups: &[GroupStatus], group: &str) -> CheckRole {
 /// Each role runs in a span of its own, `health{plugin, lease, epoch}` (`epoch` while active;
 /// `group` in place of `lease` for a group's check), which every line of the check and of its
 /// guest carries.
-pub(super) async fn health_loop(sup: Supervisor, plugin: Plugin, subject: Subject) {
+pub(super) async fn health_loop(replica: Replica, plugin: Plugin, subject: Subject) {
     let policy = Policy::health_check(plugin.entry.manifest.interval);
     let mut failures = Failures::new(policy);
     let (board, name) = (plugin.board.clone(), plugin.name.clone());
     let mut check = Check {
         threshold: plugin.entry.manifest.failure_threshold,
-        view: sup.view(&plugin.entry, subject.name(), None),
-        sup,
+        view: replica.view(&plugin.entry, subject.name(), None),
+        replica,
         plugin,
         subject,
         policy,
@@ -177,7 +180,7 @@ pub(super) async fn health_loop(sup: Supervisor, plugin: Plugin, subject: Subjec
 /// A health check in one role.
 struct Check {
     /// For the leases' gates.
-    sup: Supervisor,
+    replica: Replica,
     /// The plugin file.
     plugin: Plugin,
     /// What it checks.
@@ -201,7 +204,7 @@ struct Check {
 impl Check {
     /// Opens or shuts the subject's gate on this check's behalf.
     fn allow(&self, open: bool) {
-        self.subject.allow(&self.sup, &self.plugin.name, open);
+        self.subject.allow(&self.replica, &self.plugin.name, open);
     }
 
     /// Whether a newer file of this plugin, still a health check of this lease, takes its gate
@@ -212,7 +215,7 @@ impl Check {
             return false;
         };
         let target = Target::Lease(name.clone());
-        let set = self.sup.plugins.borrow();
+        let set = self.replica.plugins.borrow();
         set.get(&*self.plugin.name)
             .is_some_and(|e| e.digest != self.plugin.entry.digest && target.checked_by(e))
     }
@@ -224,7 +227,9 @@ impl Check {
         self.role = role;
         self.due = None;
         let at = term.map(|t| (t, SystemTime::now()));
-        self.view = self.sup.view(&self.plugin.entry, self.subject.name(), at);
+        self.view = self
+            .replica
+            .view(&self.plugin.entry, self.subject.name(), at);
         let plugin = &*self.plugin.name;
         match &self.subject {
             Subject::Lease { name, .. } => {
@@ -238,12 +243,15 @@ impl Check {
 impl Work for Check {
     type Running = Live;
 
-    async fn start(&mut self) -> Result<Live, CallFailure> {
+    async fn start(&mut self) -> Result<Live, Failure> {
         // Health checks are granted nothing.
-        self.plugin.start(self.view.clone(), None).await
+        self.plugin
+            .start(self.view.clone(), None)
+            .await
+            .map_err(Failure::from)
     }
 
-    async fn next(&mut self, live: &mut Live) -> Option<Result<(), CallFailure>> {
+    async fn next(&mut self, live: &mut Live) -> Option<Result<(), Failure>> {
         if let Some(due) = self.due {
             tokio::select! {
                 _ = self.over() => return None,
@@ -257,10 +265,10 @@ impl Work for Check {
             .result
             .is_ok()
             .then(|| Instant::now() + self.plugin.entry.manifest.interval);
-        Some(called.result)
+        Some(called.result.map_err(Failure::from))
     }
 
-    fn judged(&mut self, step: Step, outcome: Result<(), &CallFailure>, failures: &mut Failures) {
+    fn judged(&mut self, step: Step, outcome: Result<(), &Failure>, failures: &mut Failures) {
         let failure = match outcome {
             Ok(()) => {
                 if step == Step::Call && self.gated {
@@ -270,7 +278,7 @@ impl Work for Check {
                 }
                 return;
             }
-            Err(CallFailure::Cancelled { .. }) => return,
+            Err(Failure::Cancelled { .. }) => return,
             Err(failure) => failure,
         };
         warn!(role = ?self.role, failures = failures.count(), kind = failure.kind(), "health check failed: {failure}");
@@ -281,7 +289,7 @@ impl Work for Check {
                     "health check failed {} times in a row: stepping down",
                     failures.count()
                 );
-                self.subject.step_down(&self.sup);
+                self.subject.step_down(&self.replica);
                 // A group stays closed until a check passes; a lease's gate stays as it was (shut
                 // still if no check has passed since this one started), for the standby check.
                 if matches!(self.subject, Subject::Group { .. }) {
@@ -312,5 +320,25 @@ impl Work for Check {
             _ = self.over() => false,
             _ = tokio::time::sleep(interval) => true,
         }
+    }
+}
+
+/// What a set of health checks is bound to.
+pub(super) enum Target {
+    /// A lease.
+    Lease(String),
+    /// A lease group.
+    Group(String),
+}
+
+impl Target {
+    /// Whether `entry` is a health check bound to this target, and loaded.
+    pub(super) fn checked_by(&self, entry: &PluginEntry) -> bool {
+        let bound = match (self, &entry.manifest.binding) {
+            (Target::Lease(lease), Binding::Lease(name)) => name.as_str() == lease,
+            (Target::Group(group), Binding::Group(name)) => name == group,
+            _ => false,
+        };
+        bound && matches!(entry.loaded, Ok(ref l) if l.prepared.world() == World::HealthCheck)
     }
 }

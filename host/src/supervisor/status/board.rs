@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::process_status::ProcessStatus;
+use super::process::ProcessStatus;
 use crate::metrics::Metrics;
 use crate::runtime::{CallFailure, Called, World};
 

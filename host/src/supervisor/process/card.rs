@@ -6,9 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::process_status::{ProcessKind, ProcessState, ProcessStatus};
-use super::status::StatusBoard;
 use crate::metrics::{Metrics, ProcessMetrics};
+use crate::supervisor::{ProcessKind, ProcessState, ProcessStatus, StatusBoard};
 
 /// Where the task running one process under one lease writes what it does.
 #[derive(Debug, Clone)]

@@ -16,11 +16,11 @@ use axum::http::{HeaderName, header};
 use axum::routing::get;
 
 /// The page's HTML.
-pub const INDEX_HTML: &str = include_str!("index.html");
+pub const INDEX_HTML: &str = include_str!("page/index.html");
 /// The page's style sheet.
-pub const PAGE_CSS: &str = include_str!("page.css");
+pub const PAGE_CSS: &str = include_str!("page/page.css");
 /// The page's script.
-pub const PAGE_JS: &str = include_str!("page.js");
+pub const PAGE_JS: &str = include_str!("page/page.js");
 
 /// The policy every response of the page carries: script, style and fetches from this origin
 /// only, none of them inline; no frames, forms or plugins.
@@ -58,6 +58,3 @@ pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
             get(|| async { (headers("text/javascript; charset=utf-8"), PAGE_JS) }),
         )
 }
-
-#[cfg(test)]
-mod tests;

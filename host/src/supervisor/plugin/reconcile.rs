@@ -13,14 +13,14 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::{debug, info, warn};
 
 use super::instance::{Live, Plugin};
-use super::policy::{Failures, Policy, Step};
-use super::status::PluginState;
-use super::work::{Work, drive};
 use crate::capability::events::Event;
 use crate::capability::{Capabilities, PluginCapabilities};
 use crate::lease::Term;
 use crate::runtime::host::LeaseView;
-use crate::runtime::{CallFailure, Cancel};
+use crate::supervisor::PluginState;
+use crate::supervisor::failure::{Cancel, Failure};
+use crate::supervisor::policy::{Failures, Policy, Step};
+use crate::supervisor::work::{Work, drive};
 
 /// The soonest a reconcile may ask to run again: the manifest's shortest `schedule.interval`.
 const MIN_REQUEUE: Duration = Duration::from_millis(10);
@@ -136,17 +136,18 @@ async fn next_event(events: &mut Option<mpsc::Receiver<Event>>) -> Option<Event>
 impl Work for Reconciler {
     type Running = Live;
 
-    async fn start(&mut self) -> Result<Live, CallFailure> {
+    async fn start(&mut self) -> Result<Live, Failure> {
         let live = self
             .plugin
             .start(self.view.clone(), Some(self.capabilities.clone()))
-            .await?;
+            .await
+            .map_err(Failure::from)?;
         info!("plugin initialised");
         self.due = None;
         Ok(live)
     }
 
-    async fn next(&mut self, live: &mut Live) -> Option<Result<(), CallFailure>> {
+    async fn next(&mut self, live: &mut Live) -> Option<Result<(), Failure>> {
         // Until the next reconcile, notifications are handled as they come, one at a time.
         if let Some(due) = self.due {
             let event = tokio::select! {
@@ -162,7 +163,7 @@ impl Work for Reconciler {
                     .handle_event(&live.instance, &event.channel, &event.payload)
                     .await;
                 self.plugin.board.record(&self.plugin.name, &called);
-                return Some(called.result);
+                return Some(called.result.map_err(Failure::from));
             }
         }
         let called = live.store.reconcile(&live.instance, self.tick).await;
@@ -177,17 +178,17 @@ impl Work for Reconciler {
             Err(_) => Duration::ZERO,
         };
         self.due = Some(Instant::now() + delay);
-        Some(called.result.map(drop))
+        Some(called.result.map(drop).map_err(Failure::from))
     }
 
-    fn judged(&mut self, _: Step, outcome: Result<(), &CallFailure>, failures: &mut Failures) {
+    fn judged(&mut self, _: Step, outcome: Result<(), &Failure>, failures: &mut Failures) {
         match outcome {
-            Ok(()) | Err(CallFailure::Cancelled { entered: false, .. }) => {}
-            Err(CallFailure::Cancelled {
+            Ok(()) | Err(Failure::Cancelled { entered: false, .. }) => {}
+            Err(Failure::Cancelled {
                 reason: Cancel::Retired,
                 entered: true,
             }) => info!("call interrupted: the plugin file was replaced or removed"),
-            Err(CallFailure::Cancelled { reason, .. }) => info!(
+            Err(Failure::Cancelled { reason, .. }) => info!(
                 ?reason,
                 "call interrupted: the term ended; dropping the instance"
             ),

@@ -9,12 +9,12 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::{CONTENT_SECURITY_POLICY, INDEX_HTML, PAGE_CSS, PAGE_JS};
+use crate::http::page::{CONTENT_SECURITY_POLICY, INDEX_HTML, PAGE_CSS, PAGE_JS};
 use crate::http::{AppState, Status, serve};
 use crate::lease::memory::MemoryStore;
 use crate::lease::{Driver, Timing};
 use crate::metrics::Metrics;
-use crate::supervisor::status::{PluginCard, PluginState, StatusBoard};
+use crate::supervisor::{PluginCard, PluginState, StatusBoard};
 
 /// The host's router serving on a loopback port, until the token is cancelled. The driver never
 /// runs: the page reads no state, and `/status` shows the lease unheld.

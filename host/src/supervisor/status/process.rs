@@ -1,7 +1,7 @@
 //! What `/status` shows of each OS process bound to a lease (`leasehold exec`, `[[process]]`)
 //! and each service (`[[service]]`): one [`ProcessStatus`] per process and lease it runs under,
 //! kept on the board beside the plugins' cards (written through a
-//! [`ProcessCard`](super::process_card::ProcessCard)), and the host's last word on each.
+//! process card), and the host's last word on each.
 
 use std::collections::BTreeMap;
 

@@ -16,20 +16,19 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
-use super::policy::{BACKOFF_BASE, BACKOFF_MAX, Churn, Failures, Policy, Step};
-use super::process_card::ProcessCard;
-use super::process_status::{ProcessKind, ProcessState};
-use super::status::StatusBoard;
-use super::terms::each_term;
-use super::work::{Work, drive};
+use super::card::ProcessCard;
 use crate::lease::{Leases, Term};
 use crate::manifest::Binding;
 use crate::metrics::Metrics;
+use crate::output_rate::OutputRate;
 use crate::process::bound::{BoundProcess, KILL_MARGIN, OnExit, signal_name};
 use crate::process::handle::{Kept, LATE_READ, monotonic_ns_at, since};
 use crate::process::protocol::{Ended, Report, Timed, Why};
-use crate::runtime::rate::PluginRate;
-use crate::runtime::{CallFailure, Cancel};
+use crate::supervisor::failure::{Cancel, Failure};
+use crate::supervisor::policy::{BACKOFF_BASE, BACKOFF_MAX, Churn, Failures, Policy, Step};
+use crate::supervisor::terms::each_term;
+use crate::supervisor::work::{Work, drive};
+use crate::supervisor::{ProcessKind, ProcessState, StatusBoard};
 
 /// Runs `bound` on every term of its lease (or of each shard of its group) until `shutdown`.
 /// Its output goes to the log at a plugin's rate, one bucket for all of its runs.
@@ -41,7 +40,7 @@ pub async fn follow(
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
-    let rate = Arc::new(PluginRate::for_process(&bound.name, &metrics));
+    let rate = Arc::new(OutputRate::for_process(&bound.name, &metrics));
     let names: Vec<String> = match &bound.binding {
         Binding::Lease(lease) => vec![lease.to_string()],
         Binding::Group(_) => leases
@@ -81,7 +80,7 @@ async fn follow_lease(
     leases: Arc<Leases>,
     keeper: PathBuf,
     (board, card): (StatusBoard, ProcessCard),
-    rate: Arc<PluginRate>,
+    rate: Arc<OutputRate>,
     shutdown: CancellationToken,
 ) {
     let Some(leadership) = leases.subscribe(lease) else {
@@ -111,7 +110,7 @@ async fn follow_lease(
 
 /// Logs a line a child under a keeper wrote (a process's, a service script's) in the span it
 /// runs in, if `rate` allows: escaped to one line, saying how much the keeper cut of it.
-pub(super) fn log_output(rate: &PluginRate, err: bool, text: &str, cut: u64) {
+pub(super) fn log_output(rate: &OutputRate, err: bool, text: &str, cut: u64) {
     let written = text.len() + usize::try_from(cut).unwrap_or(usize::MAX);
     if !rate.admit(text.len(), written) {
         return;
@@ -119,10 +118,14 @@ pub(super) fn log_output(rate: &PluginRate, err: bool, text: &str, cut: u64) {
     let stream = if err { "stderr" } else { "stdout" };
     let text = crate::report::escape_controls(text);
     match cut {
-        0 => info!(stream, "{text}"),
-        cut => info!(stream, cut, "{text} … ({cut} bytes cut)"),
+        0 => info!(target: OUTPUT_TARGET, stream, "{text}"),
+        cut => info!(target: OUTPUT_TARGET, stream, cut, "{text} … ({cut} bytes cut)"),
     }
 }
+
+/// The target of a process's own lines in the host's log, as it was before the process wing had
+/// a home of its own: log filters name it.
+const OUTPUT_TARGET: &str = "leasehold::supervisor::exec";
 
 /// What one process under one lease keeps from term to term.
 #[derive(Clone)]
@@ -148,7 +151,7 @@ struct Exec {
     /// The environment the child gets on top of the host's (less the host's settings).
     env: Vec<(&'static str, String)>,
     /// What its output may cost the log.
-    rate: Arc<PluginRate>,
+    rate: Arc<OutputRate>,
     /// What `/status` and `/metrics` show of it.
     card: ProcessCard,
     /// What its card shows once the stop under way is over: backoff before a restart.
@@ -170,7 +173,7 @@ impl Exec {
         term: Term,
         leases: Arc<Leases>,
         keeper: PathBuf,
-        rate: Arc<PluginRate>,
+        rate: Arc<OutputRate>,
         (card, across): (ProcessCard, Across),
     ) -> Self {
         let mut env = vec![
@@ -327,10 +330,10 @@ fn ago_said(ago: u64) -> String {
 impl Work for Exec {
     type Running = Kept;
 
-    async fn start(&mut self) -> Result<Kept, CallFailure> {
+    async fn start(&mut self) -> Result<Kept, Failure> {
         let until = self.kill_at();
         if self.term.is_cancelled() || Instant::now() >= until {
-            return Err(CallFailure::Cancelled {
+            return Err(Failure::Cancelled {
                 reason: if self.term.is_cancelled() {
                     Cancel::TermEnded
                 } else {
@@ -343,7 +346,7 @@ impl Work for Exec {
         let mut kept =
             Kept::spawn(&self.keeper, &self.bound.spec, &self.env, until).map_err(|e| {
                 self.card.not_started(&e.to_string());
-                CallFailure::Exited(e.to_string())
+                Failure::Exited(e.to_string())
             })?;
         match kept.report().await {
             Some(Report::Started(pid)) => {
@@ -353,17 +356,17 @@ impl Work for Exec {
             }
             Some(Report::NotStarted(why)) => {
                 self.card.not_started(&why);
-                Err(CallFailure::Exited(format!("cannot start: {why}")))
+                Err(Failure::Exited(format!("cannot start: {why}")))
             }
             other => {
                 let why = format!("the keeper ended before the process started ({other:?})");
                 self.card.not_started(&why);
-                Err(CallFailure::Exited(why))
+                Err(Failure::Exited(why))
             }
         }
     }
 
-    async fn next(&mut self, kept: &mut Kept) -> Option<Result<(), CallFailure>> {
+    async fn next(&mut self, kept: &mut Kept) -> Option<Result<(), Failure>> {
         let mut deadline_stopped = false;
         loop {
             tokio::select! {
@@ -386,12 +389,12 @@ impl Work for Exec {
                         self.exited(timed, ended);
                         // Stopped at the deadline a renewal did not move: the term's to resume.
                         if deadline_stopped {
-                            return Some(Err(CallFailure::Cancelled {
+                            return Some(Err(Failure::Cancelled {
                                 reason: Cancel::Deadline,
                                 entered: true,
                             }));
                         }
-                        return Some(Err(CallFailure::Exited(match ended {
+                        return Some(Err(Failure::Exited(match ended {
                             Ended::Code(code) => format!("exited with code {code}"),
                             Ended::Signal(signal) => format!("ended by signal {signal}"),
                         })));
@@ -406,15 +409,15 @@ impl Work for Exec {
                         self.keeper_said(timed);
                     }
                     None => {
-                        return Some(Err(CallFailure::Exited("its keeper ended".to_string())));
+                        return Some(Err(Failure::Exited("its keeper ended".to_string())));
                     }
                 },
             }
         }
     }
 
-    fn judged(&mut self, _: Step, outcome: Result<(), &CallFailure>, failures: &mut Failures) {
-        if let Err(failure @ CallFailure::Exited(_)) = outcome {
+    fn judged(&mut self, _: Step, outcome: Result<(), &Failure>, failures: &mut Failures) {
+        if let Err(failure @ Failure::Exited(_)) = outcome {
             warn!(exits = failures.count(), "process {failure}");
             if !failures.quarantined() {
                 self.after_stop = ProcessState::Backoff;

@@ -13,7 +13,6 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Supervisor;
-use super::status::{PluginStatus, StatusBoard};
 use crate::capability::Capabilities;
 use crate::lease::LeaseStore;
 use crate::lease::memory::{Health, MemoryStore};
@@ -22,6 +21,7 @@ use crate::metrics::Metrics;
 use crate::plugin::PluginSet;
 use crate::runtime::Runtime;
 use crate::runtime::engine::EngineOptions;
+use crate::supervisor::{PluginStatus, StatusBoard};
 
 /// A replica in one process: driver, runtime and supervisor over a plugin directory.
 struct Replica {

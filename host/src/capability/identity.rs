@@ -18,7 +18,7 @@
 
 use sqlx::postgres::{PgConnection, PgPool};
 
-use crate::capability::CapabilityError;
+use crate::capability::error::CapabilityError;
 
 /// The lease database as the host's own lease store sees it.
 #[derive(Clone, PartialEq, Eq)]

@@ -1,0 +1,20 @@
+//! OS processes and services bound to leases, each run by a keeper ([`crate::process`]) that
+//! holds its deadline apart from the host: a process runs on each term; a service leasehold does
+//! not own activates on each term, deactivates at its end and has its health checked between.
+//!
+//! Order (each module may use only those listed before it; `host/tests/layers.rs` checks):
+//!
+//! 1. [`card`]: where their tasks write what `/status` shows of them, and count it in the
+//!    metrics;
+//! 2. [`exec`]: a process bound to a lease, each term's run a `Work`;
+//! 3. [`probe`]: a service's health asked over HTTP instead of by a script;
+//! 4. [`service`]: a service following its lease with activate, deactivate and health scripts;
+//! 5. [`start`]: starting the processes and services of a host's config.
+
+mod card;
+mod exec;
+mod probe;
+mod service;
+mod start;
+
+pub use start::{ProcessContext, start};
