@@ -9,6 +9,9 @@
 //!   modules the same way (the lease groups'), no module names a sibling listed after it.
 //! - No cycles: in every module directory, with or without a stated order, no two modules name
 //!   each other, directly or through others.
+//! - A parent is a table of contents (the host's): no module names an item its parent file
+//!   (`mod.rs`, or `name.rs` beside `name/`) declares itself, only the parent's child modules and
+//!   what it re-exports from them; a child named `tests` tests its parent and may.
 //!
 //! Any mention counts: a `use`, a path in an expression, a type, each path of a `use …::{…}`
 //! group, written from `crate::`, `super::` or `self::`, and a name the parent re-exports
@@ -288,16 +291,30 @@ fn children(parent: &str) -> (Vec<String>, BTreeMap<String, String>) {
         .map(|i| token(i + 1).to_string())
         .collect();
     let mut reexports = BTreeMap::new();
-    for i in 0..tokens.len() {
-        if token(i) == "pub" && token(i + 1) == "use" {
-            for (path, name) in tree(&tokens, i + 2, &[]) {
-                if let Some(first) = path.first().filter(|f| declared.contains(f)) {
-                    reexports.insert(name, first.clone());
-                }
-            }
+    for (path, name) in reexported(&tokens) {
+        if let Some(first) = path.first().filter(|f| declared.contains(f)) {
+            reexports.insert(name, first.clone());
         }
     }
     (declared, reexports)
+}
+
+/// The paths a file re-exports (`pub use …;`), each with the name it binds; a leading `self::`
+/// is dropped, so that `pub use self::store::Store` is a re-export from `store`.
+fn reexported(tokens: &[(usize, &str)]) -> Vec<(Vec<String>, String)> {
+    let token = |i: usize| tokens.get(i).map(|t| t.1).unwrap_or("");
+    let mut out = Vec::new();
+    for i in 0..tokens.len() {
+        if token(i) == "pub" && token(i + 1) == "use" {
+            let start = if token(i + 2) == "self" && token(i + 3) == "::" {
+                i + 4
+            } else {
+                i + 2
+            };
+            out.extend(tree(tokens, start, &[]));
+        }
+    }
+    out
 }
 
 /// One module directory checked against the order its parent file states.
@@ -353,6 +370,46 @@ fn sibling_mentions(
                     sibling: sibling.clone(),
                     at: format!("{name}:{line}: as `{}`", path.join("::")),
                 });
+            }
+        }
+    }
+    out
+}
+
+/// Every mention, in the sources below `dir`, of an item its parent file declares itself rather
+/// than a child module or a name it re-exports from one (`file:line: as path`). A glob import of
+/// the parent counts: it takes whatever the parent holds. Children named `tests` are left out.
+fn parent_items_named(
+    dir: &[String],
+    parent: &str,
+    files: &[(String, Vec<String>, String)],
+) -> Vec<String> {
+    let (declared, _) = children(parent);
+    // Any re-export will do, of a child's item or of another crate's.
+    let code = code_only(parent);
+    let reexports: Vec<String> = reexported(&tokens(&code))
+        .into_iter()
+        .map(|(_, name)| name)
+        .collect();
+    let mut out = Vec::new();
+    for (name, module, text) in files {
+        let Some(own) = module.get(dir.len()).filter(|_| module.starts_with(dir)) else {
+            continue;
+        };
+        if own == "tests" {
+            continue;
+        }
+        for (line, path) in mentions(text, module) {
+            if !path.starts_with(dir) || path.starts_with(&module[..=dir.len()]) {
+                continue;
+            }
+            let named = path.get(dir.len());
+            if named.is_some_and(|n| declared.contains(n) || reexports.contains(n)) {
+                continue;
+            }
+            let said = format!("{name}:{line}: as `{}`", path.join("::"));
+            if !out.contains(&said) {
+                out.push(said);
             }
         }
     }
@@ -802,4 +859,61 @@ fn the_order_check_catches_a_module_naming_a_later_sibling() {
     );
     assert_eq!(found.unlisted, ["extra"]);
     assert_eq!(found.stale, ["gone"]);
+}
+
+#[test]
+fn no_module_names_an_item_of_its_parent_file_only_its_children_and_re_exports() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = read_sources(&src);
+    let mut found = Vec::new();
+    let mut looked = 0;
+    for (dir, name, text) in parents(&src, &files) {
+        looked += 1;
+        for at in parent_items_named(&dir, &text, &files) {
+            found.push(format!("below {name}: {at}"));
+        }
+    }
+    assert!(looked > 10, "only {looked} module directories found");
+    assert!(
+        found.is_empty(),
+        "modules naming an item of their parent file (move it into a module of its own and \
+         re-export it from the parent if other layers use it):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_parent_check_catches_a_child_naming_an_item_of_its_parent() {
+    let parent = "//! A map.\nmod a;\nmod b;\n#[cfg(test)]\nmod tests;\npub use self::a::A;\n\
+                  pub use other_crate::Far;\npub struct Kept;\nfn helper() {}\n";
+    let dir = ["x".to_string()];
+    let file = |name: &str, text: &str| {
+        (
+            format!("x/{name}.rs"),
+            vec!["x".to_string(), name.to_string()],
+            text.to_string(),
+        )
+    };
+    let clean = [
+        file("a", "pub struct A;\nmod inner { use super::A; }\n"),
+        file(
+            "b",
+            "use super::{A, Far};\nuse crate::x::a::A as B;\n// super::Kept\n",
+        ),
+        file("tests", "use super::{Kept, helper};\nuse super::*;\n"),
+    ];
+    assert!(parent_items_named(&dir, parent, &clean).is_empty());
+    let planted = [
+        file("a", "use super::Kept;\n"),
+        file("b", "fn f() { crate::x::helper() }\n"),
+        file("b", "use super::*;\n"),
+    ];
+    assert_eq!(
+        parent_items_named(&dir, parent, &planted),
+        [
+            "x/a.rs:1: as `x::Kept`",
+            "x/b.rs:1: as `x::helper`",
+            "x/b.rs:1: as `x`"
+        ]
+    );
 }
