@@ -290,7 +290,7 @@ pub enum LogFormat {
 /// An HTTP address as `--http` and `http` take it: `IP:PORT`, or `localhost:PORT` for
 /// 127.0.0.1 (the listener binds one address; `localhost` is the loopback one). Any other name
 /// is refused with what to write instead: the port is bound before any name could be resolved.
-pub fn parse_http(text: &str) -> Result<SocketAddr, String> {
+pub(crate) fn parse_http(text: &str) -> Result<SocketAddr, String> {
     if let Ok(addr) = text.parse() {
         return Ok(addr);
     }
@@ -563,13 +563,13 @@ impl Config {
 pub const DATABASE_URL_FLAG: &str = "--database-url or LEASEHOLD_DATABASE_URL";
 
 /// Where the flag layer's HTTP address comes from, for errors.
-pub const HTTP_FLAG: &str = "--http or LEASEHOLD_HTTP";
+pub(crate) const HTTP_FLAG: &str = "--http or LEASEHOLD_HTTP";
 
 /// The default HTTP address: loopback only, so a fresh install exposes nothing; 9464 is free of
 /// the common exporters' ports.
-pub const DEFAULT_HTTP: &str = "127.0.0.1:9464";
+pub(crate) const DEFAULT_HTTP: &str = "127.0.0.1:9464";
 /// Enough for plugins to drain and the release to commit; below Kubernetes' default 30 s grace.
-pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+pub(crate) const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 /// Long enough for a database across a network, short enough that a wrong URL fails fast.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 

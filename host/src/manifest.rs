@@ -53,7 +53,7 @@ pub struct CallLimits {
 /// `[schedule]`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Schedule {
+pub(crate) struct Schedule {
     /// Time between calls.
     #[serde(default, with = "humantime_serde")]
     pub interval: Option<Duration>,
@@ -62,7 +62,7 @@ pub struct Schedule {
 /// `[limits]`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Wall-clock deadline per call.
     #[serde(default, with = "humantime_serde")]
     pub call_timeout: Option<Duration>,
@@ -83,7 +83,7 @@ pub struct Health {
 /// `[grants.sql]` as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SqlGrantFile {
+pub(crate) struct SqlGrantFile {
     /// The host environment variable holding the database URL.
     pub database_url_env: String,
     /// Server-side bound on each statement.
@@ -100,7 +100,7 @@ pub struct SqlGrantFile {
 /// `[grants]`: the capabilities the plugin may use.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct GrantsFile {
+pub(crate) struct GrantsFile {
     /// The fenced key-value store.
     #[serde(default)]
     pub kv: bool,
@@ -115,7 +115,7 @@ pub struct GrantsFile {
 /// `[events]`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct EventsFile {
+pub(crate) struct EventsFile {
     /// PostgreSQL LISTEN channels.
     #[serde(default)]
     pub channels: Vec<String>,
@@ -124,7 +124,7 @@ pub struct EventsFile {
 /// The manifest as written.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ManifestFile {
+pub(crate) struct ManifestFile {
     /// The lease the plugin is bound to.
     pub lease: Option<String>,
     /// The lease group the plugin is bound to instead: one instance per shard held.
@@ -170,19 +170,19 @@ pub struct SqlGrantSpec {
 /// only around a commit, so a slow statement does not hold up the holder's renewals.)
 pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(2);
 /// 10,000 rows per result: plenty for a reconcile batch; larger reads should page.
-pub const DEFAULT_MAX_ROWS: u32 = 10_000;
+pub(crate) const DEFAULT_MAX_ROWS: u32 = 10_000;
 /// 16 MiB per result as the host holds it: a quarter of the default guest memory, so a capped
 /// result still fits (the guest's copy takes no more than the host's).
-pub const DEFAULT_MAX_BYTES: usize = 16 << 20;
+pub(crate) const DEFAULT_MAX_BYTES: usize = 16 << 20;
 /// 4 connections per grant: one call at a time per plugin needs one; the rest absorb reconnects.
-pub const DEFAULT_MAX_CONNECTIONS: u32 = 4;
+pub(crate) const DEFAULT_MAX_CONNECTIONS: u32 = 4;
 
 /// 100,000 keys per plugin: one key per object a reconciler manages is plenty, and a put loop
 /// stops long before its entries crowd the lease database's index.
-pub const DEFAULT_KV_MAX_KEYS: u64 = 100_000;
+pub(crate) const DEFAULT_KV_MAX_KEYS: u64 = 100_000;
 /// 64 MiB per plugin (keys plus values): kv holds state and checkpoints, not blobs (64 values at
 /// the 1 MiB value limit); a put loop stops long before it fills the disk every lease lives on.
-pub const DEFAULT_KV_MAX_BYTES: u64 = 64 << 20;
+pub(crate) const DEFAULT_KV_MAX_BYTES: u64 = 64 << 20;
 
 /// What one plugin may keep in kv: `[grants] kv_max_keys` and `kv_max_bytes`, validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,11 +276,11 @@ pub struct Manifest {
 }
 
 /// A reconcile every 10 s: frequent enough to notice drift quickly, rare enough to cost nothing.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 /// 5 s per call: a reconcile is meant to be short; a longer one should requeue itself.
-pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// 64 MiB of linear memory: ample for a reconciler, small enough to run hundreds per host.
-pub const DEFAULT_MEMORY: usize = 64 << 20;
+pub(crate) const DEFAULT_MEMORY: usize = 64 << 20;
 /// Three consecutive failed checks: one failure may be a blip, three are a pattern.
 pub const DEFAULT_FAILURE_THRESHOLD: u32 = 3;
 

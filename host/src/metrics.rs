@@ -16,18 +16,18 @@ pub use leasehold_lease::metrics::{
     FloatGauge, GroupFigures, GroupLabel, LabelText, LeaseLabel, LeaseMetrics, RoleLabel,
     StoreErrorLabel, fast_latency,
 };
-pub use process::{ProcessEndLabel, ProcessLabel, ProcessMetrics};
+pub use process::{ProcessLabel, ProcessMetrics};
 
 /// Labels of a per-plugin metric.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PluginLabel {
+pub(crate) struct PluginLabel {
     /// The plugin name.
     pub plugin: LabelText,
 }
 
 /// Labels of a per-plugin count by kind (of trap).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PluginKindLabel {
+pub(crate) struct PluginKindLabel {
     /// The plugin name.
     pub plugin: LabelText,
     /// What happened: one of [`TRAP_KINDS`].
@@ -39,7 +39,7 @@ pub const TRAP_KINDS: [&str; 5] = ["timeout", "fuel", "memory", "stack", "trap"]
 
 /// A plugin's totals since the process started, as `/status` shows them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PluginCounts {
+pub(crate) struct PluginCounts {
     /// Guest calls entered (`plugin_calls`).
     pub calls: u64,
     /// Calls and instantiations that trapped, of any kind (`plugin_traps`).
@@ -69,41 +69,41 @@ pub struct Metrics {
     /// The registry `/metrics` encodes.
     registry: Registry,
     /// The lease layer's: roles, epochs, renewals, groups and store errors.
-    pub lease: Arc<LeaseMetrics>,
+    pub(crate) lease: Arc<LeaseMetrics>,
     /// Guest calls (init, reconcile, handle-event, check), counted as they enter the guest so that
     /// one that does not return shows; instantiations are not calls.
-    pub plugin_calls: Family<PluginLabel, Counter>,
+    pub(crate) plugin_calls: Family<PluginLabel, Counter>,
     /// Guest call durations.
-    pub plugin_call_seconds: Family<PluginLabel, Histogram, HistogramMaker>,
+    pub(crate) plugin_call_seconds: Family<PluginLabel, Histogram, HistogramMaker>,
     /// Calls that trapped, by kind.
-    pub plugin_traps: Family<PluginKindLabel, Counter>,
+    pub(crate) plugin_traps: Family<PluginKindLabel, Counter>,
     /// Calls that returned an error.
-    pub plugin_errors: Family<PluginLabel, Counter>,
+    pub(crate) plugin_errors: Family<PluginLabel, Counter>,
     /// Fuel burnt (engines that meter fuel).
-    pub plugin_fuel: Family<PluginLabel, Counter>,
+    pub(crate) plugin_fuel: Family<PluginLabel, Counter>,
     /// Fuel burnt per call (engines that meter fuel).
-    pub plugin_call_fuel: Family<PluginLabel, Histogram, HistogramMaker>,
+    pub(crate) plugin_call_fuel: Family<PluginLabel, Histogram, HistogramMaker>,
     /// The largest linear memory a plugin instance grew to.
-    pub plugin_memory_bytes: Family<PluginLabel, Gauge>,
+    pub(crate) plugin_memory_bytes: Family<PluginLabel, Gauge>,
     /// Writes refused by the fence.
-    pub plugin_refused_writes: Family<PluginLabel, Counter>,
+    pub(crate) plugin_refused_writes: Family<PluginLabel, Counter>,
     /// Guest calls the host cut off by force because their term ended (lease lost, released or
     /// shutdown) while they ran: a call's own deadline counts as a `timeout` trap instead.
-    pub plugin_forced_stops: Family<PluginLabel, Counter>,
+    pub(crate) plugin_forced_stops: Family<PluginLabel, Counter>,
     /// Lines of a plugin's output (log, stdout, stderr) not written to the host's log: over a
     /// call's budget or over the plugin's rate.
-    pub plugin_log_dropped: Family<PluginLabel, Counter>,
+    pub(crate) plugin_log_dropped: Family<PluginLabel, Counter>,
     /// Stores (instances and their memory) a plugin holds on this replica now.
-    pub plugin_stores: Family<PluginLabel, Gauge>,
+    pub(crate) plugin_stores: Family<PluginLabel, Gauge>,
     /// The OS processes bound to leases.
-    pub process: ProcessMetrics,
+    pub(crate) process: ProcessMetrics,
     /// Watch streams of the lease API open now.
-    pub http_watchers: Gauge,
+    pub(crate) http_watchers: Gauge,
     /// Watch streams refused because as many as this replica serves, or as many as one address
     /// may hold, were open.
-    pub http_watchers_refused: Counter,
+    pub(crate) http_watchers_refused: Counter,
     /// Watch streams dropped because their client left their events unread.
-    pub http_watchers_stalled: Counter,
+    pub(crate) http_watchers_stalled: Counter,
 }
 
 /// One live store of a plugin, counted in `leasehold_plugin_stores` until dropped.
@@ -330,7 +330,7 @@ impl Metrics {
 
     /// `plugin`'s totals, read without adding a series for a plugin (or a kind of trap) that has
     /// none yet.
-    pub fn plugin_counts(&self, plugin: &str) -> PluginCounts {
+    pub(crate) fn plugin_counts(&self, plugin: &str) -> PluginCounts {
         let label = Metrics::plugin(plugin);
         let count =
             |family: &Family<PluginLabel, Counter>| family.get(&label).map_or(0, |c| c.get());
@@ -360,7 +360,7 @@ impl Metrics {
     }
 
     /// The per-plugin label.
-    pub fn plugin(name: &str) -> PluginLabel {
+    pub(crate) fn plugin(name: &str) -> PluginLabel {
         PluginLabel {
             plugin: name.into(),
         }

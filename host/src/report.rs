@@ -50,7 +50,7 @@ pub fn cut_at(mut text: String, max: usize, mark: &str) -> String {
 
 /// The longest text kept from a guest (a log line, an error); longer text is cut so a guest
 /// cannot flood a line or `/status`.
-pub const MAX_GUEST_TEXT: usize = 8 * 1024;
+pub(crate) const MAX_GUEST_TEXT: usize = 8 * 1024;
 
 /// Text a guest hands the host (a log line, an error) as the host shows it: at most
 /// [`MAX_GUEST_TEXT`] bytes, on one line, with its control characters escaped as

@@ -14,7 +14,7 @@ use crate::lease::postgres::listen::{Logs, Received, Subscription};
 
 /// Notifications buffered for a plugin that is busy; beyond it they are dropped (and counted),
 /// since the next reconcile catches up anyway.
-pub const BUFFER: usize = 256;
+pub(crate) const BUFFER: usize = 256;
 
 /// One notification.
 #[derive(Debug, Clone, PartialEq, Eq)]

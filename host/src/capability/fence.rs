@@ -16,7 +16,7 @@ use crate::lease::Term;
 
 /// PostgreSQL: locks the lease row for the rest of the transaction and returns it only when this
 /// replica holds the lease at this epoch. Parameters: name, holder, epoch.
-pub const POSTGRES_CHECK: &str = "SELECT 1 FROM leasehold_leases
+pub(crate) const POSTGRES_CHECK: &str = "SELECT 1 FROM leasehold_leases
      WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()
      FOR SHARE";
 
@@ -28,18 +28,18 @@ pub const POSTGRES_CHECK: &str = "SELECT 1 FROM leasehold_leases
 /// the role's `search_path` nor a `SET LOCAL search_path` among the plugin's statements can put
 /// a look-alike in front of it.
 /// Parameters: name, holder, epoch, the fence key, and how long to wait for the row (ms).
-pub fn postgres_check_in(function: &str) -> String {
+pub(crate) fn postgres_check_in(function: &str) -> String {
     format!("SELECT {function}($1, $2, $3, $4, $5)")
 }
 
 /// The fence function's name, to be qualified with the lease store's schema for
 /// [`postgres_check_in`].
-pub const POSTGRES_FUNCTION: &str = "leasehold_fence";
+pub(crate) const POSTGRES_FUNCTION: &str = "leasehold_fence";
 
 /// SQLite, inside a `BEGIN IMMEDIATE` transaction (which already holds the only write lock).
 /// Parameters: name, holder, epoch, and the machine clock's now and boot
 /// ([`crate::lease::sqlite::MachineClock`], read after the lock was taken).
-pub const SQLITE_CHECK: &str = "SELECT 1 FROM leasehold_leases
+pub(crate) const SQLITE_CHECK: &str = "SELECT 1 FROM leasehold_leases
      WHERE name = ?1 AND holder = ?2 AND epoch = ?3 AND expires_at_ms > ?4 AND boot = ?5";
 
 /// Who writes: the lease, this replica's holder id and the term the plugin runs under.

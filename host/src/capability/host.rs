@@ -125,7 +125,7 @@ impl Capabilities {
     /// id in `leasehold_database`), so that a sql grant can tell whether it reaches the same
     /// database whatever its role sees; `None` when the lease database is SQLite. Read on the
     /// host's own connection; a failure is not remembered.
-    pub async fn lease_database(&self) -> Result<Option<&LeaseDatabase>, CapabilityError> {
+    pub(crate) async fn lease_database(&self) -> Result<Option<&LeaseDatabase>, CapabilityError> {
         let db = self
             .lease_database
             .get_or_try_init(|| async {

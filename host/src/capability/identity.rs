@@ -22,7 +22,7 @@ use crate::capability::error::CapabilityError;
 
 /// The lease database as the host's own lease store sees it.
 #[derive(Clone, PartialEq, Eq)]
-pub struct LeaseDatabase {
+pub(crate) struct LeaseDatabase {
     /// The schema of the lease store's tables.
     pub schema: String,
     /// The random id in its `leasehold_database`.
@@ -45,7 +45,7 @@ impl std::fmt::Debug for LeaseDatabase {
 
 /// Where a grant's writes go, as far as the fence is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Identity {
+pub(crate) enum Identity {
     /// The lease database: writes are fenced.
     LeaseDatabase,
     /// Positively another database (the reason, for the log): writes are not fenced.
@@ -181,7 +181,7 @@ impl LeaseDatabase {
 
 /// Why a grant's database could not be identified.
 #[derive(Debug)]
-pub enum Unidentified {
+pub(crate) enum Unidentified {
     /// The lookup failed: no privilege to read the table, or the database did not answer.
     Driver(sqlx::Error),
     /// The lease schema's `leasehold_database` has no row.

@@ -23,13 +23,13 @@ use crate::lease::sqlite::MachineClock;
 use crate::manifest::KvQuota;
 
 /// The longest key in bytes: room for paths and ids, small enough to keep the index compact.
-pub const MAX_KEY: usize = 1024;
+pub(crate) const MAX_KEY: usize = 1024;
 /// The largest value in bytes: kv is for state and checkpoints, not blobs.
-pub const MAX_VALUE: usize = 1 << 20;
+pub(crate) const MAX_VALUE: usize = 1 << 20;
 /// The most entries one `list` call returns.
-pub const MAX_PAGE: u32 = 1000;
+pub(crate) const MAX_PAGE: u32 = 1000;
 /// The most value bytes one `list` page carries; a page stops early (with a `next`) beyond it.
-pub const MAX_PAGE_BYTES: usize = 4 << 20;
+pub(crate) const MAX_PAGE_BYTES: usize = 4 << 20;
 /// Server-side bound on one kv statement. A write may wait for the lease row while a campaign or
 /// renewal holds it, which takes milliseconds; anything longer means the database is in trouble.
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(2);

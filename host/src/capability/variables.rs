@@ -15,7 +15,7 @@ pub struct UrlVariables {
 /// Names ending in `_DATABASE_URL`: the usual name of a variable that holds a database URL, and
 /// so of the ones an operator hands the host for its plugins; no credential of another kind (a
 /// cloud key, a token) is reached.
-pub const DEFAULT_URL_VARIABLES: &[&str] = &["*_DATABASE_URL"];
+pub(crate) const DEFAULT_URL_VARIABLES: &[&str] = &["*_DATABASE_URL"];
 
 /// The prefix of the host's own settings, its database URL among them: never a plugin's.
 const HOST_PREFIX: &str = "LEASEHOLD_";

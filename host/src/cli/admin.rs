@@ -21,7 +21,7 @@ use crate::report::escape_controls;
 
 /// Flags of `leasehold leases release`.
 #[derive(Debug, Args)]
-pub struct ReleaseArgs {
+pub(crate) struct ReleaseArgs {
     /// The lease to expire.
     pub name: String,
     /// Required: the lease is taken from its holder as it runs, and a holder that is still alive
@@ -36,7 +36,7 @@ pub struct ReleaseArgs {
 
 /// Flags of `leasehold leases handoff`.
 #[derive(Debug, Args)]
-pub struct HandoffArgs {
+pub(crate) struct HandoffArgs {
     /// The lease to hand over.
     pub name: String,
     /// The replica to hand it to: its replica id (`--replica-id`, or its host name), or a holder
@@ -56,7 +56,7 @@ pub struct HandoffArgs {
 
 /// Flags of `leasehold status`.
 #[derive(Debug, Args)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// The host's HTTP address, e.g. http://10.0.0.5:9464 (or host:port).
     #[arg(
         long,
@@ -75,14 +75,14 @@ pub struct StatusArgs {
 
 /// Flags of `leasehold migrate`.
 #[derive(Debug, Args)]
-pub struct MigrateArgs {
+pub(crate) struct MigrateArgs {
     /// postgres://OWNER@HOST/DB or sqlite:PATH [default: sqlite:./leasehold.db].
     #[arg(long, env = "LEASEHOLD_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<RawUrl>,
 }
 
 /// `leasehold migrate`: opening the store applies every pending migration; it says how many.
-pub async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
     let url = parse_url(args.database_url)?;
     let before = crate::lease::applied_migrations(&url).await;
     let _store = open_store(
@@ -108,7 +108,7 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
 
 /// Flags of `leasehold config check`.
 #[derive(Debug, Args)]
-pub struct ConfigCheckArgs {
+pub(crate) struct ConfigCheckArgs {
     /// The config file [default: $LEASEHOLD_CONFIG, else the built-in defaults].
     pub file: Option<PathBuf>,
     /// The same flags and LEASEHOLD_* variables `leasehold run` applies over the file.
@@ -156,7 +156,7 @@ pub(super) async fn open(
 }
 
 /// `leasehold leases release NAME --force`.
-pub async fn release(args: ReleaseArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn release(args: ReleaseArgs) -> anyhow::Result<ExitCode> {
     // Only a lease name can be held: anything else is refused before the store is opened.
     let name = LeaseName::parse(&args.name)?;
     if !args.force {
@@ -205,7 +205,7 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<ExitCode> {
 /// now (its plugins stopped first), and waits until another term has begun. Exit 0 once it has
 /// (and, with `--to`, the named replica holds it); 1 when nobody holds the lease, on a timeout,
 /// or when the lease went to another replica than the one named.
-pub async fn handoff(args: HandoffArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn handoff(args: HandoffArgs) -> anyhow::Result<ExitCode> {
     let name = LeaseName::parse(&args.name)?;
     if let Some(to) = &args.to {
         handoff::check_to(to).map_err(|why| match why {
@@ -301,7 +301,7 @@ fn how_it_ended(ended: Option<TermEnd>) -> &'static str {
 const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `leasehold status --url URL`.
-pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let base = if args.url.contains("://") {
         args.url.trim_end_matches('/').to_string()
     } else {
@@ -401,7 +401,7 @@ fn unanswered(error: &reqwest::Error) -> String {
 }
 
 /// The `/status` document as tables.
-pub fn render_status(status: &Value) -> String {
+pub(crate) fn render_status(status: &Value) -> String {
     // A host of another version, or a proxy, may serve any text: a table shows it on one line,
     // with nothing a terminal would act on.
     let text = |v: &Value| match v {
@@ -561,7 +561,7 @@ pub fn render_status(status: &Value) -> String {
 }
 
 /// `leasehold config check [FILE]`: exit 0 and print the effective configuration when valid.
-pub fn config_check(args: ConfigCheckArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn config_check(args: ConfigCheckArgs) -> anyhow::Result<ExitCode> {
     let path = args.file.clone().or(args.run.config.clone());
     let file = match &path {
         Some(path) => Layer::load(path)?,
@@ -587,7 +587,7 @@ pub fn config_check(args: ConfigCheckArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `leasehold leases list`.
-pub async fn list(args: ListArgs) -> anyhow::Result<()> {
+pub(crate) async fn list(args: ListArgs) -> anyhow::Result<()> {
     let (_, store) = open(args.database_url).await?;
     let mut out = std::io::stdout().lock();
     let mut after = args.after;

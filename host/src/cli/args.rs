@@ -7,12 +7,12 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::config::Layer;
-pub use crate::config::LogFormat;
+pub(crate) use crate::config::LogFormat;
 use crate::lease::RawUrl;
 
 /// The version `leasehold --version` prints: the release, and the commit checked out when it was
 /// built, so that a binary names its source (`unknown` when the build script could not say).
-pub fn version() -> &'static str {
+pub(crate) fn version() -> &'static str {
     static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         let commit = option_env!("LEASEHOLD_COMMIT").unwrap_or("unknown");
         format!("{} ({commit})", env!("CARGO_PKG_VERSION"))
@@ -23,22 +23,22 @@ pub fn version() -> &'static str {
 /// The exit code of a `run` that stopped but left some leases to expire by their ttl (a release
 /// failed, or the shutdown grace ran out first): not 0, which says every lease was handed over,
 /// nor 1, which says the host could not start (or run) at all.
-pub const EXIT_LEFT_TO_EXPIRE: u8 = 3;
+pub(crate) const EXIT_LEFT_TO_EXPIRE: u8 = 3;
 
 /// The exit code of a `run` ended at once by a second signal, or a signal while it started:
 /// 128 + SIGINT, as a shell reports an interrupted command.
-pub const EXIT_SECOND_SIGNAL: u8 = 130;
+pub(crate) const EXIT_SECOND_SIGNAL: u8 = 130;
 
 /// A repeated signal within this time of the first counts as the same request to stop. `timeout`
 /// signals the host and then its own process group, the host included; a supervisor may signal
 /// the whole process group and the host's own pid: one request arrives twice within
 /// microseconds. A second request meant to force the exit comes from a person or a supervisor's
 /// kill timer, a second or more later.
-pub const REPEATED_SIGNAL_WINDOW: Duration = Duration::from_secs(1);
+pub(crate) const REPEATED_SIGNAL_WINDOW: Duration = Duration::from_secs(1);
 
 /// Flags of the hidden `leasehold keeper` ([`crate::process::keeper`]).
 #[derive(Debug, Args)]
-pub struct KeeperArgs {
+pub(crate) struct KeeperArgs {
     /// The stop signal's number.
     #[arg(long, default_value_t = 15)]
     pub signal: i32,
@@ -62,7 +62,7 @@ pub struct KeeperArgs {
 
 /// Flags of `leasehold check`.
 #[derive(Debug, Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// The component to check (`NAME.wasm`), or its manifest (`NAME.toml`, with `NAME.wasm`
     /// beside it).
     pub file: PathBuf,
@@ -76,7 +76,7 @@ pub struct CheckArgs {
 
 /// Flags of `leasehold run`; each overrides the config file.
 #[derive(Debug, Args, Default)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// TOML config file.
     #[arg(long, env = "LEASEHOLD_CONFIG")]
     pub config: Option<PathBuf>,
@@ -87,7 +87,7 @@ pub struct RunArgs {
 
 /// Flags of `leasehold exec`: those of `run`, the way to stop the command, and the command.
 #[derive(Debug, Args)]
-pub struct ExecArgs {
+pub(crate) struct ExecArgs {
     /// Everything `run` takes; give --lease once: the lease the command runs under.
     #[command(flatten)]
     pub run: RunArgs,
@@ -112,7 +112,7 @@ pub struct ExecArgs {
 
 /// Flags of `leasehold leases list`.
 #[derive(Debug, Args)]
-pub struct ListArgs {
+pub(crate) struct ListArgs {
     /// postgres://USER@HOST/DB or sqlite:PATH [default: sqlite:./leasehold.db].
     #[arg(long, env = "LEASEHOLD_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<RawUrl>,

@@ -6,7 +6,7 @@ use super::args::CheckArgs;
 
 /// `leasehold check`: exit 0 only for a plugin the host would load, under a name the plugin
 /// directory takes and with its manifest (the one beside it, or `--manifest`).
-pub fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     use crate::runtime::WIT_PACKAGE;
     // `check NAME.toml` checks NAME.wasm beside it with that manifest.
     let (wasm, manifest) = match (args.file.extension(), &args.manifest) {

@@ -9,7 +9,7 @@ use super::{admin, dev, groups, new};
 /// leasehold: replicas compete for named leases; the holder runs the work bound to each lease.
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version = version(), about)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Log format on stderr, text or json [default: log_format of the config file, else text];
     /// under json a fatal error is a JSON line too.
     #[arg(long, global = true, env = "LEASEHOLD_LOG_FORMAT", value_enum)]
@@ -21,7 +21,7 @@ pub struct Cli {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Campaign for leases and hold them until stopped (SIGTERM/SIGINT release them in order).
     Run(RunArgs),
     /// Run a command under a lease: started when this replica takes the lease, stopped (its
@@ -53,7 +53,7 @@ pub enum Command {
 
 /// `leasehold config …`.
 #[derive(Debug, Subcommand)]
-pub enum ConfigCommand {
+pub(crate) enum ConfigCommand {
     /// Validate a config file (with LEASEHOLD_* variables and flags applied) and print the
     /// effective configuration, password redacted; exit 1 when it is invalid.
     Check(admin::ConfigCheckArgs),
@@ -61,7 +61,7 @@ pub enum ConfigCommand {
 
 /// `leasehold leases …`.
 #[derive(Debug, Subcommand)]
-pub enum LeasesCommand {
+pub(crate) enum LeasesCommand {
     /// List lease rows in name order, page by page.
     List(ListArgs),
     /// List the live members of every lease group, as the database has them: the shard count

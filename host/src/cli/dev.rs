@@ -36,7 +36,7 @@ const IGNORED_DIRS: &[&str] = &[
 
 /// Flags of `leasehold dev`.
 #[derive(Debug, Args)]
-pub struct DevArgs {
+pub(crate) struct DevArgs {
     /// The plugin project (as `leasehold new` writes it): `build.sh` there builds `NAME.wasm`,
     /// `NAME` being the directory's name, configured by `NAME.toml` beside it.
     #[arg(default_value = ".")]
@@ -49,7 +49,7 @@ pub struct DevArgs {
 
 /// What stops `leasehold dev`, or fails one of its steps.
 #[derive(Debug, thiserror::Error)]
-pub enum DevError {
+pub(crate) enum DevError {
     /// The project's directory cannot be found.
     #[error("cannot open the project directory {dir}: {source}")]
     Project {
@@ -105,7 +105,7 @@ pub enum DevError {
 
 /// `leasehold dev`: build, check and copy at start and after each change of the sources, until
 /// SIGTERM or SIGINT. A failed build, check or copy is reported and the loop goes on watching.
-pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let project = std::fs::canonicalize(&args.project).map_err(|source| DevError::Project {
         dir: args.project.clone(),
         source,

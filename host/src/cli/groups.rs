@@ -17,7 +17,7 @@ const PAGE: u32 = 500;
 
 /// Flags of `leasehold leases groups`.
 #[derive(Debug, Args)]
-pub struct GroupsArgs {
+pub(crate) struct GroupsArgs {
     /// postgres://USER@HOST/DB or sqlite:PATH [default: sqlite:./leasehold.db].
     #[arg(long, env = "LEASEHOLD_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<RawUrl>,
@@ -37,7 +37,7 @@ struct Shown<'a> {
 }
 
 /// `leasehold leases groups`.
-pub async fn groups(args: GroupsArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn groups(args: GroupsArgs) -> anyhow::Result<ExitCode> {
     let (url, store) = open(args.database_url).await?;
     let members = store.members().await?;
     let held = held_shards(&*store, &members).await?;

@@ -15,7 +15,7 @@ use crate::report::EscapeControls;
 
 /// A [`FormatFields`] for the text log: the default fields with control characters escaped.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct EscapedFields;
+pub(crate) struct EscapedFields;
 
 impl<'writer> FormatFields<'writer> for EscapedFields {
     fn format_fields<R: RecordFields>(&self, writer: Writer<'writer>, fields: R) -> fmt::Result {
@@ -89,7 +89,7 @@ impl fmt::Debug for Escaped<'_> {
 /// (`leasehold::lease`, `leasehold::lease::driver`, or all of `leasehold`) also given for the
 /// crates the lease layer now lives in (`leasehold_lease`, `leasehold_lease_core`), whose log
 /// lines carry those targets: a filter written for an earlier release keeps working.
-pub fn lease_targets(directives: &str) -> String {
+pub(crate) fn lease_targets(directives: &str) -> String {
     let mut out: Vec<String> = directives.split(',').map(str::to_string).collect();
     for directive in directives.split(',') {
         let (target, level) = match directive.split_once('=') {

@@ -16,20 +16,14 @@
 //! 9. [`run`]: the program's entry (parse, log, run, exit code) and `run`, the host until a
 //!    signal.
 
-pub mod admin;
-pub mod args;
-pub mod check;
-pub mod command;
-pub mod dev;
-pub mod groups;
+mod admin;
+mod args;
+mod check;
+mod command;
+mod dev;
+mod groups;
 pub mod log;
-pub mod new;
+mod new;
 pub mod run;
 
-pub use args::{
-    CheckArgs, EXIT_LEFT_TO_EXPIRE, EXIT_SECOND_SIGNAL, ExecArgs, KeeperArgs, ListArgs, LogFormat,
-    REPEATED_SIGNAL_WINDOW, RunArgs, version,
-};
-pub use check::check;
-pub use command::{Cli, Command, ConfigCommand, LeasesCommand};
-pub use run::{DEFAULT_LOG_FILTER, main, run};
+pub use run::{DEFAULT_LOG_FILTER, main};

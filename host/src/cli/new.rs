@@ -18,9 +18,8 @@ mod sdk;
 mod spec;
 mod write;
 
-pub use project::project;
-pub use spec::{Lang, NewArgs, ProjectFile, World, check_name};
-pub use write::run;
+pub(crate) use spec::NewArgs;
+pub(crate) use write::run;
 
 #[cfg(test)]
 mod tests;

@@ -322,7 +322,7 @@ fn init_logging(
 /// every lease held was released, [`EXIT_LEFT_TO_EXPIRE`] when some were left to expire, and
 /// [`EXIT_SECOND_SIGNAL`] when a second signal cut the shutdown short; the last line logged
 /// says what became of each lease.
-pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let file = match &args.config {
         Some(path) => Layer::load(path)?,
         None => Layer::default(),

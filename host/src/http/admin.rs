@@ -45,12 +45,12 @@ pub const PREFIX: &str = "/v1/admin";
 /// Admin requests answered at once; more get 503. A handoff is an operator's act, one at a time
 /// in practice: four leave room for a script handing several leases over, while a flood with a
 /// stolen token can hold at most four of the store's operator connections' turns.
-pub const MAX_IN_FLIGHT: usize = 4;
+pub(crate) const MAX_IN_FLIGHT: usize = 4;
 
 /// The longest `timeout_ms` a handoff may wait for. A handoff takes milliseconds; its default
 /// wait is twice the ttl, at least 10 s. A minute covers that at a ttl of up to 30 s and keeps
 /// a request, and its slot, from being held for longer than a client would sit on it.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The longest the store calls that ask for a handoff may take together (a read, the request,
 /// and a listing for the names close to a missing one): three store timeouts, 9 s at the
@@ -62,14 +62,14 @@ const WAIT_OVERRUN: Duration = Duration::from_secs(5);
 
 /// How long an admin request may take in all, the guard's deadline for the tree: its body, the
 /// asking, and the longest wait with its overrun.
-pub const DEADLINE: Duration = BODY_TIMEOUT
+pub(crate) const DEADLINE: Duration = BODY_TIMEOUT
     .saturating_add(ASK_BOUND)
     .saturating_add(MAX_TIMEOUT)
     .saturating_add(WAIT_OVERRUN);
 
 /// The most bytes an admin request's body may have: `{"to": "REPLICA", "timeout_ms": N}` with a
 /// replica id of 200 characters is under 300.
-pub const MAX_BODY_BYTES: usize = 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 1024;
 
 /// How long a client may take to send the body: 1 KiB at most, which any working link sends in
 /// far less; as long as the guard gives a request's head.
@@ -77,14 +77,15 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The fewest characters an admin token may have: 32 characters of `base64` or hex carry at
 /// least 128 bits, beyond guessing over a network.
-pub const MIN_TOKEN_CHARS: usize = 32;
+pub(crate) const MIN_TOKEN_CHARS: usize = 32;
 
 /// The most bytes an admin token file may hold: a token is a line, and a file pointed at a
 /// device or a log must not be read whole.
 const MAX_TOKEN_FILE_BYTES: u64 = 4096;
 
 /// The setting, flag and variable that turn the admin API on, for messages.
-pub const TOKEN_SETTING: &str = "admin_token_file (--admin-token-file, LEASEHOLD_ADMIN_TOKEN_FILE)";
+pub(crate) const TOKEN_SETTING: &str =
+    "admin_token_file (--admin-token-file, LEASEHOLD_ADMIN_TOKEN_FILE)";
 
 /// How to make a token file that is accepted, for messages.
 const TOKEN_HOWTO: &str =
@@ -310,7 +311,7 @@ fn check_token(text: &[u8]) -> Result<&[u8], String> {
 }
 
 /// Whether `path` is in the admin tree, which the guard gives a body and a longer deadline.
-pub fn is_admin_path(path: &str) -> bool {
+pub(crate) fn is_admin_path(path: &str) -> bool {
     path == PREFIX
         || path
             .strip_prefix(PREFIX)
@@ -319,7 +320,7 @@ pub fn is_admin_path(path: &str) -> bool {
 
 /// The admin API of a replica whose token is configured.
 #[derive(Debug)]
-pub struct Admin {
+pub(crate) struct Admin {
     /// The token every request must carry.
     token: AdminToken,
     /// One permit per request answered at once.
@@ -379,7 +380,7 @@ fn error(status: StatusCode, why: impl std::fmt::Display) -> Response {
 }
 
 /// Every request to the admin tree.
-pub async fn serve(State(admin): State<Option<Arc<Admin>>>, request: Request) -> Response {
+pub(crate) async fn serve(State(admin): State<Option<Arc<Admin>>>, request: Request) -> Response {
     let Some(admin) = admin else {
         return error(
             StatusCode::NOT_FOUND,

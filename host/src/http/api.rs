@@ -23,7 +23,7 @@ use crate::report::escape_controls;
 pub const PREFIX: &str = "/v1/leases";
 
 /// The suffix of a lease's path that asks for its watch stream.
-pub const WATCH: &str = "/watch";
+pub(crate) const WATCH: &str = "/watch";
 
 /// `GET /v1/leases`: every lease this replica campaigns for.
 #[derive(Debug, Serialize, Deserialize)]
@@ -104,7 +104,7 @@ pub fn accepts(headers: &HeaderMap, offered: &str) -> bool {
 }
 
 /// 406 naming what the endpoint answers and what was asked.
-pub fn not_acceptable(headers: &HeaderMap, offered: &str) -> Response {
+pub(crate) fn not_acceptable(headers: &HeaderMap, offered: &str) -> Response {
     let asked: String = headers
         .get(header::ACCEPT)
         .map(|v| {
@@ -125,7 +125,7 @@ pub fn not_acceptable(headers: &HeaderMap, offered: &str) -> Response {
 }
 
 /// 404 for `name`, naming the leases there are.
-pub fn unknown_lease(state: &AppState, name: &str) -> Response {
+pub(crate) fn unknown_lease(state: &AppState, name: &str) -> Response {
     let known: Vec<String> = state.leases.lease_names().map(str::to_string).collect();
     error(
         StatusCode::NOT_FOUND,
@@ -187,7 +187,7 @@ pub async fn one(state: AppState, path: String, headers: HeaderMap) -> Response 
 /// The role the API shows for `role` with `left` ms on the term: a leader whose term is at its
 /// deadline (a host just resumed from a freeze, before its lease loop has ended the term) is
 /// `uncertain`, since no leader-only work may run on it.
-pub fn role_at(role: Role, left: u64) -> Role {
+pub(crate) fn role_at(role: Role, left: u64) -> Role {
     match (role, left) {
         (Role::Leader, 0) => Role::Uncertain,
         (role, _) => role,
@@ -195,7 +195,7 @@ pub fn role_at(role: Role, left: u64) -> Role {
 }
 
 /// The time left on `term` at `now`, in ms: 0 without a term, or once it has ended.
-pub fn time_left(term: Option<&Term>, now: Instant) -> u64 {
+pub(crate) fn time_left(term: Option<&Term>, now: Instant) -> u64 {
     term.filter(|t| !t.is_cancelled()).map_or(0, |t| {
         u64::try_from(t.safe_until().saturating_duration_since(now).as_millis()).unwrap_or(u64::MAX)
     })

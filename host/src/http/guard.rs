@@ -65,7 +65,7 @@ const OTHER_FILES: u64 = MAX_CONNECTIONS as u64 + 512;
 /// Nothing is queued for a watcher in the host, so a client that never reads costs at most the
 /// socket's buffers, and for this long: a live client acknowledges within a round trip, and a
 /// watcher's client that has heard nothing for longer has stopped its leader-only work anyway.
-pub const STALLED_CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const STALLED_CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a client may take to send a request's head, and the longest a kept-alive connection
 /// may sit idle. Probes, scrapers and the page send a request in one packet; 5 s is far above a
@@ -75,12 +75,12 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most bytes a request's head (request line and headers) may take: 431 beyond. Twice what
 /// a browser sends with a few cookies (which on `localhost` come from every local app, whatever
 /// its port); hyper's own bound is about 400 KiB.
-pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_HEADER_BYTES: usize = 16 * 1024;
 
 /// How long a request may take before it is answered 503. The handlers bound their own waits to
 /// a second (the store read of `/status` and `/readyz`); a request still running at five has
 /// lost its client already (a Kubernetes probe gives up after one).
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a connection may take to finish its request once the server stops: the app waits
 /// a second for the whole server.
@@ -245,12 +245,12 @@ const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
 /// its connections that have sent nothing keep only [`SILENT_GRACE`], and give way at once to a
 /// newcomer from an address with fewer: a quarter of the slots, far more than any client opens
 /// at once but a burst of watchers (whose requests, once in the socket, keep the whole grace).
-pub const NEW_PER_ADDRESS: usize = MAX_CONNECTIONS / 4;
+pub(crate) const NEW_PER_ADDRESS: usize = MAX_CONNECTIONS / 4;
 
 /// New connections, over every address, beyond which those that have sent nothing keep only
 /// [`SILENT_GRACE`]: half the slots, so that a flood spread over many addresses cannot hold them
 /// all in their grace either.
-pub const NEW_IN_ALL: usize = MAX_CONNECTIONS / 2;
+pub(crate) const NEW_IN_ALL: usize = MAX_CONNECTIONS / 2;
 
 /// How long a connection that has sent nothing keeps its grace once its address has more than
 /// [`NEW_PER_ADDRESS`] new connections, or all have more than [`NEW_IN_ALL`]. A client sends its
@@ -269,7 +269,7 @@ const RECHECK: Duration = Duration::from_millis(50);
 /// kernel sends them within a round trip; one whose window stays closed that long has stopped
 /// reading, and holds a slot of the watchers' bound for nothing (its own deadline has told it
 /// to stop work already). Three, so that one slow moment of a live client is not taken for it.
-pub const STALLED_HEARTBEATS: u32 = 3;
+pub(crate) const STALLED_HEARTBEATS: u32 = 3;
 
 /// A client's address as the bounds count it: an IPv4 client reaching an IPv6 socket counts as
 /// its IPv4 address.
@@ -556,7 +556,7 @@ fn is_watch(path: &str) -> bool {
 
 /// The most watchers this process can serve: [`MAX_WATCHERS`], or fewer when its open-file
 /// limit (raised to its hard limit first) leaves less room beside [`OTHER_FILES`].
-pub fn watcher_limit() -> usize {
+pub(crate) fn watcher_limit() -> usize {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     let limit = getrlimit(Resource::Nofile);
     let mut soft = limit.current;
@@ -620,7 +620,7 @@ impl Drop for InFlight {
 
 /// What [`serve`] is given besides its listener and router.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     /// The names answered besides `localhost` and IP addresses.
     pub allowed: AllowedHosts,
     /// Where the watchers are counted.
@@ -642,7 +642,7 @@ impl Default for Options {
 
 /// Serves `router` on `listener`, behind `check` and within the bounds above, until `shutdown`
 /// is cancelled; then stops accepting and lets each connection finish its request.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     options: Options,

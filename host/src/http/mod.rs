@@ -25,7 +25,7 @@ pub mod api;
 pub mod guard;
 pub mod page;
 pub mod readiness;
-pub mod routes;
+pub(crate) mod routes;
 pub mod snapshot;
 pub mod state;
 pub mod status;
@@ -34,4 +34,4 @@ pub mod watch;
 
 pub use routes::{router, serve};
 pub use state::AppState;
-pub use status::{LeaseStatus, MANY_LEASES, Status, TERMS_SHOWN, local_status, status_of};
+pub use status::{LeaseStatus, Status};

@@ -16,15 +16,15 @@ use axum::http::{HeaderName, header};
 use axum::routing::get;
 
 /// The page's HTML.
-pub const INDEX_HTML: &str = include_str!("page/index.html");
+pub(crate) const INDEX_HTML: &str = include_str!("page/index.html");
 /// The page's style sheet.
-pub const PAGE_CSS: &str = include_str!("page/page.css");
+pub(crate) const PAGE_CSS: &str = include_str!("page/page.css");
 /// The page's script.
-pub const PAGE_JS: &str = include_str!("page/page.js");
+pub(crate) const PAGE_JS: &str = include_str!("page/page.js");
 
 /// The policy every response of the page carries: script, style and fetches from this origin
 /// only, none of them inline; no frames, forms or plugins.
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
+pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
     style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; \
     form-action 'none'; frame-ancestors 'none'";
 
@@ -43,7 +43,7 @@ fn headers(content_type: &'static str) -> Headers {
 }
 
 /// `/`, `/page.css` and `/page.js`, for any router state: they read none.
-pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
         .route(
             "/",

@@ -14,7 +14,7 @@ use crate::report::escape_controls;
 /// 200 while this replica leads `name` with time left before its deadline, with the epoch and
 /// that time; 503 otherwise, saying why; 404 for a lease this replica does not campaign for,
 /// naming those it does.
-pub async fn lease_ready(
+pub(crate) async fn lease_ready(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> (StatusCode, String) {

@@ -34,12 +34,12 @@ use crate::supervisor::{PluginStatus, StatusBoard};
 /// How old a snapshot may be before a request asks for a new one. The page polls every 500 ms
 /// and Prometheus-style probes every few seconds: 250 ms keeps every page poll at most one
 /// snapshot behind, while a flood costs the store at most four reads a second.
-pub const MAX_AGE: Duration = Duration::from_millis(250);
+pub(crate) const MAX_AGE: Duration = Duration::from_millis(250);
 
 /// How long a request waits for a refresh in progress before it answers with the last snapshot:
 /// a refresh takes a few ms on a healthy store, so this is only spent when the store is slow or
 /// down, and then a watcher should get the last answer at once rather than hang.
-pub const JOIN_WAIT: Duration = Duration::from_millis(100);
+pub(crate) const JOIN_WAIT: Duration = Duration::from_millis(100);
 
 /// How long the first request waits for the first snapshot: longer than a refresh can take (it
 /// gives up on the store after a second and answers from local knowledge).
@@ -47,7 +47,7 @@ const FIRST_WAIT: Duration = Duration::from_secs(5);
 
 /// One reading of the leases for display.
 #[derive(Debug)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// When the refresh that made it began: a reading of the store is at least this recent.
     began: Instant,
     /// When the refresh that made it finished.
@@ -173,7 +173,7 @@ impl Snapshot {
 
 /// The snapshot every observer of this replica shares, and the one refresh that may be under way.
 #[derive(Debug, Clone)]
-pub struct Snapshots {
+pub(crate) struct Snapshots {
     /// What is shared with the refreshes.
     inner: Arc<Inner>,
 }
@@ -252,7 +252,7 @@ impl Snapshots {
             last.age()
         );
         let made = Arc::new(Snapshot::new(
-            super::local_status(&self.inner.leases, why),
+            super::status::local_status(&self.inner.leases, why),
             Instant::now(),
         ));
         *local = Some(made.clone());
@@ -332,7 +332,7 @@ impl Snapshots {
         let (inner, roles_before) = (self.inner.clone(), self.current_roles());
         self.inner.runtime.spawn(async move {
             let began = Instant::now();
-            let mut snapshot = Snapshot::new(super::status_of(&inner.leases).await, began);
+            let mut snapshot = Snapshot::new(super::status::status_of(&inner.leases).await, began);
             snapshot.roles_before = roles_before;
             // Cleared first: whoever wakes to this snapshot and finds it too old can start the
             // next refresh.

@@ -19,9 +19,9 @@ pub struct AppState {
     /// The metrics `/metrics` shows.
     pub metrics: Arc<Metrics>,
     /// What `/status` and `/readyz` show of the store, shared by every request.
-    pub snapshots: Snapshots,
+    pub(crate) snapshots: Snapshots,
     /// The admin API, when an admin token is configured; `None` answers 404 to its whole tree.
-    pub admin: Option<Arc<admin::Admin>>,
+    pub(crate) admin: Option<Arc<admin::Admin>>,
 }
 
 impl AppState {

@@ -72,12 +72,12 @@ pub struct LeaseStatus {
 
 /// How many terms of each lease `/status` shows: a page's timeline, and the last few handoffs
 /// for someone asking why a lease keeps moving. The stores keep more (`TERMS_KEPT`).
-pub const TERMS_SHOWN: u32 = 10;
+pub(crate) const TERMS_SHOWN: u32 = 10;
 
 /// Above this many leases `/status` shows two terms of each, enough for the last handoff: a page
 /// polls twice a second, and ten terms of a thousand leases would make every poll read and send
 /// ten thousand rows where the lease rows themselves are a thousand.
-pub const MANY_LEASES: usize = 100;
+pub(crate) const MANY_LEASES: usize = 100;
 
 /// How many terms of each lease `/status` shows for a replica of `leases` leases.
 fn terms_shown(leases: usize) -> u32 {
@@ -89,7 +89,7 @@ fn terms_shown(leases: usize) -> u32 {
 }
 
 /// Builds the status: roles from the coordinator, holders and expiry from the database.
-pub async fn status_of(replica: &Leases) -> Status {
+pub(crate) async fn status_of(replica: &Leases) -> Status {
     let names: Vec<String> = replica.lease_names().map(str::to_string).collect();
     // A status page must answer even when the store hangs: bound the read well below a scrape timeout.
     let timeout = replica.timing().store_timeout.min(Duration::from_secs(1));
@@ -115,7 +115,7 @@ pub async fn status_of(replica: &Leases) -> Status {
 
 /// The status from this replica's own knowledge alone, `why` the store was not read: roles,
 /// and the holder and epoch of the leases this replica holds.
-pub fn local_status(replica: &Leases, why: String) -> Status {
+pub(crate) fn local_status(replica: &Leases, why: String) -> Status {
     let names: Vec<String> = replica.lease_names().map(str::to_string).collect();
     status_from(replica, &names, Err(why), Vec::new())
 }

@@ -40,17 +40,17 @@ use crate::lease::{Epoch, Leadership, Role, Term, Timing};
 
 /// The longest between two events of a stream: a client learns within this that its stream is
 /// gone even while nothing happens, and a proxy's idle timeout (often 30–60 s) never cuts it.
-pub const MAX_HEARTBEAT: Duration = Duration::from_secs(2);
+pub(crate) const MAX_HEARTBEAT: Duration = Duration::from_secs(2);
 
 /// How often a stream sends a heartbeat: half the renewal interval (so a leader's client hears
 /// of its deadline at least twice between renewals), at most [`MAX_HEARTBEAT`].
-pub fn heartbeat_every(timing: &Timing) -> Duration {
+pub(crate) fn heartbeat_every(timing: &Timing) -> Duration {
     (timing.renew_interval / 2).min(MAX_HEARTBEAT)
 }
 
 /// The data of every event, the same shape for each (a contract: `docs/api/openapi.yaml`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct WatchData {
+pub(crate) struct WatchData {
     /// The lease.
     pub lease: String,
     /// This replica's role at the event.

@@ -20,7 +20,7 @@ pub struct ProcessLabel {
 
 /// Labels of a count of a process's exits.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProcessEndLabel {
+pub(crate) struct ProcessEndLabel {
     /// The process's name.
     pub process: LabelText,
     /// The lease it runs under.
@@ -33,21 +33,21 @@ pub struct ProcessEndLabel {
 #[derive(Debug, Default)]
 pub struct ProcessMetrics {
     /// Starts of the process.
-    pub starts: Family<ProcessLabel, Counter>,
+    pub(crate) starts: Family<ProcessLabel, Counter>,
     /// Exits, by how the process ended.
-    pub exits: Family<ProcessEndLabel, Counter>,
+    pub(crate) exits: Family<ProcessEndLabel, Counter>,
     /// Stops that needed SIGKILL of the tree: the grace ran out, or the deadline came.
-    pub forced_kills: Family<ProcessLabel, Counter>,
+    pub(crate) forced_kills: Family<ProcessLabel, Counter>,
     /// Stops its keeper made on its own, on its own clock: the lease's deadline came without a
     /// later one (this host frozen, or its renewals failing), or this host was gone.
-    pub keeper_stops: Family<ProcessLabel, Counter>,
+    pub(crate) keeper_stops: Family<ProcessLabel, Counter>,
     /// Stops the host could not confirm before the term's deadline: the tree's end was not
     /// reported (its keeper was lost) or came later than the deadline.
-    pub unconfirmed_stops: Family<ProcessLabel, Counter>,
+    pub(crate) unconfirmed_stops: Family<ProcessLabel, Counter>,
     /// How long the last stop took, from the stop signal to no process of the tree left.
-    pub last_stop_seconds: Family<ProcessLabel, FloatGauge>,
+    pub(crate) last_stop_seconds: Family<ProcessLabel, FloatGauge>,
     /// 1 while the process runs here.
-    pub running: Family<ProcessLabel, Gauge>,
+    pub(crate) running: Family<ProcessLabel, Gauge>,
 }
 
 impl ProcessMetrics {
@@ -60,7 +60,7 @@ impl ProcessMetrics {
     }
 
     /// The labels of an exit of `process` under `lease`, ended as `ended` says.
-    pub fn end_label(process: &str, lease: &str, ended: &str) -> ProcessEndLabel {
+    pub(crate) fn end_label(process: &str, lease: &str, ended: &str) -> ProcessEndLabel {
         ProcessEndLabel {
             process: process.into(),
             lease: lease.into(),

@@ -8,10 +8,10 @@ use std::ffi::OsStr;
 
 /// The longest plugin name: long enough for any descriptive name, short enough for a table
 /// column and a metric label.
-pub const MAX_NAME: usize = 64;
+pub(crate) const MAX_NAME: usize = 64;
 
 /// The rule, as errors state it.
-pub const RULE: &str =
+pub(crate) const RULE: &str =
     "lowercase ASCII letters, digits and '-', starting with a letter, at most 64 characters";
 
 /// Why a name breaks the rule.

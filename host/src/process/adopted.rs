@@ -21,7 +21,7 @@ use super::tree;
 
 /// The environment variable that marks a keeper's tree: the keeper's child, and whatever it
 /// starts, carry it, unless one of them clears its environment.
-pub const TREE_VAR: &str = "LEASEHOLD_TREE";
+pub(crate) const TREE_VAR: &str = "LEASEHOLD_TREE";
 
 /// How long a sweep may go on killing a dead keeper's orphans: each round kills the processes the
 /// last one made the host's children; a tree of a few levels is gone in milliseconds.
@@ -48,14 +48,14 @@ fn keepers() -> std::sync::MutexGuard<'static, BTreeSet<i32>> {
 }
 
 /// A keeper started as `pid`.
-pub fn keeper_started(pid: u32) {
+pub(crate) fn keeper_started(pid: u32) {
     if let Ok(pid) = i32::try_from(pid) {
         keepers().insert(pid);
     }
 }
 
 /// The keeper `pid` was waited for (or its handle dropped: tokio reaps it then).
-pub fn keeper_ended(pid: u32) {
+pub(crate) fn keeper_ended(pid: u32) {
     if let Ok(pid) = i32::try_from(pid) {
         keepers().remove(&pid);
     }
@@ -69,7 +69,7 @@ pub fn become_subreaper() -> std::io::Result<()> {
 }
 
 /// Reaps every child of this process that has ended and is not a keeper; how many.
-pub fn reap_adopted() -> usize {
+pub(crate) fn reap_adopted() -> usize {
     let ended: Vec<Pid> = tree::children_with_state()
         .into_iter()
         .filter(|(_, state)| *state == 'Z')
@@ -118,7 +118,7 @@ fn carries(pid: Pid, mark: &str) -> bool {
 
 /// What a sweep did.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Swept {
+pub(crate) struct Swept {
     /// The pids it killed.
     pub killed: Vec<i32>,
     /// Whether it found none left at its end (else it ran out of [`SWEEP_BOUND`]).
@@ -127,7 +127,7 @@ pub struct Swept {
 
 /// Kills every child of this host that carries `mark`, and whatever each leaves to the host in
 /// turn, until none is left (or [`SWEEP_BOUND`] passes).
-pub async fn sweep(mark: &str) -> Swept {
+pub(crate) async fn sweep(mark: &str) -> Swept {
     let until = tokio::time::Instant::now() + SWEEP_BOUND;
     let mut killed = BTreeSet::new();
     let mut empty = 0;

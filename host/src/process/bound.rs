@@ -30,7 +30,7 @@ pub enum OnExit {
 pub const DEFAULT_MAX_FAILURES: u32 = 5;
 
 /// The longest default grace: ten seconds is what container runtimes give a stopping process.
-pub const MAX_DEFAULT_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const MAX_DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
 /// How long before the term's `safe_until` the keeper's SIGKILL lands: the kill, and the
 /// kernel's teardown of the tree, take a few milliseconds, and must be over by `safe_until`.
@@ -93,7 +93,7 @@ pub fn signal_name(signal: Signal) -> String {
 /// `sent + ttl − margin` by each renewal, the next is sent a renew interval later and may take
 /// a store timeout to land. The keeper's stop signal must come no sooner than this lead before
 /// `safe_until`, or a process would be stopped while its lease is healthy.
-pub fn healthy_lead(timing: &Timing) -> Duration {
+pub(crate) fn healthy_lead(timing: &Timing) -> Duration {
     timing
         .ttl
         .saturating_sub(timing.margin)

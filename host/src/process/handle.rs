@@ -32,7 +32,7 @@ pub const HOST_PREFIX: &str = "LEASEHOLD_";
 /// refuses a certificate whose key it cannot find. The other `PG*` variables (`PGHOST`,
 /// `PGUSER`, `PGSSLMODE`, `PGSSLROOTCERT`, …) hold no secret and pass, for a child that connects
 /// to the same server as a role of its own.
-pub const CREDENTIAL_VARIABLES: &[&str] = &[
+pub(crate) const CREDENTIAL_VARIABLES: &[&str] = &[
     "PGPASSWORD",
     "PGPASSFILE",
     "PGSERVICEFILE",
@@ -42,7 +42,7 @@ pub const CREDENTIAL_VARIABLES: &[&str] = &[
 
 /// Whether the environment variable `name` is the host's alone: its own settings and the
 /// PostgreSQL credentials ([`HOST_PREFIX`], [`CREDENTIAL_VARIABLES`]).
-pub fn is_hosts_alone(name: &std::ffi::OsStr) -> bool {
+pub(crate) fn is_hosts_alone(name: &std::ffi::OsStr) -> bool {
     let name = name.to_string_lossy();
     name.starts_with(HOST_PREFIX) || CREDENTIAL_VARIABLES.contains(&name.as_ref())
 }
@@ -244,7 +244,7 @@ impl Kept {
     /// After its keeper ended without reporting its tree gone (killed on its own): waits for
     /// the keeper, then kills what is left of its tree, which came to this host as subreaper
     /// ([`adopted::sweep`]).
-    pub async fn sweep(mut self) -> adopted::Swept {
+    pub(crate) async fn sweep(mut self) -> adopted::Swept {
         self.orders = None;
         // Reaped, the keeper has handed its orphans to this host.
         let _ = self.keeper.wait().await;

@@ -22,7 +22,7 @@ pub mod adopted;
 pub mod bound;
 pub mod handle;
 pub mod keeper;
-pub mod outbox;
+pub(crate) mod outbox;
 pub mod protocol;
 pub mod service;
 pub mod tree;

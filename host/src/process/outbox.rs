@@ -18,15 +18,15 @@ use super::protocol::{Report, Timed, monotonic_ns};
 /// The most output text the queue holds: beyond it, lines are dropped until the host catches
 /// up. A megabyte is seconds of what the host may log of one process (its rate is a plugin's:
 /// 32 KiB a second after a burst of 128 KiB) and nothing against a flood's gigabytes.
-pub const OUTPUT_QUEUE_BYTES: usize = 1024 * 1024;
+pub(crate) const OUTPUT_QUEUE_BYTES: usize = 1024 * 1024;
 
 /// The most output lines the queue holds, whatever their length: each costs a little beside its
 /// text.
-pub const OUTPUT_QUEUE_LINES: usize = 4096;
+pub(crate) const OUTPUT_QUEUE_LINES: usize = 4096;
 
 /// Where a keeper's reports wait for the writer thread; cloned into every thread that reports.
 #[derive(Clone)]
-pub struct Outbox(Arc<Shared>);
+pub(crate) struct Outbox(Arc<Shared>);
 
 struct Shared {
     queue: Mutex<Queue>,

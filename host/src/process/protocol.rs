@@ -22,7 +22,7 @@ pub fn monotonic_ns() -> u64 {
 
 /// An order from the host to a keeper.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Order {
+pub(crate) enum Order {
     /// The child may run until this reading of `CLOCK_MONOTONIC` (ns), no longer: the keeper
     /// sends the stop signal a grace before it and kills the whole tree at it. Sent again on
     /// every renewal that moves the term's deadline.

@@ -70,7 +70,7 @@ impl Health {
 }
 
 /// `url` as it is shown: with `***` for its password, if it has one; as it is otherwise.
-pub fn shown_url(url: &url::Url) -> String {
+pub(crate) fn shown_url(url: &url::Url) -> String {
     if url.password().is_none() {
         return url.to_string();
     }

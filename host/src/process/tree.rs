@@ -17,7 +17,7 @@ pub fn children() -> Vec<Pid> {
 
 /// The pids whose parent is this process now, each with its state letter (`Z` for one that
 /// ended and waits to be reaped), read from `/proc`.
-pub fn children_with_state() -> Vec<(Pid, char)> {
+pub(crate) fn children_with_state() -> Vec<(Pid, char)> {
     let me = getpid().as_raw_nonzero().get();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -46,14 +46,14 @@ fn parent_in_stat(stat: &str) -> Option<i32> {
 
 /// Sends `signal` to the process group `group` (the child's, which it leads), a group that no
 /// longer exists being no error.
-pub fn signal_group(group: Pid, signal: Signal) {
+pub(crate) fn signal_group(group: Pid, signal: Signal) {
     let _ = kill_process_group(group, signal);
 }
 
 /// SIGKILL to the group `group` and to every child of this process, and to the group each child
 /// leads if it made one. Processes below a child killed now become this process's children in
 /// turn: the caller repeats until [`children`] is empty (the reaper thread tells it).
-pub fn kill_round(group: Pid) {
+pub(crate) fn kill_round(group: Pid) {
     signal_group(group, Signal::KILL);
     for child in children() {
         let _ = kill_process(child, Signal::KILL);

@@ -19,7 +19,7 @@ pub mod reconciler {
 
 /// The `event-reconciler` world, reusing the interfaces generated for the reconciler.
 #[allow(missing_docs)] // generated code: its documentation is the WIT file's
-pub mod event_reconciler {
+pub(crate) mod event_reconciler {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "event-reconciler",

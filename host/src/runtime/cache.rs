@@ -32,7 +32,7 @@ use wasmtime::component::Component;
 
 /// Where compiled artifacts live, if anywhere.
 #[derive(Debug, Clone)]
-pub struct ComponentCache {
+pub(crate) struct ComponentCache {
     /// The directory, created on first store; `None`: no cache, every load compiles.
     dir: Option<PathBuf>,
     /// Hash of everything that makes an artifact loadable by this engine (version, settings).
@@ -54,7 +54,7 @@ pub enum CacheOutcome {
 
 /// Why a cache directory or file is not trusted. Each names the path.
 #[derive(Debug, thiserror::Error)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// A symbolic link where a file or the directory should be: the cache follows none.
     #[error("{} is a symbolic link; the compile cache follows none", .0.display())]
     Symlink(PathBuf),

@@ -83,11 +83,11 @@ pub fn build(options: &EngineOptions) -> wasmtime::Result<(Engine, Allocator)> {
 /// while there is one. Ticking every millisecond with no guest code to interrupt woke the process
 /// a thousand times a second for nothing, the bulk of an idle host's CPU.
 #[derive(Debug, Clone, Default)]
-pub struct Ticking(Arc<(Mutex<usize>, Condvar)>);
+pub(crate) struct Ticking(Arc<(Mutex<usize>, Condvar)>);
 
 /// One guest call in progress; the ticker may stop once every guard is dropped.
 #[derive(Debug)]
-pub struct CallInProgress(Ticking);
+pub(crate) struct CallInProgress(Ticking);
 
 impl Ticking {
     /// Counts a call as in progress until the guard is dropped, waking the ticker.
@@ -124,7 +124,7 @@ fn lock(count: &Mutex<usize>) -> std::sync::MutexGuard<'_, usize> {
 
 /// Starts the epoch ticker for `engine`: it bumps the epoch every `tick` while a guest call is in
 /// progress (see [`Ticking`]), and stops by itself once the engine is dropped.
-pub fn start_ticker(engine: &Engine, tick: Duration) -> std::io::Result<Ticking> {
+pub(crate) fn start_ticker(engine: &Engine, tick: Duration) -> std::io::Result<Ticking> {
     // While idle, the ticker looks this often whether its engine is gone.
     const IDLE_CHECK: Duration = Duration::from_secs(1);
     let weak = engine.weak();

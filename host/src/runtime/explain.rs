@@ -59,7 +59,7 @@ Start from a working plugin with: leasehold new NAME --lang rust|python|js --wor
 
 /// The explanation for a component exporting `exports`; `type_errors` holds, per world name,
 /// the linker's complaint when every export is there but one has another type.
-pub fn no_world(exports: &[String], type_errors: &[(&str, &str)]) -> String {
+pub(crate) fn no_world(exports: &[String], type_errors: &[(&str, &str)]) -> String {
     let mut text = String::new();
     let found = if exports.is_empty() {
         "nothing".to_string()

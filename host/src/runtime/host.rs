@@ -56,7 +56,7 @@ pub struct HostState {
     /// trap is reported as a cancel and not as the plugin's timeout.
     pub interrupted: Option<Cancel>,
     /// Memory and table limits of the whole store; growth beyond them traps.
-    pub limits: Limiter,
+    pub(crate) limits: Limiter,
     /// Log lines the guest may still write in this call; reset by the caller before each call.
     pub log_budget: u32,
     /// Log lines dropped in this call for want of budget.
@@ -149,7 +149,7 @@ impl lease::Host for HostState {
 }
 
 /// Log lines a guest may write per call: plenty for diagnostics, too few to drown the host's log.
-pub const LOG_LINES_PER_CALL: u32 = 1_000;
+pub(crate) const LOG_LINES_PER_CALL: u32 = 1_000;
 
 impl log::Host for HostState {
     fn log(&mut self, level: log::Level, message: String) {

@@ -20,37 +20,37 @@ use wasmtime::ResourceLimiter;
 /// little too large gets a `too-large` error rather than a trap, and above every other import's
 /// need (a `kv` value is at most 1 MiB, a log line is cut to 8 KiB). Past it the call traps.
 /// wasmtime's default, 128 MiB, would let one call cost the host twice a plugin's memory.
-pub const HOSTCALL_FUEL: usize = 2 * crate::capability::sql::value::MAX_CALL_BYTES;
+pub(crate) const HOSTCALL_FUEL: usize = 2 * crate::capability::sql::value::MAX_CALL_BYTES;
 
 /// The largest `wasi:random` request (`get-random-bytes`, `get-insecure-random-bytes`): far above
 /// what seeds, keys and ids take, and small next to a plugin's memory. wasmtime's default, 64 MiB,
 /// is a plugin's whole default memory per call. A larger request traps.
-pub const MAX_RANDOM_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_RANDOM_BYTES: u64 = 1 << 20;
 
 /// Resources the host keeps for one store, and component handles the store may hold: a plugin
 /// uses a few dozen streams and pollables, and at ~100 host bytes each this bounds the table to
 /// about a megabyte. wasmtime's defaults (1,000,000 and 100,000) let a guest that never drops
 /// its handles take a hundred megabytes. Past it the import that would add one traps.
-pub const MAX_HANDLES: usize = 10_000;
+pub(crate) const MAX_HANDLES: usize = 10_000;
 
 /// Table elements of all of a store's tables together: 100,000 function references (~800 KB) is
 /// far more than any compiled guest declares.
-pub const TABLE_ELEMENTS: usize = 100_000;
+pub(crate) const TABLE_ELEMENTS: usize = 100_000;
 
 /// Core instances per store: a component built from Rust has two or three (the program, the
 /// WASI adapter, a shim); 16 leaves room for composed components.
-pub const INSTANCES: usize = 16;
+pub(crate) const INSTANCES: usize = 16;
 
 /// Tables per store: one per core instance is typical.
-pub const TABLES: usize = 16;
+pub(crate) const TABLES: usize = 16;
 
 /// Linear memories per store: the program's and the WASI adapter's, and room for composed
 /// components; [`Limiter`] caps their sum, so more memories never mean more bytes.
-pub const MEMORIES: usize = 4;
+pub(crate) const MEMORIES: usize = 4;
 
 /// Growth refused because the store would exceed its limit: the call traps with this error.
 #[derive(Debug, thiserror::Error)]
-pub enum GrowthRefused {
+pub(crate) enum GrowthRefused {
     /// The store's linear memories together would exceed `limits.memory`.
     #[error("its memories would take {total} bytes together, over limits.memory = {limit} bytes")]
     Memory {
@@ -75,7 +75,7 @@ pub enum GrowthRefused {
 /// with that memory's current and desired size; memories never shrink and go only with the
 /// store, so the sum of granted increments is what the store's memories take.
 #[derive(Debug)]
-pub struct Limiter {
+pub(crate) struct Limiter {
     /// The cap on all linear memories together (`limits.memory`).
     memory_limit: usize,
     /// Bytes all linear memories take now.

@@ -36,5 +36,5 @@ mod wasm;
 
 pub use self::call::{CallFailure, CallReport, Called, Cancel, CheckRole, Outcome};
 pub use self::load::{ComponentError, Loaded, Prepared, World};
-pub use self::store::{DEFAULT_FUEL_PER_CALL, Instance, PluginStore};
+pub use self::store::{Instance, PluginStore};
 pub use self::wasm::{EngineError, Runtime, WIT_PACKAGE};

@@ -39,7 +39,7 @@ use crate::metrics::Metrics;
 /// deadline (a plugin within its deadline never meets it) and far above what a reconcile burns
 /// (hello-reconciler ~2·10⁴ per call). It bounds the computation of a plugin that raised its
 /// deadline, whatever the wall clock does.
-pub const DEFAULT_FUEL_PER_CALL: u64 = 100_000_000_000;
+pub(crate) const DEFAULT_FUEL_PER_CALL: u64 = 100_000_000_000;
 
 /// An instance of a plugin, whatever its world.
 pub struct Instance(Kind);

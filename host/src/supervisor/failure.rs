@@ -38,7 +38,7 @@ impl From<runtime::Cancel> for Cancel {
 
 /// How one unit of bound work ended when it did not return normally.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// A plugin's call failed: its guest returned an error or trapped (never a cancel: see
     /// [`Failure::Cancelled`]).
     #[error(transparent)]

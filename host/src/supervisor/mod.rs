@@ -26,6 +26,5 @@ pub mod work;
 pub use plugin::Supervisor;
 pub use process::{ProcessContext, start as start_processes};
 pub use status::{
-    PluginCard, PluginState, PluginStatus, ProcessKind, ProcessState, ProcessStatus, StatusBoard,
-    how_it_ended,
+    PluginCard, PluginState, PluginStatus, ProcessState, ProcessStatus, StatusBoard, how_it_ended,
 };

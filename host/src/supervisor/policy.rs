@@ -19,15 +19,15 @@ use std::time::Duration;
 use super::failure::{Cancel, Failure};
 
 /// Consecutive failures before a reconciler is quarantined until its next term or a new file.
-pub const QUARANTINE_AFTER: u32 = 5;
+pub(crate) const QUARANTINE_AFTER: u32 = 5;
 /// First retry delay after a reconciler's failure; doubles per consecutive failure.
-pub const BACKOFF_BASE: Duration = Duration::from_millis(500);
+pub(crate) const BACKOFF_BASE: Duration = Duration::from_millis(500);
 /// The longest retry delay.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// How a kind of plugin loop treats failures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Policy {
+pub(crate) struct Policy {
     /// Failures in a row before quarantine; `None` never quarantines.
     pub quarantine_after: Option<u32>,
     /// The delay after the first failure in a row; doubles with each further one.
@@ -104,7 +104,7 @@ pub enum Next {
 
 /// Failures in a row of one plugin, judged by a [`Policy`].
 #[derive(Debug, Clone)]
-pub struct Failures {
+pub(crate) struct Failures {
     /// The rules.
     policy: Policy,
     /// Failures since the last success.
@@ -164,7 +164,7 @@ impl Failures {
 /// A term held at least this long was no churn: its work ran, and the lease's next give-up
 /// starts the backoff afresh. The longest backoff, so that a command failing at that pace is
 /// still backed off to it.
-pub const STEADY_TERM: Duration = BACKOFF_MAX;
+pub(crate) const STEADY_TERM: Duration = BACKOFF_MAX;
 
 /// Terms whose bound work (a process, a service's activate) gave the lease up soon after it was
 /// taken, in a row: this replica then waits before campaigning again, 0.5 s after the first such
@@ -172,7 +172,7 @@ pub const STEADY_TERM: Duration = BACKOFF_MAX;
 /// a step-down's poll. A lone replica with a command that exits at once would otherwise take, and
 /// spend, an epoch at every poll; with others, they get the lease meanwhile.
 #[derive(Debug, Clone, Default)]
-pub struct Churn {
+pub(crate) struct Churn {
     /// Short terms given up in a row.
     in_a_row: u32,
 }

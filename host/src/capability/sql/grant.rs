@@ -72,13 +72,13 @@ impl std::fmt::Debug for SqlGrant {
 /// `set_config(…, false)` or in a `DO` block (the role among them; `RESET` goes back to what the
 /// connection was opened with, the host's timeouts included), session advisory locks, `LISTEN`,
 /// temporary tables and sequences' cached values. The host's own prepared statements are kept.
-pub const CLEAN_SESSION: &str = "CLOSE ALL; RESET ALL; SELECT pg_catalog.pg_advisory_unlock_all(); UNLISTEN *; DISCARD TEMP; DISCARD SEQUENCES";
+pub(crate) const CLEAN_SESSION: &str = "CLOSE ALL; RESET ALL; SELECT pg_catalog.pg_advisory_unlock_all(); UNLISTEN *; DISCARD TEMP; DISCARD SEQUENCES";
 
 /// How long a fenced session may sit inside a transaction without sending anything. The host's
 /// own transactions never pause between statements, so only a frozen holder (SIGSTOP, a paused
 /// VM) reaches it; the server then ends the session, which releases the lease row for the next
 /// holder's campaign.
-pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl SqlGrant {
     /// Resolves `spec` for `plugin`, reading the URL with `env_lookup` (the process environment in

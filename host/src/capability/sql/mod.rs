@@ -27,5 +27,5 @@ pub mod grant;
 pub mod guard;
 pub mod value;
 
-pub use grant::{CLEAN_SESSION, IDLE_IN_TRANSACTION_TIMEOUT, SqlGrant};
+pub use grant::SqlGrant;
 pub use value::{Rows, SqlValue, Statement};

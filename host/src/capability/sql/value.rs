@@ -39,7 +39,7 @@ pub const MAX_CALL_BYTES: usize = 4 << 20;
 /// Statements per transaction: each is a round trip while the transaction holds its row locks,
 /// and a reconcile batch needs tens; a larger one is several transactions, or one statement
 /// over arrays. More is `too-large`.
-pub const MAX_STATEMENTS: usize = 1_000;
+pub(crate) const MAX_STATEMENTS: usize = 1_000;
 
 /// A parameter or column value (the WIT `sql.value`).
 #[derive(Debug, Clone, PartialEq)]
@@ -73,7 +73,7 @@ impl SqlValue {
 }
 
 /// Bytes a result row takes in host memory: its vector and its values.
-pub fn row_size(row: &[SqlValue]) -> usize {
+pub(crate) fn row_size(row: &[SqlValue]) -> usize {
     std::mem::size_of::<Vec<SqlValue>>() + row.iter().map(SqlValue::size).sum::<usize>()
 }
 
@@ -84,7 +84,7 @@ fn statement_size(sql: &str, params: &[SqlValue]) -> usize {
 
 /// Refuses a call whose statements exceed [`MAX_STATEMENTS`] or whose SQL and parameters take
 /// more than [`MAX_CALL_BYTES`] of host memory, before anything of it is copied again.
-pub fn check_call<'a>(
+pub(crate) fn check_call<'a>(
     statements: impl ExactSizeIterator<Item = (&'a str, &'a [SqlValue])>,
 ) -> Result<(), CapabilityError> {
     let count = statements.len();
@@ -142,7 +142,7 @@ pub fn arguments(params: &[SqlValue]) -> Result<PgArguments, CapabilityError> {
 }
 
 /// The values of `row`, in column order.
-pub fn decode_row(row: &PgRow) -> Result<Vec<SqlValue>, CapabilityError> {
+pub(crate) fn decode_row(row: &PgRow) -> Result<Vec<SqlValue>, CapabilityError> {
     (0..row.len())
         .map(|i| {
             let raw = row

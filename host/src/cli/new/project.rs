@@ -46,7 +46,7 @@ pub(super) fn render(template: &str, vars: &[(&str, &str)]) -> Result<String, St
 
 /// Every file of the project `name` in `lang` for `world`; `sdk` is the SDK a Rust project
 /// depends on.
-pub fn project(
+pub(crate) fn project(
     name: &str,
     lang: Lang,
     world: World,

@@ -11,11 +11,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::spec::ProjectFile;
 
 /// Where the copy goes in the project (the SDK's `../../wit` is then the project's `wit/`).
-pub const SDK_DIR: &str = "sdk/leasehold-guest";
+pub(crate) const SDK_DIR: &str = "sdk/leasehold-guest";
 
 /// The SDK's sources, as in `guests/leasehold-guest/src/`. A test checks that this is every
 /// file there.
-pub const SDK_SOURCES: [(&str, &str); 11] = [
+pub(crate) const SDK_SOURCES: [(&str, &str); 11] = [
     (
         "lib.rs",
         include_str!("../../../../guests/leasehold-guest/src/lib.rs"),
@@ -64,13 +64,13 @@ pub const SDK_SOURCES: [(&str, &str); 11] = [
 
 /// The SDK's own manifest, standing alone: the checkout's inherits from the guests' workspace.
 /// A test checks its wit-bindgen line against that workspace's.
-pub const SDK_MANIFEST: &str = include_str!("../../../templates/rust/sdk-Cargo.toml");
+pub(crate) const SDK_MANIFEST: &str = include_str!("../../../templates/rust/sdk-Cargo.toml");
 
 /// The guests' lock file, which the project's lock is cut from.
 const GUESTS_LOCK: &str = include_str!("../../../../guests/Cargo.lock");
 
 /// The SDK's files for the project.
-pub fn sdk_files() -> Vec<ProjectFile> {
+pub(crate) fn sdk_files() -> Vec<ProjectFile> {
     let mut files = vec![ProjectFile {
         path: format!("{SDK_DIR}/Cargo.toml"),
         text: SDK_MANIFEST.to_string(),
@@ -102,7 +102,7 @@ struct Package {
 
 /// The project `name`'s `Cargo.lock`: the project, the SDK and every package the SDK reaches in
 /// the guests' lock, written as cargo writes it, so that cargo keeps it as it is.
-pub fn project_lock(name: &str) -> Result<String, String> {
+pub(crate) fn project_lock(name: &str) -> Result<String, String> {
     let all = parse(GUESTS_LOCK)?;
     let find = |dep: &str| -> Result<&Package, String> {
         let mut words = dep.splitn(3, ' ');

@@ -26,7 +26,7 @@ pub(super) const JS_TOOLS_LOCK: &str =
 
 /// Flags of `leasehold new`.
 #[derive(Debug, Args)]
-pub struct NewArgs {
+pub(crate) struct NewArgs {
     /// The plugin's name: lowercase letters, digits and '-', starting with a letter, at most 64
     /// characters. The project directory, NAME.wasm and its manifest NAME.toml are named after it.
     pub name: String,
@@ -47,7 +47,7 @@ pub struct NewArgs {
 
 /// The languages a project can be written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Lang {
+pub(crate) enum Lang {
     /// Rust, with the leasehold-guest SDK; built with cargo for wasm32-wasip2.
     Rust,
     /// Python, built with componentize-py.
@@ -69,7 +69,7 @@ impl Lang {
 
 /// The worlds of `wit/plugin.wit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum World {
+pub(crate) enum World {
     /// Called on a schedule while its replica holds the lease.
     Reconciler,
     /// A reconciler that is also called for PostgreSQL notifications.
@@ -91,7 +91,7 @@ impl World {
 
 /// One file of a project.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProjectFile {
+pub(crate) struct ProjectFile {
     /// Its path inside the project directory.
     pub path: String,
     /// Its contents.
@@ -102,7 +102,7 @@ pub struct ProjectFile {
 
 /// Checks a plugin name: the plugin directory's rule ([`crate::plugin::name`]), and none a
 /// language would trip over (a Rust keyword, a Python module the plugin would hide).
-pub fn check_name(name: &str, lang: Lang) -> anyhow::Result<()> {
+pub(crate) fn check_name(name: &str, lang: Lang) -> anyhow::Result<()> {
     if let Err(reason) = crate::plugin::name::check(name) {
         bail!("invalid plugin name {name:?}: {reason}");
     }

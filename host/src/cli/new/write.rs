@@ -11,7 +11,7 @@ use super::sdk;
 use super::spec::*;
 
 /// `leasehold new`: writes the project, then says what to do next.
-pub fn run(args: NewArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: NewArgs) -> anyhow::Result<ExitCode> {
     check_name(&args.name, args.lang)?;
     // `new x` says `x`, not `./x`.
     let target = if args.dir == Path::new(".") {

@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::metrics::{Metrics, ProcessMetrics};
-use crate::supervisor::{ProcessKind, ProcessState, ProcessStatus, StatusBoard};
+use crate::supervisor::status::process::ProcessKind;
+use crate::supervisor::{ProcessState, ProcessStatus, StatusBoard};
 
 /// Where the task running one process under one lease writes what it does.
 #[derive(Debug, Clone)]
-pub struct ProcessCard {
+pub(crate) struct ProcessCard {
     /// The board the card is on.
     board: StatusBoard,
     /// The counts behind `/metrics`.

@@ -26,9 +26,10 @@ use crate::process::handle::{Kept, LATE_READ, monotonic_ns_at, since};
 use crate::process::protocol::{Ended, Report, Timed, Why};
 use crate::supervisor::failure::{Cancel, Failure};
 use crate::supervisor::policy::{BACKOFF_BASE, BACKOFF_MAX, Churn, Failures, Policy, Step};
+use crate::supervisor::status::process::ProcessKind;
 use crate::supervisor::terms::each_term;
 use crate::supervisor::work::{Work, drive};
-use crate::supervisor::{ProcessKind, ProcessState, StatusBoard};
+use crate::supervisor::{ProcessState, StatusBoard};
 
 /// Runs `bound` on every term of its lease (or of each shard of its group) until `shutdown`.
 /// Its output goes to the log at a plugin's rate, one bucket for all of its runs.

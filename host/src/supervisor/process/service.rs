@@ -38,8 +38,9 @@ use crate::process::bound::KILL_MARGIN;
 use crate::process::handle::{Kept, LATE_READ, Spec, monotonic_ns_at, since};
 use crate::process::protocol::{Ended, Mode, Report, Why};
 use crate::process::service::{BoundService, Health};
+use crate::supervisor::StatusBoard;
+use crate::supervisor::status::process::ProcessKind;
 use crate::supervisor::terms::each_term;
-use crate::supervisor::{ProcessKind, StatusBoard};
 
 /// Follows `service`'s lease until `shutdown`.
 pub async fn follow(

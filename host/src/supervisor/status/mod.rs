@@ -9,4 +9,4 @@ pub mod board;
 pub mod process;
 
 pub use board::{PluginCard, PluginState, PluginStatus, StatusBoard};
-pub use process::{ProcessKind, ProcessState, ProcessStatus, how_it_ended};
+pub use process::{ProcessState, ProcessStatus, how_it_ended};
