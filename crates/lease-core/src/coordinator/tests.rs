@@ -9,11 +9,13 @@
 //! most cross `coordinator.rs`, `coordinator/due.rs` and `coordinator/renewal.rs`.
 //!
 //! - `campaign`: standbys campaigning: won, lost, failed, held off, jittered, locked out;
+//! - `notices`: another replica's release notice, and a resubscribed listener;
 
 use super::*;
 use crate::DbMillis;
 
 mod campaign;
+mod notices;
 
 /// Where a test's clock starts: far enough from the origin that instants before it still exist.
 fn start() -> Instant {
@@ -1042,54 +1044,6 @@ fn step_down_of_a_lease_not_held_does_nothing() {
     );
     assert_eq!(c.next_deadline(), before);
     assert_eq!(c.view("a"), Some((Role::Standby, None)));
-}
-
-#[test]
-fn released_elsewhere_makes_a_standby_campaign_at_once() {
-    let t0 = start();
-    let mut c = coordinator(&["a", "b"], t0);
-    c.step(Event::Tick, t0);
-    c.step(campaigned(&[], &[("a", None), ("b", None)]), t0 + ms(5));
-    let fx = c.step(Event::ReleasedElsewhere { lease: "a".into() }, t0 + ms(100));
-    assert_eq!(campaigns(&fx), ["a"]);
-    // An unknown lease is ignored.
-    assert!(
-        c.step(
-            Event::ReleasedElsewhere {
-                lease: "zzz".into()
-            },
-            t0 + ms(101)
-        )
-        .is_empty()
-    );
-    // A campaign already in flight is not doubled.
-    assert!(
-        c.step(Event::ReleasedElsewhere { lease: "a".into() }, t0 + ms(102))
-            .is_empty()
-    );
-}
-
-#[test]
-fn released_elsewhere_leaves_a_held_lease_alone() {
-    let t0 = start();
-    let mut c = leader("a", 1, t0, ms(10));
-    let fx = c.step(Event::ReleasedElsewhere { lease: "a".into() }, t0 + ms(100));
-    assert!(fx.is_empty(), "{fx:?}");
-    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
-}
-
-#[test]
-fn resubscribed_makes_every_standby_campaign_at_once() {
-    let t0 = start();
-    let mut c = coordinator(&["a", "b", "c"], t0);
-    c.step(Event::Tick, t0);
-    c.step(
-        campaigned(&[("b", 1)], &[("a", None), ("c", None)]),
-        t0 + ms(5),
-    );
-    let fx = c.step(Event::Resubscribed, t0 + ms(100));
-    assert_eq!(campaigns(&fx), ["a", "c"]);
-    assert_eq!(c.view("b"), Some((Role::Leader, Some(1))));
 }
 
 #[test]
