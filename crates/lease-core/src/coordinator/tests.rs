@@ -146,8 +146,8 @@ fn req(name: &str, epoch: Epoch) -> RenewRequest {
     }
 }
 
-/// The answer to a campaign for `lease` alone, without a reading of the database clock (see
-/// `clock_*` tests for those); lost without a known wait.
+/// The answer to a campaign for `lease` alone, without a reading of the database clock (the
+/// `clock_step` tests build those); lost without a known wait.
 fn campaign_done(lease: &str, result: Result<Option<Epoch>, String>) -> Event {
     Event::CampaignDone {
         result: result.map(|epoch| match epoch {
