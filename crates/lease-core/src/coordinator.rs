@@ -22,11 +22,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::instant::Instant;
+use rand::SeedableRng;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 
 use super::clock::ClockWatch;
 use super::timing::Timing;
+use crate::backoff::{Backoff, JITTER, spread};
 use crate::buggify::{Planted, planted};
 use crate::record::{CampaignedMany, Epoch, RenewRequest, Renewed, RenewedOne};
 pub use crate::role::EndReason;
@@ -685,8 +686,7 @@ impl Coordinator {
     /// `now + interval`, plus up to 20% jitter so that standbys started together do not
     /// campaign in lockstep.
     fn jittered(&mut self, now: Instant, interval: Duration) -> Instant {
-        let jitter = interval.mul_f64(self.rng.random_range(0.0..0.2));
-        now + interval + jitter
+        now + spread(interval, JITTER, &mut self.rng)
     }
 
     /// How long to wait after the latest of [`Campaigning::failed_in_a_row`] failed campaigns:
@@ -698,8 +698,7 @@ impl Coordinator {
     fn campaign_backoff(&self) -> Duration {
         let first = self.timing.retry_interval;
         let cap = (self.timing.poll_interval / 4).max(first);
-        let doublings = self.campaigning.failed_in_a_row.saturating_sub(1).min(16);
-        first.saturating_mul(1 << doublings).min(cap)
+        Backoff::new(first, cap).delay(self.campaigning.failed_in_a_row)
     }
 
     /// When a standby that lost a lease campaigns for it again: just after the database said it

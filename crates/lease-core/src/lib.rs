@@ -11,19 +11,21 @@
 //!
 //! 1. [`buggify`]: fault points and planted bugs, compiled only for the simulator;
 //! 2. [`text`]: durations, driver messages and outside text as people read them;
-//! 3. [`epoch`]: the fencing token;
-//! 4. [`name`]: lease names;
-//! 5. [`timing`]: the ttl and the intervals derived from it, and how they must relate;
-//! 6. [`identity`]: the holder id, and the replica id it starts with;
-//! 7. [`history`]: the terms of each lease as the cluster recorded them, for display;
-//! 8. [`protocol`]: the safety rules this release follows, as a number the schema may require;
-//! 9. [`record`]: what the stores return: rows, campaign and renewal outcomes, release notices;
-//! 10. [`instant`]: the coordinator's instants, plain time since an origin its driver chose;
-//! 11. [`clock`]: watching the database's clock for steps;
-//! 12. [`role`]: a replica's role in a lease, and why a term ended;
-//! 13. [`coordinator`]: the state machine, one `step(event, now)` for all leases;
-//! 14. [`groups`]: lease groups' fair shares and who hands which shard to whom.
+//! 3. [`backoff`]: the one backoff of every retry, its jitter drawn from a seeded generator;
+//! 4. [`epoch`]: the fencing token;
+//! 5. [`name`]: lease names;
+//! 6. [`timing`]: the ttl and the intervals derived from it, and how they must relate;
+//! 7. [`identity`]: the holder id, and the replica id it starts with;
+//! 8. [`history`]: the terms of each lease as the cluster recorded them, for display;
+//! 9. [`protocol`]: the safety rules this release follows, as a number the schema may require;
+//! 10. [`record`]: what the stores return: rows, campaign and renewal outcomes, release notices;
+//! 11. [`instant`]: the coordinator's instants, plain time since an origin its driver chose;
+//! 12. [`clock`]: watching the database's clock for steps;
+//! 13. [`role`]: a replica's role in a lease, and why a term ended;
+//! 14. [`coordinator`]: the state machine, one `step(event, now)` for all leases;
+//! 15. [`groups`]: lease groups' fair shares and who hands which shard to whom.
 
+pub mod backoff;
 pub mod buggify;
 pub mod clock;
 pub mod coordinator;

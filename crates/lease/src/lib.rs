@@ -29,8 +29,8 @@
 //! This file opens a store from its URL ([`open_store`]); the stores use [`server_budget`].
 
 pub use leasehold_lease_core::{
-    buggify, clock, coordinator, epoch, groups, history, identity, instant, name, protocol, record,
-    role, text, timing,
+    backoff, buggify, clock, coordinator, epoch, groups, history, identity, instant, name,
+    protocol, record, role, text, timing,
 };
 
 pub mod driver;

@@ -17,23 +17,23 @@
 use std::time::Duration;
 
 use super::failure::{Cancel, Failure};
+use crate::lease::backoff::Backoff;
 
 /// Consecutive failures before a reconciler is quarantined until its next term or a new file.
 pub(crate) const QUARANTINE_AFTER: u32 = 5;
-/// First retry delay after a reconciler's failure; doubles per consecutive failure.
-pub(crate) const BACKOFF_BASE: Duration = Duration::from_millis(500);
-/// The longest retry delay.
-pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// The waits after a reconciler's (or a process's) failures in a row: 0.5 s, doubling, at most
+/// 30 s. No jitter: each plugin backs off on its own schedule already, and a test can tell the
+/// waits.
+pub(crate) const BACKOFF: Backoff =
+    Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
 
 /// How a kind of plugin loop treats failures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Policy {
     /// Failures in a row before quarantine; `None` never quarantines.
     pub quarantine_after: Option<u32>,
-    /// The delay after the first failure in a row; doubles with each further one.
-    pub backoff_base: Duration,
-    /// The longest delay.
-    pub backoff_max: Duration,
+    /// The waits after failures in a row.
+    pub backoff: Backoff,
 }
 
 impl Policy {
@@ -41,8 +41,7 @@ impl Policy {
     /// row (a plugin that keeps failing must not keep burning the host's time).
     pub const RECONCILER: Policy = Policy {
         quarantine_after: Some(QUARANTINE_AFTER),
-        backoff_base: BACKOFF_BASE,
-        backoff_max: BACKOFF_MAX,
+        backoff: BACKOFF,
     };
 
     /// Health checks: retried on their own `interval`, never quarantined (a failing check is the
@@ -50,17 +49,8 @@ impl Policy {
     pub fn health_check(interval: Duration) -> Policy {
         Policy {
             quarantine_after: None,
-            backoff_base: interval,
-            backoff_max: interval,
+            backoff: Backoff::new(interval, interval),
         }
-    }
-
-    /// The delay before retrying after `failures` consecutive failures.
-    pub fn backoff(&self, failures: u32) -> Duration {
-        let factor = 1u32 << failures.saturating_sub(1).min(16);
-        self.backoff_base
-            .saturating_mul(factor)
-            .min(self.backoff_max)
     }
 }
 
@@ -152,7 +142,7 @@ impl Failures {
                     Next::Quarantine
                 } else {
                     Next::Retry {
-                        after: self.policy.backoff(self.count),
+                        after: self.policy.backoff.delay(self.count),
                         fresh: failure.needs_fresh_start(),
                     }
                 }
@@ -164,7 +154,7 @@ impl Failures {
 /// A term held at least this long was no churn: its work ran, and the lease's next give-up
 /// starts the backoff afresh. The longest backoff, so that a command failing at that pace is
 /// still backed off to it.
-pub(crate) const STEADY_TERM: Duration = BACKOFF_MAX;
+pub(crate) const STEADY_TERM: Duration = BACKOFF.max;
 
 /// Terms whose bound work (a process, a service's activate) gave the lease up soon after it was
 /// taken, in a row: this replica then waits before campaigning again, 0.5 s after the first such
@@ -185,7 +175,7 @@ impl Churn {
             self.in_a_row = 0;
         }
         self.in_a_row = self.in_a_row.saturating_add(1);
-        Policy::RECONCILER.backoff(self.in_a_row)
+        BACKOFF.delay(self.in_a_row)
     }
 }
 
@@ -201,10 +191,10 @@ mod tests {
     #[test]
     fn backoff_doubles_up_to_the_cap() {
         let p = Policy::RECONCILER;
-        assert_eq!(p.backoff(1), Duration::from_millis(500));
-        assert_eq!(p.backoff(2), Duration::from_secs(1));
-        assert_eq!(p.backoff(4), Duration::from_secs(4));
-        assert_eq!(p.backoff(40), BACKOFF_MAX);
+        assert_eq!(p.backoff.delay(1), Duration::from_millis(500));
+        assert_eq!(p.backoff.delay(2), Duration::from_secs(1));
+        assert_eq!(p.backoff.delay(4), Duration::from_secs(4));
+        assert_eq!(p.backoff.delay(40), BACKOFF.max);
     }
 
     #[test]
@@ -351,7 +341,7 @@ mod tests {
             assert_eq!(
                 f.after(Step::Call, Err(&returned())),
                 Next::Retry {
-                    after: BACKOFF_BASE,
+                    after: BACKOFF.base,
                     fresh: false
                 }
             );

@@ -10,12 +10,15 @@ use sqlx::postgres::{PgConnection, PgListener, PgNotification, PgPool};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, field, info, warn};
 
-/// The first wait after a failed subscription: a connection that dropped is usually back at once.
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+use crate::backoff::{Backoff, JITTER};
 
-/// The longest wait between attempts: notifications sent meanwhile are lost, so a database that
-/// is back must be heard again within seconds (standbys and plugins poll as a fallback).
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// The waits between failed subscriptions: 0.1 s at first, as a connection that dropped is usually
+/// back at once; at most 5 s, as notifications sent meanwhile are lost and a database that is
+/// back must be heard again within seconds (standbys and plugins poll as a fallback). Spread as
+/// campaigns are: replicas that lost the server together do not all come back to it in the same
+/// millisecond.
+const BACKOFF: Backoff =
+    Backoff::new(Duration::from_millis(100), Duration::from_secs(5)).with_jitter(JITTER);
 
 /// How often a run of failed attempts is summed up in the log: the first is warned, then one
 /// line per this long, then one when it listens again; each attempt is at debug level.
@@ -57,8 +60,6 @@ pub struct Subscription {
     logs: Logs,
     /// The established listener, while there is one.
     listener: Option<PgListener>,
-    /// The wait after the next failed attempt.
-    backoff: Duration,
     /// Whether a subscription was established before (so the next one is a resubscription).
     subscribed_before: bool,
     /// The run of failed attempts under way: when it began, how many, when it was last summed up.
@@ -80,7 +81,6 @@ impl Subscription {
             stop,
             logs,
             listener: None,
-            backoff: FIRST_BACKOFF,
             subscribed_before: false,
             failing: None,
         }
@@ -133,7 +133,6 @@ impl Subscription {
                             if let Some(listening) = self.logs.listening {
                                 debug!(database, channels = ?self.channels, "{listening}");
                             }
-                            self.backoff = FIRST_BACKOFF;
                             if std::mem::replace(&mut self.subscribed_before, true) {
                                 return Some(Received::Resubscribed);
                             }
@@ -142,13 +141,10 @@ impl Subscription {
                         Err(error) => error,
                     },
                 };
-                // Plus up to 20% jitter, as campaigns have: replicas that lost the server together
-                // do not all come back to it in the same millisecond. PostgreSQL is never
-                // simulated, so the system's entropy will do.
+                // PostgreSQL is never simulated, so the system's entropy will do.
                 let mut rng = crate::seams::Seams::system().rng("listen");
-                let retry_in = self
-                    .backoff
-                    .mul_f64(1.0 + rand::Rng::random_range(&mut rng, 0.0..0.2));
+                let failures = self.failing.map_or(1, |(_, attempts, _)| attempts + 1);
+                let retry_in = BACKOFF.jittered(failures, &mut rng);
                 let now = crate::seams::now();
                 match &mut self.failing {
                     None => {
@@ -170,7 +166,6 @@ impl Subscription {
                     _ = self.stop.cancelled() => return None,
                     _ = tokio::time::sleep(retry_in) => {}
                 }
-                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
                 continue;
             };
             let received = tokio::select! {

@@ -25,7 +25,7 @@ use crate::process::bound::{BoundProcess, KILL_MARGIN, OnExit, signal_name};
 use crate::process::handle::{Kept, LATE_READ, monotonic_ns_at, since};
 use crate::process::protocol::{Ended, Report, Timed, Why};
 use crate::supervisor::failure::{Cancel, Failure};
-use crate::supervisor::policy::{BACKOFF_BASE, BACKOFF_MAX, Churn, Failures, Policy, Step};
+use crate::supervisor::policy::{BACKOFF, Churn, Failures, Policy, Step};
 use crate::supervisor::status::process::ProcessKind;
 use crate::supervisor::terms::each_term;
 use crate::supervisor::work::{Work, drive};
@@ -213,13 +213,11 @@ impl Exec {
         let policy = match self.bound.on_exit {
             OnExit::Release => Policy {
                 quarantine_after: Some(1),
-                backoff_base: BACKOFF_BASE,
-                backoff_max: BACKOFF_MAX,
+                backoff: BACKOFF,
             },
             OnExit::Restart => Policy {
                 quarantine_after: Some(self.bound.max_failures),
-                backoff_base: BACKOFF_BASE,
-                backoff_max: BACKOFF_MAX,
+                backoff: BACKOFF,
             },
         };
         let mut failures = Failures::new(policy);
