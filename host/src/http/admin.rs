@@ -19,24 +19,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tokio::runtime::Handle;
-use tokio::sync::{Semaphore, mpsc};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::Semaphore;
 use tracing::warn;
 
+use super::bridge::{LeaseLoop, OnLoop};
 use crate::lease::handoff::{self, HandoffError, Outcome};
-use crate::lease::history::TermRecord;
-use crate::lease::store::{
-    CampaignedMany, GroupView, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest, Renewed,
-    RenewedOne,
-};
-use crate::lease::{Epoch, LeaseName, Leases, StoreError};
+use crate::lease::{LeaseName, StoreError};
 use crate::report::escape_controls;
 
 /// The admin API's path; everything under it is the admin tree.
@@ -326,7 +319,7 @@ pub(crate) struct Admin {
     /// One permit per request answered at once.
     slots: Semaphore,
     /// The lease store, its calls run on the lease loop's runtime.
-    store: OnRuntime,
+    store: OnLoop,
     /// The longest a store call of the lease protocol may take: bounds each of the API's.
     store_timeout: Duration,
     /// Requests refused for want of the token, counted for the log.
@@ -334,17 +327,14 @@ pub(crate) struct Admin {
 }
 
 impl Admin {
-    /// The admin API of the replica `leases`, with `token`. Call it on the lease loop's runtime:
-    /// the store calls run there.
-    pub fn new(token: AdminToken, leases: &Leases) -> Admin {
+    /// The admin API of the replica `lease_loop` serves, with `token`: its store calls run on
+    /// the lease loop.
+    pub fn new(token: AdminToken, lease_loop: &LeaseLoop) -> Admin {
         Admin {
             token,
             slots: Semaphore::new(MAX_IN_FLIGHT),
-            store: OnRuntime {
-                store: leases.store().clone(),
-                runtime: Handle::current(),
-            },
-            store_timeout: leases.timing().store_timeout,
+            store: lease_loop.store(),
+            store_timeout: lease_loop.leases().timing().store_timeout,
             refusals: Refusals::default(),
         }
     }
@@ -663,150 +653,6 @@ async fn handoff(admin: &Admin, asked: Asking, from: &str) -> Response {
     };
     warn!(lease = %lease, from = %from, holder = %holder, epoch = asked.epoch, status = status.as_u16(), outcome = %body["to"].as_str().map_or_else(|| "not handed over".to_string(), |to| format!("to {} at epoch {}", escape_controls(to), body["to_epoch"])), "handoff over the admin API answered");
     answer(status, body)
-}
-
-/// The lease store with every call run on the runtime whose connections its pools hold (the
-/// lease loop's): a connection opened, or woken, from the HTTP thread's runtime would be tied to
-/// that runtime's reactor, which stops before the store is dropped.
-#[derive(Debug)]
-struct OnRuntime {
-    /// The store.
-    store: Arc<dyn LeaseStore>,
-    /// The runtime its calls run on.
-    runtime: Handle,
-}
-
-impl OnRuntime {
-    /// Runs `call` on the store's runtime and waits for it; a call that panicked or was
-    /// cancelled there is an unavailable store.
-    async fn run<T, F>(&self, call: impl FnOnce(Arc<dyn LeaseStore>) -> F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: Future<Output = Result<T, StoreError>> + Send + 'static,
-    {
-        self.runtime
-            .spawn(call(self.store.clone()))
-            .await
-            .map_err(|e| StoreError::Unavailable(format!("the store call ended early: {e}")))?
-    }
-}
-
-#[async_trait]
-impl LeaseStore for OnRuntime {
-    fn backend(&self) -> &'static str {
-        self.store.backend()
-    }
-
-    async fn campaign_many(
-        &self,
-        holder: &str,
-        names: &[String],
-        ttl: Duration,
-    ) -> Result<CampaignedMany, StoreError> {
-        let (holder, names) = (holder.to_string(), names.to_vec());
-        self.run(|s| async move { s.campaign_many(&holder, &names, ttl).await })
-            .await
-    }
-
-    async fn renew(&self, holder: &str, leases: &[RenewRequest]) -> Result<Renewed, StoreError> {
-        let (holder, leases) = (holder.to_string(), leases.to_vec());
-        self.run(|s| async move { s.renew(&holder, &leases).await })
-            .await
-    }
-
-    async fn renew_one(
-        &self,
-        holder: &str,
-        lease: &RenewRequest,
-        timeout: Duration,
-    ) -> Result<RenewedOne, StoreError> {
-        let (holder, lease) = (holder.to_string(), lease.clone());
-        self.run(|s| async move { s.renew_one(&holder, &lease, timeout).await })
-            .await
-    }
-
-    async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
-        let (name, holder) = (name.to_string(), holder.to_string());
-        self.run(|s| async move { s.release(&name, &holder, epoch).await })
-            .await
-    }
-
-    async fn release_many(
-        &self,
-        holder: &str,
-        leases: &[(String, Epoch)],
-    ) -> Result<Vec<String>, StoreError> {
-        let (holder, leases) = (holder.to_string(), leases.to_vec());
-        self.run(|s| async move { s.release_many(&holder, &leases).await })
-            .await
-    }
-
-    async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError> {
-        let name = name.to_string();
-        self.run(|s| async move { s.force_release(&name).await })
-            .await
-    }
-
-    async fn request_handoff(
-        &self,
-        name: &str,
-        to: Option<&str>,
-    ) -> Result<Option<LeaseRecord>, StoreError> {
-        let (name, to) = (name.to_string(), to.map(str::to_string));
-        self.run(|s| async move { s.request_handoff(&name, to.as_deref()).await })
-            .await
-    }
-
-    async fn get(&self, names: &[String]) -> Result<Vec<LeaseRecord>, StoreError> {
-        let names = names.to_vec();
-        self.run(|s| async move { s.get(&names).await }).await
-    }
-
-    async fn list(&self, after: Option<&str>, limit: u32) -> Result<Vec<LeaseRecord>, StoreError> {
-        let after = after.map(str::to_string);
-        self.run(|s| async move { s.list(after.as_deref(), limit).await })
-            .await
-    }
-
-    async fn terms(&self, names: &[String], per_lease: u32) -> Result<Vec<TermRecord>, StoreError> {
-        let names = names.to_vec();
-        self.run(|s| async move { s.terms(&names, per_lease).await })
-            .await
-    }
-
-    async fn heartbeat(
-        &self,
-        group: &str,
-        member: &str,
-        shards: &[String],
-        ttl: Duration,
-    ) -> Result<GroupView, StoreError> {
-        let (group, member, shards) = (group.to_string(), member.to_string(), shards.to_vec());
-        self.run(|s| async move { s.heartbeat(&group, &member, &shards, ttl).await })
-            .await
-    }
-
-    async fn members(&self) -> Result<Vec<crate::lease::MemberRecord>, StoreError> {
-        self.run(|s| async move { s.members().await }).await
-    }
-
-    async fn leave(&self, groups: &[String], member: &str) -> Result<(), StoreError> {
-        let (groups, member) = (groups.to_vec(), member.to_string());
-        self.run(|s| async move { s.leave(&groups, &member).await })
-            .await
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.run(|s| async move { s.ping().await }).await
-    }
-
-    fn listen_releases(
-        &self,
-        shutdown: CancellationToken,
-    ) -> Option<mpsc::Receiver<ReleaseNotice>> {
-        let _on = self.runtime.enter();
-        self.store.listen_releases(shutdown)
-    }
 }
 
 #[cfg(test)]

@@ -7,21 +7,24 @@
 //! Order (each module may use only those listed before it; `host/tests/layers.rs` checks):
 //!
 //! 1. [`status`]: `/status` in the host's types, read from the store or from this replica alone;
-//! 2. [`snapshot`]: what `/status` and `/readyz` know of the store: one shared read, refreshed at
+//! 2. [`bridge`]: the one bridge from the HTTP thread to the lease loop, where whatever the
+//!    endpoint asks of the store runs;
+//! 3. [`snapshot`]: what `/status` and `/readyz` know of the store: one shared read, refreshed at
 //!    most every 250 ms on connections of its own;
-//! 3. [`admin`]: the admin API (`POST /v1/admin/leases/{name}/handoff`), answering only when an
+//! 4. [`admin`]: the admin API (`POST /v1/admin/leases/{name}/handoff`), answering only when an
 //!    admin token is configured, and only to requests that carry it;
-//! 4. [`state`]: what the handlers read;
-//! 5. [`readiness`]: `/readyz/leases/{name}`, ready only while this replica holds that lease;
-//! 6. [`api`]: the lease API (`/v1/leases`, `/v1/leases/{name}`) for apps beside the host;
-//! 7. [`watch`]: `/v1/leases/{name}/watch`, a stream of a lease's terms;
-//! 8. [`guard`]: the server, bounded, answering only to its own names;
-//! 9. [`page`]: the live page, drawn from `/status`;
-//! 10. [`routes`]: the routes, and `/healthz`, `/readyz`, `/status` and `/metrics`;
-//! 11. [`thread`]: the endpoint's own thread and runtime.
+//! 5. [`state`]: what the handlers read;
+//! 6. [`readiness`]: `/readyz/leases/{name}`, ready only while this replica holds that lease;
+//! 7. [`api`]: the lease API (`/v1/leases`, `/v1/leases/{name}`) for apps beside the host;
+//! 8. [`watch`]: `/v1/leases/{name}/watch`, a stream of a lease's terms;
+//! 9. [`guard`]: the server, bounded, answering only to its own names;
+//! 10. [`page`]: the live page, drawn from `/status`;
+//! 11. [`routes`]: the routes, and `/healthz`, `/readyz`, `/status` and `/metrics`;
+//! 12. [`thread`]: the endpoint's own thread and runtime.
 
 pub mod admin;
 pub mod api;
+pub mod bridge;
 pub mod guard;
 pub mod page;
 pub mod readiness;

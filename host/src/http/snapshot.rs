@@ -20,11 +20,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::runtime::Handle;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::Status;
+use super::bridge::LeaseLoop;
 use crate::lease::groups::GroupStatus;
 use crate::lease::health::CallsFailing;
 use crate::lease::{Leadership, Leases, Role};
@@ -194,14 +194,15 @@ struct Inner {
     /// The last answer from this replica's own knowledge, while the store is slow: reused while
     /// it is fresh, so that a flood during an outage renders it once per change.
     local: Mutex<Option<Arc<Snapshot>>>,
-    /// The runtime refreshes run on: the lease loop's, whichever runtime serves HTTP.
-    runtime: Handle,
+    /// Where refreshes run: the lease loop, whichever runtime serves HTTP.
+    lease_loop: LeaseLoop,
 }
 
 impl Snapshots {
-    /// The snapshots of `leases` (and the statuses of `plugins`). Refreshes run on the runtime
-    /// this is called on.
-    pub fn new(leases: Arc<Leases>, plugins: Option<StatusBoard>) -> Snapshots {
+    /// The snapshots of the leases of `lease_loop` (and the statuses of `plugins`). Refreshes
+    /// run on the lease loop.
+    pub fn new(lease_loop: LeaseLoop, plugins: Option<StatusBoard>) -> Snapshots {
+        let leases = lease_loop.leases().clone();
         let roles = leases
             .lease_names()
             .filter_map(|name| leases.subscribe(name))
@@ -214,7 +215,7 @@ impl Snapshots {
                 refreshing: AtomicBool::new(false),
                 roles,
                 local: Mutex::new(None),
-                runtime: Handle::current(),
+                lease_loop,
             }),
         }
     }
@@ -330,7 +331,7 @@ impl Snapshots {
             return;
         }
         let (inner, roles_before) = (self.inner.clone(), self.current_roles());
-        self.inner.runtime.spawn(async move {
+        self.inner.lease_loop.spawn(async move {
             let began = Instant::now();
             let mut snapshot = Snapshot::new(super::status::status_of(&inner.leases).await, began);
             snapshot.roles_before = roles_before;
@@ -360,7 +361,7 @@ mod tests {
             ["leader".to_string()],
             CancellationToken::new(),
         );
-        let snapshots = Snapshots::new(leases.clone(), None);
+        let snapshots = Snapshots::new(LeaseLoop::here(leases.clone()), None);
         (driver, leases, snapshots)
     }
 

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::admin;
+use super::bridge::LeaseLoop;
 use super::snapshot::Snapshots;
 use crate::lease::Leases;
 use crate::metrics::Metrics;
@@ -18,6 +19,8 @@ pub struct AppState {
     pub plugins: Option<StatusBoard>,
     /// The metrics `/metrics` shows.
     pub metrics: Arc<Metrics>,
+    /// The lease loop, where whatever the endpoint asks of the store runs.
+    pub(crate) lease_loop: LeaseLoop,
     /// What `/status` and `/readyz` show of the store, shared by every request.
     pub(crate) snapshots: Snapshots,
     /// The admin API, when an admin token is configured; `None` answers 404 to its whole tree.
@@ -32,8 +35,10 @@ impl AppState {
         plugins: Option<StatusBoard>,
         metrics: Arc<Metrics>,
     ) -> AppState {
+        let lease_loop = LeaseLoop::here(leases.clone());
         AppState {
-            snapshots: Snapshots::new(leases.clone(), plugins.clone()),
+            snapshots: Snapshots::new(lease_loop.clone(), plugins.clone()),
+            lease_loop,
             leases,
             plugins,
             metrics,
@@ -44,7 +49,7 @@ impl AppState {
     /// Turns the admin API on, answering requests that carry `token`. Call it on the runtime
     /// the lease loop runs on, as [`AppState::new`]: the API's store calls run there.
     pub fn with_admin(mut self, token: admin::AdminToken) -> AppState {
-        self.admin = Some(Arc::new(admin::Admin::new(token, &self.leases)));
+        self.admin = Some(Arc::new(admin::Admin::new(token, &self.lease_loop)));
         self
     }
 }
