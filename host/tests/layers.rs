@@ -345,6 +345,36 @@ fn sibling_mentions(
 ) -> Vec<SiblingMention> {
     let (declared, reexports) = children(parent);
     let mut out = Vec::new();
+    for (at, own, path) in mentions_below(dir, files) {
+        let Some(named) = path.get(dir.len()) else {
+            continue;
+        };
+        let sibling = if declared.contains(named) {
+            named
+        } else if let Some(child) = reexports.get(named) {
+            child
+        } else {
+            continue;
+        };
+        if sibling != own && sibling != "tests" {
+            out.push(SiblingMention {
+                own: own.to_string(),
+                sibling: sibling.clone(),
+                at: format!("{at}: as `{}`", path.join("::")),
+            });
+        }
+    }
+    out
+}
+
+/// Every mention, made in a module below `dir` (but in a child named `tests`, which tests its
+/// parent), of a path below `dir`: `file:line`, the child of `dir` the mention is made in, and
+/// the path.
+fn mentions_below<'a>(
+    dir: &[String],
+    files: &'a [(String, Vec<String>, String)],
+) -> Vec<(String, &'a str, Vec<String>)> {
+    let mut out = Vec::new();
     for (name, module, text) in files {
         let Some(own) = module.get(dir.len()).filter(|_| module.starts_with(dir)) else {
             continue;
@@ -353,23 +383,8 @@ fn sibling_mentions(
             continue;
         }
         for (line, path) in mentions(text, module) {
-            if path.len() <= dir.len() || !path.starts_with(dir) {
-                continue;
-            }
-            let named = &path[dir.len()];
-            let sibling = if declared.contains(named) {
-                named
-            } else if let Some(child) = reexports.get(named) {
-                child
-            } else {
-                continue;
-            };
-            if sibling != own && sibling != "tests" {
-                out.push(SiblingMention {
-                    own: own.clone(),
-                    sibling: sibling.clone(),
-                    at: format!("{name}:{line}: as `{}`", path.join("::")),
-                });
+            if path.starts_with(dir) {
+                out.push((format!("{name}:{line}"), own.as_str(), path));
             }
         }
     }
@@ -392,25 +407,14 @@ fn parent_items_named(
         .map(|(_, name)| name)
         .collect();
     let mut out = Vec::new();
-    for (name, module, text) in files {
-        let Some(own) = module.get(dir.len()).filter(|_| module.starts_with(dir)) else {
-            continue;
-        };
-        if own == "tests" {
+    for (at, own, path) in mentions_below(dir, files) {
+        let named = path.get(dir.len());
+        if named.is_some_and(|n| n == own || declared.contains(n) || reexports.contains(n)) {
             continue;
         }
-        for (line, path) in mentions(text, module) {
-            if !path.starts_with(dir) || path.starts_with(&module[..=dir.len()]) {
-                continue;
-            }
-            let named = path.get(dir.len());
-            if named.is_some_and(|n| declared.contains(n) || reexports.contains(n)) {
-                continue;
-            }
-            let said = format!("{name}:{line}: as `{}`", path.join("::"));
-            if !out.contains(&said) {
-                out.push(said);
-            }
+        let said = format!("{at}: as `{}`", path.join("::"));
+        if !out.contains(&said) {
+            out.push(said);
         }
     }
     out
