@@ -37,10 +37,10 @@ run: build guests
 # harness starts itself unless DATABASE_URL is set), the process tests and the plugin tests with
 # real compiled guests; then the guests' own unit tests, natively (the SDK, its testing fakes,
 # the examples' logic).
-# The mixed-version test (tests/tests/upgrades.rs) runs the previous release beside this build:
-# scripts/build-release.sh builds it from the repository's history, once.
-# The container tests (tests/tests/containers.rs, compose.rs) build the image from the dev binary
-# with scripts/image.sh and run it with podman, which the first line installs.
+# The mixed-version test (tests/tests/deployment/upgrades.rs) runs the previous release beside this
+# build: scripts/build-release.sh builds it from the repository's history, once.
+# The container tests (tests/tests/deployment/containers.rs, compose.rs) build the image from the
+# dev binary with scripts/image.sh and run it with podman, which the first line installs.
 # Then the lease simulator: 20,000 seeds (a sample of them replayed for the same hash) and every
 # planted bug, which must be caught. The simulator builds apart from the rest (`--exclude`): its
 # fault points are compiled into the lease crates only for it, never into the binary the other
@@ -107,8 +107,8 @@ bench-release: guests
 
 # The fault suite in full: black-hole partitions, PostgreSQL restarts, primary failover, clock
 # jumps and a slow database, 20 trials each against real hosts, judged from the recorded history
-# (`tests/tests/chaos.rs` runs 2 of each in `make test`). CHAOS_TRIALS, CHAOS_TTL and CHAOS_FAULT
-# (a substring of a fault's name) change the run. About half an hour on two cores.
+# (`tests/tests/leases/chaos.rs` runs 2 of each in `make test`). CHAOS_TRIALS, CHAOS_TTL and
+# CHAOS_FAULT (a substring of a fault's name) change the run. About half an hour on two cores.
 chaos: build guests
 	$(CARGO) build -p leasehold-tests --bins
 	RUST_BACKTRACE=0 target/debug/chaos
@@ -122,7 +122,7 @@ guests: deps
 # between two hosts on PostgreSQL (a plugin running on the new holder) saves its page there.
 screenshot: build guests
 	mkdir -p docs
-	LEASEHOLD_PAGE_SCREENSHOT=$(CURDIR)/docs/page.png $(CARGO) test -p leasehold-tests --test page -- --exact the_page_shows_the_new_holder_epoch_and_why_within_2_s_of_a_real_handoff --nocapture
+	LEASEHOLD_PAGE_SCREENSHOT=$(CURDIR)/docs/page.png $(CARGO) test -p leasehold-tests --test http -- --exact page::the_page_shows_the_new_holder_epoch_and_why_within_2_s_of_a_real_handoff --nocapture
 
 # The image operators run: examples/docker/Dockerfile, tagged leasehold:latest and
 # leasehold:VERSION, with podman (installed if missing). Where no registry is reachable it makes

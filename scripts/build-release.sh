@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the host binary of an earlier release from this repository's own history, for the
-# mixed-version test (tests/tests/mixed_versions.rs), into target/releases/VERSION/leasehold.
+# mixed-version test (tests/tests/deployment/upgrades.rs), into target/releases/VERSION/leasehold.
 #
 #   scripts/build-release.sh             the release before this tree's version (CHANGELOG.md)
 #   scripts/build-release.sh VERSION     that release

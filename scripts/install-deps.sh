@@ -32,8 +32,8 @@ command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || need_pkgs+
 # exec fence tests start.
 /usr/bin/python3 -c 'import psycopg' >/dev/null 2>&1 || need_pkgs+=(python3-psycopg)
 # Programs nobody on the project wrote, run under a lease as users run them
-# (tests/tests/real_programs.rs): redis as a service started by its activate script, and nginx,
-# which daemonizes by default, under exec.
+# (tests/tests/processes/real_programs.rs): redis as a service started by its activate script, and
+# nginx, which daemonizes by default, under exec.
 command -v redis-server >/dev/null 2>&1 || need_pkgs+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need_pkgs+=(redis-tools)
 [ -x /usr/sbin/nginx ] || need_pkgs+=(nginx)

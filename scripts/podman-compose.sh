@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs podman-compose with the arguments given, in the current directory, as `docker compose`
 # would run: `scripts/podman-compose.sh up -d` beside examples/compose/compose.yaml. The compose
-# test (tests/tests/compose.rs) runs the example through it.
+# test (tests/tests/deployment/compose.rs) runs the example through it.
 #
 # Installs what it needs on first use, idempotently:
 # - podman with runc and mmdebstrap (scripts/install-deps.sh --containers);

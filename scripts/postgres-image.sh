@@ -5,11 +5,12 @@
 #
 # A stand-in for the official image (docker.io/library/postgres) on machines that cannot pull it:
 # examples/compose/compose.yaml takes it through LEASEHOLD_POSTGRES_IMAGE=TAG, and the compose
-# test (tests/tests/compose.rs) uses it. The root filesystem is Debian bookworm's minbase with the
-# PostgreSQL server (15), made by mmdebstrap and imported with `podman import`; the entrypoint,
-# scripts/postgres-entrypoint.sh, behaves like the official image's for what the compose file
-# uses (POSTGRES_USER, POSTGRES_PASSWORD and POSTGRES_DB initialise an empty data directory, the
-# server listens on 0.0.0.0:5432 as the user postgres, pg_isready is on PATH). About 30 s.
+# test (tests/tests/deployment/compose.rs) uses it. The root filesystem is Debian bookworm's
+# minbase with the PostgreSQL server (15), made by mmdebstrap and imported with `podman import`;
+# the entrypoint, scripts/postgres-entrypoint.sh, behaves like the official image's for what the
+# compose file uses (POSTGRES_USER, POSTGRES_PASSWORD and POSTGRES_DB initialise an empty data
+# directory, the server listens on 0.0.0.0:5432 as the user postgres, pg_isready is on PATH).
+# About 30 s.
 #
 # Idempotent: nothing is done when TAG exists and was made from the same entrypoint and this
 # script (a label records their hash); otherwise TAG is made again, and the image it named before

@@ -13,7 +13,7 @@
 //! counting, each freeze lands just after one of the holder's calls has logged, well before the
 //! next is due. [`run_freeze_trials`] counts such late calls per trial, with the time from the
 //! resume to the holder's `term ended` line and how long the next holder had held the lease by
-//! then; the test (`tests/freeze.rs`) and the benchmark (`freeze-bench`) share it.
+//! then; the test (`tests/plugins/freeze.rs`) and the benchmark (`freeze-bench`) share it.
 
 use crate::log::Logged;
 use std::time::{Duration, Instant};

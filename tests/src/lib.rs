@@ -1,17 +1,39 @@
-//! The test harness of leasehold: a real PostgreSQL started on demand ([`pg`]), and PgBouncer
-//! in front of it ([`pgbouncer`]); hosts started as
-//! real `leasehold` processes ([`host`]), in containers of the project's image ([`containers`]) or
-//! in the test's process ([`in_process`]), asked through
-//! one [`endpoint`] that reads `/status` in the host's own types ([`status`]), their pages
-//! opened in a headless browser that reports the console's errors ([`browser`]); the store
-//! backends opened fresh for each test ([`stores`]); shared trials of fencing ([`fencing`]) and
-//! of frozen holders ([`freeze`]), lease groups seen from outside ([`groups`]) and of attacks on the host's memory ([`memory`]); a flood of watchers on a host holding many leases ([`flood`]); a wall clock tests can step ([`faketime`]); one way to wait
-//! for a condition ([`eventually`]); a TCP proxy that injects network faults between a host and
-//! its database ([`proxy`]), what a process costs in CPU and memory ([`procstat`]), a watchdog that ends a test's process groups with it ([`reaper`]), the witness and history checker of fault trials ([`chaos`]), and etcd's lock CLI,
-//! the reference the handoff benchmark compares against ([`etcd`]).
-//! The lease API's contract is read in [`openapi`], its watch streams in [`sse`]. The admin API's token files and requests are in [`admin`]; the worker `leasehold exec` runs in
-//! the tests and the bench, and the history it writes, in [`exec`].
-//! Integration tests live in `tests/`; the benchmarks are binaries in `src/bin/`.
+//! The test harness of leasehold, one module per need:
+//!
+//! 1. [`pg`]: a real PostgreSQL, started on demand (one per test process).
+//! 2. [`pgbouncer`]: PgBouncer in front of it.
+//! 3. [`host`]: hosts started as real `leasehold` processes.
+//! 4. [`containers`]: hosts in containers of the project's image.
+//! 5. [`in_process`]: hosts in the test's own process.
+//! 6. [`endpoint`]: the one way a host is asked, whichever way it runs; it reads `/status` in
+//!    the host's own types.
+//! 7. [`status`]: those types, `/status` as the host writes it.
+//! 8. [`log`]: a host's log as a test reads it, from a process or an in-process host.
+//! 9. [`browser`]: a host's pages opened in a headless browser that reports the console's errors.
+//! 10. [`stores`]: the store backends, opened fresh for each test.
+//! 11. [`leader`]: an in-process lease holder on a real store, for tests of the capabilities
+//!     without a `leasehold` process.
+//! 12. [`fencing`]: the shared trials of fencing.
+//! 13. [`freeze`]: the shared trials of frozen holders.
+//! 14. [`groups`]: lease groups seen from outside.
+//! 15. [`memory`]: the attacks on the host's memory.
+//! 16. [`flood`]: a flood of watchers on a host holding many leases.
+//! 17. [`faketime`]: a wall clock tests can step.
+//! 18. [`eventually`]: one way to wait for a condition.
+//! 19. [`proxy`]: a TCP proxy that injects network faults between a host and its database.
+//! 20. [`procstat`]: what a process costs in CPU and memory.
+//! 21. [`reaper`]: a watchdog that ends a test's process groups with it.
+//! 22. [`chaos`]: the witness and the history checker of fault trials.
+//! 23. [`etcd`]: etcd's lock CLI, the reference the handoff benchmark compares against.
+//! 24. [`openapi`]: the lease API's contract, read.
+//! 25. [`sse`]: the lease API's watch streams, read.
+//! 26. [`admin`]: the admin API's token files and requests.
+//! 27. [`exec`]: the worker `leasehold exec` runs in the tests and the bench, and the history it
+//!     writes.
+//! 28. [`stats`]: small statistics for the benchmarks' figures, and the settings they read.
+//!
+//! The integration tests are in `tests/`, a few test binaries by topic (each topic's `main.rs`
+//! maps its modules); the benchmarks are binaries in `src/bin/`.
 //!
 //! A test that cannot run in some setting is ignored there, with the reason, so that the runner
 //! counts it as ignored rather than passed: `build.rs` sets `cfg(given_server)` when

@@ -317,7 +317,7 @@ mod tests {
         assert_eq!(null, std::mem::size_of::<SqlValue>());
         assert!(null >= 16, "{null}");
         assert_eq!(SqlValue::Text("abc".into()).size(), null + 3);
-        // The NULL rows of `tests/tests/memory_attacks.rs`: 10,000 rows of 1,664 NULLs were 16.6 MB
+        // The NULL rows of `tests/tests/plugins/memory_attacks.rs`: 10,000 rows of 1,664 NULLs were 16.6 MB
         // "on the wire" and half a gigabyte of values; counted as held, they are far over 16 MiB.
         let row = vec![SqlValue::Null; 1_664];
         assert!(row_size(&row) * 10_000 > 16 << 20);

@@ -4,7 +4,7 @@
 //! (405, 404, 400, 409, 503, 504); a token file others may read is refused at start-up, naming
 //! the file; `config check` shows the file and never the token; a client refused thousands of
 //! times is logged once and then counted. The handoff itself, between replicas running plugins,
-//! is in `handoff.rs`.
+//! is in `tests/tests/leases/handoff.rs`.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 

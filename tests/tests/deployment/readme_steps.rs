@@ -5,11 +5,11 @@
 //! directory itself. The plugin must then log its own first line in that host's log.
 //!
 //! It runs for each language: step 2 as written for Python, and with `--lang js` and
-//! `--lang rust`, which its comment offers. The slow toolchains are the ones `new_project.rs`
-//! keeps under target/tmp/new-project (its Python environment, `LEASEHOLD_PY_VENV`, which the
-//! project's scripts honour; its Rust target directory), so no run but the first installs
-//! componentize-py or builds std for the target. Each step's time is printed, from bash's own
-//! trace.
+//! `--lang rust`, which its comment offers. The slow toolchains are the ones
+//! `tests/tests/plugins/new_project.rs` keeps under target/tmp/new-project (its Python
+//! environment, `LEASEHOLD_PY_VENV`, which the project's scripts honour; its Rust target
+//! directory), so no run but the first installs componentize-py or builds std for the target.
+//! Each step's time is printed, from bash's own trace.
 //!
 //! And every fenced `toml` block of the README, as pasted: a plugin's manifest (the blocks under
 //! `## Plugins` and `## Fenced capabilities`) parses as the host parses `plugins/NAME.toml`; any
@@ -56,8 +56,8 @@ fn steps_after_the_host(block: &[String]) -> Vec<String> {
     block[from..].to_vec()
 }
 
-/// A directory `new_project.rs` keeps between runs: its Python virtual environment
-/// (`py-venv`), its Rust projects' target directory (`cargo-target`).
+/// A directory `tests/tests/plugins/new_project.rs` keeps between runs: its Python virtual
+/// environment (`py-venv`), its Rust projects' target directory (`cargo-target`).
 fn shared(name: &str) -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("new-project")
