@@ -13,11 +13,11 @@
 //! This module itself holds the words both use ([`GroupSpec`], [`GroupStatus`]). The thin async
 //! loop that heartbeats each group and hands the decisions to the lease driver (as
 //! [`crate::coordinator::Event::Assign`] and step-downs) is
-//! [`crate::group_runner`]: it drives the [`crate::Leases`] handle, which shows
-//! these groups, so it comes after both in the lease layer's order.
+//! `group_runner` in the `leasehold-lease` crate: it drives that crate's `Leases` handle, which
+//! shows these groups, so it comes after both in the lease crate's order.
 //!
 //! Membership is a row per replica and group that the runner heartbeats every renewal interval
-//! and that expires by the database's clock like a lease ([`crate::LeaseStore::heartbeat`]).
+//! and that expires by the database's clock like a lease (the lease store's `heartbeat`).
 //! Safety is the leases': a shard changes hands only by the ordered release or by expiry, so no
 //! plan, however stale, can make two replicas hold one.
 
