@@ -168,7 +168,7 @@ pub async fn run_pause_trials(trials: usize, ttl: &str) -> anyhow::Result<PauseT
                         continue;
                     };
                     let lease = &status.leases[0];
-                    if lease.role == Role::Leader && lease.epoch == Some(e) {
+                    if lease.role == Role::Leader && lease.epoch.map(|e| e.get()) == Some(e) {
                         leader = i;
                         return Ok(e);
                     }

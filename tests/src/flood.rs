@@ -80,7 +80,7 @@ impl Holding {
             .map(|l| {
                 Ok((
                     l.name.clone(),
-                    l.epoch.context("a led shard without epoch")?,
+                    l.epoch.context("a led shard without epoch")?.get(),
                 ))
             })
             .collect::<anyhow::Result<_>>()?;

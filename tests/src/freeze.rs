@@ -268,7 +268,7 @@ impl FreezeCluster {
                     let status = host.status().await.ok();
                     let lease = status.as_ref().and_then(|s| s.lease(LEASE));
                     let role = lease.map(|l| l.role);
-                    let epoch = lease.and_then(|l| u64::try_from(l.epoch?).ok());
+                    let epoch = lease.and_then(|l| l.epoch?.for_guest());
                     seen.push((role, epoch));
                 }
                 let leaders: Vec<usize> = (0..seen.len())

@@ -141,7 +141,7 @@ impl Checker {
                                     continue;
                                 }
                                 led = true;
-                                let key = (lease.name.clone(), name.clone(), epoch);
+                                let key = (lease.name.clone(), name.clone(), epoch.get());
                                 history
                                     .entry(key)
                                     .and_modify(|s| {

@@ -262,7 +262,7 @@ pub async fn run_all() -> anyhow::Result<Report> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let peak_kib = peak_rss_kib(host.pid())?;
     let status = host.status().await?;
-    let epoch = |lease: &str| status.lease(lease).and_then(|l| l.epoch);
+    let epoch = |lease: &str| status.lease(lease).and_then(|l| l.epoch).map(|e| e.get());
     let other_ran = host
         .plugin_status("hello-reconciler")
         .await

@@ -44,7 +44,10 @@ mod tests {
         let status = parse(body).unwrap();
         assert_eq!(status.store, "sqlite");
         let lease = status.lease("leader").unwrap();
-        assert_eq!((lease.role, lease.epoch), (Role::Leader, Some(3)));
+        assert_eq!(
+            (lease.role, lease.epoch.map(|e| e.get())),
+            (Role::Leader, Some(3))
+        );
         let plugin = status.plugin("p").unwrap();
         assert_eq!(plugin.world, Some(World::HealthCheck));
         assert_eq!(plugin.state, PluginState::Backoff);

@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use leasehold::lease::Epoch;
 use leasehold_tests::log::Logged;
 use std::time::Duration;
 
@@ -22,7 +23,7 @@ async fn roles(hosts: &[&Host; 2]) -> [Role; 2] {
 
 /// The holder's epoch as `host` sees it. A replica's view of who holds a lease is a snapshot of
 /// the store up to a quarter second old: a standby sees a new holder within one refresh.
-async fn epoch_seen_by(host: &Host) -> i64 {
+async fn epoch_seen_by(host: &Host) -> Epoch {
     eventually("the holder's epoch", Duration::from_secs(2), async || {
         when(
             host.status().await.unwrap().leases[0].epoch,
@@ -112,7 +113,7 @@ async fn a_database_outage_fails_closed_and_recovers() {
         .unwrap();
     }
     let new_epoch = epoch_seen_by(&a).await;
-    assert_eq!(new_epoch, epoch + 1);
+    assert_eq!(new_epoch, epoch.next());
     for h in hosts {
         let log = h.log_text();
         assert!(!log.contains("panicked"), "{log}");

@@ -143,32 +143,38 @@ mod tests {
 
     #[test]
     fn the_current_term_stays_open() {
-        let terms = vec![term(2, "b", 100, None)];
+        let terms = vec![term(Epoch::new(2), "b", 100, None)];
         assert_eq!(complete(terms.clone()), terms);
     }
 
     #[test]
     fn a_term_left_open_below_a_newer_one_ended_when_the_next_began() {
-        let done = complete(vec![term(3, "c", 100, None), term(2, "b", 900, None)]);
+        let done = complete(vec![
+            term(Epoch::new(3), "c", 100, None),
+            term(Epoch::new(2), "b", 900, None),
+        ]);
         assert_eq!(done[0].end, None);
-        assert_eq!(done[1], term(2, "b", 900, Some((100, TermEnd::Expired))));
+        assert_eq!(
+            done[1],
+            term(Epoch::new(2), "b", 900, Some((100, TermEnd::Expired)))
+        );
     }
 
     #[test]
     fn the_last_handoff_is_the_newest_term_after_an_ended_one_with_its_reason() {
         let terms = vec![
-            term(3, "a", 100, None),
-            term(2, "b", 900, Some((120, TermEnd::Released))),
-            term(1, "a", 2000, Some((950, TermEnd::Forced))),
+            term(Epoch::new(3), "a", 100, None),
+            term(Epoch::new(2), "b", 900, Some((120, TermEnd::Released))),
+            term(Epoch::new(1), "a", 2000, Some((950, TermEnd::Forced))),
         ];
         assert_eq!(
             last_handoff(&terms),
             Some(Handoff {
                 at_ms_ago: 100,
                 from: "b".into(),
-                from_epoch: 2,
+                from_epoch: Epoch::new(2),
                 to: "a".into(),
-                to_epoch: 3,
+                to_epoch: Epoch::new(3),
                 reason: TermEnd::Released,
             })
         );

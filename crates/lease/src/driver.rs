@@ -230,7 +230,7 @@ impl Driver {
                         Event::Resubscribed
                     }
                     Some(ReleaseNotice::HandoffRequested { lease, epoch }) => {
-                        debug!(lease = %lease, epoch, "handoff notice: renewing now to read the request");
+                        debug!(lease = %lease, epoch = epoch.get(), "handoff notice: renewing now to read the request");
                         Event::HandoffNoticed { lease, epoch }
                     }
                     None => { notices = None; Event::Tick }
@@ -294,7 +294,8 @@ impl Driver {
             [] => {}
             [(lease, epoch, timeout)] => {
                 let (lease, epoch, timeout) = (lease.clone(), *epoch, *timeout);
-                let span = info_span!("release", lease = %lease, epoch, holder = %holder);
+                let span =
+                    info_span!("release", lease = %lease, epoch = epoch.get(), holder = %holder);
                 let recorder = self.recorder();
                 self.call(span, async move {
                     let result = within(
@@ -433,8 +434,7 @@ impl Driver {
     /// Renews one lease alone, after the batch found its row locked.
     fn renew_one(&self, request: RenewRequest, timeout: Duration) {
         let (store, holder) = (self.store.clone(), self.holder.clone());
-        let span =
-            info_span!("renew", lease = %request.name, epoch = request.epoch, holder = %holder);
+        let span = info_span!("renew", lease = %request.name, epoch = request.epoch.get(), holder = %holder);
         let metrics = self.metrics.clone();
         let recorder = self.recorder();
         self.call(span, async move {

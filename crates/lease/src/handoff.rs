@@ -354,14 +354,14 @@ mod tests {
             moved,
             Outcome::Moved {
                 holder: "b-87654321".into(),
-                epoch: epoch + 1,
+                epoch: epoch.next(),
                 ended: Some(TermEnd::Released)
             }
         );
         assert!(!moved.missed(&asked));
         let elsewhere = Outcome::Moved {
             holder: "c-87654321".into(),
-            epoch: epoch + 1,
+            epoch: epoch.next(),
             ended: None,
         };
         assert!(elsewhere.missed(&asked));

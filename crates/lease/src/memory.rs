@@ -280,7 +280,12 @@ impl LeaseStore for MemoryStore {
             locks,
             ..
         } = &mut *state;
-        let max_epoch = tables.rows.values().map(|r| r.epoch).max().unwrap_or(0);
+        let max_epoch = tables
+            .rows
+            .values()
+            .map(|r| r.epoch)
+            .max()
+            .unwrap_or_default();
         let seen_first = incarnation.see(max_epoch, now)?;
         let mut wrote = seen_first;
         let mut asked = BTreeSet::new();

@@ -573,7 +573,7 @@ type RecordRow = (String, String, i64, i64, i64);
 /// for a free lease whose row was locked, the server processes holding it.
 type CampaignRow = (
     String,
-    Option<Epoch>,
+    Option<i64>,
     Option<i64>,
     Option<i64>,
     DbMillis,
@@ -584,7 +584,7 @@ fn to_record((name, holder, epoch, ttl_ms, expires_in_ms): RecordRow) -> LeaseRe
     LeaseRecord {
         name,
         holder,
-        epoch,
+        epoch: Epoch::new(epoch),
         ttl_ms,
         expires_in_ms,
     }
@@ -648,7 +648,7 @@ impl LeaseStore for PostgresStore {
                 out.locked.push((name.clone(), pids));
             }
             match epoch {
-                Some(epoch) => out.won.push((name, epoch)),
+                Some(epoch) => out.won.push((name, Epoch::new(epoch))),
                 None => out.lost.push((name, super::store::wait_ms(wait_ms))),
             }
         }
@@ -660,7 +660,7 @@ impl LeaseStore for PostgresStore {
             return Ok(Renewed::default());
         }
         let names: Vec<&str> = leases.iter().map(|r| r.name.as_str()).collect();
-        let epochs: Vec<i64> = leases.iter().map(|r| r.epoch).collect();
+        let epochs: Vec<i64> = leases.iter().map(|r| r.epoch.get()).collect();
         let ttls = leases
             .iter()
             .map(|r| ttl_ms(r.ttl))
@@ -721,7 +721,7 @@ impl LeaseStore for PostgresStore {
             sqlx::query_as(statements::RENEW_ONE)
                 .bind(&lease.name)
                 .bind(holder)
-                .bind(lease.epoch)
+                .bind(lease.epoch.get())
                 .bind(ttl_ms)
                 .fetch_one(&mut *tx)
                 .await
@@ -743,7 +743,7 @@ impl LeaseStore for PostgresStore {
                 sqlx::query_scalar(statements::RELEASE)
                     .bind(name)
                     .bind(holder)
-                    .bind(epoch)
+                    .bind(epoch.get())
                     .bind(RELEASE_CHANNEL)
                     .fetch_optional(&self.few),
             )
@@ -756,8 +756,8 @@ impl LeaseStore for PostgresStore {
         holder: &str,
         leases: &[(String, Epoch)],
     ) -> Result<Vec<String>, StoreError> {
-        let (names, epochs): (Vec<&str>, Vec<Epoch>) =
-            leases.iter().map(|(n, e)| (n.as_str(), *e)).unzip();
+        let (names, epochs): (Vec<&str>, Vec<i64>) =
+            leases.iter().map(|(n, e)| (n.as_str(), e.get())).unzip();
         self.gate
             .call(
                 "release",
@@ -794,6 +794,9 @@ impl LeaseStore for PostgresStore {
                 .fetch_optional(&self.observers),
             )
             .await
+            .map(|row: Option<(String, i64)>| {
+                row.map(|(holder, epoch)| (holder, Epoch::new(epoch)))
+            })
     }
 
     async fn request_handoff(
@@ -966,7 +969,7 @@ fn handoff_notice(payload: &str) -> Option<ReleaseNotice> {
     let (epoch, lease) = payload.split_once(' ')?;
     Some(ReleaseNotice::HandoffRequested {
         lease: lease.to_string(),
-        epoch: epoch.parse().ok()?,
+        epoch: Epoch::new(epoch.parse().ok()?),
     })
 }
 

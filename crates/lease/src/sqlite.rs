@@ -355,7 +355,7 @@ async fn open_terms(
     .await?;
     let due: Vec<&(String, Epoch)> = won_leases
         .iter()
-        .filter(|(_, epoch)| epoch % i64::from(PRUNE_EVERY) == 0)
+        .filter(|(_, epoch)| epoch.get() % i64::from(PRUNE_EVERY) == 0)
         .collect();
     if due.is_empty() {
         return Ok(());
@@ -386,7 +386,7 @@ async fn close_term(
           WHERE name = ?1 AND epoch = ?2 AND ended_by IS NULL",
     )
     .bind(name)
-    .bind(epoch)
+    .bind(epoch.get())
     .bind(wall_ms())
     .bind(end.as_str())
     .execute(&mut *tx)
@@ -405,7 +405,7 @@ fn to_record((name, holder, epoch, ttl_ms, expires_in_ms): RecordRow) -> LeaseRe
     LeaseRecord {
         name,
         holder,
-        epoch,
+        epoch: Epoch::new(epoch),
         ttl_ms,
         expires_in_ms,
     }
@@ -473,7 +473,7 @@ impl LeaseStore for SqliteStore {
         // The insert part carries the existing epoch + 1 (1 for a new name): the schema refuses
         // an insert at or below a row's epoch, and BEFORE INSERT fires before the conflict sends
         // the statement to DO UPDATE. (`WHERE true` lets SQLite parse an upsert from a SELECT.)
-        let won: Vec<(String, Epoch)> = sqlx::query_as(
+        let won: Vec<(String, i64)> = sqlx::query_as(
             "INSERT INTO leasehold_leases (name, holder, epoch, acquired_at_ms, renewed_at_ms, expires_at_ms, ttl_ms, boot)
              SELECT j.value, ?2,
                     COALESCE((SELECT epoch FROM leasehold_leases WHERE name = j.value), 0) + 1,
@@ -504,6 +504,7 @@ impl LeaseStore for SqliteStore {
         .fetch_all(&mut *tx)
         .await
         .map_err(err)?;
+        let won: Vec<(String, Epoch)> = won.into_iter().map(|(n, e)| (n, Epoch::new(e))).collect();
         if !won.is_empty() {
             open_terms(&mut tx, holder, &won, wall).await.map_err(err)?;
         }
@@ -616,7 +617,7 @@ impl LeaseStore for SqliteStore {
             )
             .bind(name)
             .bind(holder)
-            .bind(epoch)
+            .bind(epoch.get())
             .bind(now)
             .bind(self.clock.boot_id())
             .execute(&mut *tx)
@@ -641,7 +642,7 @@ impl LeaseStore for SqliteStore {
             .await
             .map_err(err)?;
         // A forced release ends any handoff under way: nobody is reserved the lease.
-        let released = sqlx::query_as(
+        let released: Option<(String, i64)> = sqlx::query_as(
             "UPDATE leasehold_leases SET expires_at_ms = ?2, handoff_epoch = NULL,
                     handoff_to = NULL, reserved_for = NULL, reserved_until_ms = NULL
               WHERE name = ?1 AND expires_at_ms > ?2 AND boot = ?3
@@ -653,6 +654,7 @@ impl LeaseStore for SqliteStore {
         .fetch_optional(&mut *tx)
         .await
         .map_err(err)?;
+        let released = released.map(|(holder, epoch)| (holder, Epoch::new(epoch)));
         if let Some((_, epoch)) = &released {
             close_term(&mut tx, name, *epoch, TermEnd::Forced)
                 .await

@@ -261,7 +261,7 @@ pub(crate) async fn within<T>(
 }
 
 /// One row of a store's term listing: lease, epoch, holder, started and ended ms ago, how it ended.
-pub(crate) type TermRow = (String, Epoch, String, i64, Option<i64>, Option<String>);
+pub(crate) type TermRow = (String, i64, String, i64, Option<i64>, Option<String>);
 
 /// A [`TermRecord`] from the row every backend's term listing returns; a term whose end is not
 /// one of [`TermEnd`]'s words was not written by leasehold, and is reported rather than guessed.
@@ -280,7 +280,7 @@ pub(crate) fn to_term(
     Ok(TermRecord {
         lease,
         term: RecordedTerm {
-            epoch,
+            epoch: Epoch::new(epoch),
             holder,
             started_ms_ago,
             ended_ms_ago: ended_ms_ago.filter(|_| end.is_some()),

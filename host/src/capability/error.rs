@@ -1,6 +1,8 @@
 //! Why a capability failed: a call (each variant one case of the WIT `capability-error`), or
 //! the resolution of a manifest's grants at load.
 
+use crate::lease::Epoch;
+
 /// Why a capability call failed; each variant maps to one case of the WIT `capability-error`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CapabilityError {
@@ -21,7 +23,7 @@ pub enum CapabilityError {
         /// The lease.
         lease: String,
         /// The epoch the plugin runs under.
-        epoch: i64,
+        epoch: Epoch,
     },
     /// The grant cannot be used as configured (e.g. its database role could rewrite leases);
     /// the text names the plugin, the grant and what to change.

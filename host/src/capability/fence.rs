@@ -12,7 +12,7 @@
 //! one statement with the check in a CTE, so its lock too lasts only to its commit.
 
 use super::error::CapabilityError;
-use crate::lease::Term;
+use crate::lease::{Epoch, Term};
 
 /// PostgreSQL: locks the lease row for the rest of the transaction and returns it only when this
 /// replica holds the lease at this epoch. Parameters: name, holder, epoch.
@@ -64,8 +64,8 @@ impl Fence {
     }
 
     /// The epoch the plugin runs under (0 on a standby, which no lease row has).
-    pub fn epoch(&self) -> i64 {
-        self.term.as_ref().map_or(0, |t| t.epoch)
+    pub fn epoch(&self) -> Epoch {
+        self.term.as_ref().map_or(Epoch::default(), |t| t.epoch)
     }
 
     /// The error of a write refused by the fence.

@@ -170,10 +170,10 @@ pub(crate) async fn release(args: ReleaseArgs) -> anyhow::Result<ExitCode> {
     match store.force_release(&name).await? {
         Some((holder, epoch)) => {
             let holder = escape_controls(&holder);
-            warn!(lease = %name, holder = %holder, epoch, store = %url, "lease force-released by an operator: expired now, epoch kept");
+            warn!(lease = %name, holder = %holder, epoch = epoch.get(), store = %url, "lease force-released by an operator: expired now, epoch kept");
             println!(
                 "released {name}: was held by {holder} at epoch {epoch}; the next holder gets epoch {}",
-                epoch + 1
+                epoch.next()
             );
             println!(
                 "if {holder} is still running, it may run {name}'s plugins beside the next holder's until its next renewal is refused (within a third of its ttl); its fenced writes are refused already. For a live holder, `leasehold leases handoff {name}` stops them first."
@@ -238,7 +238,7 @@ pub(crate) async fn handoff(args: HandoffArgs) -> anyhow::Result<ExitCode> {
         Some(to) => format!(" to {}", escape_controls(to)),
         None => String::new(),
     };
-    warn!(lease = %name, holder = %old, epoch = asked.epoch, to = args.to.as_deref(), store = %url, "handoff requested by an operator");
+    warn!(lease = %name, holder = %old, epoch = asked.epoch.get(), to = args.to.as_deref(), store = %url, "handoff requested by an operator");
     println!(
         "asked {old} to hand {name} over{target} (epoch {}); waiting up to {}",
         asked.epoch,

@@ -583,7 +583,7 @@ async fn handoff(admin: &Admin, asked: Asking, from: &str) -> Response {
     };
     let holder = escape_controls(&asked.holder).into_owned();
     let timeout = timeout.unwrap_or_else(|| asked.default_timeout().min(MAX_TIMEOUT));
-    warn!(lease = %lease, holder = %holder, epoch = asked.epoch, to = to.as_deref(), from = %from, "handoff requested by an operator over the admin API");
+    warn!(lease = %lease, holder = %holder, epoch = asked.epoch.get(), to = to.as_deref(), from = %from, "handoff requested by an operator over the admin API");
     // The wait reads the row every few ms; each read is bounded on its own by the store, and
     // the whole by the timeout and one slow read past it.
     let waited = tokio::time::timeout(
@@ -595,7 +595,7 @@ async fn handoff(admin: &Admin, asked: Asking, from: &str) -> Response {
     let outcome = match waited {
         Ok(outcome) => outcome,
         Err(e) => {
-            warn!(lease = %lease, holder = %holder, epoch = asked.epoch, from = %from, error = %e, "handoff over the admin API: the store could not be read while waiting");
+            warn!(lease = %lease, holder = %holder, epoch = asked.epoch.get(), from = %from, error = %e, "handoff over the admin API: the store could not be read while waiting");
             return error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!(
@@ -651,7 +651,7 @@ async fn handoff(admin: &Admin, asked: Asking, from: &str) -> Response {
             }),
         ),
     };
-    warn!(lease = %lease, from = %from, holder = %holder, epoch = asked.epoch, status = status.as_u16(), outcome = %body["to"].as_str().map_or_else(|| "not handed over".to_string(), |to| format!("to {} at epoch {}", escape_controls(to), body["to_epoch"])), "handoff over the admin API answered");
+    warn!(lease = %lease, from = %from, holder = %holder, epoch = asked.epoch.get(), status = status.as_u16(), outcome = %body["to"].as_str().map_or_else(|| "not handed over".to_string(), |to| format!("to {} at epoch {}", escape_controls(to), body["to_epoch"])), "handoff over the admin API answered");
     answer(status, body)
 }
 

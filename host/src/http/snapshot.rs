@@ -350,7 +350,7 @@ mod tests {
     use super::*;
     use crate::http::LeaseStatus;
     use crate::lease::memory::{Health, MemoryStore};
-    use crate::lease::{Driver, Role, Timing};
+    use crate::lease::{Driver, Epoch, Role, Timing};
 
     /// Snapshots of a replica of lease `leader` on `store`, and its driver (not running).
     fn replica(store: &Arc<MemoryStore>) -> (Driver, Arc<Leases>, Snapshots) {
@@ -509,7 +509,7 @@ mod tests {
                 name: "leader".into(),
                 role: Role::Leader,
                 holder: Some("a-1".into()),
-                epoch: Some(3),
+                epoch: Some(Epoch::new(3)),
                 expires_in_ms: Some(1200),
                 ttl_ms: 3000,
                 terms: Vec::new(),

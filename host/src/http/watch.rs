@@ -416,11 +416,11 @@ mod tests {
 
         // Epoch 1 starts and ends, and epoch 2 starts, before the stream looks again: it tells
         // the lease as it is now, in a `state` that says three changes were missed.
-        let (one, first) = leading(1, 1);
+        let (one, first) = leading(Epoch::new(1), 1);
         tx.send_replace(one);
         first.end_for(EndReason::Releasing);
         tx.send_replace(standby(2));
-        let (two, second) = leading(2, 3);
+        let (two, second) = leading(Epoch::new(2), 3);
         tx.send_replace(two);
         watcher.look();
         let events = told(&mut watcher);
@@ -428,7 +428,7 @@ mod tests {
         let (kind, id, data) = &events[0];
         assert_eq!(*kind, "state");
         assert_eq!(id.as_deref(), Some("3@h"));
-        assert_eq!((data.role, data.epoch), (Role::Leader, Some(2)));
+        assert_eq!((data.role, data.epoch), (Role::Leader, Some(Epoch::new(2))));
         assert!(data.stop_within_ms > 0, "{data:?}");
         assert_eq!((data.missed, data.missed_changes), (Some(true), Some(3)));
 
@@ -436,7 +436,7 @@ mod tests {
         // again, standby, two changes missed.
         second.end_for(EndReason::Lost);
         tx.send_replace(standby(4));
-        let (three, third) = leading(3, 5);
+        let (three, third) = leading(Epoch::new(3), 5);
         tx.send_replace(three);
         third.end_for(EndReason::SafeUntil);
         tx.send_replace(standby(6));
@@ -445,7 +445,7 @@ mod tests {
         let kinds: Vec<&str> = events.iter().map(|e| e.0).collect();
         assert_eq!(kinds, ["ended", "state"], "{events:?}");
         assert_eq!(events[0].2.reason.as_deref(), Some("lost"));
-        assert_eq!(events[0].2.epoch, Some(2));
+        assert_eq!(events[0].2.epoch, Some(Epoch::new(2)));
         let (_, id, data) = &events[1];
         assert_eq!(id.as_deref(), Some("6@h"));
         assert_eq!(

@@ -119,10 +119,7 @@ impl lease::Host for HostState {
     }
 
     fn epoch(&mut self) -> Option<u64> {
-        self.lease
-            .term
-            .as_ref()
-            .and_then(|t| u64::try_from(t.epoch).ok())
+        self.lease.term.as_ref().and_then(|t| t.epoch.for_guest())
     }
 
     fn acquired_at_ms(&mut self) -> Option<u64> {
@@ -195,6 +192,7 @@ impl super::bindings::types::Host for HostState {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::Epoch;
     use crate::output_rate::{BURST_BYTES, LINE_COST, OutputRates};
 
     fn state(rate: Arc<OutputRate>) -> HostState {
@@ -264,7 +262,7 @@ mod tests {
     fn a_guest_line_names_plugin_lease_and_epoch_once_from_its_span_in_text_and_json() {
         let (term, _control) = Term::standalone(
             "leader",
-            7,
+            Epoch::new(7),
             Instant::now() + std::time::Duration::from_secs(60),
         );
         let rates = OutputRates::new(crate::metrics::Metrics::new());

@@ -79,7 +79,7 @@ impl HostState {
         if let Err(e) = &result {
             let plugin = &*self.plugin;
             let lease = &self.lease.name;
-            let epoch = self.lease.term.as_ref().map(|t| t.epoch);
+            let epoch = self.lease.term.as_ref().map(|t| t.epoch.get());
             match e {
                 CapabilityError::LeaseLost { .. } => {
                     self.fenced_refusals += 1;

@@ -203,7 +203,7 @@ impl PluginStore {
                 .lease
                 .term
                 .as_ref()
-                .and_then(|t| u64::try_from(t.epoch).ok())
+                .and_then(|t| t.epoch.for_guest())
                 .unwrap_or_default(),
             tick,
         };

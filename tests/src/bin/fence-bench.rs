@@ -57,7 +57,10 @@ async fn main() -> anyhow::Result<()> {
         anyhow::bail!("the lease database is not PostgreSQL")
     };
     let insert = "INSERT INTO bench (epoch, v) VALUES ($1, $2)";
-    let params = [SqlValue::Int(fence.epoch()), SqlValue::Text("x".repeat(64))];
+    let params = [
+        SqlValue::Int(fence.epoch().get()),
+        SqlValue::Text("x".repeat(64)),
+    ];
     let statement = [Statement {
         sql: insert.into(),
         params: params.to_vec(),
@@ -91,7 +94,7 @@ async fn main() -> anyhow::Result<()> {
         .bind("bench-unfenced")
         .bind(&key)
         .bind(&value)
-        .bind(fence.epoch())
+        .bind(fence.epoch().get())
         .execute(kv_pool)
         .await?;
         samples[4].push(t.elapsed());

@@ -10,6 +10,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use leasehold::lease::Epoch;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -151,7 +152,7 @@ async fn main() -> anyhow::Result<()> {
         let busy = vec![("busy_at_tick".to_string(), "0".to_string())];
         for _ in 0..trials {
             let far = tokio::time::Instant::now() + Duration::from_secs(3600);
-            let (term, control) = Term::standalone("bench", 1, far);
+            let (term, control) = Term::standalone("bench", Epoch::new(1), far);
             let mut store = runtime.new_store(plugin.clone(), view(term), &LIMITS, None);
             let instance = store.instantiate(&cold.prepared, &never).await.result?;
             store.init(&instance, &busy).await.result?;

@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use leasehold::lease::Epoch;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -122,7 +123,7 @@ async fn main() -> anyhow::Result<()> {
             } else {
                 Duration::from_millis(3)
             };
-        let (term, control) = Term::standalone("bench", 1, safe_until);
+        let (term, control) = Term::standalone("bench", Epoch::new(1), safe_until);
         let mut store = runtime.new_store(Arc::from("misbehave"), view(Some(term)), &LIMITS, None);
         let instance = store.instantiate(&spin, &never).await.result?;
         store.init(&instance, &config).await.result?;

@@ -14,6 +14,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use leasehold::lease::Epoch;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::{Output, Stdio};
@@ -298,9 +299,9 @@ async fn images() -> anyhow::Result<()> {
 /// `after`, and the others name it as the holder; returns its index and epoch.
 async fn single_leader(
     endpoints: &[Option<&Endpoint>],
-    after: i64,
+    after: Epoch,
     timeout: Duration,
-) -> anyhow::Result<(usize, i64)> {
+) -> anyhow::Result<(usize, Epoch)> {
     eventually_every(
         format!("exactly one leader above epoch {after}, named by every replica"),
         timeout,
@@ -323,7 +324,7 @@ async fn single_leader(
                     Err(e) => return Err(format!("{}: {e:#}", endpoint.addr())),
                 }
             }
-            let leaders: Vec<(usize, Option<i64>)> = seen
+            let leaders: Vec<(usize, Option<Epoch>)> = seen
                 .iter()
                 .filter(|(_, role, _, _)| *role == Some(Role::Leader))
                 .map(|(i, _, _, epoch)| (*i, *epoch))
@@ -383,7 +384,7 @@ async fn the_compose_file_runs_three_replicas_and_postgres_with_exactly_one_lead
     // its health): they exit, are restarted and connect once it is up.
     let endpoints = project.endpoints().unwrap();
     let all: Vec<Option<&Endpoint>> = endpoints.iter().map(Some).collect();
-    let (leader, epoch) = single_leader(&all, 0, Duration::from_secs(120))
+    let (leader, epoch) = single_leader(&all, Epoch::new(0), Duration::from_secs(120))
         .await
         .unwrap();
     let (service, _) = REPLICAS[leader];
@@ -466,7 +467,7 @@ async fn the_compose_file_runs_three_replicas_and_postgres_with_exactly_one_lead
         stop_took.as_secs_f64(),
         took.as_secs_f64()
     );
-    assert_eq!(next_epoch, epoch + 1);
+    assert_eq!(next_epoch, epoch.next());
     assert!(
         took < TTL / 2,
         "the takeover took {took:?}: the lease expired instead of being released"

@@ -126,7 +126,7 @@ async fn three_containers_elect_one_leader_hand_over_on_podman_stop_and_take_ove
     let second = wait_for_single_leader(&replicas, "leader", Duration::from_secs(10))
         .await
         .unwrap();
-    let next = epoch + 1;
+    let next = epoch.next();
     let new_leader = &replicas[second];
     new_leader
         .wait_for_log(
@@ -176,7 +176,7 @@ async fn three_containers_elect_one_leader_hand_over_on_podman_stop_and_take_ove
     );
     assert_eq!(
         last.status().await.unwrap().lease("leader").unwrap().epoch,
-        Some(next + 1)
+        Some(next.next())
     );
     eprintln!("container takeover after podman kill: {takeover:?} (ttl {TTL:?})");
 }

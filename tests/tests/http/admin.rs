@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use leasehold::lease::Epoch;
 use std::process::Output;
 use std::time::Duration;
 
@@ -85,7 +86,7 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
     .await
     .unwrap();
     let status = b.status().await.unwrap();
-    assert_eq!(status.leases[0].epoch, Some(2), "{status:?}");
+    assert_eq!(status.leases[0].epoch, Some(Epoch::new(2)), "{status:?}");
     eventually("a to lose the lease", Duration::from_secs(10), async || {
         when(a.role("leader").await, |r| *r == Some(Role::Standby))
     })
@@ -129,7 +130,11 @@ async fn a_forced_release_moves_the_lease_and_keeps_the_epoch() {
     let handoff = json.leases[0].last_handoff.as_ref().unwrap();
     assert_eq!(
         (handoff.from_epoch, handoff.to_epoch, handoff.reason),
-        (1, 2, leasehold::lease::history::TermEnd::Forced),
+        (
+            Epoch::new(1),
+            Epoch::new(2),
+            leasehold::lease::history::TermEnd::Forced
+        ),
         "{handoff:?}"
     );
     let nobody = leasehold(&["status", "--url", "127.0.0.1:1"], &[]).await;

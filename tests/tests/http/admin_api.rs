@@ -8,6 +8,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use leasehold::lease::Epoch;
 use std::path::Path;
 use std::time::Duration;
 
@@ -27,7 +28,7 @@ fn sqlite_url(dir: &Path) -> String {
 }
 
 /// The epoch of `leader` as `host` reads it from the store, and who holds it.
-async fn holder_and_epoch(host: &Host) -> (String, i64) {
+async fn holder_and_epoch(host: &Host) -> (String, Epoch) {
     let status = host.status().await.unwrap();
     let lease = status.lease("leader").unwrap();
     (

@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use leasehold::lease::Epoch;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -108,9 +109,9 @@ async fn kv_round_trip_and_fencing(backend: Backend) {
     let refused = kv.delete(&f, "p", "b/1").await;
     assert_lease_lost(&refused);
 
-    // A new holder takes over (epoch + 1) and writes; the old one still cannot.
+    // A new holder takes over (epoch.next()) and writes; the old one still cannot.
     let new = Holding::acquire(&url, "cap", TTL).await.unwrap();
-    assert_eq!(new.term.epoch, old.term.epoch + 1);
+    assert_eq!(new.term.epoch, old.term.epoch.next());
     kv.put(&fence(&new, "cap"), "p", "a/2", b"new")
         .await
         .unwrap();
@@ -490,7 +491,7 @@ async fn a_fenced_transaction_cannot_shadow_what_its_check_reads() {
     }
     expire_behind_the_holders_back(&url, "cap").await;
     let new = Holding::acquire(&url, "cap", TTL).await.unwrap();
-    assert_eq!(new.term.epoch, old.term.epoch + 1);
+    assert_eq!(new.term.epoch, old.term.epoch.next());
 
     let temp_table = sql
         .transaction(
@@ -503,7 +504,7 @@ async fn a_fenced_transaction_cannot_shadow_what_its_check_reads() {
                 ),
                 stmt(
                     "INSERT INTO leasehold_leases VALUES ($1, $2, $3, 'infinity')",
-                    vec![text("cap"), text(&old.holder()), SqlValue::Int(old.term.epoch)],
+                    vec![text("cap"), text(&old.holder()), SqlValue::Int(old.term.epoch.get())],
                 ),
                 stmt("INSERT INTO items VALUES (1)", vec![]),
             ],
@@ -560,7 +561,7 @@ async fn sql_on_an_application_database_is_not_fenced() {
             &caps,
             &f,
             "INSERT INTO t VALUES ($1)",
-            &[SqlValue::Int(f.epoch())],
+            &[SqlValue::Int(f.epoch().get())],
         )
         .await
         .unwrap();
@@ -574,7 +575,7 @@ async fn a_dropped_call_s_statement_is_stopped_on_the_server_before_the_term_cou
     long.statement_timeout = Duration::from_secs(30);
     let sql = grant("APP_DATABASE_URL", &app, &long);
     let far = tokio::time::Instant::now() + TTL;
-    let (term, control) = Term::standalone("cap", 1, far);
+    let (term, control) = Term::standalone("cap", Epoch::new(1), far);
     let f = Fence::new("cap".into(), "me".into(), Some(term.clone()));
     sql.execute(&caps, &f, "CREATE TABLE slow (epoch bigint)", &[])
         .await
@@ -634,7 +635,7 @@ async fn past_the_deadline_writes_are_refused_without_touching_a_database() {
     let nowhere = "postgres://nobody@127.0.0.1:1/nothing";
     let caps = Capabilities::new(DatabaseUrl::parse(nowhere).unwrap(), STORE_TIMEOUT);
     let sql = grant("APP_DATABASE_URL", nowhere, &spec("APP_DATABASE_URL"));
-    let (term, _control) = Term::standalone("cap", 1, tokio::time::Instant::now());
+    let (term, _control) = Term::standalone("cap", Epoch::new(1), tokio::time::Instant::now());
     let f = Fence::new("cap".into(), "me".into(), Some(term));
     let kv = caps.kv().await.unwrap();
     let put = kv.put(&f, "p", "k", b"v").await;
@@ -855,7 +856,7 @@ async fn a_plugin_cannot_take_the_fence_lock_itself() {
         vec![
             text("cap"),
             text(&holding.holder()),
-            SqlValue::Int(holding.term.epoch),
+            SqlValue::Int(holding.term.epoch.get()),
             text("a guess"),
         ],
     );

@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use leasehold::lease::Epoch;
 use std::time::Duration;
 
 use leasehold::lease::LeaseStore;
@@ -34,9 +35,9 @@ async fn after_a_change_of_incarnation_no_lease_is_taken_for_a_ttl_and_epochs_ju
 
     // Before any change: campaigns work as ever, epochs count from 1.
     let won = a.campaign("held", "a", TTL).await.unwrap();
-    assert_eq!((won.epoch, won.held_off_for), (Some(1), None));
+    assert_eq!((won.epoch, won.held_off_for), (Some(Epoch::new(1)), None));
     let won = a.campaign("expiring", "a", TTL).await.unwrap();
-    assert_eq!(won.epoch, Some(1));
+    assert_eq!(won.epoch, Some(Epoch::new(1)));
 
     forget_incarnation(&url).await;
     // The first campaign that sees the change records it and wins nothing, even for a lease
@@ -52,7 +53,7 @@ async fn after_a_change_of_incarnation_no_lease_is_taken_for_a_ttl_and_epochs_ju
     // A holder keeps its lease: its renewal lands where the new incarnation still shows it.
     let renewal = RenewRequest {
         name: "held".into(),
-        epoch: 1,
+        epoch: Epoch::new(1),
         ttl: TTL,
     };
     let renewed = a.renew("a", std::slice::from_ref(&renewal)).await.unwrap();
@@ -70,9 +71,12 @@ async fn after_a_change_of_incarnation_no_lease_is_taken_for_a_ttl_and_epochs_ju
     tokio::time::sleep(early.held_off_for.unwrap()).await;
     let late = b.campaign("expiring", "b", TTL).await.unwrap();
     let epoch = late.epoch.expect("taken once the hold-off is over");
-    assert!(epoch > 1 << 32, "epoch {epoch} must clear the floor");
+    assert!(
+        epoch > Epoch::new(1 << 32),
+        "epoch {epoch} must clear the floor"
+    );
     let fresh = b.campaign("never-held", "b", TTL).await.unwrap();
-    assert!(fresh.epoch.unwrap() > 1 << 32);
+    assert!(fresh.epoch.unwrap() > Epoch::new(1 << 32));
     // The holder that renewed through the change still holds at its epoch.
     assert_eq!(b.campaign("held", "b", TTL).await.unwrap().epoch, None);
 }
@@ -117,16 +121,22 @@ async fn a_promoted_standby_that_missed_a_campaign_issues_no_epoch_twice() {
     let name = db.rsplit('/').next().unwrap().to_string();
     let a = store_on(&db).await;
     let standby = primary.start_standby().unwrap();
-    assert_eq!(a.campaign("x", "a", TTL).await.unwrap().epoch, Some(1));
+    assert_eq!(
+        a.campaign("x", "a", TTL).await.unwrap().epoch,
+        Some(Epoch::new(1))
+    );
     standby.wait_for_replay(&db).await.unwrap();
 
     // The standby stops receiving; the primary goes on: a campaign it will never see, and a
     // renewal it will never see.
     standby.detach_standby().await.unwrap();
-    assert_eq!(a.campaign("y", "a", TTL).await.unwrap().epoch, Some(1));
+    assert_eq!(
+        a.campaign("y", "a", TTL).await.unwrap().epoch,
+        Some(Epoch::new(1))
+    );
     let renewal = RenewRequest {
         name: "x".into(),
-        epoch: 1,
+        epoch: Epoch::new(1),
         ttl: TTL,
     };
     assert_eq!(a.renew("a", &[renewal]).await.unwrap().landed, ["x"]);
@@ -141,12 +151,12 @@ async fn a_promoted_standby_that_missed_a_campaign_issues_no_epoch_twice() {
     tokio::time::sleep(hold).await;
     let epoch = b.campaign("y", "b", TTL).await.unwrap().epoch.unwrap();
     assert!(
-        epoch > 1 << 32,
+        epoch > Epoch::new(1 << 32),
         "epoch {epoch} was issued before the failover"
     );
     let epoch = b.campaign("x", "b", TTL).await.unwrap().epoch.unwrap();
     assert!(
-        epoch > 1 << 32,
+        epoch > Epoch::new(1 << 32),
         "epoch {epoch} was issued before the failover"
     );
     standby.kill().unwrap();

@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use leasehold::lease::Epoch;
 use std::time::{Duration, Instant};
 
 use leasehold_tests::admin;
@@ -160,7 +161,7 @@ async fn leasehold(args: &[&str]) -> (Option<i32>, String, String) {
 
 /// The times (seconds of the day) of `host`'s log lines of the plugin's work in the term at
 /// `epoch`: its init (`epoch=N`) and its reconciles (`from epoch N,`).
-fn work_of(host: &Host, epoch: i64) -> Vec<f64> {
+fn work_of(host: &Host, epoch: Epoch) -> Vec<f64> {
     let (init, call) = (
         format!("epoch={epoch}"),
         format!("work from epoch {epoch},"),
@@ -175,7 +176,7 @@ fn work_of(host: &Host, epoch: i64) -> Vec<f64> {
 /// The history check of a handoff from `old` at `epoch` to `new` at a later epoch: both terms
 /// did work, and the old term's last work is before the new term's first, by the replicas'
 /// shared clock.
-fn assert_no_overlap(old: &Host, epoch: i64, new: &Host, new_epoch: i64) {
+fn assert_no_overlap(old: &Host, epoch: Epoch, new: &Host, new_epoch: Epoch) {
     assert!(new_epoch > epoch, "epoch {new_epoch} after {epoch}");
     let (before, after) = (work_of(old, epoch), work_of(new, new_epoch));
     let (Some(last_old), Some(first_new)) = (
@@ -202,7 +203,7 @@ fn assert_no_overlap(old: &Host, epoch: i64, new: &Host, new_epoch: i64) {
 }
 
 /// The epoch of `leader` as `host` reads it, once `host` leads it.
-async fn led_epoch(host: &Host) -> i64 {
+async fn led_epoch(host: &Host) -> Epoch {
     eventually(
         format!("{} to lead", host.name),
         Duration::from_secs(10),
@@ -214,7 +215,7 @@ async fn led_epoch(host: &Host) -> i64 {
 }
 
 /// The epoch of `leader` as `host` reads it from the store.
-async fn epoch_of(host: &Host) -> i64 {
+async fn epoch_of(host: &Host) -> Epoch {
     host.status()
         .await
         .unwrap()
@@ -226,7 +227,7 @@ async fn epoch_of(host: &Host) -> i64 {
 
 /// `a` leading with its plugin at work (three ticks of its term), and `b` beside it as a
 /// standby: the start of every handoff specification here. Returns both and `a`'s epoch.
-async fn holder_at_work_and_standby(host: impl Fn(&str) -> HostBuilder) -> (Host, Host, i64) {
+async fn holder_at_work_and_standby(host: impl Fn(&str) -> HostBuilder) -> (Host, Host, Epoch) {
     let a = host("a").spawn_leading("leader").await.unwrap();
     let b = host("b").spawn().await.unwrap();
     let epoch = led_epoch(&a).await;
@@ -255,7 +256,7 @@ async fn a_handoff_stops_the_holder_s_plugins_before_the_standby_starts_its_own(
     let (code, out, err) = leasehold(&["leases", "handoff", "leader", "--database-url", url]).await;
     let took = asked.elapsed();
     assert_eq!(code, Some(0), "{out}{err}");
-    let next = epoch + 1;
+    let next = epoch.next();
     assert!(
         out.contains("a-")
             && out.contains(&format!("(epoch {epoch}) -> b-"))
@@ -404,14 +405,14 @@ async fn a_handoff_over_the_admin_api_stops_the_holder_s_plugins_before_the_stan
     let asked = Instant::now();
     let answer = admin::handoff(&b, "leader", None).await.unwrap();
     let took = asked.elapsed();
-    let next = epoch + 1;
+    let next = epoch.next();
     assert_eq!(answer.status, 200, "{answer:?}");
     assert!(
         answer.str("lease") == "leader"
             && answer.str("from").starts_with("a-")
-            && answer.json["from_epoch"] == epoch
+            && answer.json["from_epoch"] == epoch.get()
             && answer.str("to").starts_with("b-")
-            && answer.json["to_epoch"] == next
+            && answer.json["to_epoch"] == next.get()
             && answer.str("ended") == "released",
         "{answer:?}"
     );

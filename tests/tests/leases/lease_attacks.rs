@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use leasehold::lease::Epoch;
 use leasehold_tests::log::Logged;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -29,7 +30,7 @@ async fn store(url: &str, call_timeout: Duration) -> PostgresStore {
     .unwrap()
 }
 
-fn renewal(name: &str, epoch: i64, ttl: Duration) -> RenewRequest {
+fn renewal(name: &str, epoch: Epoch, ttl: Duration) -> RenewRequest {
     RenewRequest {
         name: name.into(),
         epoch,
@@ -112,7 +113,7 @@ async fn a_psql_lock_on_one_lease_row_does_not_stall_the_other_leases() {
     );
     let status = host.status().await.unwrap();
     let b = status.lease("b").unwrap();
-    assert_eq!(b.epoch, Some(1), "b kept its first term: {b:?}");
+    assert_eq!(b.epoch, Some(Epoch::new(1)), "b kept its first term: {b:?}");
     // a could not be renewed while locked; it ended its own term in time, nothing else.
     assert!(
         log.iter()
@@ -151,7 +152,7 @@ async fn a_renewal_that_waited_behind_a_release_does_not_revive_the_lease() {
     let s = store(&url, Duration::from_secs(5)).await;
     assert_eq!(
         s.campaign("r", "next", ttl).await.unwrap().epoch,
-        Some(epoch + 1),
+        Some(epoch.next()),
         "the released lease is free for the next holder"
     );
 }

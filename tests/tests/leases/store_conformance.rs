@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use leasehold::lease::Epoch;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,7 +31,7 @@ async fn until_listening(db: &Db) {
     }
 }
 
-fn renew_req(name: &str, epoch: i64) -> RenewRequest {
+fn renew_req(name: &str, epoch: Epoch) -> RenewRequest {
     RenewRequest {
         name: name.to_string(),
         epoch,
@@ -51,14 +52,14 @@ async fn concurrent_campaigns_have_one_winner(backend: Backend) {
         let winners = campaign_all(&stores, &name, "h", SHORT).await;
         assert_eq!(
             winners,
-            vec![1],
+            vec![Epoch::new(1)],
             "{backend:?} round {round}: one winner, epoch 1"
         );
         expire(SHORT).await;
         let winners = campaign_all(&stores, &name, "g", LONG).await;
         assert_eq!(
             winners,
-            vec![2],
+            vec![Epoch::new(2)],
             "{backend:?} round {round} (expired row): one winner, epoch 2"
         );
     }
@@ -70,7 +71,7 @@ async fn campaign_all(
     name: &str,
     holder: &str,
     ttl: Duration,
-) -> Vec<i64> {
+) -> Vec<Epoch> {
     let tasks: Vec<_> = stores
         .iter()
         .enumerate()
@@ -110,9 +111,9 @@ async fn epochs_strictly_increase(backend: Backend) {
     // release, then re-acquire by the same holder: still a new epoch
     assert!(s.release("e", "a", epochs[2]).await.unwrap());
     epochs.push(s.campaign("e", "a", LONG).await.unwrap().epoch.unwrap());
-    assert_eq!(epochs, vec![1, 2, 3, 4], "{backend:?}");
+    assert_eq!(epochs, [1, 2, 3, 4].map(Epoch::new), "{backend:?}");
     let row = &s.get(&["e".to_string()]).await.unwrap()[0];
-    assert_eq!((row.holder.as_str(), row.epoch), ("a", 4));
+    assert_eq!((row.holder.as_str(), row.epoch), ("a", Epoch::new(4)));
     assert!(row.is_held());
 }
 
@@ -127,7 +128,7 @@ async fn stale_epoch_cannot_renew(backend: Backend) {
     // The renewal above extended the lease by LONG: give it back by releasing, then take it over.
     assert!(s.release("r", "a", old).await.unwrap());
     let new = s.campaign("r", "b", LONG).await.unwrap().epoch.unwrap();
-    assert_eq!(new, old + 1);
+    assert_eq!(new, old.next());
     assert!(
         s.renew("a", &[renew_req("r", old)])
             .await
@@ -192,7 +193,7 @@ async fn release_lets_a_standby_in_at_once(backend: Backend) {
         "a non-holder must not release"
     );
     assert!(
-        !holder.release("l", "a", e + 1).await.unwrap(),
+        !holder.release("l", "a", e.next()).await.unwrap(),
         "a wrong epoch must not release"
     );
     assert_eq!(
@@ -215,7 +216,7 @@ async fn release_lets_a_standby_in_at_once(backend: Backend) {
     }
     assert_eq!(
         standby.campaign("l", "b", LONG).await.unwrap().epoch,
-        Some(e + 1),
+        Some(e.next()),
         "{backend:?}"
     );
     stop.cancel();
@@ -271,7 +272,7 @@ async fn forced_release_expires_whoever_holds_and_keeps_the_epoch(backend: Backe
     assert!(renewed.is_empty(), "{backend:?}");
     assert_eq!(
         admin.campaign("f", "b", LONG).await.unwrap().epoch,
-        Some(e + 1)
+        Some(e.next())
     );
     stop.cancel();
 }
@@ -294,7 +295,7 @@ async fn rows_are_never_deleted(backend: Backend) {
     let rows = s.list(None, 10).await.unwrap();
     let names: Vec<_> = rows
         .iter()
-        .map(|r| (r.name.as_str(), r.epoch, r.is_held()))
+        .map(|r| (r.name.as_str(), r.epoch.get(), r.is_held()))
         .collect();
     assert_eq!(
         names,
@@ -436,15 +437,19 @@ async fn truncates_replaces_and_renames_cannot_reset_an_epoch(backend: Backend) 
         .into_iter()
         .map(|r| (r.name, r.epoch))
         .collect();
-    assert_eq!(rows, vec![("a".into(), 2), ("b".into(), 1)], "{backend:?}");
+    assert_eq!(
+        rows,
+        vec![("a".into(), Epoch::new(2)), ("b".into(), Epoch::new(1))],
+        "{backend:?}"
+    );
     assert_eq!(
         s.campaign("a", "g", LONG).await.unwrap().epoch,
-        Some(3),
+        Some(Epoch::new(3)),
         "{backend:?}"
     );
     assert_eq!(
         s.campaign("b", "g", LONG).await.unwrap().epoch,
-        Some(2),
+        Some(Epoch::new(2)),
         "{backend:?}"
     );
 }
@@ -463,11 +468,11 @@ async fn batch_renew_reports_each_of_1000(backend: Backend) {
     // Some requests must not land: wrong epochs, and names nobody acquired.
     let mut expected: BTreeSet<String> = batch.iter().map(|r| r.name.clone()).collect();
     for r in batch.iter_mut().step_by(97) {
-        r.epoch += 1;
+        r.epoch = r.epoch.next();
         expected.remove(&r.name);
     }
     for i in 0..5 {
-        batch.push(renew_req(&format!("missing-{i}"), 1));
+        batch.push(renew_req(&format!("missing-{i}"), Epoch::new(1)));
     }
     let started = Instant::now();
     let landed: BTreeSet<String> = s
@@ -505,7 +510,7 @@ async fn batched_campaigns_have_one_winner_per_lease_and_leave_held_leases_alone
     let kept = setup.campaign_many("keeper", &held, LONG).await.unwrap();
     assert_eq!(kept.won.len(), 40, "{backend:?}");
     // The keeper's rows are written once more by its renewal, to be compared after the race.
-    let renew: Vec<RenewRequest> = held.iter().map(|n| renew_req(n, 1)).collect();
+    let renew: Vec<RenewRequest> = held.iter().map(|n| renew_req(n, Epoch::new(1))).collect();
     assert_eq!(
         setup.renew("keeper", &renew).await.unwrap().landed.len(),
         40
@@ -540,7 +545,7 @@ async fn batched_campaigns_have_one_winner_per_lease_and_leave_held_leases_alone
     }
     let outcomes = futures_join(tasks).await;
 
-    let mut winners: std::collections::BTreeMap<String, Vec<(String, i64)>> = Default::default();
+    let mut winners: std::collections::BTreeMap<String, Vec<(String, Epoch)>> = Default::default();
     for (i, (wanted, outcome)) in outcomes.iter().enumerate() {
         let reported: BTreeSet<&str> = outcome
             .won
@@ -573,7 +578,7 @@ async fn batched_campaigns_have_one_winner_per_lease_and_leave_held_leases_alone
     }
     for lease in new.iter().chain(&expired) {
         let won = winners.get(lease).cloned().unwrap_or_default();
-        let expected_epoch = if lease.starts_with("new") { 1 } else { 2 };
+        let expected_epoch = Epoch::new(if lease.starts_with("new") { 1 } else { 2 });
         assert_eq!(won.len(), 1, "{backend:?}: {lease} won by {won:?}");
         assert_eq!(won[0].1, expected_epoch, "{backend:?}: {lease}");
         let row = &setup.get(std::slice::from_ref(lease)).await.unwrap()[0];
@@ -852,9 +857,9 @@ async fn releasing_many_at_once_releases_only_the_holder_s_at_their_epochs_and_n
     let asked = vec![
         (names[0].clone(), epochs[0]),
         (names[1].clone(), epochs[1]),
-        (names[2].clone(), epochs[2] + 1), // a wrong epoch
-        (names[4].clone(), theirs),        // another holder's
-        ("m/none".to_string(), 1),         // no such lease
+        (names[2].clone(), epochs[2].next()),  // a wrong epoch
+        (names[4].clone(), theirs),            // another holder's
+        ("m/none".to_string(), Epoch::new(1)), // no such lease
     ];
     let mut released = holder.release_many("a", &asked).await.unwrap();
     released.sort();
@@ -881,7 +886,7 @@ async fn releasing_many_at_once_releases_only_the_holder_s_at_their_epochs_and_n
     for (i, name) in names[..2].iter().enumerate() {
         assert_eq!(
             other.campaign(name, "b", LONG).await.unwrap().epoch,
-            Some(epochs[i] + 1),
+            Some(epochs[i].next()),
             "{backend:?}: {name} free for the next holder"
         );
     }
@@ -1005,8 +1010,8 @@ async fn the_terms_of_a_lease_say_who_held_it_from_when_to_when_and_how_each_end
         kept[1..].iter().all(|t| t.end == Some(TermEnd::Released)),
         "{kept:?}"
     );
-    let epochs: Vec<i64> = kept.iter().map(|t| t.epoch).collect();
-    let newest: Vec<i64> = (0..kept.len() as i64).map(|i| epoch - i).collect();
+    let epochs: Vec<i64> = kept.iter().map(|t| t.epoch.get()).collect();
+    let newest: Vec<i64> = (0..kept.len() as i64).map(|i| epoch.get() - i).collect();
     assert_eq!(epochs, newest, "{backend:?}: the newest kept, none skipped");
 
     // A batched campaign opens a term for each lease it wins, and none for those it does not.
@@ -1096,19 +1101,22 @@ async fn a_handoff_request_reaches_the_holder_and_its_release_reserves_the_lease
     assert!(wait > SHORT / 2 && wait <= SHORT, "{backend:?}: {wait:?}");
     assert_eq!(
         s.campaign("h", b, SHORT).await.unwrap().epoch,
-        Some(e + 1),
+        Some(e.next()),
         "{backend:?}: the named replica wins at once"
     );
     // The request was for a's term: b's renewal carries none.
-    let renewed = s.renew(b, &[short("h", e + 1)]).await.unwrap();
+    let renewed = s.renew(b, &[short("h", e.next())]).await.unwrap();
     assert!(renewed.handoffs.is_empty(), "{backend:?}: {renewed:?}");
 
     // Without --to, anyone may take it at once after the release.
     admin.request_handoff("h", None).await.unwrap().unwrap();
-    let renewed = s.renew(b, &[short("h", e + 1)]).await.unwrap();
+    let renewed = s.renew(b, &[short("h", e.next())]).await.unwrap();
     assert_eq!(renewed.handoffs, names(&["h"]), "{backend:?}");
-    assert!(s.release("h", b, e + 1).await.unwrap());
-    assert_eq!(s.campaign("h", c, SHORT).await.unwrap().epoch, Some(e + 2));
+    assert!(s.release("h", b, e.next()).await.unwrap());
+    assert_eq!(
+        s.campaign("h", c, SHORT).await.unwrap().epoch,
+        Some(Epoch::new(e.get() + 2))
+    );
 
     // A reservation lapses after one ttl of the lease: then anyone's campaign wins.
     admin
@@ -1116,10 +1124,13 @@ async fn a_handoff_request_reaches_the_holder_and_its_release_reserves_the_lease
         .await
         .unwrap()
         .unwrap();
-    assert!(s.release("h", c, e + 2).await.unwrap());
+    assert!(s.release("h", c, Epoch::new(e.get() + 2)).await.unwrap());
     assert_eq!(s.campaign("h", a, SHORT).await.unwrap().epoch, None);
     expire(SHORT).await;
-    assert_eq!(s.campaign("h", a, SHORT).await.unwrap().epoch, Some(e + 3));
+    assert_eq!(
+        s.campaign("h", a, SHORT).await.unwrap().epoch,
+        Some(Epoch::new(e.get() + 3))
+    );
 
     // A forced release ends a handoff under way: nobody is reserved the lease.
     admin
@@ -1129,9 +1140,12 @@ async fn a_handoff_request_reaches_the_holder_and_its_release_reserves_the_lease
         .unwrap();
     assert_eq!(
         admin.force_release("h").await.unwrap(),
-        Some((a.into(), e + 3))
+        Some((a.into(), Epoch::new(e.get() + 3)))
     );
-    assert_eq!(s.campaign("h", c, SHORT).await.unwrap().epoch, Some(e + 4));
+    assert_eq!(
+        s.campaign("h", c, SHORT).await.unwrap().epoch,
+        Some(Epoch::new(e.get() + 4))
+    );
     stop.cancel();
 }
 
@@ -1217,7 +1231,7 @@ async fn postgres_a_batched_campaign_never_waits_for_a_held_row_s_lock() {
     let s = db.open().await.unwrap();
     assert_eq!(
         s.campaign("held", "keeper", LONG).await.unwrap().epoch,
-        Some(1)
+        Some(Epoch::new(1))
     );
     let tx = lock_lease_row(&db.url().unwrap(), "held", RowLock::Update)
         .await
@@ -1226,7 +1240,7 @@ async fn postgres_a_batched_campaign_never_waits_for_a_held_row_s_lock() {
     let names = ["free".to_string(), "held".to_string()];
     let outcome = s.campaign_many("standby", &names, LONG).await.unwrap();
     let took = started.elapsed();
-    assert_eq!(outcome.won, [("free".to_string(), 1)]);
+    assert_eq!(outcome.won, [("free".to_string(), Epoch::new(1))]);
     let wait = outcome.one("held").wait.unwrap();
     assert!(wait > Duration::from_secs(50) && wait <= LONG, "{wait:?}");
     // Far below the store's 9 s lock timeout: it never queued for the lock.
@@ -1246,7 +1260,10 @@ async fn postgres_a_campaign_skips_a_free_row_another_session_keeps_locked_and_w
     let db = Db::new(Backend::Postgres).await.unwrap();
     let s = db.open().await.unwrap();
     for name in ["a", "c"] {
-        assert_eq!(s.campaign(name, "gone", LONG).await.unwrap().epoch, Some(1));
+        assert_eq!(
+            s.campaign(name, "gone", LONG).await.unwrap().epoch,
+            Some(Epoch::new(1))
+        );
         s.force_release(name).await.unwrap();
     }
     let tx = lock_lease_row(&db.url().unwrap(), "a", RowLock::Share)
@@ -1269,7 +1286,10 @@ async fn postgres_a_campaign_skips_a_free_row_another_session_keeps_locked_and_w
     outcome.won.sort();
     assert_eq!(
         outcome.won,
-        [("b".to_string(), 1), ("c".to_string(), 2)],
+        [
+            ("b".to_string(), Epoch::new(1)),
+            ("c".to_string(), Epoch::new(2))
+        ],
         "{outcome:?}"
     );
     assert_eq!(outcome.locked, [("a".to_string(), lockers)]);
@@ -1280,7 +1300,7 @@ async fn postgres_a_campaign_skips_a_free_row_another_session_keeps_locked_and_w
     );
     tx.rollback().await.unwrap();
     let again = s.campaign_many("standby", &names[..1], LONG).await.unwrap();
-    assert_eq!(again.won, [("a".to_string(), 2)]);
+    assert_eq!(again.won, [("a".to_string(), Epoch::new(2))]);
     assert!(again.locked.is_empty());
 }
 
@@ -1318,7 +1338,7 @@ async fn postgres_a_batched_renewal_reports_a_locked_row_busy_and_renews_the_res
     s.force_release("gone").await.unwrap();
     assert_eq!(
         s.campaign("gone", "other", LONG).await.unwrap().epoch,
-        Some(epochs[3] + 1)
+        Some(epochs[3].next())
     );
     let before = s.get(&["b".into()]).await.unwrap();
     let tx = lock_lease_row(&db.url().unwrap(), "b", RowLock::Share)
@@ -1386,7 +1406,7 @@ async fn postgres_warming_up_a_connection_leaves_no_row_term_incarnation_or_noti
     let second = db.open().await.unwrap();
     assert_eq!(
         second.campaign("b", "you", LONG).await.unwrap().epoch,
-        Some(1)
+        Some(Epoch::new(1))
     );
     let after: String = sqlx::query_scalar(incarnation)
         .fetch_one(&mut conn)
@@ -1441,5 +1461,8 @@ async fn sqlite_rows_of_an_earlier_boot_have_expired() {
             .is_empty(),
         "a lease of an earlier boot was renewed"
     );
-    assert_eq!(s.campaign("b", "c", LONG).await.unwrap().epoch, Some(e + 1));
+    assert_eq!(
+        s.campaign("b", "c", LONG).await.unwrap().epoch,
+        Some(e.next())
+    );
 }

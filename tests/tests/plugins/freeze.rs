@@ -94,7 +94,7 @@ async fn short_freezes_keep_the_term() {
     let status = host.status().await.unwrap();
     assert_eq!(status.leases[0].role, Role::Leader, "{status:?}");
     assert_eq!(
-        status.leases[0].epoch.and_then(|e| u64::try_from(e).ok()),
+        status.leases[0].epoch.and_then(|e| e.for_guest()),
         Some(epoch),
         "{status:?}"
     );

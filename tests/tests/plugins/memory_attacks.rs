@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use leasehold::lease::Epoch;
 use std::time::Duration;
 
 use leasehold_tests::eventually::{eventually, when};
@@ -51,7 +52,11 @@ async fn attack_ends_safely(name: &str) {
     .await
     .unwrap();
     let status = host.status().await.unwrap();
-    assert_eq!(status.leases[0].epoch, Some(1), "{name}: {status:?}");
+    assert_eq!(
+        status.leases[0].epoch,
+        Some(Epoch::new(1)),
+        "{name}: {status:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

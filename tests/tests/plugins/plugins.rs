@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use leasehold::lease::Epoch;
 use leasehold_tests::log::Logged;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -164,7 +165,7 @@ async fn every_misbehaving_verb_ends_as_a_classified_failure() {
         .await
         .unwrap();
         let status = host.status().await.unwrap();
-        assert_eq!(status.leases[0].epoch, Some(1), "{verb}");
+        assert_eq!(status.leases[0].epoch, Some(Epoch::new(1)), "{verb}");
     }
     let flood = &running[VERBS.iter().position(|v| v.0 == "log-flood").unwrap()].2;
     flood
@@ -754,7 +755,10 @@ async fn plugins_are_added_replaced_and_removed_without_a_restart() {
         "a removed plugin still runs"
     );
     // The lease was never disturbed.
-    assert_eq!(host.status().await.unwrap().leases[0].epoch, Some(1));
+    assert_eq!(
+        host.status().await.unwrap().leases[0].epoch,
+        Some(Epoch::new(1))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use leasehold::lease::Epoch;
 use std::time::Duration;
 
 use leasehold::supervisor::{ProcessState, ProcessStatus};
@@ -48,7 +49,7 @@ async fn status_metrics_and_leasehold_status_show_a_process_at_work_and_the_last
         ("sleep", "nightly")
     );
     assert_eq!(shown.state, ProcessState::Running);
-    assert_eq!((shown.starts, shown.epoch), (1, Some(1)));
+    assert_eq!((shown.starts, shown.epoch), (1, Some(Epoch::new(1))));
     let pid = shown.pid.expect("a running process shows its pid");
     // The pid is the command's from the start: its keeper's trampoline execs it there.
     eventually(

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use leasehold::lease::Epoch;
 use leasehold_tests::log::Logged;
 use std::time::{Duration, Instant};
 
@@ -27,7 +28,7 @@ async fn start_replicas(url: &str, ttl: &str, n: usize) -> Vec<Host> {
 /// Every replica's `/status` names the same holder and epoch for `leader`; returns them. Each is
 /// a snapshot up to a few hundred ms old, so a replica that saw no change of its own may show the
 /// last holder a moment longer: they must agree within two seconds.
-async fn agreed_holder(hosts: &[&Host]) -> (String, i64) {
+async fn agreed_holder(hosts: &[&Host]) -> (String, Epoch) {
     eventually(
         "the replicas to agree on the holder",
         Duration::from_secs(2),
@@ -91,7 +92,7 @@ async fn three_replicas_on_postgres_elect_one_and_survive_kill_9() {
     assert!(took < bound, "failover took {took:?}, bound {bound:?}");
     let (new_holder, new_epoch) = agreed_holder(&refs).await;
     assert_ne!(new_holder, holder);
-    assert_eq!(new_epoch, epoch + 1);
+    assert_eq!(new_epoch, epoch.next());
     assert_eq!(hosts[next].status().await.unwrap().replica, new_holder);
     println!("kill -9 failover with ttl {ttl:?}: {took:?}");
 }
@@ -136,7 +137,7 @@ async fn sigterm_hands_the_lease_over_at_once() {
     );
     let (new_holder, new_epoch) = agreed_holder(&refs).await;
     assert_ne!(new_holder, holder);
-    assert_eq!(new_epoch, epoch + 1);
+    assert_eq!(new_epoch, epoch.next());
     // The handoff as the processes saw it (their own log clocks), free of this test's polling.
     let new_log = hosts
         .iter()
@@ -178,7 +179,7 @@ async fn two_processes_on_one_sqlite_file_elect_one() {
         );
     }
     let (holder, epoch) = agreed_holder(&refs).await;
-    assert_eq!(epoch, 1, "no spurious re-acquisitions");
+    assert_eq!(epoch, Epoch::new(1), "no spurious re-acquisitions");
     assert!(holder.starts_with(&hosts[leader].name));
 }
 
@@ -504,8 +505,11 @@ async fn leases_list_says_how_each_free_lease_was_freed_and_how_to_go_on() {
         .unwrap()
         .epoch
         .unwrap();
-    assert_eq!(epoch, 1);
-    store.release("job-released", "someone-1", 1).await.unwrap();
+    assert_eq!(epoch, Epoch::new(1));
+    store
+        .release("job-released", "someone-1", Epoch::new(1))
+        .await
+        .unwrap();
     store.force_release("job-forced").await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
 

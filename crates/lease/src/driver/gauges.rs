@@ -59,7 +59,7 @@ pub(super) fn leadership_moved(
     metrics
         .epoch
         .get_or_create(&label)
-        .set(epoch.unwrap_or_default());
+        .set(epoch.map_or(0, Epoch::get));
 }
 
 /// Records how long a renewal took to return.

@@ -16,18 +16,18 @@ use crate::identity::HolderId;
 pub(super) fn announcement(holder: &HolderId, announcement: Announcement) {
     match announcement {
         Announcement::Acquired { lease, epoch } => {
-            info!(target: LOG_TARGET, lease = %lease, epoch, holder = %holder, "lease acquired")
+            info!(target: LOG_TARGET, lease = %lease, epoch = epoch.get(), holder = %holder, "lease acquired")
         }
         Announcement::RenewFailing { leases, error } => {
             for (lease, epoch) in leases {
-                warn!(target: LOG_TARGET, lease = %lease, epoch, holder = %holder, error = %error, "renewal failing: lease uncertain");
+                warn!(target: LOG_TARGET, lease = %lease, epoch = epoch.get(), holder = %holder, error = %error, "renewal failing: lease uncertain");
             }
         }
         Announcement::Recovered { lease, epoch } => {
-            info!(target: LOG_TARGET, lease = %lease, epoch, holder = %holder, "renewal landed again: lease recovered")
+            info!(target: LOG_TARGET, lease = %lease, epoch = epoch.get(), holder = %holder, "renewal landed again: lease recovered")
         }
         Announcement::SafeUntilReached { lease, epoch } => {
-            warn!(target: LOG_TARGET, lease = %lease, epoch, holder = %holder, "no renewal landed before safe_until: plugins stopped")
+            warn!(target: LOG_TARGET, lease = %lease, epoch = epoch.get(), holder = %holder, "no renewal landed before safe_until: plugins stopped")
         }
         Announcement::Lost {
             lease,
@@ -39,21 +39,21 @@ pub(super) fn announcement(holder: &HolderId, announcement: Announcement) {
             } else {
                 "expired while renewals failed"
             };
-            warn!(target: LOG_TARGET, lease = %lease, epoch, holder = %holder, reason = how, "lease lost")
+            warn!(target: LOG_TARGET, lease = %lease, epoch = epoch.get(), holder = %holder, reason = how, "lease lost")
         }
         Announcement::Released {
             lease,
             epoch,
             error: None,
         } => {
-            info!(target: LOG_TARGET, lease = %lease, epoch, holder = %holder, "lease released")
+            info!(target: LOG_TARGET, lease = %lease, epoch = epoch.get(), holder = %holder, "lease released")
         }
         Announcement::Released {
             lease,
             epoch,
             error: Some(error),
         } => {
-            error!(target: LOG_TARGET, lease = %lease, epoch, holder = %holder, error = %error, "release failed: the lease will expire by its ttl")
+            error!(target: LOG_TARGET, lease = %lease, epoch = epoch.get(), holder = %holder, error = %error, "release failed: the lease will expire by its ttl")
         }
         Announcement::ClockStepped { ahead, quiet } => {
             error!(target: LOG_TARGET, holder = %holder, ahead = ?ahead, quiet_for = ?quiet, "the database clock stepped forward: every term ended; no campaign or term until the leases that trusted the old clock have run out")
@@ -62,7 +62,7 @@ pub(super) fn announcement(holder: &HolderId, announcement: Announcement) {
             warn!(target: LOG_TARGET, holder = %holder, remaining = ?remaining, "the lease database changed incarnation (a promoted standby, or a restored backup): no lease is taken over until every holder that trusted a renewal it lost has stopped")
         }
         Announcement::HandoffRequested { lease, epoch } => {
-            info!(target: LOG_TARGET, lease = %lease, epoch, holder = %holder, "handoff requested by an operator: stopping the lease's plugins and releasing it")
+            info!(target: LOG_TARGET, lease = %lease, epoch = epoch.get(), holder = %holder, "handoff requested by an operator: stopping the lease's plugins and releasing it")
         }
         Announcement::CampaignBlocked {
             lease,
@@ -93,12 +93,12 @@ pub(super) fn term_ended(lease: &str, epoch: Epoch, holder: &HolderId, reason: E
         EndReason::Releasing => "releasing",
         EndReason::ClockStep => "the database clock stepped forward",
     };
-    info!(target: LOG_TARGET, lease = %lease, epoch, holder = %holder, reason = why, "term ended: plugins stopped");
+    info!(target: LOG_TARGET, lease = %lease, epoch = epoch.get(), holder = %holder, reason = why, "term ended: plugins stopped");
 }
 
 /// Logs that a term has started.
 pub(super) fn term_started(lease: &str, epoch: Epoch) {
-    debug!(target: LOG_TARGET, lease = %lease, epoch, "term started");
+    debug!(target: LOG_TARGET, lease = %lease, epoch = epoch.get(), "term started");
 }
 
 /// Logs a renewal's return: of the batch, or of one lease alone (`alone`) after the batch found

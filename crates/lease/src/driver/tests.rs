@@ -125,7 +125,7 @@ async fn a_lone_replica_acquires_and_keeps_renewing() {
     let a = replica(&store, "a");
     let mut rx = a.watch();
     let (epoch, term) = wait_for_leader(&mut rx, ms(10)).await;
-    assert_eq!(epoch, 1);
+    assert_eq!(epoch, Epoch::new(1));
     assert_eq!(term.lease, LEASE);
     let first = term.safe_until();
     assert_eq!(first, crate::seams::now() + TTL - ms(250));
@@ -136,11 +136,11 @@ async fn a_lone_replica_acquires_and_keeps_renewing() {
     assert!(term.safe_until() > crate::seams::now());
     assert!(term.safe_until() >= first + TTL * 9);
     let l = a.leases.leadership(LEASE).unwrap();
-    assert_eq!((l.role, l.epoch), (Role::Leader, Some(1)));
+    assert_eq!((l.role, l.epoch), (Role::Leader, Some(Epoch::new(1))));
     let r = row(&store).await;
     assert_eq!(
         (r.holder.as_str(), r.epoch),
-        (a.leases.holder().as_str(), 1)
+        (a.leases.holder().as_str(), Epoch::new(1))
     );
     assert!(r.is_held());
     a.stop().await;
@@ -157,7 +157,7 @@ async fn failing_renewals_end_the_term_by_safe_until_then_standby() {
 
     store.set_health(Health::Failing);
     let uncertain = wait_for_role(&mut rx, Role::Uncertain, TTL).await;
-    assert_eq!(uncertain.epoch, Some(1));
+    assert_eq!(uncertain.epoch, Some(Epoch::new(1)));
     // Uncertain, but the term runs on until its deadline.
     let running = uncertain.term.expect("the term runs until safe_until");
     assert!(!running.is_cancelled());
@@ -224,7 +224,7 @@ async fn recovery_while_the_term_runs_keeps_the_term() {
 
     store.set_health(Health::Up);
     let (epoch, again) = wait_for_leader(&mut rx, timing().retry_interval + ms(1)).await;
-    assert_eq!(epoch, 1);
+    assert_eq!(epoch, Epoch::new(1));
     assert!(!term.is_cancelled(), "the term never ended");
     assert!(again.safe_until() > before);
     assert_eq!(term.safe_until(), again.safe_until(), "one term, extended");
@@ -249,10 +249,10 @@ async fn recovery_before_expiry_restarts_the_term_with_the_same_epoch() {
     store.set_health(Health::Up);
     let (epoch, again) = wait_for_leader(&mut rx, ms(250)).await;
     assert!(crate::seams::now() < expires_at);
-    assert_eq!(epoch, 1, "renewed, not re-acquired");
+    assert_eq!(epoch, Epoch::new(1), "renewed, not re-acquired");
     assert!(term.is_cancelled(), "the old term stays ended");
     assert!(again.safe_until() > crate::seams::now());
-    assert_eq!(row(&store).await.epoch, 1);
+    assert_eq!(row(&store).await.epoch, Epoch::new(1));
     a.stop().await;
 }
 
@@ -274,12 +274,12 @@ async fn recovery_after_expiry_recampaigns_with_the_next_epoch() {
     store.set_health(Health::Up);
     let poll = timing().poll_interval;
     let (epoch, again) = wait_for_leader(&mut rx, poll + poll / 5 + ms(1)).await;
-    assert_eq!(epoch, 2);
-    assert_eq!(again.epoch, 2);
+    assert_eq!(epoch, Epoch::new(2));
+    assert_eq!(again.epoch, Epoch::new(2));
     let r = row(&store).await;
     assert_eq!(
         (r.holder.as_str(), r.epoch),
-        (a.leases.holder().as_str(), 2)
+        (a.leases.holder().as_str(), Epoch::new(2))
     );
     a.stop().await;
 }
@@ -310,7 +310,7 @@ async fn two_replicas_one_leader_and_instant_handover() {
         (b, a, ra)
     };
     let lead = leader.leases.leadership(LEASE).unwrap();
-    assert_eq!(lead.epoch, Some(1), "no churn");
+    assert_eq!(lead.epoch, Some(Epoch::new(1)), "no churn");
     let term = lead.term.unwrap();
     let ended = when_cancelled(&term);
 
@@ -318,14 +318,14 @@ async fn two_replicas_one_leader_and_instant_handover() {
     leader.root.cancel();
     let (epoch, _) = wait_for_leader(&mut other_rx, timing().poll_interval / 10).await;
     let took = crate::seams::now() - handover;
-    assert_eq!(epoch, 2);
+    assert_eq!(epoch, Epoch::new(2));
     assert!(took < timing().poll_interval / 10, "took {took:?}");
     assert!(ended.await.unwrap() <= crate::seams::now());
     assert_eq!(leader.role(), Role::Standby);
     let r = row(&store).await;
     assert_eq!(
         (r.holder.as_str(), r.epoch),
-        (other.leases.holder().as_str(), 2)
+        (other.leases.holder().as_str(), Epoch::new(2))
     );
     leader.stop().await;
     other.stop().await;
@@ -351,7 +351,7 @@ async fn shutdown_waits_for_term_tasks_before_releasing() {
             tokio::time::sleep(ms(1500)).await;
             let r = row(&store).await;
             assert!(r.is_held(), "released while a term task still ran");
-            assert_eq!((r.holder, r.epoch), (holder, 1));
+            assert_eq!((r.holder, r.epoch), (holder, Epoch::new(1)));
             *drained.lock().unwrap() = Some(crate::seams::now());
         }
     });
@@ -361,7 +361,7 @@ async fn shutdown_waits_for_term_tasks_before_releasing() {
     let (epoch, _) = wait_for_leader(&mut rb, TTL).await;
     let taken = crate::seams::now();
     let drained = drained.lock().unwrap().expect("the term task finished");
-    assert_eq!(epoch, 2);
+    assert_eq!(epoch, Epoch::new(2));
     assert_eq!(drained, stopping + ms(1500));
     assert!(taken >= drained, "taken over before the drain finished");
     assert!(
@@ -383,12 +383,12 @@ async fn shutdown_releases_the_lease_keeping_its_epoch() {
     a.stop().await;
     let r = row(&store).await;
     assert!(!r.is_held());
-    assert_eq!(r.epoch, 1);
+    assert_eq!(r.epoch, Epoch::new(1));
     assert_eq!(leases.leadership(LEASE).unwrap().role, Role::Standby);
     // The next acquisition, by a new process, gets the next epoch.
     let b = replica(&store, "b");
     let (epoch, _) = wait_for_leader(&mut b.watch(), ms(10)).await;
-    assert_eq!(epoch, 2);
+    assert_eq!(epoch, Epoch::new(2));
     b.stop().await;
 }
 
@@ -407,7 +407,7 @@ async fn step_down_hands_the_lease_to_the_standby() {
     let asked = crate::seams::now();
     a.leases.step_down(LEASE);
     let (epoch, _) = wait_for_leader(&mut rb, ms(10)).await;
-    assert_eq!(epoch, 2);
+    assert_eq!(epoch, Epoch::new(2));
     assert!(term.is_cancelled());
     assert!(crate::seams::now() - asked < ms(10));
     tokio::time::sleep(TTL).await;
@@ -430,7 +430,7 @@ async fn step_down_alone_reacquires_after_a_poll() {
         a.leases.step_down(LEASE);
         wait_for_role(&mut rx, Role::Standby, ms(10)).await;
         let (again, _) = wait_for_leader(&mut rx, poll * 2).await;
-        assert_eq!(again, epoch + 1);
+        assert_eq!(again, epoch.next());
         let waited = crate::seams::now() - asked;
         assert!(
             waited >= poll,
@@ -534,7 +534,7 @@ fn a_lone_renewal_waiting_for_a_row_lock_leaves_the_driver_asleep_until_it_answe
         assert!(ended_at >= won + ms(3500), "{:?}", ended_at - won);
         let r = row(&store).await;
         assert!(!r.is_held());
-        assert_eq!(r.epoch, 1);
+        assert_eq!(r.epoch, Epoch::new(1));
         a.stop().await;
     });
 }

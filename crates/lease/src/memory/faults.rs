@@ -514,7 +514,7 @@ impl LeaseStore for FaultyStore {
                         } else {
                             ReleaseNotice::HandoffRequested {
                                 lease,
-                                epoch: rng.random_range(1..20),
+                                epoch: Epoch::new(rng.random_range(1..20)),
                             }
                         };
                         history.note(format!("{replica}: forged notice {forged:?}"));

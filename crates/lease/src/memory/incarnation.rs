@@ -17,7 +17,7 @@ use crate::store::{Epoch, StoreError};
 
 /// How far above every epoch in the table a new incarnation's floor is: more than any lost
 /// history can have handed out of one lease.
-pub(super) const FLOOR_STEP: Epoch = 1 << 32;
+pub(super) const FLOOR_STEP: i64 = 1 << 32;
 
 #[derive(Debug, Default)]
 pub(super) struct Incarnation {
@@ -54,7 +54,9 @@ impl Incarnation {
         self.floor = self
             .floor
             .max(max_epoch)
+            .get()
             .checked_add(FLOOR_STEP)
+            .map(Epoch::new)
             .ok_or_else(|| StoreError::Invalid {
                 what: "epoch floor",
                 reason: format!("{max_epoch} is too close to the largest epoch to go above it"),
@@ -84,7 +86,7 @@ impl Incarnation {
     pub(super) fn floor(&self) -> Epoch {
         // A planted bug of the simulator: no floor, so a lost campaign's epoch is handed out again.
         match crate::buggify::planted(crate::buggify::Planted::FailoverFloorOff) {
-            true => 0,
+            true => Epoch::default(),
             false => self.floor,
         }
     }

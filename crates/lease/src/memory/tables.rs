@@ -107,9 +107,9 @@ impl Tables {
             Some(row) => {
                 let (epoch, expired) = (row.epoch, row.expires_at);
                 row.close_term(epoch, expired, TermEnd::Expired);
-                ((epoch + 1).max(floor), std::mem::take(&mut row.terms))
+                (epoch.next().max(floor), std::mem::take(&mut row.terms))
             }
-            None => (floor.max(1), Vec::new()),
+            None => (floor.max(Epoch::new(1)), Vec::new()),
         };
         terms.push(MemoryTerm {
             epoch,
@@ -117,7 +117,7 @@ impl Tables {
             started: now,
             ended: None,
         });
-        if epoch % i64::from(PRUNE_EVERY) == 0 {
+        if epoch.get() % i64::from(PRUNE_EVERY) == 0 {
             let kept = TERMS_KEPT as usize;
             terms.drain(..terms.len().saturating_sub(kept));
         }

@@ -13,7 +13,7 @@ use super::*;
 use crate::seams;
 
 const TTL: Duration = Duration::from_secs(3);
-const FLOOR: Epoch = 1 << 32;
+const FLOOR: Epoch = Epoch::new(1 << 32);
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -75,9 +75,12 @@ async fn calls_that_write_nothing_are_no_commits_a_failover_can_lose() {
     won(&store, "a", "me").await;
     // A lost campaign, a refused renewal and release, a read: nothing written.
     assert_eq!(store.campaign("a", "you", TTL).await.unwrap().epoch, None);
-    let renewed = store.renew("you", &[renewal("a", 1)]).await.unwrap();
+    let renewed = store
+        .renew("you", &[renewal("a", Epoch::new(1))])
+        .await
+        .unwrap();
     assert!(renewed.landed.is_empty());
-    assert!(!store.release("a", "you", 1).await.unwrap());
+    assert!(!store.release("a", "you", Epoch::new(1)).await.unwrap());
     store.get(&names(&["a"])).await.unwrap();
     won(&store, "b", "me").await;
     store.fail_over(1);
@@ -139,7 +142,7 @@ async fn campaigns_after_a_failover_wait_the_longer_of_the_recorded_and_their_ow
     let (long, short) = (Duration::from_secs(10), Duration::from_secs(1));
     for (name, ttl) in [("long", long), ("short", short)] {
         store.campaign(name, "me", ttl).await.unwrap();
-        store.release(name, "me", 1).await.unwrap();
+        store.release(name, "me", Epoch::new(1)).await.unwrap();
     }
     store.fail_over(0);
     // Seen two seconds after the failover: the hold-off counts from then.
@@ -153,20 +156,20 @@ async fn campaigns_after_a_failover_wait_the_longer_of_the_recorded_and_their_ow
     assert_eq!(
         after_own_ttl.won,
         [
-            ("new".to_string(), FLOOR + 1),
-            ("short".to_string(), FLOOR + 1)
+            ("new".to_string(), FLOOR.next()),
+            ("short".to_string(), FLOOR.next())
         ]
     );
     assert_eq!(after_own_ttl.lost, [("long".to_string(), Some(long - TTL))]);
     assert_eq!(after_own_ttl.held_off_for, Some(long - TTL));
     tokio::time::sleep(long - TTL).await;
-    assert_eq!(won(&store, "long", "you").await, FLOOR + 1);
+    assert_eq!(won(&store, "long", "you").await, FLOOR.next());
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_failover_that_lost_a_campaign_never_hands_its_epoch_out_again() {
     let store = MemoryStore::new();
-    assert_eq!(won(&store, "x", "me").await, 1);
+    assert_eq!(won(&store, "x", "me").await, Epoch::new(1));
     store.fail_over(1);
     // `me` runs on at epoch 1, which the new primary never saw handed out.
     let first = store.campaign("x", "you", TTL).await.unwrap();
@@ -177,7 +180,10 @@ async fn a_failover_that_lost_a_campaign_never_hands_its_epoch_out_again() {
         epoch >= FLOOR,
         "epoch {epoch} may have been handed out before"
     );
-    let renewed = store.renew("me", &[renewal("x", 1)]).await.unwrap();
+    let renewed = store
+        .renew("me", &[renewal("x", Epoch::new(1))])
+        .await
+        .unwrap();
     assert!(renewed.landed.is_empty());
 }
 
@@ -188,7 +194,7 @@ async fn renewals_and_releases_during_the_hold_off_go_by_the_rows_the_failover_k
     let campaigned = store.campaign_many("me", &both, TTL).await.unwrap();
     assert_eq!(campaigned.won.len(), 2);
     tokio::time::sleep(ms(2_000)).await;
-    let renewals = [renewal("x", 1), renewal("y", 1)];
+    let renewals = [renewal("x", Epoch::new(1)), renewal("y", Epoch::new(1))];
     assert_eq!(store.renew("me", &renewals).await.unwrap().landed, both);
     // The renewal is lost: the rows expire at 3 s again, not 5 s.
     store.fail_over(1);
@@ -205,8 +211,8 @@ async fn renewals_and_releases_during_the_hold_off_go_by_the_rows_the_failover_k
         renewed.landed.is_empty() && renewed.busy.is_empty(),
         "{renewed:?}"
     );
-    assert!(store.release("x", "me", 1).await.unwrap());
-    assert!(!store.release("y", "me", 1).await.unwrap());
+    assert!(store.release("x", "me", Epoch::new(1)).await.unwrap());
+    assert!(!store.release("y", "me", Epoch::new(1)).await.unwrap());
 }
 
 #[tokio::test(start_paused = true)]
@@ -300,17 +306,23 @@ async fn a_campaign_skips_a_locked_free_row_and_names_it() {
         .await
         .unwrap();
     outcome.won.sort();
-    assert_eq!(outcome.won, [("b".to_string(), 1), ("c".to_string(), 2)]);
+    assert_eq!(
+        outcome.won,
+        [
+            ("b".to_string(), Epoch::new(1)),
+            ("c".to_string(), Epoch::new(2))
+        ]
+    );
     assert_eq!(outcome.locked, [("a".to_string(), vec![LOCKER_PID])]);
     assert_eq!(outcome.lost, [("a".to_string(), None)]);
     // Untouched, and won once the lock goes.
-    assert_eq!(record(&store, "a").await.unwrap().epoch, 1);
+    assert_eq!(record(&store, "a").await.unwrap().epoch, Epoch::new(1));
     tokio::time::sleep(Duration::from_secs(5)).await;
     let again = store
         .campaign_many("me", &names(&["a"]), TTL)
         .await
         .unwrap();
-    assert_eq!(again.won, [("a".to_string(), 2)]);
+    assert_eq!(again.won, [("a".to_string(), Epoch::new(2))]);
     assert!(again.locked.is_empty());
 }
 
@@ -331,8 +343,11 @@ async fn a_campaign_reports_a_locked_held_row_by_its_expiry_not_as_locked() {
 async fn locking_a_lease_without_a_row_locks_nothing() {
     let store = MemoryStore::new();
     store.lock_row("ghost", Duration::from_secs(60));
-    assert_eq!(won(&store, "ghost", "me").await, 1);
-    let renewed = store.renew("me", &[renewal("ghost", 1)]).await.unwrap();
+    assert_eq!(won(&store, "ghost", "me").await, Epoch::new(1));
+    let renewed = store
+        .renew("me", &[renewal("ghost", Epoch::new(1))])
+        .await
+        .unwrap();
     assert_eq!(renewed.landed, names(&["ghost"]));
 }
 
@@ -349,7 +364,7 @@ async fn a_batched_renewal_puts_a_held_locked_row_in_busy_and_renews_the_rest() 
     store.lock_row("gone", Duration::from_secs(5));
     let requests: Vec<RenewRequest> = ["a", "b", "c", "gone"]
         .iter()
-        .map(|n| renewal(n, 1))
+        .map(|n| renewal(n, Epoch::new(1)))
         .collect();
     let renewed = store.renew("me", &requests).await.unwrap();
     assert_eq!(renewed.landed, names(&["a", "c"]));
@@ -365,7 +380,7 @@ async fn renewing_one_lease_waits_for_its_row_lock_and_lands_once_it_goes() {
     store.lock_row("a", ms(200));
     let started = seams::now();
     let renewed = store
-        .renew_one("me", &renewal("a", 1), Duration::from_secs(1))
+        .renew_one("me", &renewal("a", Epoch::new(1)), Duration::from_secs(1))
         .await
         .unwrap();
     assert_eq!(started.elapsed(), ms(200));
@@ -381,7 +396,7 @@ async fn renewing_one_lease_gives_up_at_nine_tenths_of_its_timeout_while_the_row
     store.lock_row("a", Duration::from_secs(5));
     let started = seams::now();
     let renewed = store
-        .renew_one("me", &renewal("a", 1), Duration::from_secs(1))
+        .renew_one("me", &renewal("a", Epoch::new(1)), Duration::from_secs(1))
         .await;
     assert!(
         matches!(renewed, Err(StoreError::Timeout { op: "renew", after }) if after == ms(900)),
@@ -392,7 +407,7 @@ async fn renewing_one_lease_gives_up_at_nine_tenths_of_its_timeout_while_the_row
     // A lease that is not ours is not waited for.
     let started = seams::now();
     let other = store
-        .renew_one("you", &renewal("a", 1), Duration::from_secs(1))
+        .renew_one("you", &renewal("a", Epoch::new(1)), Duration::from_secs(1))
         .await
         .unwrap();
     assert!(!other.landed);
@@ -410,7 +425,7 @@ async fn a_release_that_waited_for_a_lock_is_judged_by_when_it_reached_the_row()
     tokio::time::sleep(ms(500)).await;
     store.lock_row("a", Duration::from_secs(1));
     // The row expires during the wait; the release, judged at 0.5 s, still counts.
-    assert!(store.release("a", "me", 1).await.unwrap());
+    assert!(store.release("a", "me", Epoch::new(1)).await.unwrap());
     assert_eq!(record(&store, "a").await.unwrap().expires_in_ms, -1_000);
     assert_eq!(
         heard.recv().await,
@@ -427,7 +442,7 @@ async fn a_release_gives_up_at_the_store_s_lock_timeout_and_leaves_the_row_held(
     won(&store, "a", "me").await;
     store.lock_row("a", Duration::from_secs(5));
     let started = seams::now();
-    let released = store.release("a", "me", 1).await;
+    let released = store.release("a", "me", Epoch::new(1)).await;
     assert!(
         matches!(released, Err(StoreError::Timeout { op: "release", after }) if after == ms(900)),
         "{released:?}"
@@ -442,7 +457,10 @@ async fn releasing_many_waits_for_every_locked_row_and_releases_all_or_none() {
     let both = names(&["a", "b"]);
     let long = Duration::from_secs(60);
     store.campaign_many("me", &both, long).await.unwrap();
-    let leases = [("a".to_string(), 1), ("b".to_string(), 1)];
+    let leases = [
+        ("a".to_string(), Epoch::new(1)),
+        ("b".to_string(), Epoch::new(1)),
+    ];
     store.lock_row("b", Duration::from_secs(5));
     let gave_up = store.release_many("me", &leases).await;
     assert!(
@@ -467,11 +485,11 @@ async fn a_forced_release_and_a_handoff_request_wait_for_the_lock_too() {
     store.lock_row("a", ms(300));
     let started = seams::now();
     let asked = store.request_handoff("a", Some("you")).await.unwrap();
-    assert_eq!(asked.unwrap().epoch, 1);
+    assert_eq!(asked.unwrap().epoch, Epoch::new(1));
     assert_eq!(started.elapsed(), ms(300));
     store.lock_row("a", ms(300));
     let forced = store.force_release("a").await.unwrap();
-    assert_eq!(forced, Some(("me".to_string(), 1)));
+    assert_eq!(forced, Some(("me".to_string(), Epoch::new(1))));
     assert_eq!(started.elapsed(), ms(600));
 }
 
@@ -482,7 +500,7 @@ async fn two_writers_queued_on_one_lock_are_applied_one_after_the_other() {
     store.lock_row("a", ms(300));
     let release = tokio::spawn({
         let store = store.clone();
-        async move { store.release("a", "me", 1).await.unwrap() }
+        async move { store.release("a", "me", Epoch::new(1)).await.unwrap() }
     });
     let force = tokio::spawn({
         let store = store.clone();
@@ -502,7 +520,11 @@ async fn the_same_calls_in_the_same_order_give_the_same_answers() {
         answers.push(format!("{:?}", store.campaign_many("p", &all, TTL).await));
         store.lock_row("b", ms(700));
         tokio::time::sleep(ms(400)).await;
-        let renewals = [renewal("a", 1), renewal("b", 1), renewal("c", 1)];
+        let renewals = [
+            renewal("a", Epoch::new(1)),
+            renewal("b", Epoch::new(1)),
+            renewal("c", Epoch::new(1)),
+        ];
         answers.push(format!("{:?}", store.renew("p", &renewals).await));
         answers.push(format!(
             "{:?}",

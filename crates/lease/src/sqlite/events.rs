@@ -95,7 +95,7 @@ impl Wakeup {
         let wakeup = match words.next()? {
             "released" => Wakeup::Released(words.next().filter(|n| !n.is_empty())?.to_string()),
             "handoff" => {
-                let epoch = words.next()?.parse().ok()?;
+                let epoch = Epoch::new(words.next()?.parse().ok()?);
                 let lease = words.next().filter(|n| !n.is_empty())?.to_string();
                 Wakeup::Handoff { lease, epoch }
             }
@@ -521,7 +521,7 @@ mod tests {
             Wakeup::Released("orders/7".into()),
             Wakeup::Handoff {
                 lease: "leader".into(),
-                epoch: 42,
+                epoch: Epoch::new(42),
             },
             Wakeup::All,
         ] {
@@ -560,7 +560,7 @@ mod tests {
             Wakeup::Released("a".into()),
             Wakeup::Handoff {
                 lease: "b".into(),
-                epoch: 3,
+                epoch: Epoch::new(3),
             },
         ])
         .unwrap();
@@ -569,7 +569,7 @@ mod tests {
             next(&mut rx).await,
             ReleaseNotice::HandoffRequested {
                 lease: "b".into(),
-                epoch: 3
+                epoch: Epoch::new(3)
             }
         );
         // A batch too long for one small write wakes every lease.

@@ -533,7 +533,7 @@ impl SqlGrant {
             let held: Option<bool> = sqlx::query_scalar(sqlx::AssertSqlSafe(check.sql.clone()))
                 .bind(&fence.lease)
                 .bind(&fence.holder)
-                .bind(fence.epoch())
+                .bind(fence.epoch().get())
                 .bind(&check.key)
                 .bind(wait)
                 .fetch_one(&mut *tx)

@@ -223,7 +223,7 @@ impl Check {
     /// Takes the role this replica has now, and returns the span the role runs in.
     fn enter_role(&mut self) -> Span {
         let (role, term) = self.subject.role();
-        let epoch = term.as_ref().map(|t| t.epoch);
+        let epoch = term.as_ref().map(|t| t.epoch.get());
         self.role = role;
         self.due = None;
         let at = term.map(|t| (t, SystemTime::now()));

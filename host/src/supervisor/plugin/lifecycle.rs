@@ -218,8 +218,7 @@ impl Supervisor {
                 let view = self
                     .replica
                     .view(&entry, lease, Some((term.clone(), acquired_at)));
-                let span =
-                    info_span!("plugin", plugin = %entry.name, lease = %lease, epoch = term.epoch);
+                let span = info_span!("plugin", plugin = %entry.name, lease = %lease, epoch = term.epoch.get());
                 let plugin = Plugin::new(self.runtime.clone(), entry, self.board.clone(), retire);
                 let (capabilities, term) = (self.capabilities.clone(), term.clone());
                 let task = async move {

@@ -2,6 +2,7 @@
 //! ([`super::exec`], [`super::service`]): its [`ProcessStatus`] on the board, and at the same
 //! call its count in [`ProcessMetrics`], so `/status` and `/metrics` show the same figures.
 
+use crate::lease::Epoch;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,7 +66,7 @@ impl ProcessCard {
 
     /// The process started as `pid` in the term of `epoch`; a service (no pid of leasehold's)
     /// once its `activate` script passed.
-    pub fn started(&self, pid: Option<u32>, epoch: i64) {
+    pub fn started(&self, pid: Option<u32>, epoch: Epoch) {
         self.metrics
             .process
             .starts

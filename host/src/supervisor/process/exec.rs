@@ -94,7 +94,8 @@ async fn follow_lease(
         hinted: Arc::new(AtomicBool::new(false)),
     };
     let on_term = |term: Term| {
-        let span = info_span!("process", process = %bound.name, lease = %lease, epoch = term.epoch);
+        let span =
+            info_span!("process", process = %bound.name, lease = %lease, epoch = term.epoch.get());
         let exec = Exec::new(
             bound.clone(),
             term,

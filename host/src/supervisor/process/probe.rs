@@ -3,6 +3,7 @@
 //! (`role=active`) and in `X-Leasehold-Role`, so an app can read whichever its framework makes
 //! easy; the lease and, during a term, its epoch come as headers.
 
+use crate::lease::Epoch;
 use reqwest::header::HeaderName;
 use tokio::time::Instant;
 use url::Url;
@@ -58,7 +59,7 @@ impl Probe {
         &self,
         role: &str,
         lease: &str,
-        epoch: Option<i64>,
+        epoch: Option<Epoch>,
         until: Instant,
     ) -> Result<(), Failed> {
         let failed = |ended: &str, why: String| Failed {
@@ -73,7 +74,7 @@ impl Probe {
         url.query_pairs_mut().append_pair("role", role);
         let mut request = client.get(url).header(ROLE, role).header(LEASE, lease);
         if let Some(epoch) = epoch {
-            request = request.header(EPOCH, epoch);
+            request = request.header(EPOCH, epoch.get());
         }
         let asked = Instant::now();
         match tokio::time::timeout_at(until, request.send()).await {

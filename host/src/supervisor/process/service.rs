@@ -74,7 +74,7 @@ pub async fn follow(
     // The host shut the gate of a service with a health check before its first campaign.
     let gated = AtomicBool::new(scripts.service.health.is_some());
     let on_term = |term: Term| {
-        let span = info_span!("service", service = %scripts.service.name, lease = %lease, epoch = term.epoch);
+        let span = info_span!("service", service = %scripts.service.name, lease = %lease, epoch = term.epoch.get());
         // Under the term's tracker: the release waits for `deactivate`.
         scripts.clone().active(term).instrument(span)
     };

@@ -3,6 +3,7 @@
 //! kept on the board beside the plugins' cards (written through a
 //! process card), and the host's last word on each.
 
+use crate::lease::Epoch;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -52,7 +53,7 @@ pub struct ProcessStatus {
     /// The process id while it runs.
     pub pid: Option<u32>,
     /// The epoch of the term it last started in.
-    pub epoch: Option<i64>,
+    pub epoch: Option<Epoch>,
     /// Starts on this replica: `leasehold_process_starts_total`.
     pub starts: u64,
     /// Exits by how the process ended (`code 0`, `signal TERM`):
@@ -115,7 +116,7 @@ mod tests {
             kind: ProcessKind::Process,
             state,
             pid: None,
-            epoch: Some(1),
+            epoch: Some(Epoch::new(1)),
             starts: 1,
             exits: BTreeMap::new(),
             forced_kills: 0,

@@ -19,7 +19,7 @@ fn the_batch_waits_its_store_timeout_whatever_time_a_lease_has_left() {
     // One lease near its deadline must not give the whole batch a timeout shorter than a round
     // trip: each lease's deadline is kept by ticks, not by the call.
     let t0 = start();
-    let mut c = leader("a", 1, t0, ms(10));
+    let mut c = leader("a", Epoch::new(1), t0, ms(10));
     assert_eq!(renewal(&c.step(Event::Tick, t0 + ms(1000))).1, ms(600));
     c.step(renew_failed(), t0 + ms(1000));
     for at in [1200, 1400, 1600, 1800, 2000, 2200, 2400, 2600] {
@@ -44,17 +44,20 @@ fn a_busy_lease_is_renewed_alone_within_its_own_time_left_while_the_others_land(
     let alone = lone_renewals(&fx);
     assert_eq!(alone.len(), 1, "{fx:?}");
     // a's term runs until t0 + 2750 ms: that is all its lone renewal may wait.
-    assert_eq!(alone[0], (req("a", 1), t0 + ms(2750) - (sent + ms(5))));
-    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+    assert_eq!(
+        alone[0],
+        (req("a", Epoch::new(1)), t0 + ms(2750) - (sent + ms(5)))
+    );
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(Epoch::new(1)))));
     // Until its answer comes, a stays out of the batch.
     let (batch, _) = renewal(&c.step(Event::Tick, sent + ms(1000)));
-    assert_eq!(batch, [req("b", 2)]);
+    assert_eq!(batch, [req("b", Epoch::new(2))]);
     // It lands: a's term runs on from when the lone renewal was sent.
     let fx = c.step(renewed_alone("a", Ok(true)), sent + ms(1500));
     assert_eq!(extensions(&fx), [("a", sent + ms(5) + TTL - ms(250))]);
     c.step(renewed(&["b"], &[], None), sent + ms(1500));
     let (batch, _) = renewal(&c.step(Event::Tick, sent + ms(2000)));
-    assert_eq!(batch, [req("a", 1), req("b", 2)]);
+    assert_eq!(batch, [req("a", Epoch::new(1)), req("b", Epoch::new(2))]);
 }
 
 #[test]
@@ -71,11 +74,14 @@ fn a_busy_lease_refused_alone_is_lost_and_a_failed_one_only_uncertain() {
         t0 + ms(1010),
     );
     assert!(end_terms(&fx).is_empty());
-    assert_eq!(c.view("b"), Some((Role::Uncertain, Some(2))));
+    assert_eq!(c.view("b"), Some((Role::Uncertain, Some(Epoch::new(2)))));
     // b is retried in the batch after the retry interval, not at the next renewal.
     let retry = t0 + ms(1210);
     assert_eq!(c.next_deadline(), Some(retry));
-    assert_eq!(renewal(&c.step(Event::Tick, retry)).0, [req("b", 2)]);
+    assert_eq!(
+        renewal(&c.step(Event::Tick, retry)).0,
+        [req("b", Epoch::new(2))]
+    );
 }
 
 #[test]
@@ -97,7 +103,7 @@ fn while_the_only_held_lease_is_renewed_alone_nothing_wakes_the_coordinator_befo
     // deadline, the driver would wake, find nothing to send and wake again at once, until the
     // lone answer came, which may take the lease's whole time left.
     let t0 = start();
-    let mut c = leader("a", 1, t0, ms(10));
+    let mut c = leader("a", Epoch::new(1), t0, ms(10));
     let sent = t0 + ms(1000);
     renewal(&c.step(Event::Tick, sent));
     let fx = c.step(renewed(&[], &["a"], None), sent + ms(5));
@@ -112,7 +118,7 @@ fn while_the_only_held_lease_is_renewed_alone_nothing_wakes_the_coordinator_befo
     );
     let notice = Event::HandoffNoticed {
         lease: "a".into(),
-        epoch: 1,
+        epoch: Epoch::new(1),
     };
     let fx = c.step(notice, sent + ms(1100));
     assert!(fx.is_empty(), "{fx:?}");
@@ -126,5 +132,5 @@ fn while_the_only_held_lease_is_renewed_alone_nothing_wakes_the_coordinator_befo
     let back = sent + ms(1300);
     let fx = c.step(renewed_alone("a", Ok(true)), back);
     assert_eq!(extensions(&fx), [("a", sent + ms(5) + TTL - ms(250))]);
-    assert_eq!(renewal(&fx).0, [req("a", 1)]);
+    assert_eq!(renewal(&fx).0, [req("a", Epoch::new(1))]);
 }

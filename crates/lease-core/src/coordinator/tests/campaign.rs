@@ -31,16 +31,16 @@ fn won_campaign_starts_a_term_until_sent_plus_ttl_minus_margin() {
     let mut c = coordinator(&["a"], t0);
     c.step(Event::Tick, t0);
     // The campaign took 400 ms: the term is measured from when it was sent.
-    let fx = c.step(campaign_done("a", Ok(Some(5))), t0 + ms(400));
+    let fx = c.step(campaign_done("a", Ok(Some(Epoch::new(5)))), t0 + ms(400));
     assert_eq!(start_terms(&fx), [("a", 5, t0 + ms(2750))]);
     assert!(announced(
         &fx,
         &Announcement::Acquired {
             lease: "a".into(),
-            epoch: 5
+            epoch: Epoch::new(5)
         }
     ));
-    assert_eq!(c.view("a"), Some((Role::Leader, Some(5))));
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(Epoch::new(5)))));
     // First renewal one renew interval after the campaign was sent.
     assert_eq!(c.next_deadline(), Some(t0 + ms(1000)));
 }
@@ -172,7 +172,7 @@ fn one_campaign_carries_every_lease_due_within_the_margin_and_none_while_one_is_
     assert_eq!(c.next_deadline(), None);
     assert!(c.step(Event::Tick, t0 + ms(1500)).is_empty());
     let fx = c.step(
-        campaigned(&[("a", 2)], &[("b", Some(ms(150)))]),
+        campaigned(&[("a", Epoch::new(2))], &[("b", Some(ms(150)))]),
         t0 + ms(1600),
     );
     assert_eq!(start_terms(&fx).len(), 1);
@@ -207,7 +207,10 @@ fn a_campaign_held_off_by_a_failover_is_announced_once_and_retried_when_the_hold
     let again = at + ms(1) + ms(3) + CAMPAIGN_SLACK;
     assert_eq!(c.next_deadline(), Some(again));
     assert_eq!(campaigns(&c.step(Event::Tick, again)), ["a"]);
-    let fx = c.step(campaign_done("a", Ok(Some((1 << 32) + 1))), again + ms(1));
+    let fx = c.step(
+        campaign_done("a", Ok(Some(Epoch::new((1 << 32) + 1)))),
+        again + ms(1),
+    );
     assert_eq!(start_terms(&fx).len(), 1);
 }
 
@@ -240,13 +243,13 @@ fn late_campaign_result_gives_no_term_and_renews_at_once() {
     let mut c = coordinator(&["a"], t0);
     c.step(Event::Tick, t0);
     // The answer came after what would have been safe_until: no term may start on it.
-    let fx = c.step(campaign_done("a", Ok(Some(1))), t0 + ms(2750));
+    let fx = c.step(campaign_done("a", Ok(Some(Epoch::new(1)))), t0 + ms(2750));
     assert!(start_terms(&fx).is_empty(), "{fx:?}");
-    assert_eq!(renewal(&fx).0, [req("a", 1)]);
-    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+    assert_eq!(renewal(&fx).0, [req("a", Epoch::new(1))]);
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(Epoch::new(1)))));
     let fx = c.step(renew_done(&["a"]), t0 + ms(2760));
     assert_eq!(start_terms(&fx), [("a", 1, t0 + ms(5500))]);
-    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(Epoch::new(1)))));
 }
 
 #[test]
@@ -260,7 +263,7 @@ fn a_free_lease_whose_row_is_locked_is_retried_soon_and_announced_when_found_loc
             ..campaigned_many(won, &[("b", None)])
         }),
     };
-    let fx = c.step(locked(&[("a", 1)]), t0 + ms(2));
+    let fx = c.step(locked(&[("a", Epoch::new(1))]), t0 + ms(2));
     // The other lease is not held up, and a first sighting (another standby's campaign has the
     // row for a moment) is not worth a warning.
     assert_eq!(start_terms(&fx).len(), 1);
@@ -291,5 +294,5 @@ fn a_free_lease_whose_row_is_locked_is_retried_soon_and_announced_when_found_loc
         !fx.iter()
             .any(|e| matches!(e, Effect::Announce(Announcement::CampaignBlocked { .. })))
     );
-    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(Epoch::new(1)))));
 }

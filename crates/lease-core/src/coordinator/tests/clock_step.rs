@@ -13,11 +13,14 @@ fn a_forward_clock_step_ends_every_term_and_keeps_the_replica_quiet_for_a_ttl() 
     let won = Event::CampaignDone {
         result: Ok(CampaignedMany {
             db_now: Some(1_000_000),
-            ..campaigned_many(&[("a", 1), ("b", 1)], &[("c", Some(ms(990)))])
+            ..campaigned_many(
+                &[("a", Epoch::new(1)), ("b", Epoch::new(1))],
+                &[("c", Some(ms(990)))],
+            )
         }),
     };
     c.step(won, t0 + ms(2));
-    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(Epoch::new(1)))));
     // The renewal finds 8 s more on the database's clock than the 1 s that passed here.
     let sent = t0 + ms(1000);
     let fx = c.step(Event::Tick, sent);
@@ -40,7 +43,7 @@ fn a_forward_clock_step_ends_every_term_and_keeps_the_replica_quiet_for_a_ttl() 
         Effect::Announce(Announcement::ClockStepped { ahead, quiet })
             if *ahead >= ms(7_990) && *quiet == TTL
     )));
-    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(Epoch::new(1)))));
     c.step(campaigned(&[], &[("c", Some(ms(100)))]), sent + ms(3));
     // Quiet for a ttl: renewals go on (the leases stay ours), c does not campaign, no term starts.
     let quiet_until = sent + ms(2) + TTL;
@@ -75,7 +78,7 @@ fn term_ended_by_a_clock_step() -> (Coordinator, Instant) {
     let won = Event::CampaignDone {
         result: Ok(CampaignedMany {
             db_now: Some(1_000_000),
-            ..campaigned_many(&[("a", 1)], &[])
+            ..campaigned_many(&[("a", Epoch::new(1))], &[])
         }),
     };
     c.step(won, t0 + ms(2));
@@ -105,7 +108,7 @@ fn a_release_after_a_clock_step_waits_for_the_ended_term_s_work_to_stop() {
     let fx = c.step(
         Event::TermStopped {
             lease: "a".to_string(),
-            epoch: 1,
+            epoch: Epoch::new(1),
         },
         sent + ms(20),
     );
@@ -118,7 +121,7 @@ fn a_release_after_a_clock_step_whose_work_has_stopped_goes_out_at_once() {
     c.step(
         Event::TermStopped {
             lease: "a".to_string(),
-            epoch: 1,
+            epoch: Epoch::new(1),
         },
         sent + ms(5),
     );
@@ -150,12 +153,12 @@ fn a_campaign_won_across_a_clock_step_starts_no_term_until_the_quiet_ends() {
     let won = Event::CampaignDone {
         result: Ok(CampaignedMany {
             db_now: Some(10_700),
-            ..campaigned_many(&[("a", 2)], &[])
+            ..campaigned_many(&[("a", Epoch::new(2))], &[])
         }),
     };
     let fx = c.step(won, at + ms(1));
     assert!(start_terms(&fx).is_empty(), "{fx:?}");
-    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(2))));
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(Epoch::new(2)))));
     // The quiet ends a ttl after the step was seen, with renewals landing meanwhile.
     let quiet_until = at + ms(1) + TTL;
     loop {
@@ -170,5 +173,5 @@ fn a_campaign_won_across_a_clock_step_starts_no_term_until_the_quiet_ends() {
             c.step(renew_done(&["a"]), next);
         }
     }
-    assert_eq!(c.view("a"), Some((Role::Leader, Some(2))));
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(Epoch::new(2)))));
 }

@@ -17,7 +17,10 @@ fn assert_hands_over(c: &mut Coordinator, fx: &[Effect], lease: &str, epoch: Epo
         ),
         "{fx:?}"
     );
-    assert_eq!(end_terms(fx), [(lease, epoch, EndReason::Releasing, true)]);
+    assert_eq!(
+        end_terms(fx),
+        [(lease, epoch.get(), EndReason::Releasing, true)]
+    );
     assert!(
         releases(fx).is_empty(),
         "no release before the plugins stopped"
@@ -29,7 +32,7 @@ fn assert_hands_over(c: &mut Coordinator, fx: &[Effect], lease: &str, epoch: Epo
         },
         at + ms(5),
     );
-    assert_eq!(releases(&fx), [(lease, epoch)]);
+    assert_eq!(releases(&fx), [(lease, epoch.get())]);
     let released = at + ms(10);
     let fx = c.step(
         Event::ReleaseDone {
@@ -53,20 +56,20 @@ fn a_handoff_notice_alone_gives_up_nothing_it_renews_at_once_and_the_answer_deci
     // On PostgreSQL any role that may connect can send the notice, a plugin's SQL role included:
     // were the notice enough, such a role could make the holder step down again and again.
     let t0 = start();
-    let mut c = leader("a", 4, t0, ms(10));
+    let mut c = leader("a", Epoch::new(4), t0, ms(10));
     let at = t0 + ms(300);
     let notice = || Event::HandoffNoticed {
         lease: "a".into(),
-        epoch: 4,
+        epoch: Epoch::new(4),
     };
     let fx = c.step(notice(), at);
     assert!(end_terms(&fx).is_empty(), "{fx:?}");
-    assert_eq!(renewal(&fx).0, [req("a", 4)], "renewed at once");
-    assert_eq!(c.view("a"), Some((Role::Leader, Some(4))));
+    assert_eq!(renewal(&fx).0, [req("a", Epoch::new(4))], "renewed at once");
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(Epoch::new(4)))));
     // A forged notice: the row holds no request, the lease is kept and renewed as usual.
     let fx = c.step(renewed(&["a"], &[], None), at + ms(5));
     assert!(end_terms(&fx).is_empty(), "{fx:?}");
-    assert_eq!(c.view("a"), Some((Role::Leader, Some(4))));
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(Epoch::new(4)))));
     // A real one 50 ms later: within the retry interval of the last renewal a notice brought
     // forward, so it is renewed for at that interval's end, and that renewal reads the request.
     let fx = c.step(notice(), at + ms(50));
@@ -86,24 +89,28 @@ fn a_handoff_notice_alone_gives_up_nothing_it_renews_at_once_and_the_answer_deci
         },
         at + ms(5),
     );
-    assert_hands_over(&mut c, &fx, "a", 4, at + ms(5));
+    assert_hands_over(&mut c, &fx, "a", Epoch::new(4), at + ms(5));
 }
 
 #[test]
 fn a_handoff_notice_heard_during_a_renewal_renews_again_as_soon_as_it_returns() {
     // The batch in flight may have read the row before the request was written.
     let t0 = start();
-    let mut c = leader("a", 4, t0, ms(10));
+    let mut c = leader("a", Epoch::new(4), t0, ms(10));
     let sent = t0 + ms(1000);
     assert_eq!(renewal(&c.step(Event::Tick, sent)).0.len(), 1);
     let notice = Event::HandoffNoticed {
         lease: "a".into(),
-        epoch: 4,
+        epoch: Epoch::new(4),
     };
     assert!(c.step(notice, sent + ms(1)).is_empty());
     let back = sent + ms(5);
     let fx = c.step(renewed(&["a"], &[], None), back);
-    assert_eq!(renewal(&fx).0, [req("a", 4)], "renewed again at once");
+    assert_eq!(
+        renewal(&fx).0,
+        [req("a", Epoch::new(4))],
+        "renewed again at once"
+    );
     // Only once: the renewal after that keeps its cadence.
     let fx = c.step(renewed(&["a"], &[], None), back + ms(5));
     assert!(renewals(&fx).is_empty(), "{fx:?}");
@@ -116,7 +123,7 @@ fn a_flood_of_handoff_notices_costs_one_renewal_per_retry_interval_at_most() {
     // each renewal answered in 1 ms: besides the 5 of the cadence, at most one renewal per retry
     // interval (200 ms here), where each notice renewed back to back before.
     let t0 = start();
-    let mut c = leader("a", 4, t0, ms(10));
+    let mut c = leader("a", Epoch::new(4), t0, ms(10));
     let mut renewed_at = Vec::new();
     let mut in_flight = false;
     for tick in 0..5000 {
@@ -129,7 +136,7 @@ fn a_flood_of_handoff_notices_costs_one_renewal_per_retry_interval_at_most() {
         }
         let notice = Event::HandoffNoticed {
             lease: "a".into(),
-            epoch: 4,
+            epoch: Epoch::new(4),
         };
         let mut fx = c.step(notice, now);
         if c.next_deadline().is_some_and(|d| d <= now) {
@@ -146,25 +153,25 @@ fn a_flood_of_handoff_notices_costs_one_renewal_per_retry_interval_at_most() {
     for pair in renewed_at.windows(2) {
         assert!(pair[1] - pair[0] >= ms(200), "{renewed_at:?}");
     }
-    assert_eq!(c.view("a"), Some((Role::Leader, Some(4))));
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(Epoch::new(4)))));
 }
 
 #[test]
 fn a_handoff_notice_for_another_epoch_or_lease_changes_nothing() {
     let t0 = start();
-    let mut c = leader("a", 4, t0, ms(10));
+    let mut c = leader("a", Epoch::new(4), t0, ms(10));
     let before = c.next_deadline();
     for (lease, epoch) in [("a", 3), ("a", 5), ("b", 4)] {
         let fx = c.step(
             Event::HandoffNoticed {
                 lease: lease.into(),
-                epoch,
+                epoch: Epoch::new(epoch),
             },
             t0 + ms(300),
         );
         assert!(fx.is_empty(), "{lease} at {epoch}: {fx:?}");
     }
-    assert_eq!(c.view("a"), Some((Role::Leader, Some(4))));
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(Epoch::new(4)))));
     assert_eq!(c.next_deadline(), before);
     // A standby asked (the request raced its campaign) has nothing to give up.
     let mut s = coordinator(&["a"], t0);
@@ -173,7 +180,7 @@ fn a_handoff_notice_for_another_epoch_or_lease_changes_nothing() {
     let fx = s.step(
         Event::HandoffNoticed {
             lease: "a".into(),
-            epoch: 4,
+            epoch: Epoch::new(4),
         },
         t0 + ms(1),
     );
@@ -200,8 +207,12 @@ fn a_renewal_that_reports_a_handoff_request_renews_then_hands_the_lease_over() {
         at,
     );
     assert_eq!(extensions(&fx).len(), 2, "{fx:?}");
-    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))), "a is kept");
-    assert_hands_over(&mut c, &fx, "b", 2, at);
+    assert_eq!(
+        c.view("a"),
+        Some((Role::Leader, Some(Epoch::new(1)))),
+        "a is kept"
+    );
+    assert_hands_over(&mut c, &fx, "b", Epoch::new(2), at);
 }
 
 #[test]
@@ -224,5 +235,5 @@ fn a_lone_renewal_that_reports_a_handoff_request_hands_the_lease_over() {
         },
         at,
     );
-    assert_hands_over(&mut c, &fx, "b", 2, at);
+    assert_hands_over(&mut c, &fx, "b", Epoch::new(2), at);
 }

@@ -31,10 +31,10 @@ fn released_elsewhere_makes_a_standby_campaign_at_once() {
 #[test]
 fn released_elsewhere_leaves_a_held_lease_alone() {
     let t0 = start();
-    let mut c = leader("a", 1, t0, ms(10));
+    let mut c = leader("a", Epoch::new(1), t0, ms(10));
     let fx = c.step(Event::ReleasedElsewhere { lease: "a".into() }, t0 + ms(100));
     assert!(fx.is_empty(), "{fx:?}");
-    assert_eq!(c.view("a"), Some((Role::Leader, Some(1))));
+    assert_eq!(c.view("a"), Some((Role::Leader, Some(Epoch::new(1)))));
 }
 
 #[test]
@@ -43,10 +43,10 @@ fn resubscribed_makes_every_standby_campaign_at_once() {
     let mut c = coordinator(&["a", "b", "c"], t0);
     c.step(Event::Tick, t0);
     c.step(
-        campaigned(&[("b", 1)], &[("a", None), ("c", None)]),
+        campaigned(&[("b", Epoch::new(1))], &[("a", None), ("c", None)]),
         t0 + ms(5),
     );
     let fx = c.step(Event::Resubscribed, t0 + ms(100));
     assert_eq!(campaigns(&fx), ["a", "c"]);
-    assert_eq!(c.view("b"), Some((Role::Leader, Some(1))));
+    assert_eq!(c.view("b"), Some((Role::Leader, Some(Epoch::new(1)))));
 }

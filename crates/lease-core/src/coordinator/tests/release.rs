@@ -6,26 +6,26 @@ use super::*;
 #[test]
 fn shutdown_while_leader_releases_only_after_the_term_stopped() {
     let t0 = start();
-    let mut c = leader("a", 1, t0, ms(10));
+    let mut c = leader("a", Epoch::new(1), t0, ms(10));
     let at = t0 + ms(500);
     let fx = c.step(Event::Shutdown, at);
     assert_eq!(end_terms(&fx), [("a", 1, EndReason::Releasing, true)]);
     assert!(releases(&fx).is_empty());
     assert!(campaigns(&fx).is_empty());
-    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(1))));
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(Epoch::new(1)))));
     assert!(!c.is_finished());
 
     // The term drains for a while: nothing is released, the lease is kept renewed meanwhile.
     let fx = c.step(Event::Tick, t0 + ms(1000));
     assert!(releases(&fx).is_empty());
-    assert_eq!(renewal(&fx).0, [req("a", 1)]);
+    assert_eq!(renewal(&fx).0, [req("a", Epoch::new(1))]);
     c.step(renew_done(&["a"]), t0 + ms(1010));
     // A confirmation for another epoch is not this term's.
     assert!(
         c.step(
             Event::TermStopped {
                 lease: "a".into(),
-                epoch: 9
+                epoch: Epoch::new(9)
             },
             t0 + ms(1100)
         )
@@ -35,14 +35,14 @@ fn shutdown_while_leader_releases_only_after_the_term_stopped() {
     let fx = c.step(
         Event::TermStopped {
             lease: "a".into(),
-            epoch: 1,
+            epoch: Epoch::new(1),
         },
         t0 + ms(1200),
     );
     assert_eq!(releases(&fx), [("a", 1)]);
     assert!(fx.contains(&Effect::Release {
         lease: "a".into(),
-        epoch: 1,
+        epoch: Epoch::new(1),
         timeout: ms(600)
     }));
     assert!(!c.is_finished());
@@ -59,7 +59,7 @@ fn shutdown_while_leader_releases_only_after_the_term_stopped() {
         &fx,
         &Announcement::Released {
             lease: "a".into(),
-            epoch: 1,
+            epoch: Epoch::new(1),
             error: None
         }
     ));
@@ -87,7 +87,10 @@ fn shutdown_with_a_campaign_in_flight_that_wins_releases_at_once() {
     c.step(Event::Tick, t0);
     assert!(c.step(Event::Shutdown, t0 + ms(5)).is_empty());
     assert!(!c.is_finished(), "campaigns still in flight");
-    let fx = c.step(campaigned(&[("a", 7)], &[("b", None)]), t0 + ms(10));
+    let fx = c.step(
+        campaigned(&[("a", Epoch::new(7))], &[("b", None)]),
+        t0 + ms(10),
+    );
     assert_eq!(releases(&fx), [("a", 7)]);
     assert!(start_terms(&fx).is_empty());
     assert!(!c.is_finished());
@@ -104,7 +107,7 @@ fn shutdown_with_a_campaign_in_flight_that_wins_releases_at_once() {
 #[test]
 fn shutdown_releases_an_uncertain_lease_without_a_term_at_once() {
     let t0 = start();
-    let mut c = leader("a", 1, t0, ms(10));
+    let mut c = leader("a", Epoch::new(1), t0, ms(10));
     let safe_until = t0 + ms(2750);
     renewal(&c.step(Event::Tick, t0 + ms(1000)));
     c.step(renew_failed(), t0 + ms(1000));
@@ -125,7 +128,7 @@ fn shutdown_releases_an_uncertain_lease_without_a_term_at_once() {
         &fx,
         &Announcement::Released {
             lease: "a".into(),
-            epoch: 1,
+            epoch: Epoch::new(1),
             error: Some("down".into())
         }
     ));
@@ -135,19 +138,19 @@ fn shutdown_releases_an_uncertain_lease_without_a_term_at_once() {
 #[test]
 fn step_down_releases_then_campaigns_again_after_a_poll() {
     let t0 = start();
-    let mut c = leader("a", 2, t0, ms(10));
+    let mut c = leader("a", Epoch::new(2), t0, ms(10));
     let fx = c.step(Event::StepDown { lease: "a".into() }, t0 + ms(300));
     assert_eq!(end_terms(&fx), [("a", 2, EndReason::Releasing, true)]);
     assert!(releases(&fx).is_empty());
     let fx = c.step(
         Event::TermStopped {
             lease: "a".into(),
-            epoch: 2,
+            epoch: Epoch::new(2),
         },
         t0 + ms(400),
     );
     assert_eq!(releases(&fx), [("a", 2)]);
-    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(2))));
+    assert_eq!(c.view("a"), Some((Role::Uncertain, Some(Epoch::new(2)))));
 
     let released = t0 + ms(410);
     let fx = c.step(
@@ -165,14 +168,14 @@ fn step_down_releases_then_campaigns_again_after_a_poll() {
     assert!(campaigns(&c.step(Event::Tick, next - ms(1))).is_empty());
     assert_eq!(campaigns(&c.step(Event::Tick, next)), ["a"]);
     // It may win it back, with whatever epoch the store hands out.
-    let fx = c.step(campaign_done("a", Ok(Some(3))), next + ms(5));
+    let fx = c.step(campaign_done("a", Ok(Some(Epoch::new(3)))), next + ms(5));
     assert_eq!(start_terms(&fx), [("a", 3, next + ms(2750))]);
 }
 
 #[test]
 fn a_step_down_backing_off_waits_the_backoff_beyond_the_poll_and_only_once() {
     let t0 = start();
-    let mut c = leader("a", 2, t0, ms(10));
+    let mut c = leader("a", Epoch::new(2), t0, ms(10));
     c.step(
         Event::BackOff {
             lease: "a".into(),
@@ -184,7 +187,7 @@ fn a_step_down_backing_off_waits_the_backoff_beyond_the_poll_and_only_once() {
     c.step(
         Event::TermStopped {
             lease: "a".into(),
-            epoch: 2,
+            epoch: Epoch::new(2),
         },
         t0 + ms(400),
     );
@@ -210,13 +213,13 @@ fn a_step_down_backing_off_waits_the_backoff_beyond_the_poll_and_only_once() {
     assert!(campaigns(&c.step(Event::Tick, next - ms(1))).is_empty());
     assert_eq!(campaigns(&c.step(Event::Tick, next)), ["a"]);
     // Taken again and stepped down without a backoff: a poll only.
-    let fx = c.step(campaign_done("a", Ok(Some(3))), next + ms(5));
+    let fx = c.step(campaign_done("a", Ok(Some(Epoch::new(3)))), next + ms(5));
     assert_eq!(start_terms(&fx).len(), 1);
     c.step(Event::StepDown { lease: "a".into() }, next + ms(10));
     c.step(
         Event::TermStopped {
             lease: "a".into(),
-            epoch: 3,
+            epoch: Epoch::new(3),
         },
         next + ms(10),
     );
@@ -235,12 +238,12 @@ fn a_step_down_backing_off_waits_the_backoff_beyond_the_poll_and_only_once() {
 #[test]
 fn after_a_step_down_our_own_release_notice_does_not_make_us_campaign() {
     let t0 = start();
-    let mut c = leader("a", 2, t0, ms(10));
+    let mut c = leader("a", Epoch::new(2), t0, ms(10));
     c.step(Event::StepDown { lease: "a".into() }, t0 + ms(300));
     c.step(
         Event::TermStopped {
             lease: "a".into(),
-            epoch: 2,
+            epoch: Epoch::new(2),
         },
         t0 + ms(300),
     );

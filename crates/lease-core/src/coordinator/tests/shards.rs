@@ -26,7 +26,7 @@ fn a_shard_is_campaigned_for_only_once_assigned_and_at_once_when_it_is() {
         ["plain"],
         "shards wait for their group's plan"
     );
-    c.step(campaigned(&[("plain", 1)], &[]), t0 + ms(5));
+    c.step(campaigned(&[("plain", Epoch::new(1))], &[]), t0 + ms(5));
     // A release notice or a poll does not make an unassigned shard campaign.
     let fx = c.step(
         Event::ReleasedElsewhere {
@@ -50,11 +50,14 @@ fn taking_a_held_shard_s_assignment_away_keeps_it_held_until_it_is_stepped_down(
     let mut c = Coordinator::with_shards(timing(), [], ["orders/0".to_string()], t0, 7);
     let fx = c.step(assign("orders/0", true), t0);
     assert_eq!(campaigns(&fx), ["orders/0"]);
-    let fx = c.step(campaigned(&[("orders/0", 3)], &[]), t0 + ms(5));
+    let fx = c.step(campaigned(&[("orders/0", Epoch::new(3))], &[]), t0 + ms(5));
     assert_eq!(start_terms(&fx).len(), 1);
     let fx = c.step(assign("orders/0", false), t0 + ms(10));
     assert!(fx.is_empty(), "{fx:?}");
-    assert_eq!(c.view("orders/0"), Some((Role::Leader, Some(3))));
+    assert_eq!(
+        c.view("orders/0"),
+        Some((Role::Leader, Some(Epoch::new(3))))
+    );
     // The group's runner steps it down: the ordered release, and no campaign after it.
     let fx = c.step(
         Event::StepDown {
@@ -69,7 +72,7 @@ fn taking_a_held_shard_s_assignment_away_keeps_it_held_until_it_is_stepped_down(
     let fx = c.step(
         Event::TermStopped {
             lease: "orders/0".into(),
-            epoch: 3,
+            epoch: Epoch::new(3),
         },
         t0 + ms(30),
     );
@@ -116,7 +119,7 @@ fn a_shard_stepped_down_from_and_given_back_by_its_group_is_campaigned_for_at_on
     let t0 = start();
     let mut c = Coordinator::with_shards(timing(), [], ["orders/3".to_string()], t0, 7);
     c.step(assign("orders/3", true), t0);
-    c.step(campaigned(&[("orders/3", 2)], &[]), t0 + ms(5));
+    c.step(campaigned(&[("orders/3", Epoch::new(2))], &[]), t0 + ms(5));
     c.step(assign("orders/3", false), t0 + ms(10));
     c.step(
         Event::StepDown {
@@ -127,7 +130,7 @@ fn a_shard_stepped_down_from_and_given_back_by_its_group_is_campaigned_for_at_on
     c.step(
         Event::TermStopped {
             lease: "orders/3".into(),
-            epoch: 2,
+            epoch: Epoch::new(2),
         },
         t0 + ms(12),
     );

@@ -14,9 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::Supervisor;
 use crate::capability::Capabilities;
-use crate::lease::LeaseStore;
 use crate::lease::memory::{Health, MemoryStore};
 use crate::lease::{DatabaseUrl, Driver, Leases, Role, Timing};
+use crate::lease::{Epoch, LeaseStore};
 use crate::metrics::Metrics;
 use crate::plugin::PluginSet;
 use crate::runtime::Runtime;
@@ -349,7 +349,7 @@ async fn a_health_check_added_on_the_holder_that_fails_only_there_gives_the_leas
     .await;
     r.run_until("leading again", Duration::from_secs(10), |r| {
         let l = r.leases.leadership("leader").unwrap();
-        l.role == Role::Leader && l.epoch == Some(2)
+        l.role == Role::Leader && l.epoch == Some(Epoch::new(2))
     })
     .await;
 }
