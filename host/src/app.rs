@@ -20,18 +20,18 @@ use tracing::{info, warn};
 
 use crate::capability::{Capabilities, Environment};
 use crate::config::Config;
-use crate::http::AppState;
+use crate::http::{AppState, EndpointMetrics, HttpMetrics};
 use crate::lease::group_runner::Runner;
 use crate::lease::groups::GroupSpec;
 use crate::lease::seams::Seams;
 use crate::lease::{Driver, Epoch, Leases, Role, StoreError, open_store};
-use crate::metrics::Metrics;
+use crate::metrics::{Exposition, LeaseMetrics};
 use crate::plugin::PluginSet;
 use crate::runtime::engine::EngineOptions;
-use crate::runtime::{EngineError, Runtime};
+use crate::runtime::{EngineError, PluginMetrics, Runtime};
 use crate::supervisor::{
-    ProcessContext, ProcessState, ProcessStatus, StatusBoard, Supervisor, how_it_ended,
-    start_processes,
+    ProcessContext, ProcessMetrics, ProcessState, ProcessStatus, StatusBoard, Supervisor,
+    how_it_ended, start_processes,
 };
 
 /// Why the host could not start or stop cleanly; each variant names what failed.
@@ -173,6 +173,63 @@ impl Shutdown {
     }
 }
 
+/// Every layer's metrics, each registered by its own family struct, in the order `/metrics`
+/// lists them.
+#[derive(Debug)]
+pub struct Metrics {
+    /// The lease layer's: roles, epochs, renewals, groups and store errors.
+    pub lease: Arc<LeaseMetrics>,
+    /// The guest runtime's, per plugin (and the dropped output of bound processes).
+    pub plugin: Arc<PluginMetrics>,
+    /// The OS processes bound to leases.
+    pub process: Arc<ProcessMetrics>,
+    /// The HTTP endpoint's watchers.
+    pub http: Arc<HttpMetrics>,
+    /// What `/metrics` encodes: all of the above.
+    pub exposition: Arc<Exposition>,
+}
+
+impl Metrics {
+    /// Every family, registered.
+    pub fn new() -> Self {
+        let (lease, plugin, process, http) = (
+            Arc::<LeaseMetrics>::default(),
+            PluginMetrics::new(),
+            ProcessMetrics::new(),
+            HttpMetrics::new(),
+        );
+        let mut registry = prometheus_client::registry::Registry::default();
+        lease.register_lease(&mut registry);
+        lease.register_faults(&mut registry);
+        plugin.register(&mut registry);
+        lease.register_group(&mut registry);
+        process.register(&mut registry);
+        http.register(&mut registry);
+        Metrics {
+            lease,
+            plugin,
+            process,
+            http,
+            exposition: Arc::new(Exposition::new(registry)),
+        }
+    }
+
+    /// What the HTTP endpoint reads and writes of them.
+    fn endpoint(&self) -> EndpointMetrics {
+        EndpointMetrics {
+            exposition: self.exposition.clone(),
+            lease: self.lease.clone(),
+            http: self.http.clone(),
+        }
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
 /// One running host.
 #[derive(Debug)]
 pub struct App {
@@ -263,7 +320,7 @@ impl App {
         );
 
         let root = CancellationToken::new();
-        let metrics = Metrics::new();
+        let metrics = Arc::new(Metrics::new());
         let (driver, leases) = Driver::with_shards(
             store,
             holder,
@@ -290,7 +347,7 @@ impl App {
                     &config,
                     environment,
                     leases.clone(),
-                    metrics.clone(),
+                    metrics.plugin.clone(),
                     &root,
                 )?;
                 let board = supervisor.board().clone();
@@ -309,15 +366,16 @@ impl App {
                 leases: leases.clone(),
                 keeper: std::env::current_exe().map_err(AppError::Keeper)?.into(),
                 board: plugins
-                    .get_or_insert_with(|| StatusBoard::new(metrics.clone()))
+                    .get_or_insert_with(|| StatusBoard::new(metrics.plugin.clone()))
                     .clone(),
-                metrics: metrics.clone(),
+                metrics: metrics.process.clone(),
+                dropped_lines: metrics.plugin.log_dropped.clone(),
             };
             processes =
                 start_processes(&config.processes, &config.services, &context, &root, &tasks);
         }
         let http_stop = CancellationToken::new();
-        let mut state = AppState::new(leases.clone(), plugins.clone(), metrics.clone());
+        let mut state = AppState::new(leases.clone(), plugins.clone(), metrics.endpoint());
         if let Some(token) = config.admin_token.clone() {
             info!(token_file = %token.file().display(), "admin API on: POST /v1/admin/leases/NAME/handoff answers requests that carry the admin token");
             state = state.with_admin(token);
@@ -554,7 +612,7 @@ pub fn check_plugin(
     let runtime = Runtime::new(
         EngineOptions::default(),
         crate::runtime::cache::default_dir().as_deref(),
-        Metrics::new(),
+        PluginMetrics::new(),
     )?;
     Ok(crate::plugin::check_file(&runtime, wasm, manifest))
 }
@@ -565,7 +623,7 @@ fn start_plugins(
     config: &Config,
     environment: Environment,
     leases: Arc<Leases>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<PluginMetrics>,
     root: &CancellationToken,
 ) -> Result<(Supervisor, watch::Sender<Arc<PluginSet>>), AppError> {
     if !dir.is_dir() {
@@ -604,4 +662,88 @@ fn start_plugins(
         source,
     })?;
     Ok((Supervisor::new(runtime, leases, capabilities, rx), tx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The families, in the order `/metrics` has always listed them: their names are a contract.
+    const FAMILIES: [&str; 38] = [
+        "leasehold_lease_is_leader",
+        "leasehold_lease_epoch",
+        "leasehold_lease_transitions",
+        "leasehold_leases",
+        "leasehold_lease_renew_seconds",
+        "leasehold_lease_expires_in_seconds",
+        "leasehold_lease_ttl_seconds",
+        "leasehold_lease_loss_to_stop_seconds",
+        "leasehold_group_count_conflicts",
+        "leasehold_store_errors",
+        "leasehold_plugin_calls",
+        "leasehold_plugin_call_seconds",
+        "leasehold_plugin_traps",
+        "leasehold_plugin_errors",
+        "leasehold_plugin_fuel_consumed",
+        "leasehold_plugin_call_fuel",
+        "leasehold_plugin_memory_high_water_bytes",
+        "leasehold_plugin_refused_writes",
+        "leasehold_plugin_forced_stops",
+        "leasehold_plugin_log_dropped",
+        "leasehold_plugin_stores",
+        "leasehold_group_shards_held",
+        "leasehold_group_target",
+        "leasehold_group_members",
+        "leasehold_group_moves",
+        "leasehold_group_handoffs",
+        "leasehold_group_takeovers",
+        "leasehold_group_gated",
+        "leasehold_process_starts",
+        "leasehold_process_exits",
+        "leasehold_process_forced_kills",
+        "leasehold_process_keeper_stops",
+        "leasehold_process_unconfirmed_stops",
+        "leasehold_process_last_stop_seconds",
+        "leasehold_process_running",
+        "leasehold_http_watchers",
+        "leasehold_http_watchers_refused",
+        "leasehold_http_watchers_stalled",
+    ];
+
+    #[test]
+    fn every_layer_registers_its_families_once_under_their_names_in_the_order_they_always_had() {
+        // The registry's own account lists every family, those without a series yet included.
+        let account = format!("{:?}", Metrics::new().exposition);
+        let listed: Vec<&str> = account
+            .split("name: \"")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .collect();
+        assert_eq!(listed, FAMILIES, "{account}");
+    }
+
+    #[test]
+    fn a_lease_label_value_cannot_end_its_series_or_forge_another() {
+        let metrics = Metrics::new();
+        metrics
+            .lease
+            .is_leader
+            .get_or_create(&LeaseMetrics::lease(
+                "a\nleasehold_lease_is_leader{lease=\"payments\"} 1",
+            ))
+            .set(1);
+        let text = metrics.exposition.encode();
+        assert!(
+            text.contains(
+                "leasehold_lease_is_leader{lease=\"a\\nleasehold_lease_is_leader{lease=\\\"payments\\\"} 1\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.starts_with("leasehold_lease_is_leader{lease=\"payments")),
+            "{text}"
+        );
+    }
 }

@@ -12,7 +12,7 @@
 //! dependencies run one way (`host/tests/layers.rs` fails on an upward import):
 //!
 //! 1. [`report`]: one line from an error and its causes, and outside text escaped for showing;
-//! 2. [`metrics`]: the Prometheus metrics the lease driver and the runtime record;
+//! 2. [`metrics`]: what every layer's metrics share (labels, the exposition `/metrics` encodes);
 //! 3. [`output_rate`]: what bound work (a plugin, a process) may write to the host's log over
 //!    time, and the report of what it dropped;
 //! 4. [`lease`]: lease rows and names, the stores that keep them, the coordinator state machine

@@ -20,9 +20,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use tokio::time::Instant;
 
-use crate::metrics::Metrics;
+use crate::metrics::PluginLabel;
+
+/// Where dropped lines are counted, by the name of the work that wrote them
+/// (`leasehold_plugin_log_dropped`, which the runtime registers).
+pub type DroppedLines = Family<PluginLabel, Counter>;
 
 /// Bytes a second a plugin may write to the host's log, lines costed as [`LINE_COST`] plus their
 /// text. A chatty plugin's steady info lines fit several times over, while a flood adds at most
@@ -206,12 +211,9 @@ impl OutputRate {
 
     /// The bucket of a bound process `name`, at the same rate as a plugin's: its output lines
     /// cost the host's log what a guest's do. Its dropped lines are counted under its name.
-    pub fn for_process(name: &str, metrics: &Metrics) -> Self {
+    pub(crate) fn for_process(name: &str, dropped: &DroppedLines) -> Self {
         let name: Arc<str> = name.into();
-        let dropped = metrics
-            .plugin_log_dropped
-            .get_or_create(&Metrics::plugin(&name))
-            .clone();
+        let dropped = dropped.get_or_create(&PluginLabel::of(&name)).clone();
         OutputRate {
             kind: "process",
             ..OutputRate::new(name, dropped, Instant::now())
@@ -335,15 +337,15 @@ fn size(bytes: u64) -> String {
 #[derive(Debug)]
 pub(crate) struct OutputRates {
     /// Where each plugin's dropped lines are counted.
-    metrics: Arc<Metrics>,
+    dropped: DroppedLines,
     /// The buckets.
     plugins: Mutex<HashMap<Arc<str>, Arc<OutputRate>>>,
 }
 
 impl OutputRates {
-    pub(crate) fn new(metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(dropped: DroppedLines) -> Self {
         OutputRates {
-            metrics,
+            dropped,
             plugins: Mutex::new(HashMap::new()),
         }
     }
@@ -363,11 +365,7 @@ impl OutputRates {
                 !(state.bucket.is_full(now) && state.pending.is_empty())
             }
         });
-        let dropped = self
-            .metrics
-            .plugin_log_dropped
-            .get_or_create(&Metrics::plugin(plugin))
-            .clone();
+        let dropped = self.dropped.get_or_create(&PluginLabel::of(plugin)).clone();
         let rate = Arc::new(OutputRate::new(plugin.clone(), dropped, now));
         plugins.insert(plugin.clone(), rate.clone());
         rate
@@ -510,7 +508,7 @@ mod tests {
     #[test]
     fn a_plugin_keeps_its_bucket_while_a_store_holds_it_and_idle_full_ones_are_forgotten() {
         let t0 = Instant::now();
-        let rates = OutputRates::new(Metrics::new());
+        let rates = OutputRates::new(DroppedLines::default());
         let (a, b, c): (Arc<str>, Arc<str>, Arc<str>) = (Arc::from("a"), "b".into(), "c".into());
         let first = rates.of(&a);
         // Emptied by one store, the bucket is the same for the next (a reload, a shard).
@@ -523,11 +521,8 @@ mod tests {
             !rates.of(&a).admit_at(t0, 0, 0),
             "a reload loop reset the bucket"
         );
-        let metrics = rates.metrics.encode();
-        assert!(
-            metrics.contains("leasehold_plugin_log_dropped_total{plugin=\"a\"} 3"),
-            "{metrics}"
-        );
+        let dropped = rates.dropped.get(&PluginLabel::of("a")).map(|c| c.get());
+        assert_eq!(dropped, Some(3));
         drop(b_store);
         let _c_store = rates.of(&c);
         let plugins = rates.plugins.lock().unwrap();

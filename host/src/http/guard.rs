@@ -365,7 +365,7 @@ struct Slots {
     /// The most of those at once.
     max_watchers: usize,
     /// Where the count of watchers, and of those refused or dropped, is shown.
-    metrics: Option<Arc<crate::metrics::Metrics>>,
+    metrics: Option<Arc<super::metrics::HttpMetrics>>,
     /// Woken when a slot frees (a connection ends or becomes a watcher's), for an accept loop
     /// waiting for room.
     freed: Arc<tokio::sync::Notify>,
@@ -389,7 +389,7 @@ impl Slots {
     /// Shows the count of watchers in the metrics.
     fn show_watchers(&self) {
         if let Some(m) = &self.metrics {
-            m.http_watchers
+            m.watchers
                 .set(i64::try_from(self.watching).unwrap_or(i64::MAX));
         }
     }
@@ -417,7 +417,7 @@ impl Slots {
         };
         if let Some(refused) = refused {
             if let Some(m) = &self.metrics {
-                m.http_watchers_refused.inc();
+                m.watchers_refused.inc();
             }
             return Err(refused);
         }
@@ -624,7 +624,7 @@ pub(crate) struct Options {
     /// The names answered besides `localhost` and IP addresses.
     pub allowed: AllowedHosts,
     /// Where the watchers are counted.
-    pub metrics: Option<Arc<crate::metrics::Metrics>>,
+    pub metrics: Option<Arc<super::metrics::HttpMetrics>>,
     /// The longest a watch stream goes without an event ([`super::watch::heartbeat_every`]): its
     /// stall check looks every heartbeat ([`STALLED_HEARTBEATS`]).
     pub heartbeat: Duration,
@@ -786,7 +786,7 @@ async fn connection(
         unsent = stalled((&stream, &written), &slot, heartbeat) => {
             debug!(%peer, unsent, "watch stream dropped: its client has left its events unread for {STALLED_HEARTBEATS} heartbeats");
             if let Some(m) = &lock(&release.slots).metrics {
-                m.http_watchers_stalled.inc();
+                m.watchers_stalled.inc();
             }
             // Reset rather than closed: the kernel would otherwise keep trying to deliver what
             // the client does not read.

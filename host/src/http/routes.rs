@@ -55,7 +55,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let options = guard::Options {
         allowed: allowed_hosts,
-        metrics: Some(state.metrics.clone()),
+        metrics: Some(state.metrics.http.clone()),
         heartbeat: watch::heartbeat_every(state.leases.timing()),
     };
     guard::serve(listener, router(state), options, shutdown).await
@@ -134,7 +134,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.metrics.encode(),
+        state.metrics.exposition.encode(),
     )
 }
 

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use super::admin;
 use super::bridge::LeaseLoop;
+use super::metrics::EndpointMetrics;
 use super::snapshot::Snapshots;
 use crate::lease::Leases;
-use crate::metrics::Metrics;
 use crate::supervisor::StatusBoard;
 
 /// What the handlers read.
@@ -17,8 +17,8 @@ pub struct AppState {
     pub leases: Arc<Leases>,
     /// The plugin statuses, when plugins are enabled.
     pub plugins: Option<StatusBoard>,
-    /// The metrics `/metrics` shows.
-    pub metrics: Arc<Metrics>,
+    /// The metrics `/metrics` shows, and those the endpoint writes.
+    pub metrics: EndpointMetrics,
     /// The lease loop, where whatever the endpoint asks of the store runs.
     pub(crate) lease_loop: LeaseLoop,
     /// What `/status` and `/readyz` show of the store, shared by every request.
@@ -33,7 +33,7 @@ impl AppState {
     pub fn new(
         leases: Arc<Leases>,
         plugins: Option<StatusBoard>,
-        metrics: Arc<Metrics>,
+        metrics: EndpointMetrics,
     ) -> AppState {
         let lease_loop = LeaseLoop::here(leases.clone());
         AppState {

@@ -189,7 +189,7 @@ mod tests {
             }
             assert!(failure.is_trap(), "{failure:?}");
             assert!(
-                crate::metrics::TRAP_KINDS.contains(&failure.kind()),
+                crate::runtime::metrics::TRAP_KINDS.contains(&failure.kind()),
                 "{failure:?}: {}",
                 failure.kind()
             );

@@ -223,7 +223,7 @@ mod tests {
             .with_writer(std::io::sink)
             .finish();
         tracing::subscriber::with_default(subscriber, || {
-            let rates = OutputRates::new(crate::metrics::Metrics::new());
+            let rates = OutputRates::new(Default::default());
             let mut first = state(rates.of(&"p".into()));
             let line = "x".repeat(100);
             // Lines the host does not log cost nothing of the rate.
@@ -265,7 +265,7 @@ mod tests {
             Epoch::new(7),
             Instant::now() + std::time::Duration::from_secs(60),
         );
-        let rates = OutputRates::new(crate::metrics::Metrics::new());
+        let rates = OutputRates::new(Default::default());
         let mut guest = state_in(rates.of(&"hello".into()), Some(term));
         let mut emit = |json: bool| {
             let sink = crate::report::CapturedLog::default();

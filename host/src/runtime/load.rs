@@ -324,14 +324,18 @@ fn world_mismatch(exports: &[String], expected: &[&str], error: &wasmtime::Error
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Metrics;
     use crate::runtime::engine::EngineOptions;
+    use crate::runtime::metrics::PluginMetrics;
 
     #[test]
     fn a_component_that_does_not_compile_keeps_wasmtimes_reason_as_its_cause() {
         let cache = tempfile::tempdir().unwrap();
-        let runtime =
-            Runtime::new(EngineOptions::default(), Some(cache.path()), Metrics::new()).unwrap();
+        let runtime = Runtime::new(
+            EngineOptions::default(),
+            Some(cache.path()),
+            PluginMetrics::new(),
+        )
+        .unwrap();
         let wasm = std::fs::read(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../guests/dist/hello-reconciler.wasm"),
         )

@@ -287,7 +287,7 @@ mod tests {
     use super::*;
 
     fn rate() -> Arc<OutputRate> {
-        crate::output_rate::OutputRates::new(crate::metrics::Metrics::new()).of(&Arc::from("p"))
+        crate::output_rate::OutputRates::new(Default::default()).of(&Arc::from("p"))
     }
 
     fn sink() -> LineSink {

@@ -27,12 +27,12 @@ use super::bindings::{self, event_reconciler::EventReconciler, health::HealthChe
 use super::call::{CallFailure, CallReport, Called, Cancel, CheckRole, Outcome};
 use super::host::{self, HostState, LeaseView};
 use super::limits;
+use super::metrics::PluginMetrics;
 use super::output::GuestOutput;
 use super::{Prepared, Runtime};
 use crate::capability::PluginCapabilities;
 use crate::lease::Term;
 use crate::manifest::CallLimits;
-use crate::metrics::Metrics;
 
 /// Fuel per call when the manifest sets none. A tight loop burns ~1.5·10¹⁰ units a second on a
 /// two-core CI machine, so this is 6–7 s of pure computation: more than the 5 s default call
@@ -140,7 +140,7 @@ pub struct PluginStore {
     /// The wasmtime store; private, so that every entry goes through [`PluginStore::run`].
     store: Store<HostState>,
     /// Where each call is recorded.
-    metrics: Arc<Metrics>,
+    metrics: Arc<PluginMetrics>,
     /// This plugin's `plugin_calls` counter, looked up once per store: it is counted on every
     /// call's way in, where a label lookup would cost as much as a host import.
     calls: prometheus_client::metrics::counter::Counter,
@@ -391,10 +391,7 @@ impl PluginStore {
         self.metrics
             .record_call(plugin, took, trap, error, fuel, high_water, refused_writes);
         if let Err(CallFailure::Cancelled { entered: true, .. }) = result {
-            self.metrics
-                .plugin_forced_stops
-                .get_or_create(&Metrics::plugin(plugin))
-                .inc();
+            self.metrics.forced_stop(plugin);
         }
         CallReport {
             entered: true,

@@ -11,7 +11,7 @@ use super::bindings;
 use super::cache::ComponentCache;
 use super::engine::{self, Allocator, EngineOptions};
 use super::host::HostState;
-use crate::metrics::Metrics;
+use super::metrics::PluginMetrics;
 use crate::output_rate::OutputRates;
 
 /// The WIT package version this host implements.
@@ -31,7 +31,7 @@ impl From<wasmtime::Error> for EngineError {
 /// The engine, the linker with every host import, and the compile cache.
 pub struct Runtime {
     /// Where calls, traps, fuel and memory are recorded.
-    pub(super) metrics: Arc<Metrics>,
+    pub(super) metrics: Arc<PluginMetrics>,
     pub(super) engine: Engine,
     pub(super) allocator: Allocator,
     /// Guest calls in progress: the epoch ticker runs only while there is one.
@@ -59,7 +59,7 @@ impl Runtime {
     pub fn new(
         options: EngineOptions,
         cache_dir: Option<&Path>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<PluginMetrics>,
     ) -> Result<Arc<Self>, EngineError> {
         let (engine, allocator) = engine::build(&options)?;
         let ticking =
@@ -79,7 +79,7 @@ impl Runtime {
         }
         let cache = ComponentCache::new(cache_dir.map(Path::to_path_buf), &engine);
         Ok(Arc::new(Runtime {
-            log_rates: OutputRates::new(metrics.clone()),
+            log_rates: OutputRates::new(metrics.log_dropped.clone()),
             metrics,
             engine,
             allocator,
@@ -101,7 +101,7 @@ impl Runtime {
     }
 
     /// Where calls, traps, fuel and memory are recorded.
-    pub fn metrics(&self) -> &Arc<Metrics> {
+    pub fn metrics(&self) -> &Arc<PluginMetrics> {
         &self.metrics
     }
 }

@@ -24,7 +24,7 @@ pub mod terms;
 pub mod work;
 
 pub use plugin::Supervisor;
-pub use process::{ProcessContext, start as start_processes};
+pub use process::{ProcessContext, ProcessMetrics, start as start_processes};
 pub use status::{
     PluginCard, PluginState, PluginStatus, ProcessState, ProcessStatus, StatusBoard, how_it_ended,
 };

@@ -93,7 +93,7 @@ async fn main() -> anyhow::Result<()> {
     let runtime = Runtime::new(
         EngineOptions::default(),
         Some(cache.path()),
-        leasehold::metrics::Metrics::new(),
+        leasehold::runtime::PluginMetrics::new(),
     )?;
     println!(
         "guest languages: the same plugin in each, allocator {:?}, {trials} instantiations and stops each, 200 calls",

@@ -46,7 +46,7 @@ async fn main() -> anyhow::Result<()> {
     let runtime = Runtime::new(
         EngineOptions::default(),
         Some(cache.path()),
-        leasehold::metrics::Metrics::new(),
+        leasehold::runtime::PluginMetrics::new(),
     )?;
     println!(
         "plugin benchmark: allocator {:?}, {trials} trials for loss-to-stop",

@@ -13,7 +13,6 @@ use crate::http::page::{CONTENT_SECURITY_POLICY, INDEX_HTML, PAGE_CSS, PAGE_JS};
 use crate::http::{AppState, Status, serve};
 use crate::lease::memory::MemoryStore;
 use crate::lease::{Driver, Timing};
-use crate::metrics::Metrics;
 use crate::supervisor::{PluginCard, PluginState, StatusBoard};
 
 /// The host's router serving on a loopback port, until the token is cancelled. The driver never
@@ -26,7 +25,7 @@ async fn serving() -> (String, CancellationToken) {
         ["leader".to_string()],
         CancellationToken::new(),
     );
-    let state = AppState::new(leases, None, Metrics::new());
+    let state = AppState::new(leases, None, Default::default());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop = CancellationToken::new();
@@ -267,7 +266,7 @@ async fn the_script_reads_only_fields_that_status_has() {
         );
     }
 
-    let board = StatusBoard::new(Metrics::new());
+    let board = StatusBoard::new(Default::default());
     board.put(PluginCard {
         name: "p".into(),
         lease: "leader".into(),

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::capability::PluginCapabilities;
-use crate::metrics::StoreAlive;
 use crate::plugin::PluginEntry;
 use crate::runtime::host::LeaseView;
+use crate::runtime::metrics::StoreAlive;
 use crate::runtime::{CallFailure, Instance, PluginStore, Prepared, Runtime};
 use crate::supervisor::StatusBoard;
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::metrics::{Metrics, ProcessMetrics};
+use super::metrics::{ProcessLabel, ProcessMetrics};
 use crate::supervisor::status::process::ProcessKind;
 use crate::supervisor::{ProcessState, ProcessStatus, StatusBoard};
 
@@ -17,7 +17,7 @@ pub(crate) struct ProcessCard {
     /// The board the card is on.
     board: StatusBoard,
     /// The counts behind `/metrics`.
-    metrics: Arc<Metrics>,
+    metrics: Arc<ProcessMetrics>,
     /// The process's name.
     name: String,
     /// The lease it runs under.
@@ -29,7 +29,7 @@ impl ProcessCard {
     /// process follows its lease's terms for the host's life).
     pub fn new(
         board: &StatusBoard,
-        metrics: Arc<Metrics>,
+        metrics: Arc<ProcessMetrics>,
         (name, kind): (&str, ProcessKind),
         lease: &str,
     ) -> Self {
@@ -60,23 +60,15 @@ impl ProcessCard {
         self.board.update_process(&self.name, &self.lease, f);
     }
 
-    fn label(&self) -> crate::metrics::ProcessLabel {
+    fn label(&self) -> ProcessLabel {
         ProcessMetrics::label(&self.name, &self.lease)
     }
 
     /// The process started as `pid` in the term of `epoch`; a service (no pid of leasehold's)
     /// once its `activate` script passed.
     pub fn started(&self, pid: Option<u32>, epoch: Epoch) {
-        self.metrics
-            .process
-            .starts
-            .get_or_create(&self.label())
-            .inc();
-        self.metrics
-            .process
-            .running
-            .get_or_create(&self.label())
-            .set(1);
+        self.metrics.starts.get_or_create(&self.label()).inc();
+        self.metrics.running.get_or_create(&self.label()).set(1);
         self.update(|s| {
             s.state = ProcessState::Running;
             s.pid = pid;
@@ -102,7 +94,7 @@ impl ProcessCard {
     /// `signal NAME`.
     pub fn exited(&self, ended: &str) {
         let label = ProcessMetrics::end_label(&self.name, &self.lease, ended);
-        self.metrics.process.exits.get_or_create(&label).inc();
+        self.metrics.exits.get_or_create(&label).inc();
         self.update(|s| {
             *s.exits.entry(ended.to_string()).or_default() += 1;
             s.last_exit = Some(ended.to_string());
@@ -112,22 +104,14 @@ impl ProcessCard {
 
     /// Its tree was killed with SIGKILL.
     pub fn killed(&self) {
-        self.metrics
-            .process
-            .forced_kills
-            .get_or_create(&self.label())
-            .inc();
+        self.metrics.forced_kills.get_or_create(&self.label()).inc();
         self.update(|s| s.forced_kills += 1);
     }
 
     /// Its keeper stopped it on its own (the lease's deadline came without a later one, or the
     /// host was gone): counted apart, so a host resumed from a freeze shows who stopped it.
     pub fn stopped_by_keeper(&self) {
-        self.metrics
-            .process
-            .keeper_stops
-            .get_or_create(&self.label())
-            .inc();
+        self.metrics.keeper_stops.get_or_create(&self.label()).inc();
         self.update(|s| s.keeper_stops += 1);
     }
 
@@ -140,18 +124,13 @@ impl ProcessCard {
     /// term's deadline, as its keeper reported.
     pub fn stopped(&self, took: Duration, confirmed: bool) {
         let label = self.label();
-        self.metrics.process.running.get_or_create(&label).set(0);
+        self.metrics.running.get_or_create(&label).set(0);
         self.metrics
-            .process
             .last_stop_seconds
             .get_or_create(&label)
             .set(took.as_secs_f64());
         if !confirmed {
-            self.metrics
-                .process
-                .unconfirmed_stops
-                .get_or_create(&label)
-                .inc();
+            self.metrics.unconfirmed_stops.get_or_create(&label).inc();
         }
         self.update(|s| {
             s.state = ProcessState::Idle;

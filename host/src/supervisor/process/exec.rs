@@ -17,10 +17,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
 use super::card::ProcessCard;
+use super::metrics::ProcessMetrics;
 use crate::lease::{Leases, Term};
 use crate::manifest::Binding;
-use crate::metrics::Metrics;
-use crate::output_rate::OutputRate;
+use crate::output_rate::{DroppedLines, OutputRate};
 use crate::process::bound::{BoundProcess, KILL_MARGIN, OnExit, signal_name};
 use crate::process::handle::{Kept, LATE_READ, monotonic_ns_at, since};
 use crate::process::protocol::{Ended, Report, Timed, Why};
@@ -38,10 +38,10 @@ pub async fn follow(
     leases: Arc<Leases>,
     keeper: PathBuf,
     board: StatusBoard,
-    metrics: Arc<Metrics>,
+    (metrics, dropped): (Arc<ProcessMetrics>, DroppedLines),
     shutdown: CancellationToken,
 ) {
-    let rate = Arc::new(OutputRate::for_process(&bound.name, &metrics));
+    let rate = Arc::new(OutputRate::for_process(&bound.name, &dropped));
     let names: Vec<String> = match &bound.binding {
         Binding::Lease(lease) => vec![lease.to_string()],
         Binding::Group(_) => leases

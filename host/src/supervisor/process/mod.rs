@@ -4,17 +4,20 @@
 //!
 //! Order (each module may use only those listed before it; `host/tests/layers.rs` checks):
 //!
-//! 1. [`card`]: where their tasks write what `/status` shows of them, and count it in the
+//! 1. [`metrics`]: their figures, one series per process and lease it runs under;
+//! 2. [`card`]: where their tasks write what `/status` shows of them, and count it in the
 //!    metrics;
-//! 2. [`exec`]: a process bound to a lease, each term's run a `Work`;
-//! 3. [`probe`]: a service's health asked over HTTP instead of by a script;
-//! 4. [`service`]: a service following its lease with activate, deactivate and health scripts;
-//! 5. [`start`]: starting the processes and services of a host's config.
+//! 3. [`exec`]: a process bound to a lease, each term's run a `Work`;
+//! 4. [`probe`]: a service's health asked over HTTP instead of by a script;
+//! 5. [`service`]: a service following its lease with activate, deactivate and health scripts;
+//! 6. [`start`]: starting the processes and services of a host's config.
 
 mod card;
 mod exec;
+mod metrics;
 mod probe;
 mod service;
 mod start;
 
+pub use metrics::ProcessMetrics;
 pub use start::{ProcessContext, start};

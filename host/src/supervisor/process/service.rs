@@ -30,10 +30,10 @@ use tracing::{Instrument, info, info_span, warn};
 
 use super::card::ProcessCard;
 use super::exec::log_output;
+use super::metrics::ProcessMetrics;
 use super::probe::Probe;
 use crate::lease::{GateSource, Leases, Term};
-use crate::metrics::Metrics;
-use crate::output_rate::OutputRate;
+use crate::output_rate::{DroppedLines, OutputRate};
 use crate::process::bound::KILL_MARGIN;
 use crate::process::handle::{Kept, LATE_READ, Spec, monotonic_ns_at, since};
 use crate::process::protocol::{Ended, Mode, Report, Why};
@@ -48,7 +48,7 @@ pub async fn follow(
     leases: Arc<Leases>,
     keeper: PathBuf,
     board: StatusBoard,
-    metrics: Arc<Metrics>,
+    (metrics, dropped): (Arc<ProcessMetrics>, DroppedLines),
     shutdown: CancellationToken,
 ) {
     let lease = service.lease.to_string();
@@ -62,7 +62,7 @@ pub async fn follow(
             (&service.name, ProcessKind::Service),
             &lease,
         ),
-        rate: Arc::new(OutputRate::for_process(&service.name, &metrics)),
+        rate: Arc::new(OutputRate::for_process(&service.name, &dropped)),
         probe: match &service.health {
             Some(Health::Probe(url)) => Some(Probe::new(url.clone())),
             _ => None,

@@ -10,9 +10,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::warn;
 
+use super::metrics::ProcessMetrics;
 use super::{exec, service};
 use crate::lease::{GateSource, Leases};
-use crate::metrics::Metrics;
+use crate::output_rate::DroppedLines;
 use crate::process::adopted;
 use crate::process::bound::BoundProcess;
 use crate::process::service::BoundService;
@@ -29,7 +30,9 @@ pub struct ProcessContext {
     /// Where each process's card is written.
     pub board: StatusBoard,
     /// Where each process's runs are counted.
-    pub metrics: Arc<Metrics>,
+    pub metrics: Arc<ProcessMetrics>,
+    /// Where the lines of their output over the rate are counted, as a plugin's are.
+    pub dropped_lines: DroppedLines,
 }
 
 /// Starts every process and service on `tasks`, each following its lease until `shutdown`;
@@ -59,6 +62,7 @@ pub fn start(
         keeper,
         board,
         metrics,
+        dropped_lines,
     } = context;
     let mut started = Vec::new();
     for bound in processes {
@@ -67,7 +71,7 @@ pub fn start(
             leases.clone(),
             keeper.to_path_buf(),
             board.clone(),
-            metrics.clone(),
+            (metrics.clone(), dropped_lines.clone()),
             shutdown.clone(),
         )));
     }
@@ -82,7 +86,7 @@ pub fn start(
             leases.clone(),
             keeper.to_path_buf(),
             board.clone(),
-            metrics.clone(),
+            (metrics.clone(), dropped_lines.clone()),
             shutdown.clone(),
         )));
     }

@@ -1,6 +1,6 @@
 //! What `/status` shows of each plugin, shared between the supervisor and the HTTP handler. The
 //! board keeps a [`PluginCard`] per plugin (what the supervisor knows: state, lease, world, last
-//! error, the last call's cost); the counts come from the [`Metrics`] the runtime records every
+//! error, the last call's cost); the counts come from the [`PluginMetrics`] the runtime records every
 //! call in, so that `/status` and `/metrics` cannot disagree.
 
 use std::collections::BTreeMap;
@@ -10,8 +10,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::process::ProcessStatus;
-use crate::metrics::Metrics;
-use crate::runtime::{CallFailure, Called, World};
+use crate::runtime::{CallFailure, Called, PluginMetrics, World};
 
 /// A plugin's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -104,14 +103,14 @@ pub struct StatusBoard {
     /// One card per plugin, by name.
     cards: Arc<Mutex<BTreeMap<String, PluginCard>>>,
     /// Where the runtime counts each plugin's calls, traps, refused writes and fuel.
-    metrics: Arc<Metrics>,
+    metrics: Arc<PluginMetrics>,
     /// One card per OS process bound to a lease, by process and lease.
     processes: Arc<Mutex<BTreeMap<(String, String), ProcessStatus>>>,
 }
 
 impl StatusBoard {
     /// An empty board whose counts are read from `metrics`: the runtime's.
-    pub fn new(metrics: Arc<Metrics>) -> Self {
+    pub fn new(metrics: Arc<PluginMetrics>) -> Self {
         StatusBoard {
             cards: Arc::default(),
             metrics,
@@ -252,7 +251,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_shows_the_last_call_and_the_counts_the_metrics_have() {
-        let metrics = Metrics::new();
+        let metrics = PluginMetrics::new();
         let board = StatusBoard::new(metrics.clone());
         board.put(card("p"));
         let ran = CallReport {
@@ -266,10 +265,7 @@ mod tests {
         board.record("p", &called(Err(CallFailure::Returned("no".into())), ran));
         metrics.calls_of("p").inc();
         metrics.record_call("p", ran.took, None, false, None, 65_536, 0);
-        metrics
-            .plugin_forced_stops
-            .get_or_create(&Metrics::plugin("p"))
-            .inc();
+        metrics.forced_stop("p");
         // Refused at the door: nothing ran, so the last call that did stays the one shown.
         let refused = Err(CallFailure::Cancelled {
             reason: Cancel::TermEnded,
@@ -293,7 +289,7 @@ mod tests {
 
     #[test]
     fn a_plugin_that_never_ran_shows_no_last_call_and_creates_no_series() {
-        let metrics = Metrics::new();
+        let metrics = PluginMetrics::new();
         let board = StatusBoard::new(metrics.clone());
         board.put(card("idle"));
         let status = board.snapshot().remove(0);
@@ -306,7 +302,10 @@ mod tests {
             ),
             (0, 0, 0)
         );
-        assert!(!metrics.encode().contains("idle"), "{}", metrics.encode());
+        let mut registry = prometheus_client::registry::Registry::default();
+        metrics.register(&mut registry);
+        let shown = crate::metrics::Exposition::new(registry).encode();
+        assert!(!shown.contains("idle"), "{shown}");
     }
 
     #[test]

@@ -17,8 +17,8 @@ use crate::capability::Capabilities;
 use crate::lease::memory::{Health, MemoryStore};
 use crate::lease::{DatabaseUrl, Driver, Leases, Role, Timing};
 use crate::lease::{Epoch, LeaseStore};
-use crate::metrics::Metrics;
 use crate::plugin::PluginSet;
+use crate::runtime::PluginMetrics;
 use crate::runtime::Runtime;
 use crate::runtime::engine::EngineOptions;
 use crate::supervisor::{PluginStatus, StatusBoard};
@@ -54,7 +54,7 @@ async fn replica(plugin: &str, manifest: &str, ttl: Duration) -> Replica {
     let scratch = tempfile::tempdir().unwrap();
     std::fs::copy(guest(plugin), plugins.path().join(format!("{plugin}.wasm"))).unwrap();
     std::fs::write(plugins.path().join(format!("{plugin}.toml")), manifest).unwrap();
-    let metrics = Metrics::new();
+    let metrics = PluginMetrics::new();
     let runtime = Runtime::new(
         EngineOptions::default(),
         Some(&scratch.path().join("cache")),

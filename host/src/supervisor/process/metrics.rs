@@ -7,11 +7,13 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::{FloatGauge, LabelText};
+use std::sync::Arc;
+
+use crate::metrics::{FloatGauge, LabelText};
 
 /// Labels of a per-process metric.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProcessLabel {
+pub(crate) struct ProcessLabel {
     /// The process's name (`name` of its table, or its command's file name).
     pub process: LabelText,
     /// The lease it runs under.
@@ -52,7 +54,7 @@ pub struct ProcessMetrics {
 
 impl ProcessMetrics {
     /// The labels of `process` under `lease`.
-    pub fn label(process: &str, lease: &str) -> ProcessLabel {
+    pub(crate) fn label(process: &str, lease: &str) -> ProcessLabel {
         ProcessLabel {
             process: process.into(),
             lease: lease.into(),
@@ -68,8 +70,13 @@ impl ProcessMetrics {
         }
     }
 
-    /// Registers every family with `registry`.
-    pub(super) fn register(&self, registry: &mut Registry) {
+    /// Every per-process metric, empty and not yet registered.
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    /// Registers every family with `registry`, in the order `/metrics` lists them.
+    pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "leasehold_process_starts",
             "Starts of an OS process bound to a lease",
