@@ -29,7 +29,9 @@
 //! 12. [`config`]: the settings of `leasehold run`, from file, environment and flags;
 //! 13. [`app`]: the composition root: one running host, started from a config and shut down in
 //!     order;
-//! 14. [`cli`]: the command line (`run`, `check`, `leases`, …): flags, signals and exit codes.
+//! 14. [`cli`]: the command line (`run`, `check`, `leases`, …): flags, signals and exit codes;
+//! 15. [`testing`](#layers) (with the `testing` feature only, which the test suite turns on): the
+//!     host's bounds, named once so that tests check the figures the host enforces.
 
 pub mod app;
 pub mod capability;
@@ -45,3 +47,5 @@ pub mod process;
 pub mod report;
 pub mod runtime;
 pub mod supervisor;
+#[cfg(feature = "testing")]
+pub mod testing;

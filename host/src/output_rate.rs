@@ -32,21 +32,21 @@ pub type DroppedLines = Family<PluginLabel, Counter>;
 /// Bytes a second a plugin may write to the host's log, lines costed as [`LINE_COST`] plus their
 /// text. A chatty plugin's steady info lines fit several times over, while a flood adds at most
 /// ~1.9 MiB a minute per plugin (the host's own text included): hours before a disk notices.
-pub const RATE_BYTES_PER_SECOND: u64 = 32 << 10;
+pub(crate) const RATE_BYTES_PER_SECOND: u64 = 32 << 10;
 
 /// What a plugin may write at once after a quiet spell: a stack of 200 lines of 300 bytes on an
 /// error (200 × (300 + [`LINE_COST`]) ≈ 109 KiB) gets through whole, and at most 512 lines, so
 /// that even 16 plugins bursting together do not fill the host's 8,192-line log queue.
-pub const BURST_BYTES: u64 = 128 << 10;
+pub(crate) const BURST_BYTES: u64 = 128 << 10;
 
 /// What a line costs besides its text: what the host writes around it (timestamp, level, target,
 /// plugin, lease and stream: ~120 bytes as text, ~170 as JSON), rounded up so that the bucket
 /// also bounds lines, at [`RATE_BYTES_PER_SECOND`] / 256 = 128 a second.
-pub const LINE_COST: u64 = 256;
+pub(crate) const LINE_COST: u64 = 256;
 
 /// How often at most a plugin's dropped output is reported: often enough to follow a flood as it
 /// happens, rarely enough that the reports are no flood themselves.
-pub const REPORT_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const REPORT_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The target of the report of dropped output, as it was when the runtime kept the rate: log
 /// filters name it.

@@ -210,7 +210,7 @@ pub async fn watch_all(
     window: Duration,
 ) -> anyhow::Result<Watched> {
     let until = Instant::now() + window;
-    let share = leasehold::http::guard::watchers_per_address(leasehold::http::guard::MAX_WATCHERS);
+    let share = leasehold::testing::watchers_per_address(leasehold::testing::MAX_WATCHERS);
     let mut tasks = tokio::task::JoinSet::new();
     for (i, lease) in leases.into_iter().enumerate() {
         let app = u8::try_from(1 + i / share).context("more streams than 127.0.0.0/24 holds")?;

@@ -87,7 +87,7 @@ const TOKEN_HOWTO: &str =
 /// How often the refusals of one address are logged after its first: each is counted, and the
 /// count logged once per interval, so that a client asking without the token in a loop (5,700
 /// requests in 5 s on one kept-alive connection) writes a line every 10 s, not one per request.
-pub const REFUSALS_LOGGED_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const REFUSALS_LOGGED_EVERY: Duration = Duration::from_secs(10);
 
 /// Addresses whose refusals are counted one by one; those of any further address are counted
 /// together, so that clients of many addresses cannot grow the counts without bound.

@@ -47,14 +47,14 @@ use tracing::{debug, warn};
 /// Connections served at once. Probes, a scraper or two, a few open pages and `leasehold status`
 /// need a handful; every connection is a file descriptor, and the lease store, the plugin
 /// directory and the compile cache need theirs from the same limit (often 1,024).
-pub const MAX_CONNECTIONS: usize = 256;
+pub(crate) const MAX_CONNECTIONS: usize = 256;
 
 /// Watch streams (`/v1/leases/NAME/watch`) served at once, apart from [`MAX_CONNECTIONS`]: a
 /// watch holds its connection for as long as its client follows the lease, so watchers have a
 /// bound of their own and never take the room of probes, scrapers and `leasehold status`. Each
 /// costs a file descriptor and tens of KB (`make bench` prints the figures); lower when the
 /// process's open-file limit leaves less room ([`watcher_limit`]).
-pub const MAX_WATCHERS: usize = 4096;
+pub(crate) const MAX_WATCHERS: usize = 4096;
 
 /// Open files kept for everything but watchers: the other connections, the store's pools, the
 /// plugin directory, the compile cache, processes' pipes and the log.
@@ -70,7 +70,7 @@ pub(crate) const STALLED_CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client may take to send a request's head, and the longest a kept-alive connection
 /// may sit idle. Probes, scrapers and the page send a request in one packet; 5 s is far above a
 /// slow link's round trip and cuts off a client trickling its head (slowloris).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The most bytes a request's head (request line and headers) may take: 431 beyond. Twice what
 /// a browser sends with a few cookies (which on `localhost` come from every local app, whatever
@@ -347,7 +347,7 @@ enum WatchRefused {
 /// The most watch streams one address may hold: a quarter of `max_watchers`, the process's bound,
 /// so that clients that never read, or hold streams open for nothing, from one pod or one local
 /// user cannot take every stream from the apps that need one.
-pub fn watchers_per_address(max_watchers: usize) -> usize {
+pub(crate) fn watchers_per_address(max_watchers: usize) -> usize {
     (max_watchers / 4).max(1)
 }
 

@@ -16,7 +16,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::time::Instant;
 
 use super::adopted;
-use super::keeper::monotonic_ns;
+use super::protocol::monotonic_ns;
 use super::protocol::{Mode, Order, Report, Timed};
 
 /// The prefix of the host's own settings among environment variables: a child does not inherit

@@ -70,7 +70,7 @@ const OUTPUT_DRAIN: Duration = Duration::from_millis(500);
 /// the pipes open would otherwise hold the activation up for the whole [`OUTPUT_DRAIN`].
 const LEAVE_DRAIN: Duration = Duration::from_millis(100);
 
-pub use super::protocol::monotonic_ns;
+use super::protocol::monotonic_ns;
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)

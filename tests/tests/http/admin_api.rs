@@ -299,7 +299,7 @@ async fn a_client_refused_thousands_of_times_is_logged_once_and_then_counted() {
     };
     let lines = eventually(
         "the refusals counted in the log",
-        leasehold::http::admin::REFUSALS_LOGGED_EVERY * 2,
+        leasehold::testing::REFUSALS_LOGGED_EVERY * 2,
         async || {
             let lines = a.log_lines_from(from);
             when(lines, |lines| counted(lines) >= refused - 1)

@@ -16,7 +16,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use leasehold::http::guard::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
+use leasehold::testing::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
 use leasehold_tests::eventually::{eventually, when};
 use leasehold_tests::host::{HostBuilder, binary, guests_dist, plugin_dir};
 use leasehold_tests::log::Logged;

@@ -255,7 +255,7 @@ async fn never_reading_watchers_from_one_address_leave_another_served_and_are_dr
         .and_then(|rest| rest.split(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no bound in {line:?}"));
-    let share = leasehold::http::guard::watchers_per_address(max);
+    let share = leasehold::testing::watchers_per_address(max);
     assert!(share < max && max < FLOOD, "{share} of {max}");
     let epoch = a.status().await.unwrap().leases[0].epoch;
 

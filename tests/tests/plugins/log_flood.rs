@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold::output_rate::{BURST_BYTES, RATE_BYTES_PER_SECOND, REPORT_INTERVAL};
+use leasehold::testing::{BURST_BYTES, RATE_BYTES_PER_SECOND, REPORT_INTERVAL};
 use leasehold_tests::endpoint::sample;
 use leasehold_tests::host::{HostBuilder, guests_dist, time_of_day, wait_for_single_leader};
 use leasehold_tests::log::Logged;

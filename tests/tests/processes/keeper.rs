@@ -12,7 +12,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use leasehold::process::handle::{Kept, Spec};
-use leasehold::process::keeper::monotonic_ns;
+use leasehold::process::protocol::monotonic_ns;
 use leasehold::process::protocol::{Ended, Mode, Report, Timed, Why};
 use leasehold_tests::host::binary;
 
