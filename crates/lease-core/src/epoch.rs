@@ -1,5 +1,5 @@
 //! The fencing token every other part of the lease layer speaks of: the recorded terms
-//! ([`super::history`]), the store ([`super::store`]), the coordinator and the fence of the
+//! ([`super::history`]), the stores (the lease crate's), the coordinator and the fence of the
 //! plugins' writes alike (docs/ARCHITECTURE.md §4).
 //!
 //! A type of its own, not a bare integer, so an epoch cannot be mixed up with a change counter, a

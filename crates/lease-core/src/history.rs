@@ -1,6 +1,6 @@
 //! The terms of a lease as the cluster recorded them: who held it at which epoch, from when to
 //! when, and how each term ended. The stores keep the newest [`TERMS_KEPT`] of each lease
-//! ([`super::LeaseStore::terms`]); this module fills what a lost write left open ([`complete`])
+//! (the lease crate's `LeaseStore::terms`); this module fills what a lost write left open ([`complete`])
 //! and finds the last handoff in them ([`last_handoff`]), both pure. Nothing here
 //! decides anything: the history is for people (`/status`, the page), and fencing rests on epochs.
 

@@ -128,7 +128,7 @@ impl Leases {
 
     /// Asks the driver to give `lease` up in order, and to wait `wait` longer than a step-down's
     /// poll before campaigning for it again: the work bound to it keeps ending soon after it is
-    /// taken ([`crate::supervisor::policy::Churn`]).
+    /// taken (the host's supervisor judges that churn).
     pub fn step_down_backing_off(&self, lease: &str, wait: std::time::Duration) {
         let _ = self.requests.send(Event::BackOff {
             lease: lease.to_string(),

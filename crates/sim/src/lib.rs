@@ -16,7 +16,7 @@
 //! 3. [`replica`]: one replica on its own paused runtime;
 //! 4. [`plan`]: a run's scenario, drawn from its seed;
 //! 5. [`oracle`]: the promises every run is held to;
-//! 6. [`run`]: the world loop of one seeded run.
+//! 6. [`run`](mod@run): the world loop of one seeded run.
 
 pub mod history;
 pub mod oracle;

@@ -21,7 +21,7 @@ pub(crate) const POSTGRES_CHECK: &str = "SELECT 1 FROM leasehold_leases
      FOR SHARE";
 
 /// [`POSTGRES_CHECK`] for a plugin's session, on the lease store's table, through `function`:
-/// [`POSTGRES_FUNCTION`] qualified with the lease store's schema (see [`super::sql::identity`]),
+/// [`POSTGRES_FUNCTION`] qualified with the lease store's schema (see [`super::identity`]),
 /// a function of the schema's owner that runs with its rights, so the plugin's role needs no
 /// privilege on the lease table, and that asks for the host's fence key, so the plugin cannot
 /// take the lock itself. With the name qualified and the parameters typed by the driver, neither

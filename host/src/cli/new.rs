@@ -11,7 +11,7 @@
 //! 1. [`spec`]: the flags, the languages and worlds, the name check, and what is compiled in;
 //! 2. [`sdk`]: the Rust SDK a Rust project gets a copy of, and its lock file;
 //! 3. [`project`]: the project's files, rendered from the templates;
-//! 4. [`write`]: writing the project all or nothing, then saying what to do next.
+//! 4. [`write`](mod@write): writing the project all or nothing, then saying what to do next.
 
 mod project;
 mod sdk;

@@ -54,7 +54,7 @@ pub struct TimingLayer {
 }
 
 impl TimingLayer {
-    /// Whether this layer sets `field`, spelled as in [`TimingError::field`].
+    /// Whether this layer sets `field`, spelled as in [`crate::lease::TimingError::field`].
     pub(super) fn sets(&self, field: &str) -> bool {
         match field {
             "ttl" => self.ttl.is_some(),

@@ -6,8 +6,8 @@
 //!   unless one is under way (single flight: every request joins the one in progress), and waits
 //!   for it at most [`JOIN_WAIT`] before answering with the last snapshot and its age. Should a
 //!   lease have changed role since that one, the answer is this replica's own knowledge instead
-//!   ([`super::local_status`]), with the reason in `store_error`: roles never wait for the store.
-//! - A refresh reads the lease rows and terms once ([`super::status_of`]) through the store's
+//!   ([`super::status::local_status`]), with the reason in `store_error`: roles never wait for the store.
+//! - A refresh reads the lease rows and terms once ([`super::status::status_of`]) through the store's
 //!   observers' connections, never the pools the lease loop renews on, bounded by a second: a
 //!   store that is slow or down costs a watcher an old snapshot, and the lease loop nothing.
 //! - [`Snapshot`]: the leases' part of `/status` serialised once per refresh; a request adds only

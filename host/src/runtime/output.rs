@@ -6,7 +6,7 @@
 //! Nothing of it accumulates: a [`LineSink`] keeps only the line being written, cut at
 //! [`MAX_LINE_BYTES`], and logs each whole line through [`crate::report::guest_text`]. Each call
 //! may log [`LINES_PER_CALL`] lines and [`BYTES_PER_CALL`] bytes per stream, and the plugin no
-//! more than its rate across calls ([`super::rate`]); the rest are counted, and reported with the
+//! more than its rate across calls ([`crate::output_rate`]); the rest are counted, and reported with the
 //! plugin's other dropped output. Writes never fail, so a guest may print forever (until its
 //! deadline or fuel ends the call) without an error, a panic in its `println!`, or host memory
 //! growing with what it printed.

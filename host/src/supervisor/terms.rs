@@ -1,5 +1,5 @@
 //! Following one lease's terms on this replica, for the work bound to a lease from outside the
-//! plugin set: a process ([`super::exec`]) runs on each term, a service ([`super::service`])
+//! plugin set: a process (`process::exec`) runs on each term, a service (`process::service`)
 //! activates on each and checks its health in between.
 
 use std::future::Future;

@@ -5,7 +5,7 @@
 //! Session commands are refused for a clear message, not for safety: session state has too many
 //! doors (`set_config(…, false)`, `DO` blocks, advisory locks, cursors `WITH HOLD`, temporary
 //! tables) to close them by reading SQL. Every connection is made clean instead when it goes back
-//! to its pool ([`super::CLEAN_SESSION`]). Everything else is left to the database and the
+//! to its pool ([`super::grant::CLEAN_SESSION`]). Everything else is left to the database and the
 //! grant's role.
 
 /// Refuses transaction control and session commands, saying why.

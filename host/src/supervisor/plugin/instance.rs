@@ -2,7 +2,7 @@
 //! component instantiated in it, `init(config)` called, each outcome recorded on the board.
 //! Reconcilers and health checks both start here; what they call next is their [`Work`]'s.
 //!
-//! [`Work`]: super::work::Work
+//! [`Work`]: crate::supervisor::work::Work
 
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! One reconciler for one term, as a [`Work`]: started through the one [`Plugin::start`], then
 //! `reconcile` on its schedule (and `handle-event` for each notification of its channels), one
 //! call at a time. What follows a failed or cancelled call is the [`drive`] loop's, by the
-//! [`policy`](super::policy).
+//! [`policy`](crate::supervisor::policy).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

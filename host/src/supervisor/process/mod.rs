@@ -10,7 +10,7 @@
 //! 3. [`exec`]: a process bound to a lease, each term's run a `Work`;
 //! 4. [`probe`]: a service's health asked over HTTP instead of by a script;
 //! 5. [`service`]: a service following its lease with activate, deactivate and health scripts;
-//! 6. [`start`]: starting the processes and services of a host's config.
+//! 6. [`start`](mod@start): starting the processes and services of a host's config.
 
 mod card;
 mod exec;
