@@ -85,16 +85,32 @@ fn a_busy_lease_refused_alone_is_lost_and_a_failed_one_only_uncertain() {
 }
 
 #[test]
-fn a_lone_renewal_answering_after_the_lease_moved_on_is_ignored() {
+fn a_lone_renewals_answer_for_a_lease_not_held_here_changes_nothing() {
     let t0 = start();
     let mut c = leader_of_two(t0);
     renewal(&c.step(Event::Tick, t0 + ms(1000)));
     c.step(renewed(&["b"], &["a"], None), t0 + ms(1002));
-    // Nothing came back before a's safe_until: the term ends on time, the answer changes nothing.
     let fx = c.step(Event::Tick, t0 + ms(2750));
     assert_eq!(end_terms(&fx), [("a", 1, EndReason::SafeUntil, false)]);
     let fx = c.step(renewed_alone("x", Ok(true)), t0 + ms(2800));
     assert!(fx.is_empty(), "{fx:?}");
+}
+
+#[test]
+fn a_lone_renewal_landing_after_its_term_ended_starts_a_new_term_at_the_same_epoch_safe_from_its_send()
+ {
+    // The term ended on time at safe_until, nothing having come back; the lease is still ours in
+    // the store until it expires. The lone renewal then lands: the store extended the lease from no
+    // earlier than its send, so a new term at the same epoch is safe until then + ttl - margin.
+    let t0 = start();
+    let mut c = leader_of_two(t0);
+    renewal(&c.step(Event::Tick, t0 + ms(1000)));
+    let sent = t0 + ms(1002);
+    c.step(renewed(&["b"], &["a"], None), sent);
+    let fx = c.step(Event::Tick, t0 + ms(2750));
+    assert_eq!(end_terms(&fx), [("a", 1, EndReason::SafeUntil, false)]);
+    let fx = c.step(renewed_alone("a", Ok(true)), t0 + ms(2800));
+    assert_eq!(start_terms(&fx), [("a", 1, sent + ms(2750))], "{fx:?}");
 }
 
 #[test]
