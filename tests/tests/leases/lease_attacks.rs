@@ -54,10 +54,11 @@ async fn wait_for_row_lock(url: &str) {
         "psql to take its lock (a session sleeping with it)",
         Duration::from_secs(10),
         async || {
+            // In pg_sleep, so past its FOR UPDATE; not this very query, whose text names it too.
             let waiting: bool = sqlx::query_scalar(
                 "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-                                 WHERE datname = current_database() AND query LIKE '%pg_sleep%'
-                                   AND state = 'active')",
+                                 WHERE datname = current_database() AND pid <> pg_backend_pid()
+                                   AND wait_event = 'PgSleep')",
             )
             .fetch_one(&mut conn)
             .await
