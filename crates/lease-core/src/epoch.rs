@@ -44,12 +44,6 @@ impl Epoch {
     }
 }
 
-impl From<i64> for Epoch {
-    fn from(value: i64) -> Self {
-        Self(value)
-    }
-}
-
 impl fmt::Display for Epoch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&self.0, f)
