@@ -723,8 +723,12 @@ mod tests {
     }
 
     #[test]
-    fn a_lease_label_value_cannot_end_its_series_or_forge_another() {
+    fn a_label_value_cannot_end_its_series_or_forge_another() {
         let metrics = Metrics::new();
+        metrics
+            .plugin
+            .calls_of("evil\"} 1\nleasehold_plugin_calls_total{plugin=\"payments\"} 1\n#\\")
+            .inc();
         metrics
             .lease
             .is_leader
@@ -740,9 +744,16 @@ mod tests {
             "{text}"
         );
         assert!(
-            !text
-                .lines()
-                .any(|l| l.starts_with("leasehold_lease_is_leader{lease=\"payments")),
+            text.contains(
+                "leasehold_plugin_calls_total{plugin=\"evil\\\"} 1\\nleasehold_plugin_calls_total{plugin=\\\"payments\\\"} 1\\n#\\\\\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.lines().any(|l| {
+                l.starts_with("leasehold_lease_is_leader{lease=\"payments")
+                    || l.starts_with("leasehold_plugin_calls_total{plugin=\"payments")
+            }),
             "{text}"
         );
     }

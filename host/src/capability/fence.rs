@@ -65,7 +65,7 @@ impl Fence {
 
     /// The epoch the plugin runs under (0 on a standby, which no lease row has).
     pub fn epoch(&self) -> Epoch {
-        self.term.as_ref().map_or(Epoch::default(), |t| t.epoch)
+        self.term.as_ref().map(|t| t.epoch).unwrap_or_default()
     }
 
     /// The error of a write refused by the fence.

@@ -343,24 +343,4 @@ mod tests {
             }
         );
     }
-
-    #[test]
-    fn a_label_value_cannot_end_its_series_or_forge_another() {
-        let m = PluginMetrics::new();
-        m.calls_of("evil\"} 1\nleasehold_plugin_calls_total{plugin=\"payments\"} 1\n#\\")
-            .inc();
-        let text = exposition(&m).encode();
-        assert!(
-            text.contains(
-                "leasehold_plugin_calls_total{plugin=\"evil\\\"} 1\\nleasehold_plugin_calls_total{plugin=\\\"payments\\\"} 1\\n#\\\\\"} 1\n"
-            ),
-            "{text}"
-        );
-        assert!(
-            !text
-                .lines()
-                .any(|l| l.starts_with("leasehold_plugin_calls_total{plugin=\"payments")),
-            "{text}"
-        );
-    }
 }
