@@ -29,7 +29,7 @@ use super::clock::ClockWatch;
 use super::timing::Timing;
 use crate::backoff::{Backoff, JITTER, spread};
 use crate::buggify::{Planted, planted};
-use crate::record::{CampaignedMany, Epoch, RenewRequest, Renewed, RenewedOne};
+use crate::record::{CampaignedMany, Epoch, GrantSeen, RenewRequest, Renewed, RenewedOne};
 pub use crate::role::EndReason;
 use crate::role::Role;
 
@@ -81,6 +81,25 @@ pub enum Event {
     },
     /// The release listener reconnected; notifications may have been lost, so campaign now.
     Resubscribed,
+    /// A notice says `lease` was given to this replica at `epoch` by a release or another
+    /// standby's campaign ([`crate::queue`]): read the row, and start the term if it says so.
+    GrantNoticed {
+        /// The lease.
+        lease: String,
+        /// The epoch it was given at.
+        epoch: Epoch,
+    },
+    /// The read of a grant ([`Effect::ReadGrant`]) finished: how long the grant lasts by the
+    /// database's clock (none when the row does not give `lease` to this holder at `epoch`: a
+    /// forged notice, or a grant that lapsed) and the clock, or the error.
+    GrantRead {
+        /// The lease.
+        lease: String,
+        /// The epoch read for.
+        epoch: Epoch,
+        /// The outcome.
+        result: Result<GrantSeen, String>,
+    },
     /// `source` allows or forbids campaigning for `lease` (a standby whose health check fails
     /// must not take the lease). Campaigns are allowed only while no source forbids them, so one
     /// check that passes never overrides another that fails; the last source to allow them again
@@ -175,6 +194,16 @@ pub enum Effect {
         /// The call's timeout: the time left on this lease.
         timeout: Duration,
     },
+    /// Read whether `lease` is given to this holder at `epoch`, and for how long; report
+    /// [`Event::GrantRead`].
+    ReadGrant {
+        /// The lease.
+        lease: String,
+        /// The epoch of the grant.
+        epoch: Epoch,
+        /// The call's timeout.
+        timeout: Duration,
+    },
     /// Release `lease` at `epoch`; report [`Event::ReleaseDone`].
     Release {
         /// The lease.
@@ -224,6 +253,14 @@ pub enum Announcement {
         /// The lease.
         lease: String,
         /// The new epoch.
+        epoch: Epoch,
+    },
+    /// `lease` taken up at `epoch`, which a release or another standby's campaign gave this
+    /// replica as the head of the lease's line.
+    Granted {
+        /// The lease.
+        lease: String,
+        /// The epoch given.
         epoch: Epoch,
     },
     /// A renewal failed; the leases are uncertain until one lands or they expire.
@@ -367,6 +404,13 @@ struct LeaseState {
     /// be draining: a release must wait for [`Event::TermStopped`], or another replica could
     /// start while the drain still lands writes.
     draining: Option<Epoch>,
+    /// A grant of this epoch is being read ([`Effect::ReadGrant`]), sent at that instant: the
+    /// term it starts is measured from then.
+    claiming: Option<(Epoch, Instant)>,
+    /// The latest epoch this replica held the lease at: a grant is taken up only above it, so
+    /// that a notice heard late, or the row of a term that ended here, never starts a second
+    /// term of one epoch.
+    last_epoch: Option<Epoch>,
 }
 
 impl LeaseState {
@@ -492,6 +536,8 @@ impl Coordinator {
                     solo: None,
                     draining: None,
                     locked_since: None,
+                    claiming: None,
+                    last_epoch: None,
                 };
                 (name, state)
             })
@@ -547,7 +593,11 @@ impl Coordinator {
         for state in self.leases.values() {
             match state.phase {
                 Phase::Standby { next_campaign } => {
-                    if may_campaign && !state.gated() && !state.unassigned {
+                    if may_campaign
+                        && !state.gated()
+                        && !state.unassigned
+                        && state.claiming.is_none()
+                    {
                         consider(quiet_until.map_or(next_campaign, |q| q.max(next_campaign)));
                     }
                 }
@@ -663,6 +713,12 @@ impl Coordinator {
                 }
             }
             Event::HandoffNoticed { lease, epoch } => self.renew_for_notice(&lease, epoch, now),
+            Event::GrantNoticed { lease, epoch } => self.read_grant(&lease, epoch, now, fx),
+            Event::GrantRead {
+                lease,
+                epoch,
+                result,
+            } => self.on_grant_read(&lease, epoch, result, now, fx),
             Event::StepDown { lease } => self.give_up(&lease, After::Standby, fx),
             Event::BackOff { lease, wait } => {
                 if let Some(state) = self.leases.get_mut(&lease) {
@@ -706,7 +762,8 @@ impl Coordinator {
     /// arrival, so never early by the database's clock; at the latest after a poll, the fallback
     /// for a release notification that never came.
     fn after_loss(&mut self, wait: Option<Duration>, now: Instant) -> Instant {
-        let poll = self.jittered_poll(now);
+        // The poll, or sooner to keep this replica's place in the lease's line alive.
+        let poll = self.jittered(now, self.timing.in_line_every());
         match wait {
             Some(wait) => poll.min(now + wait + CAMPAIGN_SLACK),
             None => poll,
@@ -757,7 +814,25 @@ impl Coordinator {
             campaigned.lost.into_iter().collect();
         let locked: std::collections::BTreeMap<String, Vec<i32>> =
             campaigned.locked.into_iter().collect();
+        let granted: std::collections::BTreeMap<String, (Epoch, Duration)> = campaigned
+            .granted
+            .into_iter()
+            .map(|(name, epoch, left)| (name, (epoch, left)))
+            .collect();
         for name in batch {
+            // Taken up meanwhile by the read of a grant (or declined, and being released): the
+            // read's answer decided, not this campaign's.
+            let standby = self
+                .leases
+                .get(&name)
+                .is_some_and(|s| matches!(s.phase, Phase::Standby { .. }));
+            if !standby {
+                continue;
+            }
+            if let Some(&(epoch, left)) = granted.get(&name) {
+                self.take_grant(&name, epoch, sent, left, now, fx);
+                continue;
+            }
             if let Some(locked_by) = locked.get(&name) {
                 // Free, but its row was locked: soon again, not after a poll; the lock of a
                 // fenced commit under way lasts microseconds.
@@ -796,6 +871,7 @@ impl Coordinator {
         let Some(state) = self.leases.get_mut(lease) else {
             return;
         };
+        state.last_epoch = Some(epoch);
         fx.push(Effect::Announce(Announcement::Acquired {
             lease: lease.to_string(),
             epoch,
@@ -835,6 +911,149 @@ impl Coordinator {
         }
         let due = sent + timing.renew_interval;
         self.renewal.next_at = Some(self.renewal.next_at.map_or(due, |n| n.min(due)));
+    }
+
+    /// A grant notice for `lease` at `epoch` ([`Event::GrantNoticed`]): read the row, if this
+    /// replica stands by for it and has not held that epoch or a later one. A campaign in flight
+    /// may have read the row before the grant was written, so it does not stand in for the read.
+    fn read_grant(&mut self, lease: &str, epoch: Epoch, now: Instant, fx: &mut Vec<Effect>) {
+        let timeout = self.timing.store_timeout;
+        let Some(state) = self.leases.get_mut(lease) else {
+            return;
+        };
+        let standby = matches!(state.phase, Phase::Standby { .. });
+        if !standby || state.claiming.is_some() || state.last_epoch.is_some_and(|e| e >= epoch) {
+            return;
+        }
+        state.claiming = Some((epoch, now));
+        fx.push(Effect::ReadGrant {
+            lease: lease.to_string(),
+            epoch,
+            timeout,
+        });
+    }
+
+    /// The read of a grant finished ([`Event::GrantRead`]).
+    fn on_grant_read(
+        &mut self,
+        lease: &str,
+        epoch: Epoch,
+        result: Result<GrantSeen, String>,
+        now: Instant,
+        fx: &mut Vec<Effect>,
+    ) {
+        let retry = self.jittered(now, self.timing.retry_interval);
+        let Some(state) = self.leases.get_mut(lease) else {
+            return;
+        };
+        let Some((reading, sent)) = state.claiming else {
+            return;
+        };
+        if reading != epoch {
+            return;
+        }
+        if let Ok(seen) = &result {
+            // The clock first, as for a campaign: a grant read across a clock step (or a
+            // suspend of this machine) must not start a term.
+            self.observe_clock(sent, now, seen.db_now, fx);
+        }
+        let Some(state) = self.leases.get_mut(lease) else {
+            return;
+        };
+        match result {
+            Ok(GrantSeen {
+                left: Some(left), ..
+            }) => self.take_grant(lease, epoch, sent, left, now, fx),
+            // Not given to us (a forged notice, or a grant that lapsed): the campaigns go on.
+            Ok(GrantSeen { left: None, .. }) => state.claiming = None,
+            // The campaign reads grants too: the next one, soon, decides.
+            Err(_) => {
+                state.claiming = None;
+                if let Phase::Standby { next_campaign } = &mut state.phase {
+                    *next_campaign = (*next_campaign).min(retry);
+                }
+            }
+        }
+        // A shutdown that came while the read was out waited for it.
+        if self.shutting_down
+            && let Some(state) = self.leases.get_mut(lease)
+            && state.claiming.is_none()
+            && matches!(state.phase, Phase::Standby { .. })
+        {
+            state.phase = Phase::Done;
+        }
+    }
+
+    /// `lease` is given to this replica at `epoch` for `left` by the database's clock, as read
+    /// by a statement sent at `sent` (a campaign, or the read of a grant): a term until
+    /// `sent + left − margin`, never later than the grant by the database's clock, and a renewal
+    /// at once, which makes it a ttl. A replica that may not hold the lease now (shutting down,
+    /// its health gate shut, a group's plan giving the shard to another, a grant about to lapse)
+    /// releases it at once instead, which gives it to the next in line.
+    fn take_grant(
+        &mut self,
+        lease: &str,
+        epoch: Epoch,
+        sent: Instant,
+        left: Duration,
+        now: Instant,
+        fx: &mut Vec<Effect>,
+    ) {
+        let timing = self.timing;
+        let shutting_down = self.shutting_down;
+        let quiet = self.quiet_until.is_some();
+        let Some(state) = self.leases.get_mut(lease) else {
+            return;
+        };
+        state.claiming = None;
+        let standby = matches!(state.phase, Phase::Standby { .. });
+        if !standby || state.last_epoch.is_some_and(|e| e >= epoch) {
+            return;
+        }
+        state.last_epoch = Some(epoch);
+        let from = match planted(Planted::DeadlineFromReply) {
+            true => now,
+            false => sent,
+        };
+        let safe_until = (from + left).checked_sub(timing.margin);
+        let usable = safe_until.is_some_and(|t| t > now);
+        if shutting_down || state.gated() || state.unassigned || !usable {
+            state.phase = Phase::Releasing {
+                epoch,
+                then: if shutting_down {
+                    After::Done
+                } else {
+                    After::Standby
+                },
+            };
+            fx.push(Effect::Release {
+                lease: lease.to_string(),
+                epoch,
+                timeout: timing.store_timeout,
+            });
+            return;
+        }
+        let safe_until = safe_until.unwrap_or(now);
+        fx.push(Effect::Announce(Announcement::Granted {
+            lease: lease.to_string(),
+            epoch,
+        }));
+        let term = !quiet;
+        state.phase = Phase::Held {
+            epoch,
+            safe_until,
+            expires_by: now + left + timing.margin,
+            term,
+            failing: false,
+        };
+        if term {
+            fx.push(Effect::StartTerm {
+                lease: lease.to_string(),
+                epoch,
+                safe_until,
+            });
+        }
+        self.renewal.next_at = Some(now);
     }
 
     /// A campaign found `lease` free but its row locked by `locked_by`: announced the second
@@ -1031,7 +1250,10 @@ impl Coordinator {
                     timeout,
                 });
             }
-            Phase::Standby { .. } if then == After::Done && !campaigning => {
+            // A grant being read is taken up or declined by its answer (`take_grant`).
+            Phase::Standby { .. }
+                if then == After::Done && !campaigning && state.claiming.is_none() =>
+            {
                 state.phase = Phase::Done;
             }
             // A step-down of a lease not held, a campaign in flight (its result decides), or a

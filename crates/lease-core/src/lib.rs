@@ -18,12 +18,13 @@
 //! 7. [`identity`]: the holder id, and the replica id it starts with;
 //! 8. [`history`]: the terms of each lease as the cluster recorded them, for display;
 //! 9. [`protocol`]: the safety rules this release follows, as a number the schema may require;
-//! 10. [`record`]: what the stores return: rows, campaign and renewal outcomes, release notices;
-//! 11. [`instant`]: the coordinator's instants, plain time since an origin its driver chose;
-//! 12. [`clock`]: watching the database's clock for steps;
-//! 13. [`role`]: a replica's role in a lease, and why a term ended;
-//! 14. [`coordinator`]: the state machine, one `step(event, now)` for all leases;
-//! 15. [`groups`]: lease groups' fair shares and who hands which shard to whom.
+//! 10. [`queue`]: the line of standbys for a lease: its order, and when a waiter may preempt;
+//! 11. [`record`]: what the stores return: rows, campaign and renewal outcomes, release notices;
+//! 12. [`instant`]: the coordinator's instants, plain time since an origin its driver chose;
+//! 13. [`clock`]: watching the database's clock for steps;
+//! 14. [`role`]: a replica's role in a lease, and why a term ended;
+//! 15. [`coordinator`]: the state machine, one `step(event, now)` for all leases;
+//! 16. [`groups`]: lease groups' fair shares and who hands which shard to whom.
 
 pub mod backoff;
 pub mod buggify;
@@ -36,6 +37,7 @@ pub mod identity;
 pub mod instant;
 pub mod name;
 pub mod protocol;
+pub mod queue;
 pub mod record;
 pub mod role;
 pub mod text;
@@ -47,8 +49,8 @@ pub use identity::HolderId;
 pub use instant::Instant;
 pub use name::{LeaseName, LeaseNameError};
 pub use record::{
-    Campaigned, CampaignedMany, DbMillis, GroupMember, GroupView, LeaseRecord, MemberRecord,
-    ReleaseNotice, RenewRequest, Renewed, RenewedOne,
+    Campaigned, CampaignedMany, DbMillis, GrantSeen, GroupMember, GroupView, LeaseRecord,
+    MemberRecord, ReleaseNotice, RenewRequest, Renewed, RenewedOne,
 };
 pub use role::{EndReason, Role};
 pub use timing::{Timing, TimingError};

@@ -75,6 +75,12 @@ pub struct CampaignedMany {
     /// waited for, so that one locked row delays only its own lease. Each with the server
     /// processes holding the lock, as far as the store can tell (PostgreSQL's `pg_locks`).
     pub locked: Vec<(String, Vec<i32>)>,
+    /// The leases given to this holder (by a release, or by another standby's campaign that found
+    /// the lease free with this holder at the head of its line, [`crate::queue`]) and not taken
+    /// up yet: each with its epoch and how long the grant lasts by the database's clock, as the
+    /// statement read it. The campaign takes them up as a read would: a term may run until
+    /// `sent + left − margin`, and the first renewal makes it a ttl.
+    pub granted: Vec<(String, Epoch, Duration)>,
     /// The database's clock while the statement ran; `None` when the backend cannot tell.
     pub db_now: Option<DbMillis>,
     /// How much longer the database holds campaigns off, after it changed incarnation (a promoted
@@ -96,6 +102,16 @@ impl CampaignedMany {
                 .and_then(|(_, w)| *w),
         }
     }
+}
+
+/// What the read of a grant found (`LeaseStore::read_grant`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GrantSeen {
+    /// How long the row is still the reader's at the epoch asked, by the database's clock,
+    /// rounded down; `None` when it is not (another holder or epoch, or expired).
+    pub left: Option<Duration>,
+    /// The database's clock while the statement ran; `None` when the backend cannot tell.
+    pub db_now: Option<DbMillis>,
 }
 
 /// What a batched renewal found.
@@ -179,6 +195,17 @@ pub enum ReleaseNotice {
     Released(String),
     /// The listener (re)connected; notifications may have been missed, so campaign for everything.
     Resubscribed,
+    /// Word that `lease` was given to `holder` at `epoch` ([`crate::queue`]): if that is this
+    /// replica, read the row and start the term. Not proof by itself (anyone who may notify can
+    /// send one): the read decides.
+    Granted {
+        /// The lease.
+        lease: String,
+        /// The holder id it was given to.
+        holder: String,
+        /// The epoch it was given at.
+        epoch: Epoch,
+    },
     /// Word that an operator asked the holder of `lease` at `epoch` to hand it over
     /// (`LeaseStore::request_handoff`): if that is this replica, renew now, and release in order
     /// if the renewal reads the request from the row. Not proof of a request by itself: on

@@ -206,6 +206,25 @@ impl Timing {
     }
 }
 
+impl Timing {
+    /// How often a standby keeps its place in a lease's line ([`crate::queue`]): every ttl/5 (or
+    /// its poll, if shorter), the cadence the design has always given standbys. A write per
+    /// standby per interval, as a holder's renewal is per ttl/3.
+    pub fn in_line_every(&self) -> Duration {
+        (self.ttl / 5).min(self.poll_interval)
+    }
+
+    /// How long a place in line counts as alive without a campaign, and how long a lease given to
+    /// a waiter stays its own unless it takes it up: ttl/2. Short, so that a lease given to a
+    /// waiter that died meanwhile is free again well within a ttl; long enough for two campaigns
+    /// of [`Timing::in_line_every`] with their jitter, so that one slow statement does not send a
+    /// live waiter to the back of the line, and for a waiter that missed the notice to find the
+    /// grant at its next campaign with time to spare beyond the margin.
+    pub fn in_line_for(&self) -> Duration {
+        self.ttl / 2
+    }
+}
+
 impl Default for Timing {
     fn default() -> Self {
         Self::from_ttl(Self::DEFAULT_TTL)

@@ -33,6 +33,7 @@ impl Coordinator {
                     if may_campaign
                         && !state.gated()
                         && !state.unassigned
+                        && state.claiming.is_none()
                         && next_campaign <= now + margin
                     {
                         due_campaign |= now >= next_campaign;

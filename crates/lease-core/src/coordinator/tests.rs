@@ -25,6 +25,7 @@ mod busy;
 mod campaign;
 mod clock_step;
 mod gates;
+mod grants;
 mod handoff;
 mod notices;
 mod release;
@@ -163,6 +164,7 @@ fn campaigned_many(won: &[(&str, Epoch)], lost: &[(&str, Option<Duration>)]) -> 
         won: won.iter().map(|(n, e)| (n.to_string(), *e)).collect(),
         lost: lost.iter().map(|(n, w)| (n.to_string(), *w)).collect(),
         locked: Vec::new(),
+        granted: Vec::new(),
         db_now: None,
         held_off_for: None,
     }

@@ -1,7 +1,7 @@
 //! Campaigns: the first tick campaigns for every lease in one statement, and each later one carries
 //! every lease due within the margin; a won campaign starts a term measured from when it was sent,
-//! and one answered too late starts none; a lost one waits for the holder's expiry or a jittered
-//! poll; failures back off; a failover's hold-off is waited out, and a row found locked is tried
+//! and one answered too late starts none; a lost one waits for the holder's expiry, or at most
+//! ttl/5 with jitter to keep its place in the lease's line alive; failures back off; a failover's hold-off is waited out, and a row found locked is tried
 //! again soon.
 
 use super::*;
@@ -50,24 +50,25 @@ fn a_lost_campaign_campaigns_again_just_after_the_holder_s_expiry() {
     let t0 = start();
     let mut c = coordinator(&["a", "b"], t0);
     c.step(Event::Tick, t0);
-    // a's holder expires 1,234 ms after the statement read the clock; b's in 2 ttls (a holder
-    // with a longer ttl), beyond the poll.
+    // a's holder expires 234 ms after the statement read the clock; b's in 2 ttls (a holder
+    // with a longer ttl), beyond the time a place in line lasts.
     let done = t0 + ms(50);
     let fx = c.step(
-        campaigned(&[], &[("a", Some(ms(1234))), ("b", Some(2 * TTL))]),
+        campaigned(&[], &[("a", Some(ms(234))), ("b", Some(2 * TTL))]),
         done,
     );
     assert!(fx.is_empty(), "{fx:?}");
     assert_eq!(c.view("a"), Some((Role::Standby, None)));
     let next = c.next_deadline().unwrap();
-    assert_eq!(next, done + ms(1234) + CAMPAIGN_SLACK);
+    assert_eq!(next, done + ms(234) + CAMPAIGN_SLACK);
     assert!(c.step(Event::Tick, next - ms(1)).is_empty());
     assert_eq!(campaigns(&c.step(Event::Tick, next)), ["a"]);
-    // b waits a poll at most: the fallback for a release notification that never came.
+    // b waits ttl/5 (+ up to 20%) at most: it keeps its place in line alive, and it is the
+    // fallback for a release notification that never came.
     c.step(campaign_done("a", Ok(None)), next + ms(2));
     let b_at = c.next_deadline().unwrap();
     assert!(
-        b_at >= done + ms(3000) && b_at < done + ms(3600),
+        b_at >= done + ms(600) && b_at < done + ms(720),
         "{:?}",
         b_at - done
     );
@@ -85,7 +86,7 @@ fn a_lost_campaign_without_a_known_expiry_polls_with_jitter_and_a_failed_one_ret
     assert_eq!(c.view("a"), Some((Role::Standby, None)));
     let next = c.next_deadline().unwrap();
     assert!(
-        next >= done + ms(3000) && next < done + ms(3600),
+        next >= done + ms(600) && next < done + ms(720),
         "next campaign {:?} after the result",
         next - done
     );
@@ -151,35 +152,36 @@ fn one_campaign_carries_every_lease_due_within_the_margin_and_none_while_one_is_
     let t0 = start();
     let mut c = coordinator(&["a", "b", "c", "d"], t0);
     assert_eq!(campaigns(&c.step(Event::Tick, t0)), ["a", "b", "c", "d"]);
-    // Due in 1 s, 1.2 s (within the 250 ms margin of a), 1.5 s (beyond it); d on the poll.
+    // Due in 300 ms, 500 ms (within the 250 ms margin of a), 599 ms (beyond it); d on its
+    // place in line's cadence, 600 to 720 ms.
     let fx = c.step(
         campaigned(
             &[],
             &[
-                ("a", Some(ms(999))),
-                ("b", Some(ms(1199))),
-                ("c", Some(ms(1499))),
+                ("a", Some(ms(299))),
+                ("b", Some(ms(499))),
+                ("c", Some(ms(598))),
                 ("d", None),
             ],
         ),
         t0,
     );
     assert!(fx.is_empty());
-    assert_eq!(c.next_deadline(), Some(t0 + ms(1000)));
-    let fx = c.step(Event::Tick, t0 + ms(1000));
+    assert_eq!(c.next_deadline(), Some(t0 + ms(300)));
+    let fx = c.step(Event::Tick, t0 + ms(300));
     assert_eq!(campaigns(&fx), ["a", "b"]);
     // c falls due while the batch is in flight: it waits for the answer, without a busy tick.
     assert_eq!(c.next_deadline(), None);
-    assert!(c.step(Event::Tick, t0 + ms(1500)).is_empty());
+    assert!(c.step(Event::Tick, t0 + ms(599)).is_empty());
     let fx = c.step(
         campaigned(&[("a", Epoch::new(2))], &[("b", Some(ms(150)))]),
-        t0 + ms(1600),
+        t0 + ms(700),
     );
     assert_eq!(start_terms(&fx).len(), 1);
     assert_eq!(
         campaigns(&fx),
-        ["b", "c"],
-        "c was due meanwhile, and b is due within the margin"
+        ["b", "c", "d"],
+        "c and d were due meanwhile, and b is due within the margin"
     );
 }
 
@@ -194,7 +196,7 @@ fn a_campaign_held_off_by_a_failover_is_announced_once_and_retried_when_the_hold
             ..campaigned_many(&[], &[("a", Some(remaining))])
         }),
     };
-    let (done, hold) = (t0 + ms(50), ms(2000));
+    let (done, hold) = (t0 + ms(50), ms(500));
     let fx = c.step(held_off(hold), done);
     assert!(announced(&fx, &Announcement::HeldOff { remaining: hold }));
     // No poll in between: the database would hold it off again.
@@ -226,7 +228,7 @@ fn jitter_spreads_polls_but_replays_with_the_same_seed() {
             c.step(campaign_done("a", Ok(None)), now);
             let next = c.next_deadline().unwrap();
             let wait = next - now;
-            assert!(wait >= ms(3000) && wait < ms(3600), "{wait:?}");
+            assert!(wait >= ms(600) && wait < ms(720), "{wait:?}");
             out.push(wait);
             now = next;
         }
