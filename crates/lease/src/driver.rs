@@ -24,7 +24,9 @@ use super::health::{LoopHealth, Recorder};
 use super::identity::HolderId;
 use super::leadership::{Leadership, Term, TermControl};
 use super::seams::{self, Origin, Seams};
-use super::store::{Epoch, LeaseStore, ReleaseNotice, RenewRequest, StoreError, within};
+use super::store::{
+    Bid, Epoch, InLine, LeaseStore, Place, ReleaseNotice, RenewRequest, StoreError, within,
+};
 use super::timing::Timing;
 use crate::metrics::LeaseMetrics;
 use leasehold_lease_core::buggify::{Planted, buggify, planted};
@@ -95,6 +97,8 @@ pub struct Driver {
     metrics: Arc<LeaseMetrics>,
     /// Whether the store calls land (shared with [`Leases`]).
     health: Arc<LoopHealth>,
+    /// Where this replica stands in each lease's line; [`Place::default`] for a lease not named.
+    places: BTreeMap<String, Place>,
 }
 
 impl Driver {
@@ -170,6 +174,7 @@ impl Driver {
             releases: Vec::new(),
             health: leases.health().clone(),
             done: leases.release_log(),
+            places: BTreeMap::new(),
         };
         (driver, leases)
     }
@@ -178,6 +183,13 @@ impl Driver {
     /// the lease groups' runner cancels it once this replica has left its groups.
     pub fn leaving_groups_first(mut self, left: CancellationToken) -> Self {
         self.groups_left = Some(left);
+        self
+    }
+
+    /// Stands in each lease's line at its place in `places` (priority, preemption); a lease not
+    /// named stands at [`Place::default`].
+    pub fn with_places(mut self, places: BTreeMap<String, Place>) -> Self {
+        self.places = places;
         self
     }
 
@@ -233,6 +245,7 @@ impl Driver {
                         debug!(lease = %lease, epoch = epoch.get(), "handoff notice: renewing now to read the request");
                         Event::HandoffNoticed { lease, epoch }
                     }
+                    Some(ReleaseNotice::Granted { lease, holder, epoch }) => self.granted(lease, holder, epoch),
                     None => { notices = None; Event::Tick }
                 },
                 Some(request) = self.requests_rx.recv() => request,
@@ -267,6 +280,13 @@ impl Driver {
                     Some(Ok(ReleaseNotice::HandoffRequested { lease, epoch })) => {
                         batch.push(Event::HandoffNoticed { lease, epoch });
                     }
+                    Some(Ok(ReleaseNotice::Granted {
+                        lease,
+                        holder,
+                        epoch,
+                    })) => {
+                        batch.push(self.granted(lease, holder, epoch));
+                    }
                     _ => break,
                 }
             }
@@ -283,6 +303,17 @@ impl Driver {
         self.calls.close();
         self.calls.wait().await;
         info!(holder = %self.holder, "lease driver stopped");
+    }
+
+    /// A grant notice: a read of the row if it names this replica; for another, a look at the
+    /// lease (the line moved), as a release notice is.
+    fn granted(&self, lease: String, holder: String, epoch: Epoch) -> Event {
+        if holder == self.holder.as_str() {
+            debug!(lease = %lease, epoch = epoch.get(), "grant notice: reading the row to take the lease up");
+            Event::GrantNoticed { lease, epoch }
+        } else {
+            Event::Tick
+        }
     }
 
     /// Sends the releases one step asked for: one alone by the prepared single-lease statement
@@ -351,6 +382,11 @@ impl Driver {
     fn execute(&mut self, effect: Effect) {
         match effect {
             Effect::Campaign { leases, timeout } => self.campaign(leases, timeout),
+            Effect::ReadGrant {
+                lease,
+                epoch,
+                timeout,
+            } => self.read_grant(lease, epoch, timeout),
             Effect::Renew { batch, timeout } => self.renew(batch, timeout),
             Effect::RenewOne { request, timeout } => self.renew_one(request, timeout),
             // Gathered, and sent together once the step's effects are done (`release_gathered`).
@@ -384,9 +420,40 @@ impl Driver {
         }
     }
 
-    /// Campaigns for `leases` in one store call.
+    /// Reads whether `lease` is given to this replica at `epoch`, for how long.
+    fn read_grant(&self, lease: String, epoch: Epoch, timeout: Duration) {
+        let (store, holder) = (self.store.clone(), self.holder.clone());
+        let span = info_span!("read grant", lease = %lease, epoch = epoch.get(), holder = %holder);
+        let recorder = self.recorder();
+        self.call(span, async move {
+            let result = within(
+                timeout,
+                "read grant",
+                store.read_grant(&lease, holder.as_str(), epoch),
+            )
+            .await;
+            Event::GrantRead {
+                result: recorder.outcome("read grant", result),
+                lease,
+                epoch,
+            }
+        });
+    }
+
+    /// Campaigns for `leases` in one store call, each at this replica's place in its line.
     fn campaign(&self, leases: Vec<String>, timeout: Duration) {
-        let ttl = self.coordinator.timing().ttl;
+        let timing = *self.coordinator.timing();
+        let ttl = timing.ttl;
+        let bids: Vec<Bid> = leases
+            .iter()
+            .map(|name| Bid {
+                name: name.clone(),
+                line: Some(InLine {
+                    place: self.places.get(name).copied().unwrap_or_default(),
+                    alive_for: timing.in_line_for(),
+                }),
+            })
+            .collect();
         let (store, holder) = (self.store.clone(), self.holder.clone());
         let span = info_span!("campaign", lease = %logs::some(&leases), leases = leases.len(), holder = %holder);
         let recorder = self.recorder();
@@ -394,7 +461,7 @@ impl Driver {
             let result = within(
                 timeout,
                 "campaign",
-                store.campaign_many(holder.as_str(), &leases, ttl),
+                store.campaign_in_line(holder.as_str(), &bids, ttl),
             )
             .await;
             Event::CampaignDone {

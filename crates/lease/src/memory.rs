@@ -24,13 +24,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::history::{TermEnd, TermRecord};
 use super::store::{
-    CampaignedMany, DbMillis, Epoch, GroupMember, GroupView, LeaseRecord, LeaseStore,
-    ReleaseNotice, RenewRequest, Renewed, RenewedOne, StoreError,
+    Bid, CampaignedMany, DbMillis, Epoch, GrantSeen, GroupMember, GroupView, LeaseRecord,
+    LeaseStore, ReleaseNotice, RenewRequest, Renewed, RenewedOne, StoreError,
 };
 use incarnation::Incarnation;
+use leasehold_lease_core::queue::{Preempt, may_preempt};
 use locks::{LOCKER_PID, RowLocks};
 pub use tables::FAILOVER_CAN_LOSE;
-use tables::{Journal, Row, Tables};
+use tables::{Journal, Released, Row, Tables};
 
 /// How the store answers, for fault injection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +106,29 @@ pub struct MemoryStore {
     /// What the PostgreSQL store is opened with as its call timeout: its sessions wait for a row
     /// lock 9/10 of it at most ([`crate::server_budget`]).
     call_timeout: Duration,
+    /// Told of every grant as it is written ([`MemoryStore::witness_grants`]).
+    grant_witness: Option<GrantWitness>,
+}
+
+/// What [`MemoryStore::witness_grants`] calls: the lease, its new epoch, the waiter it was given
+/// to, and how long the grant lasts by the store's clock.
+#[derive(Clone)]
+pub struct GrantWitness(Arc<GrantFn>);
+
+/// The function a [`GrantWitness`] calls.
+type GrantFn = dyn Fn(&str, Epoch, &str, Duration) + Send + Sync;
+
+impl GrantWitness {
+    /// A witness that calls `f`.
+    pub fn new(f: impl Fn(&str, Epoch, &str, Duration) + Send + Sync + 'static) -> GrantWitness {
+        GrantWitness(Arc::new(f))
+    }
+}
+
+impl std::fmt::Debug for GrantWitness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GrantWitness")
+    }
 }
 
 impl Default for MemoryStore {
@@ -132,6 +156,22 @@ impl MemoryStore {
             calls: AtomicU64::new(0),
             woken: Notify::new(),
             call_timeout: crate::timing::Timing::default().store_timeout,
+            grant_witness: None,
+        }
+    }
+
+    /// Calls `witness` for every grant this store writes, as it writes it (under the store's
+    /// lock): a simulator's history records the epoch handed to a waiter, which no caller's
+    /// answer reports (the release or the campaign that wrote it was another replica's).
+    pub fn witness_grants(mut self, witness: GrantWitness) -> Self {
+        self.grant_witness = Some(witness);
+        self
+    }
+
+    /// Tells the grant witness, if any, of a grant of `name` at `epoch` to `holder` for `lasts`.
+    fn witness_grant(&self, name: &str, epoch: Epoch, holder: &str, lasts: Duration) {
+        if let Some(witness) = &self.grant_witness {
+            (witness.0)(name, epoch, holder, lasts);
         }
     }
 
@@ -243,6 +283,38 @@ impl MemoryStore {
         }
     }
 
+    /// What a waiter of `place` may do about the holder of `name` at `now`; when it may ask now,
+    /// asks (the row's handoff request, as an operator's `leases handoff`, and the time of this
+    /// preemption, which keeps the next one a `preempt_after` away).
+    fn preempt(
+        &self,
+        tables: &mut Tables,
+        name: &str,
+        holder: &str,
+        place: leasehold_lease_core::queue::Place,
+        now: Instant,
+    ) -> Preempt<Instant> {
+        let joined = tables
+            .lines
+            .get(name)
+            .and_then(|line| line.get(holder))
+            .map(|w| w.waiter.joined);
+        let (Some(joined), Some(row)) = (joined, tables.rows.get_mut(name)) else {
+            return Preempt::Never;
+        };
+        // A request of this term already (an operator's, maybe naming a replica): not replaced.
+        let asked = row.handoff.as_ref().is_some_and(|(e, _)| *e == row.epoch);
+        if row.expires_at <= now || row.holder == holder || asked {
+            return Preempt::Never;
+        }
+        let preempt = may_preempt(&place, joined, row.priority, row.preempted, now);
+        if preempt == Preempt::Now {
+            row.handoff = Some((row.epoch, None));
+            row.preempted = Some(now);
+        }
+        preempt
+    }
+
     /// Tells release listeners of each lease of `names`.
     fn notify_released(&self, names: &[String]) {
         for name in names {
@@ -263,8 +335,24 @@ impl LeaseStore for MemoryStore {
         names: &[String],
         ttl: Duration,
     ) -> Result<CampaignedMany, StoreError> {
+        let bids: Vec<Bid> = names
+            .iter()
+            .map(|name| Bid {
+                name: name.clone(),
+                line: None,
+            })
+            .collect();
+        self.campaign_in_line(holder, &bids, ttl).await
+    }
+
+    async fn campaign_in_line(
+        &self,
+        holder: &str,
+        bids: &[Bid],
+        ttl: Duration,
+    ) -> Result<CampaignedMany, StoreError> {
         // As the PostgreSQL store: no statement for no lease, so no incarnation seen by it either.
-        if names.is_empty() {
+        if bids.is_empty() {
             return Ok(CampaignedMany::default());
         }
         self.gate("campaign").await?;
@@ -289,7 +377,25 @@ impl LeaseStore for MemoryStore {
         let seen_first = incarnation.see(max_epoch, now)?;
         let mut wrote = seen_first;
         let mut asked = BTreeSet::new();
-        for name in names.iter().filter(|n| asked.insert(n.as_str())) {
+        let mut notices = Vec::new();
+        for bid in bids.iter().filter(|b| asked.insert(b.name.as_str())) {
+            let name = &bid.name;
+            // Given to this holder already, and not taken up: reported, and out of the line.
+            if let Some(row) = tables.rows.get(name)
+                && row.granted
+                && row.holder == holder
+                && row.expires_at > now
+            {
+                out.granted
+                    .push((name.clone(), row.epoch, row.expires_at - now));
+                tables.leave_line(name, holder);
+                wrote = true;
+                continue;
+            }
+            if let Some(line) = bid.line {
+                tables.join_line(name, holder, line, ttl, now);
+                wrote = true;
+            }
             let row = tables.rows.get(name);
             // The hold-off of a failover, then the holder's expiry or a reservation for another
             // replica: the wait is whichever ends later.
@@ -301,7 +407,26 @@ impl LeaseStore for MemoryStore {
                 .filter(|at| *at > now)
                 .map(|at| at - now);
             if until_free.is_some() || held_off.is_some() {
-                out.lost.push((name.clone(), until_free.max(held_off)));
+                let mut wait = until_free.max(held_off);
+                if held_off.is_none()
+                    && let Some(line) = bid.line
+                {
+                    let preempt = self.preempt(tables, name, holder, line.place, now);
+                    match preempt {
+                        Preempt::Now => {
+                            wrote = true;
+                            if let Some(row) = tables.rows.get(name) {
+                                notices.push(ReleaseNotice::HandoffRequested {
+                                    lease: name.clone(),
+                                    epoch: row.epoch,
+                                });
+                            }
+                        }
+                        Preempt::At(at) => wait = wait.map(|w| w.min(at - now)),
+                        Preempt::Never => {}
+                    }
+                }
+                out.lost.push((name.clone(), wait));
                 continue;
             }
             // Free, but another transaction keeps its row locked: left out, not waited for.
@@ -310,14 +435,66 @@ impl LeaseStore for MemoryStore {
                 out.lost.push((name.clone(), None));
                 continue;
             }
-            let epoch = tables.win(name, holder, ttl, incarnation.floor(), now);
-            out.won.push((name.clone(), epoch));
+            // Free: this holder's if a handoff reserved it for it, or if nobody alive stands
+            // before it in line; else the head's.
+            let reserved_here = row
+                .and_then(|r| r.reserved.as_ref())
+                .is_some_and(|(to, until)| {
+                    *until > now && crate::store::is_reserved_for(to, holder)
+                });
+            let head = match reserved_here {
+                true => None,
+                false => tables.head(name, now, "", None),
+            };
+            match head {
+                Some(head) if head.waiter.holder != holder => {
+                    let epoch = tables.grant(name, &head, incarnation.floor(), now);
+                    self.witness_grant(name, epoch, &head.waiter.holder, head.line.alive_for);
+                    notices.push(ReleaseNotice::Granted {
+                        lease: name.clone(),
+                        holder: head.waiter.holder.clone(),
+                        epoch,
+                    });
+                    out.lost.push((name.clone(), Some(head.line.alive_for)));
+                }
+                _ => {
+                    let epoch = tables.win(name, holder, ttl, incarnation.floor(), now);
+                    if let (Some(line), Some(row)) = (bid.line, tables.rows.get_mut(name)) {
+                        row.priority = line.place.priority;
+                    }
+                    out.won.push((name.clone(), epoch));
+                }
+            }
             wrote = true;
         }
         if wrote {
             state.commit();
         }
+        drop(state);
+        for notice in notices {
+            let _ = self.releases.send(notice);
+        }
         Ok(out)
+    }
+
+    async fn read_grant(
+        &self,
+        name: &str,
+        holder: &str,
+        epoch: Epoch,
+    ) -> Result<GrantSeen, StoreError> {
+        self.gate("read grant").await?;
+        let (state, now) = self.state();
+        let left = state
+            .tables
+            .rows
+            .get(name)
+            .filter(|row| row.held_by(holder, epoch, now))
+            .map(|row| row.expires_at - now);
+        Ok(GrantSeen {
+            left,
+            db_now: self.db_now(now),
+        })
     }
 
     async fn renew(&self, holder: &str, leases: &[RenewRequest]) -> Result<Renewed, StoreError> {
@@ -345,6 +522,7 @@ impl LeaseStore for MemoryStore {
             }
             row.expires_at = now + req.ttl;
             row.ttl = req.ttl;
+            row.granted = false;
             renewed.landed.push(req.name.clone());
             if row.handoff.as_ref().is_some_and(|(e, _)| *e == row.epoch) {
                 renewed.handoffs.push(req.name.clone());
@@ -382,6 +560,7 @@ impl LeaseStore for MemoryStore {
             {
                 row.expires_at = at + lease.ttl;
                 row.ttl = lease.ttl;
+                row.granted = false;
                 renewed.landed = true;
                 renewed.handoff = row.handoff.as_ref().is_some_and(|(e, _)| *e == row.epoch);
                 state.commit();
@@ -544,7 +723,7 @@ impl LeaseStore for MemoryStore {
         super::store::ttl_ms(ttl)?;
         let count = u32::try_from(super::store::shard_count(shards)?).ok();
         let (mut state, now) = self.state();
-        let Tables { rows, members } = &mut state.tables;
+        let Tables { rows, members, .. } = &mut state.tables;
         members.retain(|(g, m), (_, expires, _)| g != group || m == member || *expires > now);
         let key = (group.to_string(), member.to_string());
         let joined = match members.get(&key) {
@@ -667,14 +846,31 @@ impl MemoryStore {
                 .collect()
         };
         let write = |state: &mut State, targets: &[String], judged: &locks::Judged| {
-            let released: Vec<String> = leases
-                .iter()
-                .filter(|(name, epoch)| {
-                    targets.contains(name)
-                        && state.tables.release(name, holder, *epoch, judged.at(name))
-                })
-                .map(|(name, _)| name.clone())
-                .collect();
+            let mut released = Vec::new();
+            for (name, epoch) in leases.iter().filter(|(name, _)| targets.contains(name)) {
+                let at = judged.at(name);
+                let hold = state
+                    .tables
+                    .rows
+                    .get(name)
+                    .map(|r| r.ttl)
+                    .unwrap_or_default();
+                let floor = state
+                    .incarnation
+                    .settled(hold, at)
+                    .then(|| state.incarnation.floor());
+                if let Some(done) = state.tables.release(name, holder, *epoch, at, floor) {
+                    if let Released::Granted {
+                        holder,
+                        epoch,
+                        lasts,
+                    } = &done
+                    {
+                        self.witness_grant(name, *epoch, holder, *lasts);
+                    }
+                    released.push((name.clone(), done));
+                }
+            }
             if !released.is_empty() {
                 state.commit();
             }
@@ -682,7 +878,17 @@ impl MemoryStore {
         };
         let budget = crate::server_budget(self.call_timeout);
         let released = self.write_rows(op, budget, targets, write).await?;
-        self.notify_released(&released);
-        Ok(released)
+        for (name, done) in &released {
+            let notice = match done {
+                Released::Freed => ReleaseNotice::Released(name.clone()),
+                Released::Granted { holder, epoch, .. } => ReleaseNotice::Granted {
+                    lease: name.clone(),
+                    holder: holder.clone(),
+                    epoch: *epoch,
+                },
+            };
+            let _ = self.releases.send(notice);
+        }
+        Ok(released.into_iter().map(|(name, _)| name).collect())
     }
 }

@@ -9,10 +9,32 @@ use tokio_util::sync::CancellationToken;
 
 use super::history::{RecordedTerm, TermEnd, TermRecord};
 pub use crate::record::{
-    Campaigned, CampaignedMany, DbMillis, GroupMember, GroupView, LeaseRecord, MemberRecord,
-    ReleaseNotice, RenewRequest, Renewed, RenewedOne, is_reserved_for,
+    Campaigned, CampaignedMany, DbMillis, GrantSeen, GroupMember, GroupView, LeaseRecord,
+    MemberRecord, ReleaseNotice, RenewRequest, Renewed, RenewedOne, is_reserved_for,
 };
 pub use leasehold_lease_core::epoch::Epoch;
+pub use leasehold_lease_core::queue::Place;
+
+/// One lease of a campaign ([`LeaseStore::campaign_in_line`]): its name, and where the
+/// campaigning standby stands in its line, if it waits in line at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bid {
+    /// The lease.
+    pub name: String,
+    /// The standby's place in the lease's line; `None` for a campaign that does not join it
+    /// (an operator's tool, a test), which still never wins ahead of a live waiter.
+    pub line: Option<InLine>,
+}
+
+/// A standby's place in a lease's line, as a campaign keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InLine {
+    /// Its priority and preemption.
+    pub place: Place,
+    /// How long the place counts as alive after this campaign, and how long a grant to it lasts
+    /// unless it takes it up (`Timing::in_line_for`).
+    pub alive_for: Duration,
+}
 
 /// Milliseconds a store reported as a wait, as a duration; `None` for none or a negative one.
 pub(crate) fn wait_ms(ms: Option<i64>) -> Option<Duration> {
@@ -320,6 +342,43 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
         names: &[String],
         ttl: Duration,
     ) -> Result<CampaignedMany, StoreError>;
+
+    /// [`LeaseStore::campaign_many`] for standbys that wait in line ([`leasehold_lease_core::queue`]):
+    /// each bid with a place joins the lease's line (or keeps its place alive, updating its
+    /// priority), and a lease found free goes to the head of its line: won by this holder when
+    /// it is the head (or the line is empty), else given to the head with a new epoch, which is
+    /// notified ([`ReleaseNotice::Granted`]); a lease already given to this holder and not taken
+    /// up yet is reported in [`CampaignedMany::granted`]. A waiter whose place allows it asks
+    /// a holder of lower priority to hand the lease over. The default, for stores without a
+    /// line, campaigns as [`LeaseStore::campaign_many`] does.
+    async fn campaign_in_line(
+        &self,
+        holder: &str,
+        bids: &[Bid],
+        ttl: Duration,
+    ) -> Result<CampaignedMany, StoreError> {
+        let names: Vec<String> = bids.iter().map(|b| b.name.clone()).collect();
+        self.campaign_many(holder, &names, ttl).await
+    }
+
+    /// Whether `name` is given to `holder` at `epoch` and not expired, for how long by the
+    /// database's clock (rounded down), and that clock: the one read a waiter makes to take up a
+    /// grant. The default reads the row with [`LeaseStore::get`], without the clock.
+    async fn read_grant(
+        &self,
+        name: &str,
+        holder: &str,
+        epoch: Epoch,
+    ) -> Result<GrantSeen, StoreError> {
+        let rows = self.get(&[name.to_string()]).await?;
+        let left = rows
+            .into_iter()
+            .find(|r| r.name == name && r.holder == holder && r.epoch == epoch)
+            .and_then(|r| u64::try_from(r.expires_in_ms).ok())
+            .filter(|ms| *ms > 0)
+            .map(Duration::from_millis);
+        Ok(GrantSeen { left, db_now: None })
+    }
 
     /// [`LeaseStore::campaign_many`] for one lease.
     async fn campaign(

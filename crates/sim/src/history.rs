@@ -121,6 +121,10 @@ pub struct Record {
     /// How long a campaign sent before a gate shut may still land: the store timeout, and two
     /// world steps.
     pub gate_slack: Duration,
+    /// How long after its health gate shut a standby may still be given a lease by a release
+    /// or another's campaign: its place in line lasts that long (`Timing::in_line_for`) beyond
+    /// [`Record::gate_slack`]. It may not run work of it: it declines the grant.
+    pub grant_slack: Duration,
     /// Replicas whose monotonic clock stopped (a suspended machine), and until when their work
     /// is outside the model: from the suspend to shortly after the first answer their
     /// coordinator gets (`None` until then), when the clock watch must have ended its terms.
@@ -200,16 +204,34 @@ impl History {
     /// (true time) unless renewed. Judges it at once: no replica wins a lease it has been gated
     /// from for longer than a campaign already in flight could take.
     pub fn won(&self, lease: &str, epoch: Epoch, holder: &str, until: Duration) {
+        self.handed(lease, epoch, holder, until, false);
+    }
+
+    /// Records that the store gave `epoch` of `lease` to the waiter `holder` (a release's or
+    /// another replica's campaign); the grant lives until `until` unless renewed. Judged as a
+    /// win, except that a standby's place in line outlives its gate's shutting by a little.
+    pub fn granted(&self, lease: &str, epoch: Epoch, holder: &str, until: Duration) {
+        self.handed(lease, epoch, holder, until, true);
+    }
+
+    /// [`History::won`] and [`History::granted`].
+    fn handed(&self, lease: &str, epoch: Epoch, holder: &str, until: Duration, grant: bool) {
         let at = self.at();
-        self.note(format!("store: {holder} won {lease} at epoch {epoch}"));
+        let how = if grant { "was given" } else { "won" };
+        self.note(format!("store: {holder} {how} {lease} at epoch {epoch}"));
         let replica = replica_of(holder);
         let gated = {
             let record = self.lock();
+            let slack = if grant {
+                record.grant_slack
+            } else {
+                record.gate_slack
+            };
             record
                 .gated
                 .get(&(replica.to_string(), lease.to_string()))
                 .copied()
-                .filter(|&since| at.t > since + record.gate_slack)
+                .filter(|&since| at.t > since + slack)
         };
         if let Some(since) = gated {
             self.violation(
@@ -399,6 +421,9 @@ impl Witness for History {
     }
     fn released(&self, lease: &str, epoch: Epoch) {
         History::released(self, lease, epoch);
+    }
+    fn granted(&self, lease: &str, epoch: Epoch, holder: &str, until: Duration) {
+        History::granted(self, lease, epoch, holder, until);
     }
     fn answered(&self, holder: &str, applied_at: Duration) {
         // Only an answer the database gave after the suspend began shows the lost time (one

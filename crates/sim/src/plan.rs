@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use leasehold_lease::groups::GroupSpec;
+use leasehold_lease::store::Place;
 use leasehold_lease::timing::Timing;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -116,6 +117,12 @@ pub struct Plan {
     pub tail: Duration,
     /// How often each fault point of the production code fires (`buggify`); 0 in half the runs.
     pub buggify: f64,
+    /// Each replica's place in the lines of its leases (priority, preemption), joiners
+    /// included: all alike in half the runs.
+    pub places: Vec<Place>,
+    /// Whether a replica started again draws a new priority (a rolling upgrade's, a moved
+    /// node's).
+    pub churn: bool,
 }
 
 /// The most replicas a run has at once, joiners included.
@@ -219,6 +226,18 @@ impl Plan {
             happenings.push((at, happening));
         }
         happenings.sort_by_key(|(at, _)| *at);
+        // Drawn last, so that the draws above give the scenarios they gave before lines existed.
+        let preempt_after = rng
+            .random_bool(0.25)
+            .then(|| ttl.mul_f64(rng.random_range(0.5..4.0)));
+        let ranked = rng.random_bool(0.5);
+        let places = (0..MAX_REPLICAS)
+            .map(|_| Place {
+                priority: if ranked { rng.random_range(0..3) } else { 0 },
+                preempt_after,
+            })
+            .collect();
+        let churn = ranked && rng.random_bool(0.5);
         // An expiry, a hold-off after a clock step or a failover, and a poll for a lost notice.
         let settle_bound = ttl * 3 + timing.poll_interval.mul_f64(0.2) + timing.store_timeout;
         Plan {
@@ -234,6 +253,8 @@ impl Plan {
             settle_bound,
             tail: settle_bound + ttl,
             buggify,
+            places,
+            churn,
         }
     }
 }

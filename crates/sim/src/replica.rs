@@ -14,6 +14,7 @@ use leasehold_lease::groups::GroupSpec;
 use leasehold_lease::handle::Leases;
 use leasehold_lease::memory::MemoryStore;
 use leasehold_lease::seams::{self, Seams};
+use leasehold_lease::store::Place;
 use leasehold_lease::timing::Timing;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -50,6 +51,8 @@ pub struct Spec {
     pub timing: Timing,
     /// Its clock's rate against true time.
     pub rate: f64,
+    /// Its place in the line of each of its leases.
+    pub place: Place,
 }
 
 /// A running (or stopped) replica.
@@ -168,7 +171,15 @@ impl Replica {
                 root.clone(),
                 seams,
             );
-            let mut driver = driver;
+            let places = self
+                .spec
+                .leases
+                .iter()
+                .cloned()
+                .chain(self.spec.groups.iter().flat_map(GroupSpec::leases))
+                .map(|name| (name, self.spec.place))
+                .collect();
+            let mut driver = driver.with_places(places);
             if !self.spec.groups.is_empty() {
                 let (runner, left) = Runner::new(leases.clone(), &self.spec.groups, Arc::default());
                 driver = driver.leaving_groups_first(left);

@@ -13,7 +13,7 @@ use leasehold_lease::buggify::{self, Planted};
 use leasehold_lease::coordinator::GateSource;
 use leasehold_lease::groups::GroupSpec;
 use leasehold_lease::handoff;
-use leasehold_lease::memory::{MemoryStore, StoreClock};
+use leasehold_lease::memory::{GrantWitness, MemoryStore, StoreClock};
 use leasehold_lease::name::LeaseName;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
@@ -59,8 +59,20 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
         let clock = clock.clone();
         StoreClock::new(move || base + clock.now().mul_f64(db_rate))
     };
-    let store =
-        Arc::new(MemoryStore::with_clock(db_clock).with_call_timeout(plan.timing.store_timeout));
+    // The history hears of every grant as the store writes it: no caller's answer reports a
+    // grant to another replica.
+    let witness = {
+        let (history, clock) = (history.clone(), clock.clone());
+        GrantWitness::new(move |lease, epoch, holder, lasts| {
+            let until = clock.now() + lasts.div_f64(db_rate);
+            history.granted(lease, epoch, holder, until);
+        })
+    };
+    let store = Arc::new(
+        MemoryStore::with_clock(db_clock)
+            .with_call_timeout(plan.timing.store_timeout)
+            .witness_grants(witness),
+    );
     let faulty = Arc::new(AtomicBool::new(true));
     let world = World {
         store: store.clone(),
@@ -73,13 +85,16 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
     let operator = Operator::new()?;
     // Shut health gates, to open again: (when, replica, lease).
     let mut gates: Vec<(Duration, usize, String)> = Vec::new();
-    history.lock().gate_slack = plan.timing.store_timeout + Duration::from_millis(40);
+    let gate_slack = plan.timing.store_timeout + Duration::from_millis(40);
+    history.lock().gate_slack = gate_slack;
+    history.lock().grant_slack = gate_slack + plan.timing.in_line_for();
     let spec = |i: usize| Spec {
         name: format!("r{i}"),
         leases: plan.leases.clone(),
         groups: plan.groups.clone(),
         timing: plan.timing,
         rate: plan.rates[i],
+        place: plan.places[i],
     };
     let mut replicas: Vec<Replica> = (0..plan.replicas).map(|i| Replica::new(spec(i))).collect();
     for r in &mut replicas {
@@ -161,6 +176,11 @@ fn world_loop(seed: u64, plan: &Plan, echo: bool) -> anyhow::Result<Outcome> {
                     .lock()
                     .gated
                     .retain(|(r, _), _| r != &replicas[i].spec.name);
+                if plan.churn {
+                    let priority = rng.random_range(0..3);
+                    history.note(format!("r{i} comes back at priority {priority}"));
+                    replicas[i].spec.place.priority = priority;
+                }
                 replicas[i].start(&world, rng.random())?;
                 settled_from = settled_from.max(now);
             }

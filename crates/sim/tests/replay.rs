@@ -65,3 +65,22 @@ fn a_planted_bug_is_caught_and_its_run_replays() {
     assert_eq!(outcome.violations, again.violations);
     assert_eq!(outcome.hash, again.hash);
 }
+
+#[test]
+fn the_seeds_that_found_the_first_lines_wrong_stay_clean() {
+    // Regression seeds of the successor queue, each found before its fix:
+    // - 1172: a campaign sent before a grant was read came back after it and sent the lease,
+    //   its term running, back to standby; a suspend then went unnoticed by that term
+    //   (`coordinator` test `a_campaign_answer_that_comes_after_a_grant_was_taken_up_changes_nothing`);
+    // - 1497: a grant read across a database clock step started a term that the step had
+    //   already shortened (`a_grant_read_across_a_clock_step_starts_no_term_until_the_quiet_ends`);
+    // - 759: a waiter's preemption request replaced an operator's handoff naming another replica.
+    for seed in [759, 1172, 1497] {
+        let outcome = run(seed, None, false).unwrap();
+        assert!(
+            outcome.violations.is_empty(),
+            "seed {seed}: {:?}",
+            outcome.violations
+        );
+    }
+}

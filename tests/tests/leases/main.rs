@@ -19,6 +19,7 @@
 //! - `proxy`: the fault proxy itself, between a client and a real server.
 //! - `sqlite_event_file`: the SQLite event file attacked by whoever may write its directory.
 //! - `store_conformance`: one suite for every `LeaseStore` backend (memory, SQLite, PostgreSQL).
+//! - `store_queue`: the line of standbys for a lease, grants and preemption, per backend.
 //!
 //! `capabilities` is here rather than in the plugins binary: one of its tests counts the
 //! `INSERT INTO slow…` statements running on the whole server, and the plugins binary's
@@ -41,3 +42,4 @@ mod pgbouncer;
 mod proxy;
 mod sqlite_event_file;
 mod store_conformance;
+mod store_queue;

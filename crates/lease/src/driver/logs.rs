@@ -18,6 +18,9 @@ pub(super) fn announcement(holder: &HolderId, announcement: Announcement) {
         Announcement::Acquired { lease, epoch } => {
             info!(target: LOG_TARGET, lease = %lease, epoch = epoch.get(), holder = %holder, "lease acquired")
         }
+        Announcement::Granted { lease, epoch } => {
+            info!(target: LOG_TARGET, lease = %lease, epoch = epoch.get(), holder = %holder, granted = true, "lease acquired")
+        }
         Announcement::RenewFailing { leases, error } => {
             for (lease, epoch) in leases {
                 warn!(target: LOG_TARGET, lease = %lease, epoch = epoch.get(), holder = %holder, error = %error, "renewal failing: lease uncertain");

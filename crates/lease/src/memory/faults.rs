@@ -12,8 +12,8 @@ use std::time::Duration;
 use crate::history::TermRecord;
 use crate::memory::MemoryStore;
 use crate::store::{
-    CampaignedMany, DbMillis, Epoch, GroupView, LeaseRecord, LeaseStore, MemberRecord,
-    ReleaseNotice, RenewRequest, Renewed, StoreError,
+    Bid, CampaignedMany, DbMillis, Epoch, GrantSeen, GroupView, LeaseRecord, LeaseStore,
+    MemberRecord, ReleaseNotice, RenewRequest, Renewed, StoreError,
 };
 use crate::timing::Timing;
 use async_trait::async_trait;
@@ -35,6 +35,11 @@ pub trait Witness: Send + Sync + std::fmt::Debug + 'static {
     fn renewed(&self, lease: &str, epoch: Epoch, until: Duration);
     /// The store let go of `epoch` of `lease` now (a release).
     fn released(&self, lease: &str, epoch: Epoch);
+    /// The store gave `epoch` of `lease` to the waiter `holder` at the head of its line; the
+    /// grant lives until `until` unless the waiter renews it. By default, as [`Witness::won`].
+    fn granted(&self, lease: &str, epoch: Epoch, holder: &str, until: Duration) {
+        self.won(lease, epoch, holder, until);
+    }
     /// An answer carrying the database's clock, read when the statement ran at true time
     /// `applied_at`, reached `holder`'s coordinator.
     fn answered(&self, holder: &str, applied_at: Duration) {
@@ -325,18 +330,51 @@ impl LeaseStore for FaultyStore {
         names: &[String],
         ttl: Duration,
     ) -> Result<CampaignedMany, StoreError> {
+        let bids: Vec<Bid> = names
+            .iter()
+            .map(|name| Bid {
+                name: name.clone(),
+                line: None,
+            })
+            .collect();
+        self.campaign_in_line(holder, &bids, ttl).await
+    }
+
+    async fn campaign_in_line(
+        &self,
+        holder: &str,
+        bids: &[Bid],
+        ttl: Duration,
+    ) -> Result<CampaignedMany, StoreError> {
         let until = || self.until(ttl);
         let applied_at = AtomicU64::new(0);
         let result = self
             .call(
                 "campaign",
-                self.inner.campaign_many(holder, names, ttl),
+                self.inner.campaign_in_line(holder, bids, ttl),
                 |answer: &CampaignedMany| {
                     self.stamp(&applied_at);
                     for (lease, epoch) in &answer.won {
                         self.history.won(lease, *epoch, holder, until());
                     }
                 },
+            )
+            .await;
+        self.answered(result, |a| a.db_now, &applied_at)
+    }
+
+    async fn read_grant(
+        &self,
+        name: &str,
+        holder: &str,
+        epoch: Epoch,
+    ) -> Result<GrantSeen, StoreError> {
+        let applied_at = AtomicU64::new(0);
+        let result = self
+            .call(
+                "read grant",
+                self.inner.read_grant(name, holder, epoch),
+                |_| self.stamp(&applied_at),
             )
             .await;
         self.answered(result, |a| a.db_now, &applied_at)
@@ -509,13 +547,16 @@ impl LeaseStore for FaultyStore {
                     Some(n) => n,
                     None if chance(&mut rng, rates.p_forge_notice) && !leases.is_empty() => {
                         let lease = leases[rng.random_range(0..leases.len())].clone();
-                        let forged = if rng.random_bool(0.5) {
-                            ReleaseNotice::Released(lease)
-                        } else {
-                            ReleaseNotice::HandoffRequested {
+                        let epoch = Epoch::new(rng.random_range(1..20));
+                        let forged = match rng.random_range(0..3) {
+                            0 => ReleaseNotice::Released(lease),
+                            1 => ReleaseNotice::HandoffRequested { lease, epoch },
+                            // A grant to this very replica, which only the row can confirm.
+                            _ => ReleaseNotice::Granted {
                                 lease,
-                                epoch: Epoch::new(rng.random_range(1..20)),
-                            }
+                                holder: replica.clone(),
+                                epoch,
+                            },
                         };
                         history.note(format!("{replica}: forged notice {forged:?}"));
                         forged

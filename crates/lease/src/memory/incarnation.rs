@@ -82,6 +82,12 @@ impl Incarnation {
         hold.checked_sub(since).filter(|left| !left.is_zero())
     }
 
+    /// Whether a release at `now` may give a lease of recorded ttl `hold` to a waiter: only in
+    /// the incarnation campaigns recorded, once its hold-off is over, as a campaign may win one.
+    pub(super) fn settled(&self, hold: Duration, now: Instant) -> bool {
+        self.recorded == self.current && self.held_off(false, hold, now).is_none()
+    }
+
     /// The least epoch a campaign may hand out.
     pub(super) fn floor(&self) -> Epoch {
         // A planted bug of the simulator: no floor, so a lost campaign's epoch is handed out again.

@@ -1,14 +1,16 @@
 //! What the in-memory store keeps, as PostgreSQL keeps it in tables: the lease rows with their
-//! terms and handoffs, the lease group members; and the journal of its last commits that a
-//! failover goes back in ([`super::MemoryStore::fail_over`]).
+//! terms and handoffs, the lines of standbys waiting for them, the lease group members; and the
+//! journal of its last commits that a failover goes back in ([`super::MemoryStore::fail_over`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use leasehold_lease_core::queue::{self, Waiter};
+
 use crate::history::{PRUNE_EVERY, RecordedTerm, TERMS_KEPT, TermEnd};
-use crate::store::Epoch;
+use crate::store::{Epoch, InLine};
 
 /// A lease row.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,6 +27,12 @@ pub(super) struct Row {
     /// After a release that a handoff request named a replica for: that replica, and until when
     /// only it may win the lease.
     pub(super) reserved: Option<(String, Instant)>,
+    /// The row was given to its holder as the head of the line, which has not renewed it yet.
+    pub(super) granted: bool,
+    /// The holder's priority in the line it came from (0 for a campaign outside one).
+    pub(super) priority: i64,
+    /// When a waiter last asked the holder to step aside for its priority.
+    pub(super) preempted: Option<Instant>,
 }
 
 impl Row {
@@ -54,6 +62,33 @@ impl Row {
             term.ended = Some((at, end));
         }
     }
+}
+
+/// A standby waiting in a lease's line, with what a grant to it needs.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct WaiterRow {
+    /// Its place: priority, when it joined, until when it is alive.
+    pub(super) waiter: Waiter<Instant>,
+    /// Its place's preemption and the grant's length ([`InLine`]).
+    pub(super) line: InLine,
+    /// The ttl it campaigns with, which a grant records as the row's.
+    pub(super) ttl: Duration,
+}
+
+/// What a release did with a lease.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Released {
+    /// Expired it now: free for any campaign.
+    Freed,
+    /// Gave it to the head of its line, at this epoch.
+    Granted {
+        /// The waiter's holder id.
+        holder: String,
+        /// The epoch given.
+        epoch: Epoch,
+        /// How long the grant lasts unless the waiter takes it up.
+        lasts: Duration,
+    },
 }
 
 /// A lease group member's row: when it joined, when it expires, its shard count.
@@ -90,6 +125,8 @@ pub(super) struct Tables {
     pub(super) rows: BTreeMap<String, Row>,
     /// Lease group members by (group, member).
     pub(super) members: BTreeMap<(String, String), MemberRow>,
+    /// The line of each lease: its waiters by holder id.
+    pub(super) lines: BTreeMap<String, BTreeMap<String, WaiterRow>>,
 }
 
 impl Tables {
@@ -129,26 +166,131 @@ impl Tables {
             terms,
             handoff: None,
             reserved: None,
+            granted: false,
+            priority: 0,
+            preempted: self.rows.get(name).and_then(|r| r.preempted),
         };
         self.rows.insert(name.to_string(), row);
+        self.leave_line(name, holder);
         epoch
     }
 
-    /// Expires `name`'s row at `at` if `holder` holds it at `epoch` then, as a release does: a
-    /// handoff request of this term that named a replica reserves the lease for it for one ttl.
-    pub(super) fn release(&mut self, name: &str, holder: &str, epoch: Epoch, at: Instant) -> bool {
-        match self.rows.get_mut(name) {
-            Some(row) if row.held_by(holder, epoch, at) => {
-                row.expires_at = at;
-                row.close_term(epoch, at, TermEnd::Released);
-                row.reserved = match row.handoff.take() {
-                    Some((asked, Some(to))) if asked == epoch => Some((to, at + row.ttl)),
-                    _ => None,
-                };
-                true
+    /// Joins `holder` to the line of `name` at `now`, or keeps its place alive (a lapsed place
+    /// joins at the end again), with its priority as given now.
+    pub(super) fn join_line(
+        &mut self,
+        name: &str,
+        holder: &str,
+        line: InLine,
+        ttl: Duration,
+        now: Instant,
+    ) {
+        let waiters = self.lines.entry(name.to_string()).or_default();
+        let joined = match waiters.get(holder) {
+            Some(w) if w.waiter.alive_until > now => w.waiter.joined,
+            _ => now,
+        };
+        let row = WaiterRow {
+            waiter: Waiter {
+                holder: holder.to_string(),
+                priority: line.place.priority,
+                joined,
+                alive_until: now + line.alive_for,
+            },
+            line,
+            ttl,
+        };
+        waiters.insert(holder.to_string(), row);
+        // Lapsed places are swept as PostgreSQL's campaign sweeps them.
+        waiters.retain(|_, w| w.waiter.alive_until > now);
+    }
+
+    /// Takes `holder` out of the line of `name`.
+    pub(super) fn leave_line(&mut self, name: &str, holder: &str) {
+        if let Some(waiters) = self.lines.get_mut(name) {
+            waiters.remove(holder);
+            if waiters.is_empty() {
+                self.lines.remove(name);
             }
-            _ => false,
         }
+    }
+
+    /// The first live waiter of `name`'s line at `now` other than `except`; with `reserved`, the
+    /// first live waiter that reservation names, if any.
+    pub(super) fn head(
+        &self,
+        name: &str,
+        now: Instant,
+        except: &str,
+        reserved: Option<&str>,
+    ) -> Option<WaiterRow> {
+        let waiters = self.lines.get(name)?;
+        let live = waiters.values().filter(|w| match reserved {
+            Some(to) => crate::store::is_reserved_for(to, &w.waiter.holder),
+            None => true,
+        });
+        let head = queue::head(live.map(|w| &w.waiter), now, except)?;
+        waiters.get(&head.holder).cloned()
+    }
+
+    /// Gives `name` to `waiter` at `now`, as its line's head: the row's epoch + 1 (and at least
+    /// `floor`), expiring after the waiter's grant time unless it renews; the term before is
+    /// closed (as it ended: a release has closed it already) and the waiter's opened.
+    pub(super) fn grant(
+        &mut self,
+        name: &str,
+        waiter: &WaiterRow,
+        floor: Epoch,
+        now: Instant,
+    ) -> Epoch {
+        let holder = waiter.waiter.holder.as_str();
+        let epoch = self.win(name, holder, waiter.ttl, floor, now);
+        if let Some(row) = self.rows.get_mut(name) {
+            row.expires_at = now + waiter.line.alive_for;
+            row.granted = true;
+            row.priority = waiter.waiter.priority;
+        }
+        epoch
+    }
+
+    /// Releases `name` at `at` if `holder` holds it at `epoch` then, as a release does: with
+    /// `grant` as the epoch floor, to the head of its line (the replica a handoff request of this
+    /// term named, if it waits in line), else expired now; a handoff request that named a
+    /// replica not in line reserves the lease for it for one ttl. `grant` is `None` when the
+    /// store may not give leases now (a failover not yet seen, or its hold-off): then expired.
+    pub(super) fn release(
+        &mut self,
+        name: &str,
+        holder: &str,
+        epoch: Epoch,
+        at: Instant,
+        grant: Option<Epoch>,
+    ) -> Option<Released> {
+        let row = self.rows.get_mut(name)?;
+        if !row.held_by(holder, epoch, at) {
+            return None;
+        }
+        row.expires_at = at;
+        row.close_term(epoch, at, TermEnd::Released);
+        let named = match row.handoff.take() {
+            Some((asked, Some(to))) if asked == epoch => Some(to),
+            _ => None,
+        };
+        row.reserved = named.clone().map(|to| (to, at + row.ttl));
+        let Some(floor) = grant else {
+            return Some(Released::Freed);
+        };
+        let head = self.head(name, at, holder, named.as_deref());
+        // Nobody in line (or not the named replica, whose reservation then waits for its campaign).
+        let Some(head) = head else {
+            return Some(Released::Freed);
+        };
+        let epoch = self.grant(name, &head, floor, at);
+        Some(Released::Granted {
+            holder: head.waiter.holder,
+            epoch,
+            lasts: head.line.alive_for,
+        })
     }
 }
 
