@@ -31,6 +31,7 @@
 //! 27. [`exec`]: the worker `leasehold exec` runs in the tests and the bench, and the history it
 //!     writes.
 //! 28. [`stats`]: small statistics for the benchmarks' figures, and the settings they read.
+//! 29. [`statement_log`]: PostgreSQL's log of the statements it ran, read by the benchmarks.
 //!
 //! The integration tests are in `tests/`, a few test binaries by topic (each topic's `main.rs`
 //! maps its modules); the benchmarks are binaries in `src/bin/`.
@@ -70,6 +71,7 @@ pub mod procstat;
 pub mod proxy;
 pub mod reaper;
 pub mod sse;
+pub mod statement_log;
 pub mod stats;
 pub mod status;
 pub mod stores;

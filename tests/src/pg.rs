@@ -147,6 +147,32 @@ impl Postgres {
         (ca.is_file() && dir.join("server.crt").is_file()).then_some(ca)
     }
 
+    /// The server's own log, when this process started the server (not for `DATABASE_URL`).
+    pub fn log_file(&self) -> Option<PathBuf> {
+        Some(self.local.as_ref()?.data.parent()?.join("server.log"))
+    }
+
+    /// Makes the server log every statement with its duration, stamped to the millisecond
+    /// ([`crate::statement_log`]), from now on.
+    pub async fn log_every_statement(&self) -> anyhow::Result<()> {
+        let mut conn = sqlx::PgConnection::connect(&self.admin_url).await?;
+        // A constant of this crate, not outside text.
+        let prefix = format!(
+            "ALTER SYSTEM SET log_line_prefix = '{}'",
+            crate::statement_log::LINE_PREFIX
+        );
+        sqlx::query("ALTER SYSTEM SET log_min_duration_statement = 0")
+            .execute(&mut conn)
+            .await?;
+        sqlx::query(sqlx::AssertSqlSafe(prefix))
+            .execute(&mut conn)
+            .await?;
+        sqlx::query("SELECT pg_reload_conf()")
+            .execute(&mut conn)
+            .await?;
+        Ok(())
+    }
+
     /// The maintenance database's URL.
     pub fn admin_url(&self) -> &str {
         &self.admin_url

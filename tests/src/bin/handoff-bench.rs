@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use leasehold_tests::etcd::{Agent, Etcd};
 use leasehold_tests::host::{Host, last_log_time, log_time, now_time_of_day, time_of_day};
+use leasehold_tests::statement_log;
 use leasehold_tests::stats::{env_count, env_duration, summary};
 use leasehold_tests::status::Role;
 use leasehold_tests::stores::{Backend, Db};
@@ -140,6 +141,15 @@ struct Trials {
     takeover_part: Vec<Duration>,
     /// `lease acquired` -> the plugin's first call, every trial.
     activation: Vec<Duration>,
+    /// The release as the database logged it -> the new holder's `lease acquired`.
+    db_takeover: Vec<Duration>,
+    /// The release as the database logged it -> the old holder's `lease released` (negative
+    /// ones count as zero: the database stamps whole milliseconds).
+    released_logged_after: Vec<Duration>,
+    /// The release statement's execution on the server.
+    db_release: Vec<Duration>,
+    /// The first campaign's execution on the server after the release.
+    db_campaign: Vec<Duration>,
     /// SIGKILL -> the next holder's plugin running.
     crash: Vec<Duration>,
 }
@@ -152,6 +162,7 @@ async fn run_trials(
     ttl: Duration,
     graceful_trials: usize,
     crash_trials: usize,
+    statements: Option<&std::path::Path>,
 ) -> anyhow::Result<Trials> {
     let mut hosts: Vec<Host> = Vec::new();
     for i in 0..3 {
@@ -171,6 +182,7 @@ async fn run_trials(
             let mut old = hosts.remove(leader);
             let epoch = last_epoch(&old.log_text()).context("the holder's epoch")?;
             let from: Vec<usize> = hosts.iter().map(|h| h.log_len()).collect();
+            let logged_from = statements.map(statement_log::len);
             let sent = now_time_of_day();
             old.signal(kind)?;
             let (running, new) = first_call(&hosts, &from, epoch + 1, ttl * 5)
@@ -183,6 +195,18 @@ async fn run_trials(
             if let Some(acq) = acquired {
                 out.activation
                     .push(Duration::from_secs_f64((running - acq).max(0.0)));
+            }
+            if let (Some(path), Some(from), Some(acq), true) =
+                (statements, logged_from, acquired, kind == "TERM")
+            {
+                let rel = log_time(&old.log_text(), "lease released");
+                database_side(
+                    &mut out,
+                    &statement_log::read_from(path, from),
+                    sent,
+                    acq,
+                    rel,
+                );
             }
             if kind == "TERM" {
                 out.graceful.push(took);
@@ -202,6 +226,43 @@ async fn run_trials(
         }
     }
     Ok(out)
+}
+
+/// What the database's statement log says of one graceful trial signalled at `sent`: when the
+/// release ran (the first after the signal), against the new holder's `lease acquired` at
+/// `acquired` and the old holder's `lease released` at `released`; and what the release and the
+/// first campaign after it took on the server.
+fn database_side(
+    out: &mut Trials,
+    logged: &[statement_log::Logged],
+    sent: f64,
+    acquired: f64,
+    released: Option<f64>,
+) {
+    let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
+    let executed = |l: &&statement_log::Logged| l.phase == "execute" || l.phase == "statement";
+    // The release's line is written as it finishes executing, stamped to the millisecond below.
+    let Some(release) = logged
+        .iter()
+        .filter(executed)
+        .find(|l| l.at >= sent - 0.001 && l.runs("WITH released AS"))
+    else {
+        return;
+    };
+    out.db_takeover.push(secs(acquired - release.at));
+    if let Some(rel) = released {
+        out.released_logged_after.push(secs(rel - release.at));
+    }
+    out.db_release
+        .push(Duration::from_secs_f64(release.took_ms / 1000.0));
+    if let Some(campaign) = logged
+        .iter()
+        .filter(executed)
+        .find(|l| l.at >= release.at && l.runs("WITH cur AS"))
+    {
+        out.db_campaign
+            .push(Duration::from_secs_f64(campaign.took_ms / 1000.0));
+    }
 }
 
 /// Prints one store's figures.
@@ -227,6 +288,22 @@ fn print_trials(trials: &mut Trials) {
             "crash failover   (SIGKILL -> the next holder's plugin running)",
             &mut trials.crash,
         ),
+        summary(
+            "database: release logged -> acquired (new holder's log; the database stamps whole ms)",
+            &mut trials.db_takeover,
+        ),
+        summary(
+            "database: release logged -> `lease released` in the old holder's log",
+            &mut trials.released_logged_after,
+        ),
+        summary(
+            "database: the release statement, executing on the server",
+            &mut trials.db_release,
+        ),
+        summary(
+            "database: the first campaign after it, executing on the server",
+            &mut trials.db_campaign,
+        ),
     ];
     for line in lines {
         println!("{line}");
@@ -241,6 +318,12 @@ async fn main() -> anyhow::Result<()> {
     let ttl = env_duration("BENCH_TTL", Duration::from_secs(2))?;
     let db = Db::new(Backend::Postgres).await?;
     let url = db.url().context("postgres url")?;
+    // The database's own record of the handoff, to check the hosts' logs against.
+    let statements = leasehold_tests::pg::server().log_file();
+    match &statements {
+        Some(_) => leasehold_tests::pg::server().log_every_statement().await?,
+        None => println!("database statement log: not read (DATABASE_URL names the server)"),
+    }
     // Every replica runs the hello reconciler: a handoff ends when its first call runs.
     let plugins = leasehold_tests::host::plugin_dir(&[(
         "hello-reconciler",
@@ -264,7 +347,15 @@ async fn main() -> anyhow::Result<()> {
         "handoff benchmark: 3 replicas on PostgreSQL, ttl {ttl:?}, {graceful_trials} graceful and {crash_trials} crash trials; leasehold {}",
         leasehold_tests::host::binary()?.display()
     );
-    let mut postgres = run_trials("r", &args, ttl, graceful_trials, crash_trials).await?;
+    let mut postgres = run_trials(
+        "r",
+        &args,
+        ttl,
+        graceful_trials,
+        crash_trials,
+        statements.as_deref(),
+    )
+    .await?;
     print_trials(&mut postgres);
 
     // The same graceful trials on one SQLite file (the default store, `make run`): the release
@@ -282,7 +373,7 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "handoff benchmark: 3 replicas on one SQLite file, ttl {ttl:?}, {sqlite_trials} graceful trials"
     );
-    let mut sqlite = run_trials("s", &sqlite_args, ttl, sqlite_trials, 0).await?;
+    let mut sqlite = run_trials("s", &sqlite_args, ttl, sqlite_trials, 0, None).await?;
     print_trials(&mut sqlite);
 
     let leasehold = Figures {
