@@ -335,6 +335,9 @@ impl Driver {
                         store.release(&lease, holder.as_str(), epoch),
                     )
                     .await;
+                    if let Ok(ours) = &result {
+                        logs::released(&holder, &lease, epoch, *ours);
+                    }
                     Event::ReleaseDone {
                         lease,
                         result: recorder.outcome("release", result),
@@ -360,6 +363,11 @@ impl Driver {
                         Ok(names) => names.iter().cloned().collect(),
                         Err(_) => BTreeSet::new(),
                     };
+                    if result.is_ok() {
+                        for (lease, epoch) in &leases {
+                            logs::released(&holder, lease, *epoch, released.contains(lease));
+                        }
+                    }
                     leases
                         .into_iter()
                         .map(|(lease, _)| Event::ReleaseDone {

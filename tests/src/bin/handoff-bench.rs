@@ -150,6 +150,11 @@ struct Trials {
     db_release: Vec<Duration>,
     /// The first campaign's execution on the server after the release.
     db_campaign: Vec<Duration>,
+    /// The release as the database logged it -> the first campaign after it begins (its bind):
+    /// the notice's delivery and the standby's answer to it.
+    db_woken: Vec<Duration>,
+    /// The first campaign's bind on the server: planning it, for a statement planned each time.
+    db_campaign_bind: Vec<Duration>,
     /// SIGKILL -> the next holder's plugin running.
     crash: Vec<Duration>,
 }
@@ -255,13 +260,21 @@ fn database_side(
     }
     out.db_release
         .push(Duration::from_secs_f64(release.took_ms / 1000.0));
-    if let Some(campaign) = logged
+    let ms = |took: f64| Duration::from_secs_f64(took / 1000.0);
+    if let Some(bind) = logged
         .iter()
-        .filter(executed)
-        .find(|l| l.at >= release.at && l.runs("WITH cur AS"))
+        .find(|l| l.phase == "bind" && l.at >= release.at && l.runs("WITH cur AS"))
     {
-        out.db_campaign
-            .push(Duration::from_secs_f64(campaign.took_ms / 1000.0));
+        out.db_woken
+            .push(secs(bind.at - bind.took_ms / 1000.0 - release.at));
+        out.db_campaign_bind.push(ms(bind.took_ms));
+        if let Some(campaign) = logged
+            .iter()
+            .filter(executed)
+            .find(|l| l.pid == bind.pid && l.at >= bind.at && l.runs("WITH cur AS"))
+        {
+            out.db_campaign.push(ms(campaign.took_ms));
+        }
     }
 }
 
@@ -301,7 +314,15 @@ fn print_trials(trials: &mut Trials) {
             &mut trials.db_release,
         ),
         summary(
-            "database: the first campaign after it, executing on the server",
+            "database: release logged -> the first campaign after it begins (notice, wake-up)",
+            &mut trials.db_woken,
+        ),
+        summary(
+            "database: that campaign planned (bind) on the server",
+            &mut trials.db_campaign_bind,
+        ),
+        summary(
+            "database: that campaign executing on the server",
             &mut trials.db_campaign,
         ),
     ];

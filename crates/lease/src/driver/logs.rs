@@ -12,6 +12,20 @@ use crate::coordinator::{Announcement, EndReason};
 use crate::epoch::Epoch;
 use crate::identity::HolderId;
 
+/// Logs the release of `lease` at `epoch` the moment the store answered it (`Ok(true)`: it was
+/// ours; `Ok(false)`: the row had moved on already). A failed release is the coordinator's to
+/// announce.
+pub(super) fn released(holder: &HolderId, lease: &str, epoch: Epoch, ours: bool) {
+    match ours {
+        true => {
+            info!(target: LOG_TARGET, lease = %lease, epoch = epoch.get(), holder = %holder, "lease released")
+        }
+        false => {
+            info!(target: LOG_TARGET, lease = %lease, epoch = epoch.get(), holder = %holder, "lease released: its row had moved on already")
+        }
+    }
+}
+
 /// Logs what the coordinator announced.
 pub(super) fn announcement(holder: &HolderId, announcement: Announcement) {
     match announcement {
@@ -44,13 +58,10 @@ pub(super) fn announcement(holder: &HolderId, announcement: Announcement) {
             };
             warn!(target: LOG_TARGET, lease = %lease, epoch = epoch.get(), holder = %holder, reason = how, "lease lost")
         }
-        Announcement::Released {
-            lease,
-            epoch,
-            error: None,
-        } => {
-            info!(target: LOG_TARGET, lease = %lease, epoch = epoch.get(), holder = %holder, "lease released")
-        }
+        // Written by the release's own call as its answer comes (`released`), not here: this
+        // step may come milliseconds later on a host busy stopping its plugins, and the line
+        // is when the lease went to a successor.
+        Announcement::Released { error: None, .. } => {}
         Announcement::Released {
             lease,
             epoch,
