@@ -16,6 +16,10 @@ GRANT SELECT, UPDATE ON leasehold_incarnation TO leasehold;
 -- leasehold_members: the members of lease groups; a heartbeat upserts this replica's row and
 -- deletes lapsed ones of its group, and a graceful stop deletes its own.
 GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_members TO leasehold;
+-- leasehold_waiters: the line of standbys for each lease; a campaign upserts this replica's place
+-- and deletes lapsed ones, and a release or a campaign deletes the place of the waiter it gives
+-- the lease to.
+GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_waiters TO leasehold;
 -- leasehold_kv: the plugins' fenced key-value store.
 GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_kv TO leasehold;
 -- leasehold_kv_usage: each plugin's kv usage, kept by a trigger on leasehold_kv and read

@@ -7,6 +7,7 @@
 //! connection of its own, so that no number of watchers makes a renewal wait for a connection.
 
 mod gate;
+mod line;
 pub mod listen;
 mod migration_lock;
 mod nodelay;
@@ -27,8 +28,8 @@ use tracing::{debug, warn};
 use super::history::{PRUNE_EVERY, TERMS_KEPT, TermRecord};
 use super::protocol;
 use super::store::{
-    CampaignedMany, DbMillis, Epoch, GroupView, LeaseRecord, LeaseStore, ReleaseNotice,
-    RenewRequest, Renewed, RenewedOne, StoreError, ttl_ms,
+    Bid, CampaignedMany, DbMillis, Epoch, GrantSeen, GroupView, LeaseRecord, LeaseStore,
+    ReleaseNotice, RenewRequest, Renewed, RenewedOne, StoreError, ttl_ms,
 };
 use super::store::{TermRow, is_permission_denied, shard_count, to_term};
 use super::url::DatabaseUrl;
@@ -46,6 +47,11 @@ pub const RELEASE_CHANNEL: &str = "leasehold_released";
 /// The channel handoff requests are announced on ([`LeaseStore::request_handoff`]); the payload
 /// is the epoch whose holder is asked and the lease name, separated by a space.
 pub const HANDOFF_CHANNEL: &str = "leasehold_handoff";
+
+/// The channel grants are announced on (a release, or a campaign that found the lease free,
+/// gave it to the head of its line); the payload is the epoch, the lease name and the holder id
+/// it was given to, separated by spaces.
+pub const GRANT_CHANNEL: &str = "leasehold_granted";
 
 /// What every channel of leasehold's own starts with ([`RELEASE_CHANNEL`]): a plugin's
 /// `[events]` may name none of them, so it cannot listen on the host's channels with the
@@ -578,7 +584,46 @@ type CampaignRow = (
     Option<i64>,
     DbMillis,
     Option<Vec<i32>>,
+    Option<i64>,
+    Option<i64>,
 );
+
+/// What a campaign found, from [`statements::CAMPAIGN`]'s rows and [`line::PREEMPT`]'s. See the
+/// statements for how the campaign decides; per lease not won, `wait_ms` says how long until a
+/// campaign can win it (or how long a grant to another waiter lasts), `held_off_ms` the
+/// failover's hold-off alone, and a lease whose holder this waiter may preempt is campaigned
+/// for again when it may, if that comes first.
+fn campaigned(rows: Vec<CampaignRow>, preempt: Vec<(String, i64, bool)>) -> CampaignedMany {
+    let mut out = CampaignedMany::default();
+    let soonest: std::collections::BTreeMap<String, i64> = preempt
+        .into_iter()
+        .map(|(name, in_ms, _)| (name, in_ms.max(0)))
+        .collect();
+    for (name, epoch, wait_ms, held_off_ms, db_now, locked_by, granted, left_ms) in rows {
+        out.db_now = Some(out.db_now.map_or(db_now, |t: DbMillis| t.max(db_now)));
+        if let (Some(granted), Some(left)) = (granted, super::store::wait_ms(left_ms)) {
+            out.granted.push((name, Epoch::new(granted), left));
+            continue;
+        }
+        if let Some(held_off) = super::store::wait_ms(held_off_ms) {
+            out.held_off_for = Some(out.held_off_for.map_or(held_off, |h| h.max(held_off)));
+        }
+        if let Some(pids) = locked_by {
+            out.locked.push((name.clone(), pids));
+        }
+        match epoch {
+            Some(epoch) => out.won.push((name, Epoch::new(epoch))),
+            None => {
+                let wait = match (wait_ms, soonest.get(&name)) {
+                    (Some(w), Some(p)) => Some(w.min(*p)),
+                    (w, p) => w.or(p.copied()),
+                };
+                out.lost.push((name, super::store::wait_ms(wait)))
+            }
+        }
+    }
+    out
+}
 
 fn to_record((name, holder, epoch, ttl_ms, expires_in_ms): RecordRow) -> LeaseRecord {
     LeaseRecord {
@@ -602,57 +647,120 @@ impl LeaseStore for PostgresStore {
         names: &[String],
         ttl: Duration,
     ) -> Result<CampaignedMany, StoreError> {
-        if names.is_empty() {
+        let bids: Vec<Bid> = names
+            .iter()
+            .map(|name| Bid {
+                name: name.clone(),
+                line: None,
+            })
+            .collect();
+        self.campaign_in_line(holder, &bids, ttl).await
+    }
+
+    async fn campaign_in_line(
+        &self,
+        holder: &str,
+        bids: &[Bid],
+        ttl: Duration,
+    ) -> Result<CampaignedMany, StoreError> {
+        if bids.is_empty() {
             return Ok(CampaignedMany::default());
         }
         let ttl_ms = ttl_ms(ttl)?;
-        // `snap` reads each lease's row without a lock, and only the rows it finds absent or
-        // expired go to the upsert: a standby never locks a row its holder renews or a plugin
-        // writes under the fence. The upsert's WHERE decides, on the latest row version, so of
-        // concurrent campaigns exactly one wins; they take their row locks in name order, so two
-        // batches never deadlock. clock_timestamp(), not now(): a campaign that waited for a row
-        // lock judges expiry by the time it got the row, not by when it was sent.
-        //
-        // The incarnation (docs/ARCHITECTURE.md §9.2, migration 20261128000001): `inc` is the one
-        // recorded, `cur` the server's. A campaign that finds them different records the new one
-        // (`seen`) and wins nothing: its snapshot still shows the old row. Later campaigns win a
-        // lease only a full ttl after it was first seen (the longer of the holder's ttl in the row
-        // and ours), and issue epochs of at least its floor.
-        //
-        // Per lease not won, `wait_ms` says how long until a campaign can win it: the holder's
-        // expiry or the hold-off, whichever ends later; NULL when a concurrent campaign took a
-        // row this statement saw free. `held_off_ms` is the hold-off alone.
-        //
-        // A free lease whose row another session keeps locked is skipped, not waited for, and
-        // comes back with the server processes holding the lock (`statements::CAMPAIGN`).
-        let rows: Vec<CampaignRow> = self
+        let names: Vec<&str> = bids.iter().map(|b| b.name.as_str()).collect();
+        let in_line: Vec<&Bid> = bids.iter().filter(|b| b.line.is_some()).collect();
+        let preempting = bids
+            .iter()
+            .any(|b| b.line.is_some_and(|l| l.place.preempt_after.is_some()));
+        let pool = self.pool_for(bids.len());
+        let campaign = |names| {
+            sqlx::query_as(statements::CAMPAIGN)
+                .bind(holder)
+                .bind(names)
+                .bind(ttl_ms)
+                .bind(i64::from(TERMS_KEPT))
+                .bind(i64::from(PRUNE_EVERY))
+                .bind(GRANT_CHANNEL)
+        };
+        // A campaign outside the line is the one statement alone.
+        if in_line.is_empty() {
+            let rows: Vec<CampaignRow> = self
+                .gate
+                .call("campaign", campaign(&names).fetch_all(pool))
+                .await?;
+            return Ok(campaigned(rows, Vec::new()));
+        }
+        // In line, one transaction: this holder's place in each line (so that the campaign sees
+        // it), the campaign, and the preemptions it may ask for.
+        let run = async {
+            let mut tx = pool.begin().await?;
+            if !in_line.is_empty() {
+                let (lined, (priorities, alive)): (Vec<&str>, (Vec<i64>, Vec<i64>)) = in_line
+                    .iter()
+                    .filter_map(|b| b.line.map(|l| (b, l)))
+                    .map(|(b, l)| {
+                        let alive = i64::try_from(l.alive_for.as_millis()).unwrap_or(i64::MAX);
+                        (b.name.as_str(), (l.place.priority, alive.max(1)))
+                    })
+                    .unzip();
+                sqlx::query(line::JOIN)
+                    .bind(holder)
+                    .bind(&lined)
+                    .bind(&priorities)
+                    .bind(&alive)
+                    .bind(ttl_ms)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            let rows: Vec<CampaignRow> = campaign(&names).fetch_all(&mut *tx).await?;
+            let preempt: Vec<(String, i64, bool)> = if preempting {
+                let after: Vec<Option<i64>> = bids
+                    .iter()
+                    .map(|b| {
+                        b.line
+                            .and_then(|l| l.place.preempt_after)
+                            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+                    })
+                    .collect();
+                sqlx::query_as(line::PREEMPT)
+                    .bind(holder)
+                    .bind(&names)
+                    .bind(&after)
+                    .bind(HANDOFF_CHANNEL)
+                    .fetch_all(&mut *tx)
+                    .await?
+            } else {
+                Vec::new()
+            };
+            tx.commit().await?;
+            Ok((rows, preempt))
+        };
+        let (rows, preempt) = self.gate.call("campaign", run).await?;
+        Ok(campaigned(rows, preempt))
+    }
+
+    async fn read_grant(
+        &self,
+        name: &str,
+        holder: &str,
+        epoch: Epoch,
+    ) -> Result<GrantSeen, StoreError> {
+        // On the standbys' own pool, which is warm: the one read between a grant and a term.
+        let (left_ms, db_now): (Option<i64>, DbMillis) = self
             .gate
             .call(
-                "campaign",
-                sqlx::query_as(statements::CAMPAIGN)
+                "read grant",
+                sqlx::query_as(line::READ_GRANT)
+                    .bind(name)
                     .bind(holder)
-                    .bind(names)
-                    .bind(ttl_ms)
-                    .bind(i64::from(TERMS_KEPT))
-                    .bind(i64::from(PRUNE_EVERY))
-                    .fetch_all(self.pool_for(names.len())),
+                    .bind(epoch.get())
+                    .fetch_one(self.pool_for(1)),
             )
             .await?;
-        let mut out = CampaignedMany::default();
-        for (name, epoch, wait_ms, held_off_ms, db_now, locked_by) in rows {
-            out.db_now = Some(out.db_now.map_or(db_now, |t: DbMillis| t.max(db_now)));
-            if let Some(held_off) = super::store::wait_ms(held_off_ms) {
-                out.held_off_for = Some(out.held_off_for.map_or(held_off, |h| h.max(held_off)));
-            }
-            if let Some(pids) = locked_by {
-                out.locked.push((name.clone(), pids));
-            }
-            match epoch {
-                Some(epoch) => out.won.push((name, Epoch::new(epoch))),
-                None => out.lost.push((name, super::store::wait_ms(wait_ms))),
-            }
-        }
-        Ok(out)
+        Ok(GrantSeen {
+            left: super::store::wait_ms(left_ms.filter(|ms| *ms > 0)),
+            db_now: Some(db_now),
+        })
     }
 
     async fn renew(&self, holder: &str, leases: &[RenewRequest]) -> Result<Renewed, StoreError> {
@@ -735,20 +843,8 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
-        // One statement: the notification is sent when (and only if) the expiry commits.
-        let released: Option<String> = self
-            .gate
-            .call(
-                "release",
-                sqlx::query_scalar(statements::RELEASE)
-                    .bind(name)
-                    .bind(holder)
-                    .bind(epoch.get())
-                    .bind(RELEASE_CHANNEL)
-                    .fetch_optional(&self.few),
-            )
-            .await?;
-        Ok(released.is_some())
+        let leases = [(name.to_string(), epoch)];
+        Ok(!self.release_many(holder, &leases).await?.is_empty())
     }
 
     async fn release_many(
@@ -756,19 +852,24 @@ impl LeaseStore for PostgresStore {
         holder: &str,
         leases: &[(String, Epoch)],
     ) -> Result<Vec<String>, StoreError> {
+        // One statement: each lease goes to the head of its line or is expired, and the
+        // notification is sent when (and only if) that commits (`line::RELEASE`).
         let (names, epochs): (Vec<&str>, Vec<i64>) =
             leases.iter().map(|(n, e)| (n.as_str(), e.get())).unzip();
-        self.gate
+        let rows: Vec<(String, Option<String>)> = self
+            .gate
             .call(
                 "release",
-                sqlx::query_scalar(statements::RELEASE_MANY)
+                sqlx::query_as(line::RELEASE)
                     .bind(holder)
                     .bind(names)
                     .bind(epochs)
                     .bind(RELEASE_CHANNEL)
+                    .bind(GRANT_CHANNEL)
                     .fetch_all(&self.few),
             )
-            .await
+            .await?;
+        Ok(rows.into_iter().map(|(name, _)| name).collect())
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError> {
@@ -964,6 +1065,19 @@ impl LeaseStore for PostgresStore {
     }
 }
 
+/// A grant notification's payload (`EPOCH NAME HOLDER`) as a notice; `None` for another text.
+fn grant_notice(payload: &str) -> Option<ReleaseNotice> {
+    let mut words = payload.splitn(3, ' ');
+    let epoch = Epoch::new(words.next()?.parse().ok()?);
+    let lease = words.next().filter(|w| !w.is_empty())?.to_string();
+    let holder = words.next().filter(|w| !w.is_empty())?.to_string();
+    Some(ReleaseNotice::Granted {
+        lease,
+        holder,
+        epoch,
+    })
+}
+
 /// A handoff notification's payload (`EPOCH NAME`) as a notice; `None` for another text.
 fn handoff_notice(payload: &str) -> Option<ReleaseNotice> {
     let (epoch, lease) = payload.split_once(' ')?;
@@ -986,7 +1100,11 @@ async fn forward_releases(
         lost_connection: "release listener lost its connection; resubscribing",
         listening: None,
     };
-    let channels = vec![RELEASE_CHANNEL.to_string(), HANDOFF_CHANNEL.to_string()];
+    let channels = vec![
+        RELEASE_CHANNEL.to_string(),
+        HANDOFF_CHANNEL.to_string(),
+        GRANT_CHANNEL.to_string(),
+    ];
     let mut subscription = Subscription::new(pool, channels, shutdown, logs);
     while let Some(received) = subscription.next().await {
         let notice = match received {
@@ -995,6 +1113,13 @@ async fn forward_releases(
                     Some(notice) => notice,
                     // Not ours to read (sent by hand): the holder still learns of a real
                     // request from its next renewal.
+                    None => continue,
+                }
+            }
+            Received::Notification(n) if n.channel() == GRANT_CHANNEL => {
+                match grant_notice(n.payload()) {
+                    Some(notice) => notice,
+                    // Not ours to read: a waiter still finds its grant at its next campaign.
                     None => continue,
                 }
             }

@@ -9,6 +9,7 @@
 //! statements go to a pool of their own (WAL readers never block the writer).
 
 pub mod events;
+mod line;
 
 use std::path::Path;
 use std::time::Duration;
@@ -23,12 +24,13 @@ use tracing::{debug, warn};
 
 use super::history::{PRUNE_EVERY, TERMS_KEPT, TermEnd, TermRecord};
 use super::store::{
-    CampaignedMany, Epoch, GroupView, LeaseRecord, LeaseStore, ReleaseNotice, RenewRequest,
-    Renewed, StoreError, ttl_ms,
+    Bid, CampaignedMany, Epoch, GrantSeen, GroupView, LeaseRecord, LeaseStore, ReleaseNotice,
+    RenewRequest, Renewed, StoreError, is_reserved_for, ttl_ms,
 };
 use super::store::{TermRow, to_term};
 use super::url::DatabaseUrl;
 use events::{EventFile, Wakeup};
+use leasehold_lease_core::queue::Preempt;
 
 /// The embedded migrations, accepting a file migrated by a newer release: rolling a replica back
 /// to the previous release must work, and what a newer schema requires of this binary is the
@@ -310,7 +312,7 @@ fn wall_ms() -> i64 {
 /// How the term of row `l` ended: see [`TERM_ENDED`].
 macro_rules! term_ended {
     () => {
-        "CASE WHEN l.boot = ?3 AND l.expires_at_ms < l.renewed_at_ms + l.ttl_ms
+        "CASE WHEN l.boot = ?3 AND l.expires_at_ms < l.renewed_at_ms + l.ttl_ms AND l.granted = 0
               THEN 'released' ELSE 'expired' END"
     };
 }
@@ -439,14 +441,36 @@ impl LeaseStore for SqliteStore {
         names: &[String],
         ttl: Duration,
     ) -> Result<CampaignedMany, StoreError> {
-        if names.is_empty() {
+        let bids: Vec<Bid> = names
+            .iter()
+            .map(|name| Bid {
+                name: name.clone(),
+                line: None,
+            })
+            .collect();
+        self.campaign_in_line(holder, &bids, ttl).await
+    }
+
+    async fn campaign_in_line(
+        &self,
+        holder: &str,
+        bids: &[Bid],
+        ttl: Duration,
+    ) -> Result<CampaignedMany, StoreError> {
+        if bids.is_empty() {
             return Ok(CampaignedMany::default());
         }
         let ttl_ms = ttl_ms(ttl)?;
-        let names_json = serde_json::to_string(names).map_err(|e| StoreError::Invalid {
-            what: "lease names",
-            reason: e.to_string(),
-        })?;
+        let mut seen = std::collections::BTreeSet::new();
+        let bids: Vec<&Bid> = bids.iter().filter(|b| seen.insert(&b.name)).collect();
+        let json = |names: &[&str]| {
+            serde_json::to_string(names).map_err(|e| StoreError::Invalid {
+                what: "lease names",
+                reason: e.to_string(),
+            })
+        };
+        let names: Vec<&str> = bids.iter().map(|b| b.name.as_str()).collect();
+        let names_json = json(&names)?;
         let err = StoreError::query("campaign");
         let mut tx = self.write().await.map_err(err)?;
         // Under the write lock: a binary that raised the protocol since this one opened the file
@@ -454,8 +478,71 @@ impl LeaseStore for SqliteStore {
         check_protocol(&mut *tx).await?;
         let now = self.clock.now_ms();
         let wall = wall_ms();
-        // The terms of the leases this campaign can win (expired, or of another boot) ended when
-        // their rows expired ([`TERM_ENDED`]).
+        let boot = self.clock.boot_id();
+        let mut out = CampaignedMany {
+            db_now: Some(now),
+            ..CampaignedMany::default()
+        };
+        let mut wakeups = Vec::new();
+        // The line (`line`): leases given to this holder and not taken up are reported, and
+        // out of its line; for the rest it keeps its place. Every lease found free goes to the
+        // head of its line, unless a handoff reserved it for this holder.
+        let rows = line::rows(&mut tx, &names_json).await.map_err(err)?;
+        let mut rest: Vec<&Bid> = Vec::new();
+        for bid in bids {
+            match rows.get(&bid.name) {
+                Some(row)
+                    if row.granted
+                        && row.holder == holder
+                        && row.boot == boot
+                        && row.expires_at_ms > now =>
+                {
+                    let left =
+                        Duration::from_millis(u64::try_from(row.expires_at_ms - now).unwrap_or(0));
+                    out.granted
+                        .push((bid.name.clone(), Epoch::new(row.epoch), left));
+                    line::leave(&mut tx, &bid.name, holder).await.map_err(err)?;
+                }
+                _ => rest.push(bid),
+            }
+        }
+        line::join(&mut tx, holder, &rest, ttl_ms, now, boot)
+            .await
+            .map_err(err)?;
+        let rest_names: Vec<&str> = rest.iter().map(|b| b.name.as_str()).collect();
+        let lines = line::live(&mut tx, &json(&rest_names)?, now, boot)
+            .await
+            .map_err(err)?;
+        let mut to_win: Vec<&str> = Vec::new();
+        let mut gives: Vec<(&str, line::Waiting)> = Vec::new();
+        for bid in &rest {
+            let row = rows.get(&bid.name);
+            let free = row.is_none_or(|r| r.boot != boot || r.expires_at_ms <= now);
+            if !free {
+                continue;
+            }
+            let reserved = row
+                .filter(|r| r.boot == boot)
+                .and_then(|r| r.reserved.as_ref())
+                .filter(|(_, until)| *until > now);
+            match reserved {
+                // Reserved for another replica: the upsert below refuses, the wait says so.
+                Some((to, _)) if !is_reserved_for(to, holder) => continue,
+                Some(_) => to_win.push(&bid.name),
+                None => {
+                    let last = row.map_or("", |r| r.holder.as_str());
+                    let waiting = lines.get(&bid.name).map_or(&[][..], Vec::as_slice);
+                    match line::head(waiting, now, last, None) {
+                        Some(head) if head.waiter.holder != holder => {
+                            gives.push((&bid.name, head.clone()))
+                        }
+                        _ => to_win.push(&bid.name),
+                    }
+                }
+            }
+        }
+        // The terms of the leases this campaign can win or give (expired, or of another boot)
+        // ended when their rows expired ([`TERM_ENDED`]).
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE leasehold_terms AS t SET {TERM_ENDED}
                FROM leasehold_leases AS l
@@ -465,7 +552,7 @@ impl LeaseStore for SqliteStore {
         )))
         .bind(&names_json)
         .bind(now)
-        .bind(self.clock.boot_id())
+        .bind(boot)
         .bind(wall)
         .execute(&mut *tx)
         .await
@@ -474,16 +561,16 @@ impl LeaseStore for SqliteStore {
         // an insert at or below a row's epoch, and BEFORE INSERT fires before the conflict sends
         // the statement to DO UPDATE. (`WHERE true` lets SQLite parse an upsert from a SELECT.)
         let won: Vec<(String, i64)> = sqlx::query_as(
-            "INSERT INTO leasehold_leases (name, holder, epoch, acquired_at_ms, renewed_at_ms, expires_at_ms, ttl_ms, boot)
+            "INSERT INTO leasehold_leases (name, holder, epoch, acquired_at_ms, renewed_at_ms, expires_at_ms, ttl_ms, boot, granted)
              SELECT j.value, ?2,
                     COALESCE((SELECT epoch FROM leasehold_leases WHERE name = j.value), 0) + 1,
-                    ?4, ?4, ?4 + ?3, ?3, ?5
+                    ?4, ?4, ?4 + ?3, ?3, ?5, 0
                FROM (SELECT DISTINCT value FROM json_each(?1)) AS j WHERE true
              ON CONFLICT (name) DO UPDATE
                 SET holder = excluded.holder, epoch = leasehold_leases.epoch + 1,
                     acquired_at_ms = excluded.acquired_at_ms, renewed_at_ms = excluded.renewed_at_ms,
                     expires_at_ms = excluded.expires_at_ms, ttl_ms = excluded.ttl_ms,
-                    boot = excluded.boot,
+                    boot = excluded.boot, granted = 0,
                     handoff_epoch = NULL, handoff_to = NULL,
                     reserved_for = NULL, reserved_until_ms = NULL
                 WHERE (leasehold_leases.expires_at_ms <= excluded.acquired_at_ms
@@ -496,17 +583,43 @@ impl LeaseStore for SqliteStore {
                            AND substr(?2, 1, length(?2) - 9) = leasehold_leases.reserved_for))
              RETURNING name, epoch",
         )
-        .bind(&names_json)
+        .bind(json(&to_win)?)
         .bind(holder)
         .bind(ttl_ms)
         .bind(now)
-        .bind(self.clock.boot_id())
+        .bind(boot)
         .fetch_all(&mut *tx)
         .await
         .map_err(err)?;
         let won: Vec<(String, Epoch)> = won.into_iter().map(|(n, e)| (n, Epoch::new(e))).collect();
         if !won.is_empty() {
             open_terms(&mut tx, holder, &won, wall).await.map_err(err)?;
+        }
+        for (name, _) in &won {
+            let priority = rest
+                .iter()
+                .find(|b| &b.name == name)
+                .and_then(|b| b.line)
+                .map_or(0, |l| l.place.priority);
+            sqlx::query("UPDATE leasehold_leases SET priority = ?2 WHERE name = ?1")
+                .bind(name)
+                .bind(priority)
+                .execute(&mut *tx)
+                .await
+                .map_err(err)?;
+            line::leave(&mut tx, name, holder).await.map_err(err)?;
+        }
+        let mut given = std::collections::BTreeMap::new();
+        for (name, head) in &gives {
+            let epoch = line::grant(&mut tx, name, head, now, boot, wall, "expired")
+                .await
+                .map_err(err)?;
+            wakeups.push(Wakeup::Granted {
+                lease: name.to_string(),
+                holder: head.waiter.holder.clone(),
+                epoch,
+            });
+            given.insert(name.to_string(), head.alive_ms);
         }
         // Every lease not won is held (by this boot's clock) until its expiry, or reserved for
         // another replica by a handoff until the reservation ends (`?4` is the holder: a
@@ -521,27 +634,70 @@ impl LeaseStore for SqliteStore {
         )
         .bind(&names_json)
         .bind(now)
-        .bind(self.clock.boot_id())
+        .bind(boot)
         .bind(holder)
         .fetch_all(&mut *tx)
         .await
         .map_err(err)?;
-        tx.commit().await.map_err(err)?;
-        let mut out = CampaignedMany {
-            won,
-            db_now: Some(now),
-            ..CampaignedMany::default()
-        };
         let held: std::collections::BTreeMap<String, i64> = held.into_iter().collect();
-        let won: std::collections::BTreeSet<&str> =
-            out.won.iter().map(|(n, _)| n.as_str()).collect();
-        for name in names {
-            if !won.contains(name.as_str()) {
-                let wait = super::store::wait_ms(held.get(name).copied());
-                out.lost.push((name.clone(), wait));
+        let won_names: std::collections::BTreeSet<&str> =
+            won.iter().map(|(n, _)| n.as_str()).collect();
+        for bid in &rest {
+            let name = bid.name.as_str();
+            if won_names.contains(name) {
+                continue;
             }
+            let mut wait = given.get(name).or(held.get(name)).copied();
+            // A waiter that may ask a holder of lower priority to step aside.
+            if let (Some(line), Some(row), false) =
+                (bid.line, rows.get(name), given.contains_key(name))
+            {
+                let waiting = lines.get(name).map_or(&[][..], Vec::as_slice);
+                match line::preempt(&mut tx, name, holder, line.place, row, waiting, now, boot)
+                    .await
+                    .map_err(err)?
+                {
+                    Preempt::Now => wakeups.push(Wakeup::Handoff {
+                        lease: name.to_string(),
+                        epoch: Epoch::new(row.epoch),
+                    }),
+                    Preempt::At(at) => wait = Some(wait.map_or(at - now, |w| w.min(at - now))),
+                    Preempt::Never => {}
+                }
+            }
+            out.lost
+                .push((name.to_string(), super::store::wait_ms(wait)));
         }
+        tx.commit().await.map_err(err)?;
+        out.won = won;
+        self.announce(&wakeups);
         Ok(out)
+    }
+
+    async fn read_grant(
+        &self,
+        name: &str,
+        holder: &str,
+        epoch: Epoch,
+    ) -> Result<GrantSeen, StoreError> {
+        // A read: WAL readers never wait for the writer.
+        let now = self.clock.now_ms();
+        let left: Option<i64> = sqlx::query_scalar(
+            "SELECT expires_at_ms - ?5 FROM leasehold_leases
+              WHERE name = ?1 AND holder = ?2 AND epoch = ?3 AND boot = ?4 AND expires_at_ms > ?5",
+        )
+        .bind(name)
+        .bind(holder)
+        .bind(epoch.get())
+        .bind(self.clock.boot_id())
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("read grant"))?;
+        Ok(GrantSeen {
+            left: super::store::wait_ms(left),
+            db_now: Some(now),
+        })
     }
 
     async fn renew(&self, holder: &str, leases: &[RenewRequest]) -> Result<Renewed, StoreError> {
@@ -558,7 +714,8 @@ impl LeaseStore for SqliteStore {
         // SQLite locks the whole file, never a row: nothing is ever busy.
         let landed: Vec<(String, bool)> = sqlx::query_as(
             "UPDATE leasehold_leases
-                SET renewed_at_ms = ?3, expires_at_ms = ?3 + r.ttl_ms, ttl_ms = r.ttl_ms
+                SET renewed_at_ms = ?3, expires_at_ms = ?3 + r.ttl_ms, ttl_ms = r.ttl_ms,
+                    granted = 0
                FROM (SELECT value ->> '$.name' AS name, value ->> '$.epoch' AS epoch,
                             value ->> '$.ttl_ms' AS ttl_ms FROM json_each(?2)) AS r
               WHERE leasehold_leases.name = r.name AND leasehold_leases.holder = ?1
@@ -603,11 +760,46 @@ impl LeaseStore for SqliteStore {
         let err = StoreError::query("release");
         let mut tx = self.write().await.map_err(err)?;
         let now = self.clock.now_ms();
+        let (wall, boot) = (wall_ms(), self.clock.boot_id());
+        let names: Vec<&str> = leases.iter().map(|(n, _)| n.as_str()).collect();
+        let names_json = serde_json::to_string(&names).unwrap_or_default();
+        let lines = line::live(&mut tx, &names_json, now, boot)
+            .await
+            .map_err(err)?;
         let mut released = Vec::new();
+        let mut wakeups = Vec::new();
         for (name, epoch) in leases {
-            // A handoff request of this term that named a replica reserves the lease for it for
-            // one ttl; any request is done with.
-            let done = sqlx::query(
+            // Ours at this epoch, and what a handoff request of this term named, if anything.
+            let ours: Option<Option<String>> = sqlx::query_scalar(
+                "SELECT CASE WHEN handoff_epoch = epoch THEN handoff_to END FROM leasehold_leases
+                  WHERE name = ?1 AND holder = ?2 AND epoch = ?3 AND expires_at_ms > ?4 AND boot = ?5",
+            )
+            .bind(name)
+            .bind(holder)
+            .bind(epoch.get())
+            .bind(now)
+            .bind(boot)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(err)?;
+            let Some(named) = ours else { continue };
+            released.push(name.clone());
+            // To the head of the line (the replica the request named, if it waits in line).
+            let waiting = lines.get(name).map_or(&[][..], Vec::as_slice);
+            if let Some(head) = line::head(waiting, now, holder, named.as_deref()) {
+                let given = line::grant(&mut tx, name, head, now, boot, wall, "released")
+                    .await
+                    .map_err(err)?;
+                wakeups.push(Wakeup::Granted {
+                    lease: name.clone(),
+                    holder: head.waiter.holder.clone(),
+                    epoch: given,
+                });
+                continue;
+            }
+            // Nobody in line: expired now. A handoff request of this term that named a
+            // replica reserves the lease for it for one ttl; any request is done with.
+            sqlx::query(
                 "UPDATE leasehold_leases SET expires_at_ms = ?4,
                         reserved_for = CASE WHEN handoff_epoch = epoch THEN handoff_to END,
                         reserved_until_ms = CASE WHEN handoff_epoch = epoch
@@ -619,16 +811,13 @@ impl LeaseStore for SqliteStore {
             .bind(holder)
             .bind(epoch.get())
             .bind(now)
-            .bind(self.clock.boot_id())
+            .bind(boot)
             .execute(&mut *tx)
             .await
             .map_err(err)?;
-            if done.rows_affected() == 1 {
-                released.push(name.clone());
-            }
+            wakeups.push(Wakeup::Released(name.clone()));
         }
         tx.commit().await.map_err(err)?;
-        let wakeups: Vec<Wakeup> = released.iter().cloned().map(Wakeup::Released).collect();
         self.announce(&wakeups);
         Ok(released)
     }

@@ -2,8 +2,8 @@
 //! who a release or a campaign that finds the lease free gives it to, how a grant is taken up
 //! or lapses, and when a waiter of higher priority asks the holder to step aside.
 //!
-//! Run against the in-memory store and the simulator's fault layer over it; the SQL stores join
-//! this suite as they keep the line.
+//! The same assertions against every backend: the in-memory store, the simulator's fault layer
+//! over it, a real SQLite file and a real PostgreSQL database.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -56,6 +56,15 @@ async fn next_notice(rx: &mut tokio::sync::mpsc::Receiver<ReleaseNotice>) -> Rel
         .unwrap()
 }
 
+/// On PostgreSQL the release listener subscribes in the background: wait until it has.
+async fn until_listening(db: &Db) {
+    if let Some(url) = db.url().filter(|u| u.starts_with("postgres")) {
+        leasehold_tests::pg::wait_for_listeners(&url, 1, Duration::from_secs(20))
+            .await
+            .unwrap();
+    }
+}
+
 fn granted(lease: &str, holder: &str, epoch: Epoch) -> ReleaseNotice {
     ReleaseNotice::Granted {
         lease: lease.into(),
@@ -71,6 +80,7 @@ async fn a_release_gives_the_lease_to_the_live_waiter_of_highest_priority_then_e
     let s = db.open().await.unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
     let mut notices = s.listen_releases(stop.clone()).unwrap();
+    until_listening(&db).await;
     let e = s.campaign("q", "h", LONG).await.unwrap().epoch.unwrap();
     for (holder, priority) in [("low", 1), ("b", 3), ("c", 3)] {
         let lost = wait_in_line(s.as_ref(), "q", holder, place(priority, LONG)).await;
@@ -162,6 +172,7 @@ async fn a_campaign_that_finds_the_lease_free_gives_it_to_the_head_of_the_line(b
     let s = db.open().await.unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
     let mut notices = s.listen_releases(stop.clone()).unwrap();
+    until_listening(&db).await;
     let short = Duration::from_millis(500);
     let e = s
         .campaign("q", "crashes", short)
@@ -231,18 +242,20 @@ async fn a_waiter_of_higher_priority_asks_the_holder_to_step_aside_once_per_pree
     let s = db.open().await.unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
     let mut notices = s.listen_releases(stop.clone()).unwrap();
+    until_listening(&db).await;
     let after = Duration::from_millis(400);
-    let preferred = InLine {
+    let at = |priority| InLine {
         place: Place {
-            priority: 5,
+            priority,
             preempt_after: Some(after),
         },
         alive_for: LONG,
     };
-    // The holder won in line at priority 0.
-    let e = wait_in_line(s.as_ref(), "q", "h", place(0, LONG)).await.won[0].1;
-    let lost = wait_in_line(s.as_ref(), "q", "p", preferred).await;
-    // Not yet: its campaign is due when it will have waited long enough.
+    // The holder won in line at priority 0; p (5) and q (1) wait.
+    let e = wait_in_line(s.as_ref(), "q", "h", at(0)).await.won[0].1;
+    let lost = wait_in_line(s.as_ref(), "q", "p", at(5)).await;
+    wait_in_line(s.as_ref(), "q", "q", at(1)).await;
+    // Not yet: p's campaign is due when it will have waited long enough.
     let wait = lost.lost[0].1.expect("a wait");
     assert!(wait <= after, "{backend:?}: {wait:?}");
     assert!(
@@ -254,8 +267,9 @@ async fn a_waiter_of_higher_priority_asks_the_holder_to_step_aside_once_per_pree
     );
     tokio::time::sleep(after + Duration::from_millis(20)).await;
 
-    // Waited long enough: the holder is asked, as by `leases handoff`.
-    wait_in_line(s.as_ref(), "q", "p", preferred).await;
+    // Waited long enough: the holder is asked, as by `leases handoff`, and its release gives
+    // the lease to p, the head.
+    wait_in_line(s.as_ref(), "q", "p", at(5)).await;
     assert_eq!(
         next_notice(&mut notices).await,
         ReleaseNotice::HandoffRequested {
@@ -271,17 +285,9 @@ async fn a_waiter_of_higher_priority_asks_the_holder_to_step_aside_once_per_pree
     assert_eq!(next_notice(&mut notices).await, granted("q", "p", e.next()));
     s.renew("p", &[renew("q", e.next())]).await.unwrap();
 
-    // The old holder joins the line at priority 9 and preempts as soon as it may: not before
-    // `preempt_after` has passed since the last move.
-    let higher = InLine {
-        place: Place {
-            priority: 9,
-            preempt_after: Some(Duration::from_millis(1)),
-        },
-        alive_for: LONG,
-    };
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    let lost = wait_in_line(s.as_ref(), "q", "h", higher).await;
+    // q's priority rises to 9. It has waited far longer than preempt_after, but the lease
+    // moved for a preemption just now: not before preempt_after has passed since.
+    let lost = wait_in_line(s.as_ref(), "q", "q", at(9)).await;
     assert!(
         s.renew("p", &[renew("q", e.next())])
             .await
@@ -291,7 +297,17 @@ async fn a_waiter_of_higher_priority_asks_the_holder_to_step_aside_once_per_pree
         "{backend:?}: a second move within one preempt_after of the last"
     );
     let wait = lost.lost[0].1.expect("a wait");
-    assert!(wait <= after, "{backend:?}: {wait:?}");
+    assert!(wait <= after && wait > after / 2, "{backend:?}: {wait:?}");
+    tokio::time::sleep(wait + Duration::from_millis(20)).await;
+    wait_in_line(s.as_ref(), "q", "q", at(9)).await;
+    assert_eq!(
+        s.renew("p", &[renew("q", e.next())])
+            .await
+            .unwrap()
+            .handoffs,
+        ["q"],
+        "{backend:?}: one preempt_after after the last move"
+    );
     stop.cancel();
 }
 
@@ -299,6 +315,8 @@ macro_rules! queue_conformance {
     ($($test:ident),* $(,)?) => {
         mod memory { $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn $test() { super::$test(super::Backend::Memory).await } )* }
         mod memory_faults_off { $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn $test() { super::$test(super::Backend::MemoryFaultsOff).await } )* }
+        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn $test() { super::$test(super::Backend::Sqlite).await } )* }
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn $test() { super::$test(super::Backend::Postgres).await } )* }
     };
 }
 

@@ -4,6 +4,8 @@
 //! `postgres.rs` say what each clause is for.
 
 use sqlx::postgres::{PgConnection, PgTypeInfo};
+
+use super::line;
 use sqlx::{Connection, Executor, Type};
 
 /// The database's clock as [`crate::DbMillis`]: `clock_timestamp()`, which moves during a
@@ -31,7 +33,20 @@ macro_rules! reserved_for_holder {
 }
 
 /// `campaign_many`: $1 holder, $2 names, $3 ttl in ms, $4 the terms kept per lease, $5 every
-/// how many epochs they are pruned.
+/// how many epochs they are pruned, $6 the channel grants are announced on.
+///
+/// The line ([`super::line`], run before it in the same transaction, joined this holder to it):
+/// a lease found free goes to the head of its line, the live waiter of highest priority that
+/// joined first (`head`), other than the row's last holder (whose place may outlive its crash).
+/// This holder wins it when it is the head, when nobody alive waits, or when a handoff reserved
+/// it for this holder; otherwise the lease is given to the head (`gives`): the same upsert with
+/// the head as holder, an expiry of its place's time (`alive_ms`) and `granted` set, announced
+/// on $6 (`EPOCH NAME HOLDER`). A lease already given to this holder and not taken up comes
+/// back with its epoch and time left (`mine`). Waiters given or winning a lease leave the line
+/// (`taken`), lapsed places are swept, both skipping rows another session keeps locked, so that
+/// no two campaigns wait for each other. One reading of the clock (`t`) stamps a row's
+/// acquisition, renewal and expiry, so that a term's expiry is exactly its ttl after its renewal
+/// (how the terms tell an expiry from a release).
 ///
 /// Besides the lease rows it keeps their history (`leasehold_terms`, [`crate::history`]):
 /// each lease won opens a term and closes the one before it (a lease is won only once it has
@@ -75,15 +90,26 @@ pub const CAMPAIGN: &str = concat!(
       FROM cur
      WHERE (i.system_identifier, i.timeline) <> (cur.system_identifier, cur.timeline)
     RETURNING i.one_row),
+ mine AS (
+    SELECT k.name, k.epoch,
+           floor(extract(epoch FROM k.expires_at - clock_timestamp()) * 1000)::bigint AS left_ms
+      FROM leasehold_leases AS k
+     WHERE k.name = ANY($2) AND k.holder = $1 AND k.granted
+       AND k.expires_at > clock_timestamp()),
  snap AS (
-    SELECT r.name, k.expires_at, k.name IS NOT NULL AS present,
+    SELECT r.name, k.expires_at, k.name IS NOT NULL AS present, k.holder AS last_holder,
            greatest(k.expires_at, CASE WHEN k.reserved_for IS NOT NULL AND NOT ",
     reserved_for_holder!("k.reserved_for"),
     " THEN k.reserved_until END) AS free_at,
            greatest($3, k.ttl_ms) * interval '1 millisecond' AS hold,
-           k.expires_at < k.renewed_at + k.ttl_ms * interval '1 millisecond' AS released
+           k.reserved_for IS NOT NULL AND k.reserved_until > clock_timestamp() AND ",
+    reserved_for_holder!("k.reserved_for"),
+    " AS reserved_here,
+           k.expires_at < k.renewed_at + k.ttl_ms * interval '1 millisecond' AND NOT k.granted
+               AS released
       FROM (SELECT DISTINCT unnest($2::text[]) AS name) AS r
-      LEFT JOIN leasehold_leases AS k ON k.name = r.name),
+      LEFT JOIN leasehold_leases AS k ON k.name = r.name
+     WHERE r.name NOT IN (SELECT name FROM mine)),
  held_off AS (
     SELECT s.name,
            CASE WHEN NOT inc.current OR EXISTS (SELECT 1 FROM seen) THEN s.hold
@@ -98,29 +124,52 @@ pub const CAMPAIGN: &str = concat!(
     SELECT k.name FROM leasehold_leases AS k JOIN due AS d ON d.name = k.name
      ORDER BY k.name
        FOR UPDATE OF k SKIP LOCKED),
+ head AS (
+    SELECT DISTINCT ON (w.name) w.name, w.holder, w.priority, w.alive_ms, w.ttl_ms
+      FROM leasehold_waiters AS w JOIN snap AS s ON s.name = w.name
+     WHERE w.alive_until > clock_timestamp() AND w.holder IS DISTINCT FROM s.last_holder
+     ORDER BY w.name, w.priority DESC, w.joined_at, w.holder),
+ gives AS (
+    SELECT h.* FROM head AS h JOIN snap AS s ON s.name = h.name
+     WHERE h.holder <> $1 AND NOT coalesce(s.reserved_here, false)),
  won AS (
-    INSERT INTO leasehold_leases AS l (name, holder, epoch, acquired_at, renewed_at, expires_at, ttl_ms)
-    SELECT d.name, $1, greatest(1, inc.epoch_floor), clock_timestamp(), clock_timestamp(),
-           clock_timestamp() + $3 * interval '1 millisecond', $3
-      FROM due AS d, inc
+    INSERT INTO leasehold_leases AS l
+           (name, holder, epoch, acquired_at, renewed_at, expires_at, ttl_ms, granted, priority)
+    SELECT d.name, coalesce(g.holder, $1), greatest(1, inc.epoch_floor), t.now, t.now,
+           t.now + coalesce(g.alive_ms, $3) * interval '1 millisecond',
+           coalesce(g.ttl_ms, $3), g.holder IS NOT NULL,
+           coalesce(g.priority, (SELECT x.priority FROM leasehold_waiters AS x
+                                  WHERE x.name = d.name AND x.holder = $1), 0)
+      FROM due AS d CROSS JOIN inc CROSS JOIN (SELECT clock_timestamp() AS now) AS t
+      LEFT JOIN gives AS g ON g.name = d.name
      WHERE NOT d.present OR EXISTS (SELECT 1 FROM claimed AS c WHERE c.name = d.name)
      ORDER BY d.name
     ON CONFLICT (name) DO UPDATE
        SET holder = EXCLUDED.holder,
-           epoch = greatest(l.epoch + 1, EXCLUDED.epoch), acquired_at = clock_timestamp(),
-           renewed_at = clock_timestamp(),
-           expires_at = clock_timestamp() + EXCLUDED.ttl_ms * interval '1 millisecond',
-           ttl_ms = EXCLUDED.ttl_ms,
+           epoch = greatest(l.epoch + 1, EXCLUDED.epoch), acquired_at = EXCLUDED.acquired_at,
+           renewed_at = EXCLUDED.renewed_at, expires_at = EXCLUDED.expires_at,
+           ttl_ms = EXCLUDED.ttl_ms, granted = EXCLUDED.granted, priority = EXCLUDED.priority,
            handoff_epoch = NULL, handoff_to = NULL, reserved_for = NULL, reserved_until = NULL
        WHERE l.expires_at <= clock_timestamp()
          AND (l.reserved_for IS NULL OR l.reserved_until <= clock_timestamp() OR ",
     reserved_for_holder!("l.reserved_for"),
     ")
-    RETURNING l.name, l.epoch),
+    RETURNING l.name, l.epoch, l.holder, l.granted),
  opened AS (
     INSERT INTO leasehold_terms (name, epoch, holder, started_at)
-    SELECT w.name, w.epoch, $1, clock_timestamp() FROM won AS w
+    SELECT w.name, w.epoch, w.holder, clock_timestamp() FROM won AS w
     ON CONFLICT (name, epoch) DO NOTHING),
+ taken AS (
+    DELETE FROM leasehold_waiters AS x
+     WHERE x.ctid IN (
+        SELECT y.ctid FROM leasehold_waiters AS y
+         WHERE (y.name, y.holder) IN (SELECT w.name, w.holder FROM won AS w
+                                      UNION ALL SELECT m.name, $1 FROM mine AS m)
+            OR (y.name = ANY($2) AND y.alive_until <= clock_timestamp())
+           FOR UPDATE SKIP LOCKED)),
+ told AS (
+    SELECT count(pg_notify($6, w.epoch || ' ' || w.name || ' ' || w.holder)) AS n
+      FROM won AS w WHERE w.granted),
  closed AS (
     UPDATE leasehold_terms AS t
        SET ended_at = least(s.expires_at, clock_timestamp()),
@@ -132,9 +181,10 @@ pub const CAMPAIGN: &str = concat!(
      WHERE w.epoch % $5 = 0 AND t.name = w.name AND t.epoch <= (
         SELECT k.epoch FROM leasehold_terms AS k WHERE k.name = w.name
          ORDER BY k.epoch DESC OFFSET $4 - 1 LIMIT 1))
- SELECT s.name, w.epoch,
+ SELECT s.name, CASE WHEN w.holder = $1 THEN w.epoch END,
         CASE WHEN w.epoch IS NULL THEN ceil(extract(epoch FROM greatest(
-            s.free_at - clock_timestamp(), h.wait)) * 1000)::bigint END,
+            s.free_at - clock_timestamp(), h.wait)) * 1000)::bigint
+             WHEN w.holder <> $1 THEN g.alive_ms END,
         ceil(extract(epoch FROM h.wait) * 1000)::bigint, ",
     db_now_ms!(),
     ",
@@ -147,11 +197,18 @@ pub const CAMPAIGN: &str = concat!(
                AND p.relation = 'leasehold_leases'::regclass AND p.pid <> pg_backend_pid()
                AND p.database = (SELECT o.oid FROM pg_database AS o
                                   WHERE o.datname = current_database())),
-            '{}') END
+            '{}') END,
+        NULL::bigint, NULL::bigint
    FROM snap AS s JOIN held_off AS h ON h.name = s.name
    LEFT JOIN due AS d ON d.name = s.name
    LEFT JOIN claimed AS c ON c.name = s.name
-   LEFT JOIN won AS w ON w.name = s.name"
+   LEFT JOIN won AS w ON w.name = s.name
+   LEFT JOIN gives AS g ON g.name = s.name
+   CROSS JOIN told
+ UNION ALL
+ SELECT m.name, NULL::bigint, NULL::bigint, NULL::bigint, ",
+    db_now_ms!(),
+    ", NULL::int4[], m.epoch, m.left_ms FROM mine AS m"
 );
 
 /// `renew`: $1 holder, $2 names, $3 epochs, $4 ttls in ms. Each renewed lease says whether an
@@ -173,7 +230,7 @@ pub const RENEW: &str = concat!(
         UPDATE leasehold_leases AS l
            SET renewed_at = clock_timestamp(),
                expires_at = clock_timestamp() + k.ttl_ms * interval '1 millisecond',
-               ttl_ms = k.ttl_ms
+               ttl_ms = k.ttl_ms, granted = false
           FROM locked AS k
          WHERE l.ctid = k.tid AND l.name = k.name AND l.holder = $1 AND l.epoch = k.epoch
            AND l.expires_at > clock_timestamp()
@@ -193,50 +250,13 @@ pub const RENEW: &str = concat!(
     db_now_ms!()
 );
 
-/// What a release sets on row `l` besides the expiry: a handoff request of this term that named a replica
-/// reserves the lease for it for one ttl; any request is done with.
-macro_rules! release_set {
-    () => {
-        "expires_at = clock_timestamp(),
-         reserved_for = CASE WHEN l.handoff_epoch = l.epoch THEN l.handoff_to END,
-         reserved_until = CASE WHEN l.handoff_epoch = l.epoch AND l.handoff_to IS NOT NULL
-             THEN clock_timestamp() + l.ttl_ms * interval '1 millisecond' END,
-         handoff_epoch = NULL, handoff_to = NULL"
-    };
-}
-
-/// `release`: $1 name, $2 holder, $3 epoch, $4 the notification channel.
-pub const RELEASE: &str = concat!(
-    "WITH released AS (
-                UPDATE leasehold_leases AS l SET ",
-    release_set!(),
-    "
-                 WHERE l.name = $1 AND l.holder = $2 AND l.epoch = $3
-                   AND l.expires_at > clock_timestamp()
-                RETURNING l.name)
-             SELECT name FROM released, pg_notify($4, released.name) AS n"
-);
-
-/// `release_many`: $1 holder, $2 names, $3 their epochs, $4 the notification channel. One
-/// notification per lease released, sent when (and only if) the expiries commit.
-pub const RELEASE_MANY: &str = concat!(
-    "WITH released AS (
-                UPDATE leasehold_leases AS l SET ",
-    release_set!(),
-    "
-                  FROM unnest($2::text[], $3::bigint[]) AS r(name, epoch)
-                 WHERE l.name = r.name AND l.holder = $1 AND l.epoch = r.epoch
-                   AND l.expires_at > clock_timestamp()
-                RETURNING l.name)
-             SELECT name FROM released, pg_notify($4, released.name) AS n"
-);
-
 /// `renew_one`: $1 name, $2 holder, $3 epoch, $4 ttl in ms.
 pub const RENEW_ONE: &str = concat!(
     "WITH renewed AS (
     UPDATE leasehold_leases
        SET renewed_at = clock_timestamp(),
-           expires_at = clock_timestamp() + $4 * interval '1 millisecond', ttl_ms = $4
+           expires_at = clock_timestamp() + $4 * interval '1 millisecond', ttl_ms = $4,
+           granted = false
      WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()
     RETURNING name, coalesce(handoff_epoch = epoch, false) AS handoff)
  SELECT EXISTS (SELECT 1 FROM renewed), coalesce((SELECT handoff FROM renewed), false), ",
@@ -308,7 +328,7 @@ pub async fn prepare_and_warm_up(conn: &mut PgConnection) -> Result<(), sqlx::Er
     let texts = <Vec<&str> as Type<sqlx::Postgres>>::type_info();
     let bigint = <i64 as Type<sqlx::Postgres>>::type_info();
     let bigints = <Vec<i64> as Type<sqlx::Postgres>>::type_info();
-    let statements: [(&'static str, Vec<PgTypeInfo>); 4] = [
+    let statements: [(&'static str, Vec<PgTypeInfo>); 7] = [
         (
             CAMPAIGN,
             vec![
@@ -317,14 +337,47 @@ pub async fn prepare_and_warm_up(conn: &mut PgConnection) -> Result<(), sqlx::Er
                 bigint.clone(),
                 bigint.clone(),
                 bigint.clone(),
+                text.clone(),
             ],
         ),
-        (RENEW, vec![text.clone(), texts, bigints.clone(), bigints]),
+        (
+            RENEW,
+            vec![
+                text.clone(),
+                texts.clone(),
+                bigints.clone(),
+                bigints.clone(),
+            ],
+        ),
         (
             RENEW_ONE,
             vec![text.clone(), text.clone(), bigint.clone(), bigint.clone()],
         ),
-        (RELEASE, vec![text.clone(), text.clone(), bigint, text]),
+        (
+            line::RELEASE,
+            vec![
+                text.clone(),
+                texts.clone(),
+                bigints.clone(),
+                text.clone(),
+                text.clone(),
+            ],
+        ),
+        (
+            line::READ_GRANT,
+            vec![text.clone(), text.clone(), bigint.clone()],
+        ),
+        (
+            line::JOIN,
+            vec![
+                text.clone(),
+                texts.clone(),
+                bigints.clone(),
+                bigints.clone(),
+                bigint.clone(),
+            ],
+        ),
+        (line::PREEMPT, vec![text.clone(), texts, bigints, text]),
     ];
     for (sql, types) in statements {
         conn.prepare_with(sqlx::SqlStr::from_static(sql), &types)
@@ -340,17 +393,41 @@ pub async fn prepare_and_warm_up(conn: &mut PgConnection) -> Result<(), sqlx::Er
         .bind(1_i64)
         .bind(i64::from(crate::history::TERMS_KEPT))
         .bind(i64::from(crate::history::PRUNE_EVERY))
+        .bind(super::GRANT_CHANNEL)
         .execute(&mut *tx)
         .await?;
     tx.rollback().await?;
     // The empty name is no lease's (`LeaseName`), so these match no row and notify no one.
     let none: Vec<String> = Vec::new();
     let no_numbers: Vec<i64> = Vec::new();
-    sqlx::query(RELEASE)
+    sqlx::query(line::RELEASE)
+        .bind("")
+        .bind(&none)
+        .bind(&no_numbers)
+        .bind(super::RELEASE_CHANNEL)
+        .bind(super::GRANT_CHANNEL)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(line::READ_GRANT)
         .bind("")
         .bind("")
         .bind(1_i64)
-        .bind(super::RELEASE_CHANNEL)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(line::JOIN)
+        .bind("")
+        .bind(&none)
+        .bind(&no_numbers)
+        .bind(&no_numbers)
+        .bind(1_i64)
+        .execute(&mut *conn)
+        .await?;
+    let no_waits: Vec<Option<i64>> = Vec::new();
+    sqlx::query(line::PREEMPT)
+        .bind("")
+        .bind(&none)
+        .bind(&no_waits)
+        .bind(super::HANDOFF_CHANNEL)
         .execute(&mut *conn)
         .await?;
     sqlx::query(RENEW_ONE)

@@ -74,6 +74,15 @@ pub enum Wakeup {
         /// The epoch whose holder is asked.
         epoch: Epoch,
     },
+    /// `granted EPOCH NAME HOLDER`: the lease was given to that waiter at that epoch.
+    Granted {
+        /// The lease.
+        lease: String,
+        /// The waiter's holder id.
+        holder: String,
+        /// The epoch given.
+        epoch: Epoch,
+    },
     /// `all`: many leases at once; look at every one.
     All,
 }
@@ -84,6 +93,11 @@ impl Wakeup {
         match self {
             Wakeup::Released(lease) => format!("released {lease}\n"),
             Wakeup::Handoff { lease, epoch } => format!("handoff {epoch} {lease}\n"),
+            Wakeup::Granted {
+                lease,
+                holder,
+                epoch,
+            } => format!("granted {epoch} {lease} {holder}\n"),
             Wakeup::All => "all\n".to_string(),
         }
     }
@@ -99,6 +113,16 @@ impl Wakeup {
                 let lease = words.next().filter(|n| !n.is_empty())?.to_string();
                 Wakeup::Handoff { lease, epoch }
             }
+            "granted" => {
+                let epoch = Epoch::new(words.next()?.parse().ok()?);
+                let lease = words.next().filter(|n| !n.is_empty())?.to_string();
+                let holder = words.next().filter(|n| !n.is_empty())?.to_string();
+                Wakeup::Granted {
+                    lease,
+                    holder,
+                    epoch,
+                }
+            }
             "all" => Wakeup::All,
             _ => return None,
         };
@@ -110,6 +134,15 @@ impl Wakeup {
         match self {
             Wakeup::Released(lease) => ReleaseNotice::Released(lease),
             Wakeup::Handoff { lease, epoch } => ReleaseNotice::HandoffRequested { lease, epoch },
+            Wakeup::Granted {
+                lease,
+                holder,
+                epoch,
+            } => ReleaseNotice::Granted {
+                lease,
+                holder,
+                epoch,
+            },
             Wakeup::All => ReleaseNotice::Resubscribed,
         }
     }
@@ -522,6 +555,11 @@ mod tests {
             Wakeup::Handoff {
                 lease: "leader".into(),
                 epoch: Epoch::new(42),
+            },
+            Wakeup::Granted {
+                lease: "leader".into(),
+                holder: "r2-0a1b2c3d".into(),
+                epoch: Epoch::new(43),
             },
             Wakeup::All,
         ] {
