@@ -330,7 +330,19 @@ impl App {
             root.clone(),
             seams,
         );
-        let mut driver = driver.with_metrics(metrics.lease.clone());
+        let places = config
+            .leases
+            .iter()
+            .map(|l| l.to_string())
+            .chain(config.groups.iter().flat_map(GroupSpec::leases))
+            .map(|name| {
+                let place = config.place_of(&name);
+                (name, place)
+            })
+            .collect();
+        let mut driver = driver
+            .with_metrics(metrics.lease.clone())
+            .with_places(places);
         let tasks = TaskTracker::new();
         let mut groups = None;
         if !config.groups.is_empty() {

@@ -109,6 +109,14 @@ const PINNED: &[(&str, &str)] = &[
         "postgres/20261207000002_protocol_function_grants.sql",
         "dce89807915178db4ebf34d94a7dcfa7eca8cebf8ed48e03526168b9ed7b9a2b28b57b147122920046236ad64d965806",
     ),
+    (
+        "postgres/20261208000001_line.sql",
+        "30985d56267101b790e19cde295ee5ab3ab931c87135e7a0614846145297920454d67f564c01d6fa923def498a3798fa",
+    ),
+    (
+        "sqlite/20261208000001_line.sql",
+        "941d42fa6b6369b7df2e8ec7e2bc5c8c722ea3ba458966a0d6b01a4c639f3823b2181b81ad4a05e2691a1d446abc0419",
+    ),
 ];
 
 #[test]

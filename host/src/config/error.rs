@@ -47,6 +47,15 @@ pub enum ConfigError {
     /// A lease is listed twice.
     #[error("invalid lease name {0:?}: listed twice")]
     DuplicateLease(String),
+    /// A place in a lease's line that cannot work: a `[lease.NAME]` table for a lease this
+    /// replica does not campaign for, or a `preempt_after` shorter than the ttl.
+    #[error("invalid {what}: {reason}")]
+    Line {
+        /// The setting, as written (e.g. `[lease.orders]`, `preempt_after of lease orders`).
+        what: String,
+        /// Why it cannot work.
+        reason: String,
+    },
     /// The lease list is empty and there is no group: the replica would have nothing to do.
     #[error("leases is empty and there are no groups: list at least one lease to campaign for")]
     NoLeases,

@@ -68,6 +68,18 @@ impl TimingLayer {
     }
 }
 
+/// A `[lease.NAME]` table of a [`Layer`]: this replica's place in the line of lease NAME, over
+/// the layer's `priority` and `preempt_after`. File only.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LineLayer {
+    /// Its priority in the lease's line.
+    pub priority: Option<i64>,
+    /// After how long in line it takes the lease over from a holder of lower priority.
+    #[serde(default, with = "humantime_serde")]
+    pub preempt_after: Option<Duration>,
+}
+
 /// The `[runtime]` table of a [`Layer`]: the WebAssembly engine. File only.
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -139,6 +151,33 @@ pub struct Layer {
         display_order = 4
     )]
     pub groups: Option<Vec<GroupArg>>,
+    /// This replica's priority in the line of each of its leases: when a lease changes hands,
+    /// the live standby of highest priority gets it, then the one that waited longest
+    /// [default: 0]. Per lease in the file: [lease.NAME] priority = N.
+    #[allow(rustdoc::broken_intra_doc_links)]
+    #[arg(
+        long,
+        env = "LEASEHOLD_PRIORITY",
+        allow_negative_numbers = true,
+        display_order = 4
+    )]
+    pub priority: Option<i64>,
+    /// Take a lease over from a holder of lower priority once this replica has waited this long
+    /// in its line, by a graceful handoff, at most once per this long; at least the ttl
+    /// [default: off]. Per lease in the file: [lease.NAME] preempt_after = "30s".
+    #[allow(rustdoc::broken_intra_doc_links)]
+    #[serde(default, with = "humantime_serde")]
+    #[arg(
+        long,
+        env = "LEASEHOLD_PREEMPT_AFTER",
+        value_parser = humantime::parse_duration,
+        display_order = 4
+    )]
+    pub preempt_after: Option<Duration>,
+    /// `[lease.NAME]` tables: this replica's place in one lease's line. File only.
+    #[serde(default)]
+    #[arg(skip)]
+    pub lease: std::collections::BTreeMap<String, LineLayer>,
     /// How long the ordered release on SIGTERM may take [default: 20s].
     #[serde(default, with = "humantime_serde")]
     #[arg(

@@ -5,16 +5,19 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use super::error::ConfigError;
-use super::layer::{Layer, check_groups};
+use super::layer::{Layer, LineLayer, check_groups};
 use super::{process, service};
 use crate::capability::variables::UrlVariables;
 use crate::http::admin::AdminToken;
 use crate::http::guard::AllowedHosts;
 use crate::lease::groups::GroupSpec;
 use crate::lease::identity::{check_replica_id, default_replica_id};
+use crate::lease::store::Place;
 use crate::lease::{DatabaseUrl, LeaseName, Timing};
 
 /// The effective configuration of `leasehold run`. It serialises in the shape of the config
@@ -52,6 +55,13 @@ pub struct Config {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub groups: Vec<GroupSpec>,
+    /// This replica's place in the line of every lease without one of its own (group shards
+    /// among them): its `priority` and `preempt_after`.
+    #[serde(flatten)]
+    pub place: Place,
+    /// Its place in the line of each lease that has a `[lease.NAME]` table.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", rename = "lease")]
+    pub places: BTreeMap<String, Place>,
     /// How long an ordered shutdown may take.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -149,7 +159,63 @@ pub(crate) const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 /// Long enough for a database across a network, short enough that a wrong URL fails fast.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// This replica's place in the line of its leases: the default (the flags' `priority` and
+/// `preempt_after` over the file's, else priority 0 and no preemption) and one per `[lease.NAME]`
+/// table of the file, over which the flags still win. Refused: a table for a lease not in
+/// `leases`, and a `preempt_after` shorter than the ttl (each move is a handoff; at most one per
+/// ttl keeps two replicas from trading a lease back and forth).
+fn places(
+    flags: (Option<i64>, Option<Duration>),
+    file: (Option<i64>, Option<Duration>, &BTreeMap<String, LineLayer>),
+    leases: &[LeaseName],
+    ttl: Duration,
+) -> Result<(Place, BTreeMap<String, Place>), ConfigError> {
+    let ((flag_priority, flag_preempt), (file_priority, file_preempt, tables)) = (flags, file);
+    let check = |what: String, place: Place| match place.preempt_after {
+        Some(after) if after < ttl => Err(ConfigError::Line {
+            what,
+            reason: format!(
+                "preempt_after = {} is shorter than the ttl ({}): each move is a handoff, and one per ttl at most keeps two replicas from trading the lease",
+                humantime::format_duration(after),
+                humantime::format_duration(ttl)
+            ),
+        }),
+        _ => Ok(place),
+    };
+    let default = check(
+        "priority and preempt_after".to_string(),
+        Place {
+            priority: flag_priority.or(file_priority).unwrap_or(0),
+            preempt_after: flag_preempt.or(file_preempt),
+        },
+    )?;
+    let mut places = BTreeMap::new();
+    for (name, table) in tables {
+        if !leases.iter().any(|l| l.as_str() == name) {
+            return Err(ConfigError::Line {
+                what: format!("[lease.{name}] in the config file"),
+                reason: format!(
+                    "this replica does not campaign for a lease {name:?}: add it to leases, or remove the table"
+                ),
+            });
+        }
+        let place = Place {
+            priority: flag_priority.or(table.priority).unwrap_or(default.priority),
+            preempt_after: flag_preempt
+                .or(table.preempt_after)
+                .or(default.preempt_after),
+        };
+        places.insert(name.clone(), check(format!("[lease.{name}]"), place)?);
+    }
+    Ok((default, places))
+}
+
 impl Config {
+    /// This replica's place in the line of `lease`.
+    pub fn place_of(&self, lease: &str) -> Place {
+        self.places.get(lease).copied().unwrap_or(self.place)
+    }
+
     /// Merges defaults, the config file and the flags (each key the flags set wins), and
     /// validates the result.
     pub fn resolve(file: Layer, flags: Layer) -> Result<Config, ConfigError> {
@@ -198,6 +264,13 @@ impl Config {
             .collect::<Result<Vec<_>, ConfigError>>()?;
         let groups = check_groups(groups, &leases)?;
         let (f, t) = (flags.timing, file.timing);
+        let ttl_set = f.ttl.or(t.ttl).unwrap_or(Timing::DEFAULT_TTL);
+        let (place, places) = places(
+            (flags.priority, flags.preempt_after),
+            (file.priority, file.preempt_after, &file.lease),
+            &leases,
+            ttl_set,
+        )?;
         let ttl = f.ttl.or(t.ttl).unwrap_or(Timing::DEFAULT_TTL);
         let derived = Timing::from_ttl(ttl);
         let timing = Timing {
@@ -288,6 +361,8 @@ impl Config {
             admin_token,
             leases,
             groups,
+            place,
+            places,
             timing,
             shutdown_grace: flags
                 .shutdown_grace
@@ -329,6 +404,67 @@ mod tests {
         assert_eq!(c.leases, vec!["leader"]);
         assert_eq!(c.http.to_string(), DEFAULT_HTTP);
         assert_eq!(c.timing, Timing::default());
+    }
+
+    #[test]
+    fn a_replica_stands_at_priority_zero_without_preemption_unless_told() {
+        let c = Config::resolve(Layer::default(), Layer::default()).unwrap();
+        assert_eq!(c.place_of("leader"), Place::default());
+        let file: Layer = toml::from_str(
+            "leases = ['a', 'b']\npriority = 2\npreempt_after = '30s'\n[timing]\nttl = '10s'\n[lease.b]\npriority = 7\n",
+        )
+        .unwrap();
+        let c = Config::resolve(file.clone(), Layer::default()).unwrap();
+        let thirty = Some(Duration::from_secs(30));
+        assert_eq!(
+            c.place_of("a"),
+            Place {
+                priority: 2,
+                preempt_after: thirty
+            }
+        );
+        assert_eq!(
+            c.place_of("b"),
+            Place {
+                priority: 7,
+                preempt_after: thirty
+            }
+        );
+        // The flags win over the file, its [lease.NAME] tables too.
+        let flags = Layer {
+            priority: Some(-1),
+            ..Default::default()
+        };
+        let c = Config::resolve(file, flags).unwrap();
+        assert_eq!(c.place_of("b").priority, -1);
+        assert!(c.to_toml().contains("priority = -1"), "{}", c.to_toml());
+    }
+
+    #[test]
+    fn a_place_that_cannot_work_is_refused_with_the_setting_named() {
+        let refused = |text: &str| {
+            let file: Layer = toml::from_str(text).unwrap();
+            Config::resolve(file, Layer::default())
+                .unwrap_err()
+                .to_string()
+        };
+        let e = refused("leases = ['a']\n[lease.b]\npriority = 1\n");
+        assert!(
+            e.contains("[lease.b]") && e.contains("does not campaign for"),
+            "{e}"
+        );
+        let e = refused("leases = ['a']\npreempt_after = '1s'\n[timing]\nttl = '2s'\n");
+        assert!(
+            e.contains("preempt_after = 1s is shorter than the ttl (2s)"),
+            "{e}"
+        );
+        let e = refused("leases = ['a']\n[timing]\nttl = '2s'\n[lease.a]\npreempt_after = '1s'\n");
+        assert!(e.starts_with("invalid [lease.a]"), "{e}");
+        // Unknown keys in a [lease.NAME] table are refused by name.
+        let e = toml::from_str::<Layer>("[lease.a]\npriorty = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("priorty"), "{e}");
     }
 
     #[test]

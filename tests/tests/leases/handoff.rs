@@ -267,7 +267,7 @@ async fn a_handoff_stops_the_holder_s_plugins_before_the_standby_starts_its_own(
     // The holder heard of it at once, not at its next renewal (a third of the ttl away).
     assert!(took < WOKEN * 2, "the handoff took {took:?}:\n{out}");
     assert_eq!(led_epoch(&b).await, next);
-    a.wait_for_log("handoff requested by an operator", Duration::from_secs(5))
+    a.wait_for_log("handoff requested (by an operator", Duration::from_secs(5))
         .await
         .unwrap();
     b.wait_for_log(
@@ -418,7 +418,7 @@ async fn a_handoff_over_the_admin_api_stops_the_holder_s_plugins_before_the_stan
     );
     assert!(took < WOKEN * 2, "the handoff took {took:?}: {answer:?}");
     assert_eq!(led_epoch(&b).await, next);
-    a.wait_for_log("handoff requested by an operator", Duration::from_secs(5))
+    a.wait_for_log("handoff requested (by an operator", Duration::from_secs(5))
         .await
         .unwrap();
     b.wait_for_log(

@@ -13,6 +13,7 @@
 //! - `handoff`: releases that wake standbys at once, and `leases handoff` from the CLI and the
 //!   admin API.
 //! - `lease_attacks`: psql row locks, abandoned statements and a stepped database clock.
+//! - `line`: the line of standbys between real processes: priorities, join order, preemption.
 //! - `names`: plugin files, replica ids, lease names and config keys built as attacks.
 //! - `pgbouncer`: PgBouncer in front of the lease database, session pooling and transaction
 //!   pooling.
@@ -37,6 +38,7 @@ mod failover;
 mod groups;
 mod handoff;
 mod lease_attacks;
+mod line;
 mod names;
 mod pgbouncer;
 mod proxy;

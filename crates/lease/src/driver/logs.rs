@@ -76,7 +76,7 @@ pub(super) fn announcement(holder: &HolderId, announcement: Announcement) {
             warn!(target: LOG_TARGET, holder = %holder, remaining = ?remaining, "the lease database changed incarnation (a promoted standby, or a restored backup): no lease is taken over until every holder that trusted a renewal it lost has stopped")
         }
         Announcement::HandoffRequested { lease, epoch } => {
-            info!(target: LOG_TARGET, lease = %lease, epoch = epoch.get(), holder = %holder, "handoff requested by an operator: stopping the lease's plugins and releasing it")
+            info!(target: LOG_TARGET, lease = %lease, epoch = epoch.get(), holder = %holder, "handoff requested (by an operator, or a waiter of higher priority): stopping the lease's plugins and releasing it")
         }
         Announcement::CampaignBlocked {
             lease,

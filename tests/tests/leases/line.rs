@@ -1,0 +1,182 @@
+//! The line of standbys between real `leasehold` processes, on SQLite and PostgreSQL: each time
+//! the holder stops, the live replica of highest priority leads next (equal priorities in the
+//! order they joined); and a replica of higher priority with `--preempt-after` takes the lease
+//! over by a graceful handoff once it has waited that long, never twice within that long.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use leasehold_tests::host::{Host, HostBuilder, wait_for_single_leader};
+use leasehold_tests::log::Logged;
+
+const TTL: Duration = Duration::from_secs(2);
+
+/// Two tests of one specification `$spec(url)`: on a SQLite file, and on a fresh database of
+/// the harness's PostgreSQL.
+macro_rules! on_both_stores {
+    ($sqlite:ident, $postgres:ident, $spec:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $sqlite() {
+            let dir = tempfile::tempdir().unwrap();
+            let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+            $spec(&url).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $postgres() {
+            let url = leasehold_tests::pg::server()
+                .fresh_database()
+                .await
+                .unwrap();
+            $spec(&url).await;
+        }
+    };
+}
+
+/// A replica `name` at `priority`, started and in line: it has campaigned once (a standby joins
+/// the line with its first campaign, as it starts).
+async fn start(url: &str, name: &str, priority: i64, more: &[&str]) -> Host {
+    let priority = priority.to_string();
+    let mut args = vec!["--priority", priority.as_str()];
+    args.extend_from_slice(more);
+    let host = HostBuilder::new(name)
+        .database_url(url)
+        .ttl(TTL)
+        .args(&args)
+        .spawn()
+        .await
+        .unwrap();
+    host.wait_for_log("http listening", Duration::from_secs(20))
+        .await
+        .unwrap();
+    // Its first campaign goes out as it starts; a moment for it to land.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    host
+}
+
+async fn stops_go_to_the_highest_priority(url: &str) {
+    let priorities = [1, 2, 3];
+    let mut hosts = Vec::new();
+    for (i, p) in priorities.iter().enumerate() {
+        hosts.push(start(url, &format!("p{i}"), *p, &[]).await);
+    }
+    for trial in 0..10 {
+        let leader = wait_for_single_leader(&hosts, "leader", TTL * 5)
+            .await
+            .unwrap();
+        let expected = (0..hosts.len())
+            .filter(|i| *i != leader)
+            .max_by_key(|i| priorities[*i])
+            .unwrap();
+        hosts[leader].signal("TERM").unwrap();
+        hosts[leader]
+            .wait_exit(Duration::from_secs(30))
+            .await
+            .unwrap();
+        let live: Vec<&Host> = (0..hosts.len())
+            .filter(|i| *i != leader)
+            .map(|i| &hosts[i])
+            .collect();
+        let next = wait_for_single_leader(&live, "leader", TTL * 5)
+            .await
+            .unwrap();
+        let next = (0..hosts.len()).filter(|i| *i != leader).nth(next).unwrap();
+        assert_eq!(
+            next, expected,
+            "trial {trial}: p{leader} stopped; p{expected} (priority {}) should lead, p{next} (priority {}) does",
+            priorities[expected], priorities[next]
+        );
+        // The stopped replica comes back, at the end of the line.
+        hosts[leader] = start(url, &format!("p{leader}"), priorities[leader], &[]).await;
+    }
+}
+
+on_both_stores!(
+    on_sqlite_each_time_the_holder_stops_the_live_replica_of_highest_priority_leads_next,
+    on_postgres_each_time_the_holder_stops_the_live_replica_of_highest_priority_leads_next,
+    stops_go_to_the_highest_priority
+);
+
+async fn equal_priorities_go_in_order(url: &str) {
+    let mut hosts = Vec::new();
+    for name in ["a", "b", "c"] {
+        hosts.push(start(url, name, 0, &[]).await);
+    }
+    // a joined first and leads; then b, c, and a again (back at the end of the line).
+    let names = ["a", "b", "c"];
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        let leader = wait_for_single_leader(&hosts, "leader", TTL * 5)
+            .await
+            .unwrap();
+        order.push(names[leader]);
+        hosts[leader].signal("TERM").unwrap();
+        hosts[leader]
+            .wait_exit(Duration::from_secs(30))
+            .await
+            .unwrap();
+        hosts[leader] = start(url, names[leader], 0, &[]).await;
+    }
+    assert_eq!(order, ["a", "b", "c", "a"]);
+}
+
+on_both_stores!(
+    on_sqlite_equal_priorities_lead_in_the_order_they_joined,
+    on_postgres_equal_priorities_lead_in_the_order_they_joined,
+    equal_priorities_go_in_order
+);
+
+async fn a_preferred_replica_takes_over(url: &str) {
+    let after = Duration::from_secs(3);
+    let after_text = "3s";
+    let low = start(url, "low", 0, &[]).await;
+    wait_for_single_leader(&[&low], "leader", TTL * 5)
+        .await
+        .unwrap();
+    // A replica of higher priority joins: it waits preempt_after in line, then the holder
+    // hands the lease over, gracefully.
+    let high = start(url, "high", 5, &["--preempt-after", after_text]).await;
+    // Its first campaign, which joined it to the line, went out as `start` began to wait.
+    let joined = Instant::now() - Duration::from_millis(300);
+    leader_after(&[&low, &high], 1, after * 3).await;
+    let waited = joined.elapsed();
+    let moved = Instant::now();
+    assert!(
+        waited >= after - Duration::from_millis(500) && waited <= after + Duration::from_secs(1),
+        "took over {waited:?} after joining, preempt_after {after:?}"
+    );
+    low.wait_for_log("a waiter of higher priority", Duration::from_secs(5))
+        .await
+        .unwrap();
+    // A third, higher still, joins at once: the lease moved for a preemption just now, so it
+    // waits preempt_after since that move, not since it joined.
+    let top = start(url, "top", 9, &["--preempt-after", after_text]).await;
+    let hosts = [&low, &high, &top];
+    leader_after(&hosts, 2, after * 3).await;
+    let between = moved.elapsed();
+    assert!(
+        between >= after - Duration::from_millis(200),
+        "two moves {between:?} apart, preempt_after {after:?}"
+    );
+}
+
+/// Waits until `hosts[want]` is the single leader; returns how long that took.
+async fn leader_after(hosts: &[&Host], want: usize, timeout: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        if let Ok(i) = wait_for_single_leader(hosts, "leader", timeout).await
+            && i == want
+        {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < timeout, "host {want} never led");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+on_both_stores!(
+    on_sqlite_a_replica_of_higher_priority_takes_the_lease_over_after_preempt_after_and_not_twice_within_it,
+    on_postgres_a_replica_of_higher_priority_takes_the_lease_over_after_preempt_after_and_not_twice_within_it,
+    a_preferred_replica_takes_over
+);
