@@ -148,13 +148,16 @@ struct Trials {
     released_logged_after: Vec<Duration>,
     /// The release statement's execution on the server.
     db_release: Vec<Duration>,
-    /// The first campaign's execution on the server after the release.
+    /// The successor's first statement after the release (the read of its grant, or a
+    /// campaign), executing on the server.
     db_campaign: Vec<Duration>,
-    /// The release as the database logged it -> the first campaign after it begins (its bind):
-    /// the notice's delivery and the standby's answer to it.
+    /// The release as the database logged it -> the successor's first statement begins (its
+    /// bind): the notice's delivery and the standby's answer to it.
     db_woken: Vec<Duration>,
-    /// The first campaign's bind on the server: planning it, for a statement planned each time.
+    /// That statement's bind on the server: planning it, for a statement planned each time.
     db_campaign_bind: Vec<Duration>,
+    /// Which statement that was, by trial: a read of a grant or a campaign.
+    successor_reads: usize,
     /// SIGKILL -> the next holder's plugin running.
     crash: Vec<Duration>,
 }
@@ -247,10 +250,13 @@ fn database_side(
     let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
     let executed = |l: &&statement_log::Logged| l.phase == "execute" || l.phase == "statement";
     // The release's line is written as it finishes executing, stamped to the millisecond below.
+    // (`WITH released AS` is the release of the releases before the line.)
+    let is_release =
+        |l: &statement_log::Logged| l.runs("WITH here AS") || l.runs("WITH released AS");
     let Some(release) = logged
         .iter()
         .filter(executed)
-        .find(|l| l.at >= sent - 0.001 && l.runs("WITH released AS"))
+        .find(|l| l.at >= sent - 0.001 && is_release(l))
     else {
         return;
     };
@@ -261,19 +267,24 @@ fn database_side(
     out.db_release
         .push(Duration::from_secs_f64(release.took_ms / 1000.0));
     let ms = |took: f64| Duration::from_secs_f64(took / 1000.0);
+    // The successor's first statement: the read of its grant, or (before the line, or when
+    // nobody waited in it) a campaign.
+    let reads = |l: &statement_log::Logged| l.runs("SELECT (SELECT floor(");
+    let successor = |l: &statement_log::Logged| reads(l) || l.runs("WITH cur AS");
     if let Some(bind) = logged
         .iter()
-        .find(|l| l.phase == "bind" && l.at >= release.at && l.runs("WITH cur AS"))
+        .find(|l| l.phase == "bind" && l.at >= release.at && successor(l))
     {
         out.db_woken
             .push(secs(bind.at - bind.took_ms / 1000.0 - release.at));
         out.db_campaign_bind.push(ms(bind.took_ms));
-        if let Some(campaign) = logged
+        out.successor_reads += usize::from(reads(bind));
+        if let Some(first) = logged
             .iter()
             .filter(executed)
-            .find(|l| l.pid == bind.pid && l.at >= bind.at && l.runs("WITH cur AS"))
+            .find(|l| l.pid == bind.pid && l.at >= bind.at && successor(l))
         {
-            out.db_campaign.push(ms(campaign.took_ms));
+            out.db_campaign.push(ms(first.took_ms));
         }
     }
 }
@@ -314,20 +325,27 @@ fn print_trials(trials: &mut Trials) {
             &mut trials.db_release,
         ),
         summary(
-            "database: release logged -> the first campaign after it begins (notice, wake-up)",
+            "database: release logged -> the successor's first statement begins (notice, wake-up)",
             &mut trials.db_woken,
         ),
         summary(
-            "database: that campaign planned (bind) on the server",
+            "database: that statement planned (bind) on the server",
             &mut trials.db_campaign_bind,
         ),
         summary(
-            "database: that campaign executing on the server",
+            "database: that statement executing on the server",
             &mut trials.db_campaign,
         ),
     ];
     for line in lines {
         println!("{line}");
+    }
+    if !trials.db_woken.is_empty() {
+        println!(
+            "database: the successor's first statement was the read of its grant in {} of {} trials (else a campaign)",
+            trials.successor_reads,
+            trials.db_woken.len()
+        );
     }
 }
 
@@ -379,6 +397,21 @@ async fn main() -> anyhow::Result<()> {
     .await?;
     print_trials(&mut postgres);
 
+    // The same graceful trials with idle `LISTEN` sessions of another application on the same
+    // database: before PostgreSQL 19 a NOTIFY wakes every listening session of the database,
+    // which is what a shared database costs a handoff (README, Operations).
+    let others = env_count("BENCH_OTHER_LISTENERS", 100);
+    let mut crowded = Trials::default();
+    if others > 0 && graceful_trials > 0 {
+        let listeners = idle_listeners(&url, others).await?;
+        println!(
+            "handoff benchmark: the same {graceful_trials} graceful trials beside {others} idle LISTEN sessions of another application on the database"
+        );
+        crowded = run_trials("l", &args, ttl, graceful_trials, 0, statements.as_deref()).await?;
+        print_trials(&mut crowded);
+        drop(listeners);
+    }
+
     // The same graceful trials on one SQLite file (the default store, `make run`): the release
     // wakes the standbys through the event file beside it.
     let sqlite_dir = tempfile::tempdir()?;
@@ -412,7 +445,38 @@ async fn main() -> anyhow::Result<()> {
     };
     print_table(&leasehold, etcd.as_ref());
     print_stores(&postgres.takeover_part, &sqlite.takeover_part);
+    println!(
+        "{:<58} | {} | {}",
+        "released -> acquired, database's statement log -> new holder's",
+        median_p99_max(&postgres.db_takeover),
+        "not logged"
+    );
+    println!(
+        "{:<58} | {}",
+        format!("the same beside {others} idle LISTEN sessions"),
+        median_p99_max(&crowded.db_takeover)
+    );
+    println!(
+        "{:<58} | {}",
+        format!("SIGTERM -> plugin running, beside {others} LISTEN sessions"),
+        median_p99_max(&crowded.graceful)
+    );
     Ok(())
+}
+
+/// `count` sessions on the database at `url` that `LISTEN` on a channel of their own and then
+/// sit idle, as another application's would; kept open until dropped.
+async fn idle_listeners(
+    url: &str,
+    count: usize,
+) -> anyhow::Result<Vec<sqlx::postgres::PgListener>> {
+    let mut listeners = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut listener = sqlx::postgres::PgListener::connect(url).await?;
+        listener.listen("another_application").await?;
+        listeners.push(listener);
+    }
+    Ok(listeners)
 }
 
 /// The handoff's own part on each store, side by side: the old holder's release to the new

@@ -90,17 +90,18 @@ pub const PREEMPT: &str = "WITH p AS (
 /// campaigns recorded it, or its hold-off still runs (docs/ARCHITECTURE.md §9.2): as with nobody
 /// in line, the lease is then expired now for any campaign, announced on $4 (`NAME`), and a
 /// handoff request that named a replica reserves it for that replica for one ttl. Rows: each
-/// lease released, with the waiter it went to, if any.
+/// lease released, with the waiter it went to, if any. (`here` is the server's incarnation; the
+/// name also tells this statement apart in the server's statement log.)
 pub const RELEASE: &str = concat!(
-    "WITH cur AS (
+    "WITH here AS (
     SELECT s.system_identifier,
            ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
                AS timeline
       FROM pg_control_system() AS s),
  inc AS (
     SELECT i.epoch_floor, i.seen_at,
-           (i.system_identifier, i.timeline) = (cur.system_identifier, cur.timeline) AS current
-      FROM leasehold_incarnation AS i, cur),
+           (i.system_identifier, i.timeline) = (here.system_identifier, here.timeline) AS current
+      FROM leasehold_incarnation AS i, here),
  c AS (
     SELECT l.name, l.epoch, l.ttl_ms,
            CASE WHEN l.handoff_epoch = l.epoch THEN l.handoff_to END AS handoff_to
