@@ -446,10 +446,9 @@ async fn main() -> anyhow::Result<()> {
     print_table(&leasehold, etcd.as_ref());
     print_stores(&postgres.takeover_part, &sqlite.takeover_part);
     println!(
-        "{:<58} | {} | {}",
+        "{:<58} | {} | not logged",
         "released -> acquired, database's statement log -> new holder's",
         median_p99_max(&postgres.db_takeover),
-        "not logged"
     );
     println!(
         "{:<58} | {}",
