@@ -15,8 +15,12 @@
 //! rolled back to the previous one.
 
 /// The protocol this binary speaks. 1: epochs only go up, expiry by the database's clock, the
-/// failover hold-off and epoch floor, handoff reservations.
-pub const PROTOCOL: i64 = 1;
+/// failover hold-off and epoch floor, handoff reservations. 2: the line of standbys
+/// ([`crate::queue`]): a release or a campaign that finds a lease free gives it to the head of
+/// its line. No schema requires 2: a binary of protocol 1 ignores the line, and what it does
+/// beside one (win a free lease ahead of the waiters, release without giving the lease away)
+/// breaks no rule of protocol 1, which a grant keeps as a won campaign does.
+pub const PROTOCOL: i64 = 2;
 
 /// This binary's release, as `leasehold --version` names it.
 pub const RELEASE: &str = env!("CARGO_PKG_VERSION");

@@ -236,6 +236,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_place_in_line_is_kept_every_ttl_fifth_and_lasts_half_a_ttl() {
+        // The README's figures at the default ttl: every 3 s, lapsed (and a grant free again)
+        // after 7.5 s.
+        let t = Timing::default();
+        assert_eq!(t.in_line_every(), Duration::from_secs(3));
+        assert_eq!(t.in_line_for(), Duration::from_millis(7_500));
+        // Never slower than the poll.
+        let polled = Timing {
+            poll_interval: Duration::from_secs(1),
+            ..t
+        };
+        assert_eq!(polled.in_line_every(), Duration::from_secs(1));
+    }
+
+    #[test]
     fn defaults_are_valid_across_ttls() {
         // Every whole millisecond from the shortest ttl to a minute, then some long ones.
         for ms in (100..=60_000).chain([3_600_000, 86_400_000, 7 * 86_400_000, 24 * 86_400_000]) {

@@ -281,8 +281,9 @@ async fn a_newer_protocol_is_refused(url: &str) {
     assert!(stderr.contains(REFUSED), "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "this is leasehold {}, which speaks protocol 1: upgrade this replica",
-            env!("CARGO_PKG_VERSION")
+            "this is leasehold {}, which speaks protocol {}: upgrade this replica",
+            env!("CARGO_PKG_VERSION"),
+            leasehold::lease::protocol::PROTOCOL
         )),
         "{stderr}"
     );
