@@ -143,6 +143,22 @@ pub struct RenewedOne {
     pub handoff: bool,
 }
 
+/// One live waiter in the line of a lease, as `LeaseStore::line` lists them (in the line's order:
+/// the next holder first), for `/status`, the lease API, the page and `leasehold leases list`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WaiterRecord {
+    /// The lease.
+    pub lease: String,
+    /// The waiter's holder id.
+    pub holder: String,
+    /// Its priority.
+    pub priority: i64,
+    /// How long it has stood in line, in ms by the database's clock.
+    pub waited_ms: i64,
+    /// How long until its place lapses unless it campaigns again, in ms.
+    pub alive_for_ms: i64,
+}
+
 /// A live member row of any lease group, as `LeaseStore::members` lists them: the cluster's
 /// view of its groups from the database, for `leasehold leases groups`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -791,6 +791,40 @@ impl LeaseStore for MemoryStore {
         Ok(())
     }
 
+    async fn line(&self, names: &[String]) -> Result<Vec<super::store::WaiterRecord>, StoreError> {
+        self.gate("line").await?;
+        let (state, now) = self.state();
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let mut out = Vec::new();
+        let mut names: Vec<&String> = names.iter().collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let Some(waiters) = state.tables.lines.get(name) else {
+                continue;
+            };
+            let holder = state
+                .tables
+                .rows
+                .get(name)
+                .filter(|r| r.expires_at > now)
+                .map(|r| r.holder.as_str());
+            let mut live: Vec<&tables::WaiterRow> = waiters
+                .values()
+                .filter(|w| w.waiter.alive_until > now && Some(w.waiter.holder.as_str()) != holder)
+                .collect();
+            live.sort_by(|a, b| leasehold_lease_core::queue::ahead(&a.waiter, &b.waiter));
+            out.extend(live.into_iter().map(|w| super::store::WaiterRecord {
+                lease: name.clone(),
+                holder: w.waiter.holder.clone(),
+                priority: w.waiter.priority,
+                waited_ms: ms(now.saturating_duration_since(w.waiter.joined)),
+                alive_for_ms: ms(w.waiter.alive_until.saturating_duration_since(now)),
+            }));
+        }
+        Ok(out)
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.gate("ping").await
     }

@@ -1048,6 +1048,40 @@ impl LeaseStore for PostgresStore {
         Ok(())
     }
 
+    async fn line(&self, names: &[String]) -> Result<Vec<super::store::WaiterRecord>, StoreError> {
+        let rows: Vec<(String, String, i64, i64, i64)> = self
+            .gate
+            .call(
+                "line",
+                sqlx::query_as(
+                    "SELECT w.name, w.holder, w.priority,
+                            (extract(epoch FROM clock_timestamp() - w.joined_at) * 1000)::bigint,
+                            ceil(extract(epoch FROM w.alive_until - clock_timestamp()) * 1000)::bigint
+                       FROM leasehold_waiters AS w
+                       LEFT JOIN leasehold_leases AS k
+                         ON k.name = w.name AND k.expires_at > clock_timestamp()
+                      WHERE w.name = ANY($1) AND w.alive_until > clock_timestamp()
+                        AND w.holder IS DISTINCT FROM k.holder
+                      ORDER BY w.name, w.priority DESC, w.joined_at, w.holder",
+                )
+                .bind(names)
+                .fetch_all(&self.observers),
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(lease, holder, priority, waited_ms, alive_for_ms)| super::store::WaiterRecord {
+                    lease,
+                    holder,
+                    priority,
+                    waited_ms,
+                    alive_for_ms,
+                },
+            )
+            .collect())
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.gate
             .call("ping", sqlx::query("SELECT 1").execute(&self.observers))

@@ -1053,6 +1053,37 @@ impl LeaseStore for SqliteStore {
         Ok(())
     }
 
+    async fn line(&self, names: &[String]) -> Result<Vec<super::store::WaiterRecord>, StoreError> {
+        let rows: Vec<(String, String, i64, i64, i64)> = sqlx::query_as(
+            "SELECT w.name, w.holder, w.priority, ?2 - w.joined_at_ms, w.alive_until_ms - ?2
+               FROM leasehold_waiters AS w
+               LEFT JOIN leasehold_leases AS k
+                 ON k.name = w.name AND k.boot = ?3 AND k.expires_at_ms > ?2
+              WHERE w.name IN (SELECT value FROM json_each(?1))
+                AND w.boot = ?3 AND w.alive_until_ms > ?2
+                AND (k.holder IS NULL OR w.holder <> k.holder)
+              ORDER BY w.name, w.priority DESC, w.joined_at_ms, w.holder",
+        )
+        .bind(serde_json::to_string(names).unwrap_or_default())
+        .bind(self.clock.now_ms())
+        .bind(self.clock.boot_id())
+        .fetch_all(&self.observers)
+        .await
+        .map_err(StoreError::query("line"))?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(lease, holder, priority, waited_ms, alive_for_ms)| super::store::WaiterRecord {
+                    lease,
+                    holder,
+                    priority,
+                    waited_ms,
+                    alive_for_ms,
+                },
+            )
+            .collect())
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1")
             .execute(&self.observers)

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::history::{RecordedTerm, TermEnd, TermRecord};
 pub use crate::record::{
     Campaigned, CampaignedMany, DbMillis, GrantSeen, GroupMember, GroupView, LeaseRecord,
-    MemberRecord, ReleaseNotice, RenewRequest, Renewed, RenewedOne, is_reserved_for,
+    MemberRecord, ReleaseNotice, RenewRequest, Renewed, RenewedOne, WaiterRecord, is_reserved_for,
 };
 pub use leasehold_lease_core::epoch::Epoch;
 pub use leasehold_lease_core::queue::Place;
@@ -488,6 +488,11 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
     /// Every live member row of every lease group, in group then member order, read on the
     /// display's connections.
     async fn members(&self) -> Result<Vec<MemberRecord>, StoreError>;
+
+    /// The live waiters in the lines of `names`, each line in its order (the next holder
+    /// first), leases in name order; a waiter that holds the lease is left out. Read on the
+    /// display's connections.
+    async fn line(&self, names: &[String]) -> Result<Vec<WaiterRecord>, StoreError>;
 
     /// A cheap round trip, for readiness.
     async fn ping(&self) -> Result<(), StoreError>;

@@ -14,6 +14,7 @@ use tracing::warn;
 
 use super::args::{ListArgs, RunArgs};
 use crate::config::{Config, Layer};
+use crate::http::status::Waiting;
 use crate::lease::handoff::{self, HandoffError, Outcome};
 use crate::lease::history::TermEnd;
 use crate::lease::{DatabaseUrl, LeaseName, LeaseRecord, LeaseStore, RawUrl, open_store};
@@ -598,7 +599,7 @@ pub(crate) async fn list(args: ListArgs) -> anyhow::Result<()> {
     } else {
         writeln!(
             out,
-            "{:<32} {:<40} {:>8} {:<9} {:>12}",
+            "{:<32} {:<40} {:>8} {:<9} {:>12}  NEXT",
             "NAME", "HOLDER", "EPOCH", "STATE", "EXPIRES_IN"
         )?;
     }
@@ -616,6 +617,15 @@ pub(crate) async fn list(args: ListArgs) -> anyhow::Result<()> {
             .into_iter()
             .map(|t| (t.lease, t.term.end))
             .collect();
+        // Each lease's line, the next holder first.
+        let mut lines: std::collections::HashMap<String, Vec<Waiting>> = Default::default();
+        for w in store.line(&names).await? {
+            lines.entry(w.lease).or_default().push(Waiting {
+                holder: w.holder,
+                priority: w.priority,
+                waited_ms: w.waited_ms,
+            });
+        }
         for (i, row) in rows.iter().enumerate() {
             if args.held && !row.is_held() {
                 continue;
@@ -625,8 +635,9 @@ pub(crate) async fn list(args: ListArgs) -> anyhow::Result<()> {
                 break;
             }
             let state = lease_state(row, ends.get(&row.name).copied().flatten());
+            let line = lines.remove(&row.name).unwrap_or_default();
             if args.json {
-                let listed = Listed { row, state };
+                let listed = Listed { row, state, line };
                 write!(
                     out,
                     "{}{}",
@@ -639,15 +650,30 @@ pub(crate) async fn list(args: ListArgs) -> anyhow::Result<()> {
                 } else {
                     "-".into()
                 };
+                // The next in line, and how many wait behind it.
+                let next = match line.as_slice() {
+                    [] => "-".to_string(),
+                    [w, rest @ ..] => format!(
+                        "{} (priority {}, waiting {}){}",
+                        escape_controls(&w.holder),
+                        w.priority,
+                        format_ms(w.waited_ms),
+                        match rest.len() {
+                            0 => String::new(),
+                            n => format!(" +{n}"),
+                        }
+                    ),
+                };
                 // Rows written by another version or by hand may hold any text.
                 writeln!(
                     out,
-                    "{:<32} {:<40} {:>8} {:<9} {:>12}",
+                    "{:<32} {:<40} {:>8} {:<9} {:>12}  {}",
                     escape_controls(&row.name),
                     escape_controls(&row.holder),
                     row.epoch,
                     state,
-                    expires
+                    expires,
+                    next
                 )?;
             }
             first = false;
@@ -682,6 +708,8 @@ struct Listed<'a> {
     row: &'a LeaseRecord,
     /// `held`, or how its last term ended: `released`, `forced` or `expired`.
     state: &'static str,
+    /// The standbys waiting in its line, the next holder first.
+    line: Vec<Waiting>,
 }
 
 /// A lease's state for `leases list`: `held`, or how its last term ended (`released` by its

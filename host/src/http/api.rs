@@ -60,6 +60,10 @@ pub struct LeaseView {
     /// knowledge only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_error: Option<String>,
+    /// The standbys waiting in the lease's line at the store's last reading, the next holder
+    /// first: each one's holder id, priority and how long it has waited.
+    #[serde(default)]
+    pub line: Vec<super::status::Waiting>,
 }
 
 /// An API error: a message naming what was wrong, and for an unknown lease the names there are.
@@ -238,6 +242,9 @@ fn view(
         ttl_ms,
         holder_read_ms_ago,
         store_error: snapshot.and_then(|s| s.store_error().map(str::to_string)),
+        line: read
+            .map(|(lease, _)| lease.line.clone())
+            .unwrap_or_default(),
     }
 }
 

@@ -105,6 +105,28 @@ impl LeaseStore for OnLoop {
             .await
     }
 
+    async fn campaign_in_line(
+        &self,
+        holder: &str,
+        bids: &[crate::lease::store::Bid],
+        ttl: Duration,
+    ) -> Result<CampaignedMany, StoreError> {
+        let (holder, bids) = (holder.to_string(), bids.to_vec());
+        self.run(|s| async move { s.campaign_in_line(&holder, &bids, ttl).await })
+            .await
+    }
+
+    async fn read_grant(
+        &self,
+        name: &str,
+        holder: &str,
+        epoch: crate::lease::Epoch,
+    ) -> Result<crate::lease::store::GrantSeen, StoreError> {
+        let (name, holder) = (name.to_string(), holder.to_string());
+        self.run(|s| async move { s.read_grant(&name, &holder, epoch).await })
+            .await
+    }
+
     async fn renew(&self, holder: &str, leases: &[RenewRequest]) -> Result<Renewed, StoreError> {
         let (holder, leases) = (holder.to_string(), leases.to_vec());
         self.run(|s| async move { s.renew(&holder, &leases).await })
@@ -191,6 +213,14 @@ impl LeaseStore for OnLoop {
         let (groups, member) = (groups.to_vec(), member.to_string());
         self.run(|s| async move { s.leave(&groups, &member).await })
             .await
+    }
+
+    async fn line(
+        &self,
+        names: &[String],
+    ) -> Result<Vec<crate::lease::store::WaiterRecord>, StoreError> {
+        let names = names.to_vec();
+        self.run(|s| async move { s.line(&names).await }).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

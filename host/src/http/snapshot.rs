@@ -380,20 +380,52 @@ mod tests {
     async fn a_crowd_of_requests_shares_one_read_of_the_store_per_max_age() {
         let store = Arc::new(MemoryStore::new());
         let (_driver, _leases, snapshots) = replica(&store);
-        // One read of the rows and one of the terms, for 500 requests at once.
+        // One read each of the rows, the terms and the lines, for 500 requests at once.
         let first = crowd(&snapshots, 500).await;
-        assert_eq!(store.calls(), 2);
+        assert_eq!(store.calls(), 3);
         assert!(first.iter().all(|s| Arc::ptr_eq(s, &first[0])));
         // Fresh: served as it is.
         tokio::time::advance(MAX_AGE / 2).await;
         crowd(&snapshots, 500).await;
-        assert_eq!(store.calls(), 2);
+        assert_eq!(store.calls(), 3);
         // Too old: one more read for the next crowd.
         tokio::time::advance(MAX_AGE).await;
         let second = crowd(&snapshots, 500).await;
-        assert_eq!(store.calls(), 4);
+        assert_eq!(store.calls(), 6);
         assert!(!Arc::ptr_eq(&second[0], &first[0]));
         assert!(second[0].age() < MAX_AGE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn status_shows_each_lease_s_line_the_next_holder_first_without_its_holder() {
+        use crate::lease::LeaseStore;
+        use crate::lease::store::{Bid, InLine, Place};
+        let store = Arc::new(MemoryStore::new());
+        let (_driver, _leases, snapshots) = replica(&store);
+        let ttl = Duration::from_secs(60);
+        store.campaign("leader", "h-00000001", ttl).await.unwrap();
+        for (holder, priority) in [("low-00000002", 1), ("high-00000003", 5)] {
+            let bid = Bid {
+                name: "leader".into(),
+                line: Some(InLine {
+                    place: Place {
+                        priority,
+                        preempt_after: None,
+                    },
+                    alive_for: ttl,
+                }),
+            };
+            store.campaign_in_line(holder, &[bid], ttl).await.unwrap();
+            tokio::time::advance(Duration::from_millis(10)).await;
+        }
+        let snapshot = snapshots.get().await.unwrap();
+        let line = &snapshot.status().leases[0].line;
+        let seen: Vec<(&str, i64)> = line
+            .iter()
+            .map(|w| (w.holder.as_str(), w.priority))
+            .collect();
+        assert_eq!(seen, [("high-00000003", 5), ("low-00000002", 1)]);
+        assert!(line[1].waited_ms >= 10, "{line:?}");
     }
 
     #[tokio::test(start_paused = true)]
@@ -514,6 +546,7 @@ mod tests {
                 ttl_ms: 3000,
                 terms: Vec::new(),
                 last_handoff: None,
+                line: Vec::new(),
             }],
             groups: Vec::new(),
             plugins: Vec::new(),

@@ -68,6 +68,21 @@ pub struct LeaseStatus {
     /// The newest change of holder among `terms`, and why the term before it ended.
     #[serde(default)]
     pub last_handoff: Option<Handoff>,
+    /// The live standbys waiting in the lease's line, the next holder first; empty when none
+    /// waits or the store could not be read.
+    #[serde(default)]
+    pub line: Vec<Waiting>,
+}
+
+/// One standby in a lease's line, as `/status` and the lease API show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Waiting {
+    /// Its holder id.
+    pub holder: String,
+    /// Its priority: higher goes first, then who waited longest.
+    pub priority: i64,
+    /// How long it has waited in line, in ms by the database's clock.
+    pub waited_ms: i64,
 }
 
 /// How many terms of each lease `/status` shows: a page's timeline, and the last few handoffs
@@ -97,27 +112,29 @@ pub(crate) async fn status_of(replica: &Leases) -> Status {
     let read = async {
         tokio::try_join!(
             store.get(&names),
-            store.terms(&names, terms_shown(names.len()))
+            store.terms(&names, terms_shown(names.len())),
+            store.line(&names)
         )
     };
-    let (rows, terms) = match tokio::time::timeout(timeout, read).await {
-        Ok(Ok((rows, terms))) => (Ok(rows), terms),
-        Ok(Err(e)) => (Err(e.to_string()), Vec::new()),
+    let (rows, terms, line) = match tokio::time::timeout(timeout, read).await {
+        Ok(Ok((rows, terms, line))) => (Ok(rows), terms, line),
+        Ok(Err(e)) => (Err(e.to_string()), Vec::new(), Vec::new()),
         Err(_) => (
             Err(format!(
                 "reading the lease table timed out after {timeout:?}"
             )),
             Vec::new(),
+            Vec::new(),
         ),
     };
-    status_from(replica, &names, rows, terms)
+    status_from(replica, &names, rows, terms, line)
 }
 
 /// The status from this replica's own knowledge alone, `why` the store was not read: roles,
 /// and the holder and epoch of the leases this replica holds.
 pub(crate) fn local_status(replica: &Leases, why: String) -> Status {
     let names: Vec<String> = replica.lease_names().map(str::to_string).collect();
-    status_from(replica, &names, Err(why), Vec::new())
+    status_from(replica, &names, Err(why), Vec::new(), Vec::new())
 }
 
 /// The status of `names` from what the store read (`rows`, or why it could not) and `terms`;
@@ -127,10 +144,20 @@ fn status_from(
     names: &[String],
     rows: Result<Vec<crate::lease::LeaseRecord>, String>,
     terms: Vec<history::TermRecord>,
+    line: Vec<crate::lease::store::WaiterRecord>,
 ) -> Status {
     let mut terms_of: std::collections::HashMap<String, Vec<RecordedTerm>> = Default::default();
     for record in terms {
         terms_of.entry(record.lease).or_default().push(record.term);
+    }
+    // In the line's order, as the store listed them.
+    let mut line_of: std::collections::HashMap<String, Vec<Waiting>> = Default::default();
+    for w in line {
+        line_of.entry(w.lease).or_default().push(Waiting {
+            holder: w.holder,
+            priority: w.priority,
+            waited_ms: w.waited_ms,
+        });
     }
     let me = replica.holder().to_string();
     let ttl_ms = u64::try_from(replica.timing().ttl.as_millis()).unwrap_or(u64::MAX);
@@ -161,6 +188,7 @@ fn status_from(
                 ttl_ms,
                 last_handoff: history::last_handoff(&terms),
                 terms,
+                line: line_of.remove(name).unwrap_or_default(),
             }
         })
         .collect();

@@ -61,6 +61,40 @@ async fn stops_go_to_the_highest_priority(url: &str) {
     for (i, p) in priorities.iter().enumerate() {
         hosts.push(start(url, &format!("p{i}"), *p, &[]).await);
     }
+    // The line shows who is next: in the lease API of every replica, and `leases list`.
+    let leader = wait_for_single_leader(&hosts, "leader", TTL * 5)
+        .await
+        .unwrap();
+    let next = (0..hosts.len())
+        .filter(|i| *i != leader)
+        .max_by_key(|i| priorities[*i])
+        .unwrap();
+    let (code, body) = hosts[leader].get("/v1/leases/leader").await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    let view: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let line = view["line"].as_array().unwrap();
+    assert_eq!(line.len(), 2, "{body}");
+    assert!(
+        line[0]["holder"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("p{next}-")),
+        "{body}"
+    );
+    assert_eq!(line[0]["priority"], priorities[next], "{body}");
+    let out = std::process::Command::new(leasehold_tests::host::binary().unwrap())
+        .args(["leases", "list", "--database-url", url])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    let row = table.lines().find(|l| l.starts_with("leader")).unwrap();
+    assert!(
+        row.contains(&format!("p{next}-"))
+            && row.contains(&format!("(priority {}", priorities[next]))
+            && row.ends_with("+1"),
+        "{table}"
+    );
     for trial in 0..10 {
         let leader = wait_for_single_leader(&hosts, "leader", TTL * 5)
             .await

@@ -511,6 +511,10 @@ impl LeaseStore for FaultyStore {
         self.call("members", self.inner.members(), |_| {}).await
     }
 
+    async fn line(&self, names: &[String]) -> Result<Vec<crate::store::WaiterRecord>, StoreError> {
+        self.inner.line(names).await
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.call("ping", self.inner.ping(), |_| {}).await
     }

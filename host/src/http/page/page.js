@@ -110,7 +110,7 @@
     return (i === 0 || n >= 100 ? Math.round(n) : n.toFixed(1)) + " " + units[i];
   }
 
-  // ---- leases -------------------------------------------------------------------------------
+  // ---- leases ----
 
   // How a term ended, in plain words: as the cause of a handoff, as why nobody holds the lease,
   // and in the list of terms.
@@ -122,8 +122,8 @@
   const ended = (reason, i) => (ENDS[reason] ? ENDS[reason][i] : str(reason));
   const endOf = (t) => (t.end == null ? "open" : String(t.end));
 
-  // A lease's rows: the figures, then its last handoff and (`history`, all but a lease group's
-  // shards) its recent terms as a timeline and as a list, the list folded on a page of many.
+  // A lease's rows: the figures, its last handoff, its line, and (`history`, not for a group's
+  // shards) its recent terms as a timeline and a list, folded when many.
   function leaseRow(name, history = true, folded = false) {
     const f = {
       role: el("span", { class: "role", "data-field": "role" }),
@@ -134,8 +134,9 @@
       left: el("span", { class: "secs", "data-field": "expires-in" }),
       vacant: el("p", { class: "vacant", "data-field": "vacant" }),
       handoff: el("p", { class: "handoff", "data-field": "last-handoff" }),
+      line: el("p", { class: "line", "data-field": "line" }),
     };
-    const cell = el("td", { colspan: "5" }, f.vacant, f.handoff);
+    const cell = el("td", { colspan: "5" }, f.vacant, f.handoff, f.line);
     if (history) {
       f.track = el("div", { class: "track" });
       f.since = el("span", {});
@@ -246,9 +247,16 @@
       text += gap >= 1 ? "; unheld for " + span(gap) + "." : ".";
     }
     setText(f.handoff, text);
+
+    // Who holds next.
+    const line = Array.isArray(lease.line) ? lease.line : [];
+    f.line.hidden = !line.length;
+    setText(f.line, line.length ? "Next in line: " + line.slice(0, 3).map((w) =>
+      str(w.holder) + " (priority " + str(w.priority) + ", " + span(millis(w.waited_ms) || 0) + ")").join(", ") +
+      (line.length > 3 ? " +" + (line.length - 3) : "") : "");
     if (!f.track) {
       // A shard says nothing when there is nothing to say: a group has many.
-      row.more.hidden = !h && !vacant;
+      row.more.hidden = !h && !vacant && !line.length;
       return;
     }
 
@@ -324,7 +332,7 @@
     );
   }
 
-  // ---- lease groups -------------------------------------------------------------------------
+  // ---- lease groups ----
 
   // The shard `name` is of a group in `groups` (name → group), as `group/index`, or null.
   function shardOf(name, groups) {
@@ -476,7 +484,7 @@
     );
   }
 
-  // ---- plugins ------------------------------------------------------------------------------
+  // ---- plugins ----
 
   function pluginCard(name) {
     const f = {
@@ -550,7 +558,7 @@
     setText(f.error, plugin.last_error == null ? "" : "last error: " + plugin.last_error);
   }
 
-  // ---- processes ----------------------------------------------------------------------------
+  // ---- processes ----
 
   // One card per process and lease it runs under: a process bound to a group runs per shard.
   function processCard(key) {
@@ -610,7 +618,7 @@
     setText(f.lastExit, p.last_exit == null ? "" : "last exit: " + p.last_exit);
   }
 
-  // ---- the page -----------------------------------------------------------------------------
+  // ---- the page ----
 
   const leaseRows = new Map();
   const groupCards = new Map();
@@ -683,7 +691,7 @@
     sync(byId("processes"), processCards, processes, processKey, processCard, updateProcess);
   }
 
-  // ---- polling ------------------------------------------------------------------------------
+  // ---- polling ----
 
   let lastAnswer = 0;
 
