@@ -214,3 +214,89 @@ on_both_stores!(
     on_postgres_a_replica_of_higher_priority_takes_the_lease_over_after_preempt_after_and_not_twice_within_it,
     a_preferred_replica_takes_over
 );
+
+/// A successor killed right after the lease was given to it: frozen before the holder's release
+/// (so that the grant comes while it cannot take it up), then killed. The grant lapses after
+/// ttl/2, and the next in line leads within ttl/2 plus one of its campaigns (ttl/5, with up to
+/// 20% jitter) of the release; the history of the work (a witness the hosts write to from the
+/// fenced-writer plugin every 20 ms) shows no overlap of terms and no epoch twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_killed_right_after_its_grant_leaves_the_lease_to_the_next_in_line_within_the_bound()
+ {
+    use leasehold_tests::chaos::checker::check;
+    use leasehold_tests::chaos::witness::{self, Witness};
+    use leasehold_tests::fencing::writer_manifest;
+
+    let url = leasehold_tests::pg::server()
+        .fresh_lease_database()
+        .await
+        .unwrap();
+    witness::install_commit_log(&url).await.unwrap();
+    let witness = Witness::create().await.unwrap();
+    let manifest = writer_manifest(
+        witness::URL_VARIABLE,
+        &format!(
+            "table = \"{}\"\nmode = \"both\"\nrequeue_ms = \"20\"\n",
+            witness::TABLE
+        ),
+    );
+    let plugins = leasehold_tests::host::plugin_dir(&[("fenced-writer", &manifest)]).unwrap();
+    let host = |name: &str, priority: &str| {
+        HostBuilder::new(name)
+            .database_url(&url)
+            .ttl(TTL)
+            .plugins(plugins.path())
+            .env(witness::URL_VARIABLE, witness.role_url())
+            .args(&["--priority", priority])
+    };
+    let mut holder = host("holder", "0").spawn().await.unwrap();
+    wait_for_single_leader(&[&holder], "leader", TTL * 10)
+        .await
+        .unwrap();
+    let mut doomed = host("doomed", "9").spawn().await.unwrap();
+    let next = host("next", "5").spawn().await.unwrap();
+    for h in [&doomed, &next] {
+        h.wait_for_log("http listening", Duration::from_secs(20))
+            .await
+            .unwrap();
+    }
+    // Both have joined the line; then the first of it is frozen.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    doomed.signal("STOP").unwrap();
+    let released = Instant::now();
+    holder.signal("TERM").unwrap();
+    holder
+        .wait_for_log("lease released", Duration::from_secs(10))
+        .await
+        .unwrap();
+    doomed.kill().await.unwrap();
+    let led = leader_after(&[&holder, &next], 1, TTL * 5).await;
+    let took = released.elapsed();
+    let bound = TTL / 2 + (TTL / 5).mul_f64(1.2) + Duration::from_millis(500);
+    assert!(
+        took <= bound,
+        "the next in line led {took:?} after the release ({led:?} of waiting), bound {bound:?}"
+    );
+    // The grant went to the frozen replica, at the next epoch; the next in line leads at the one
+    // after, and its work reaches the witness.
+    let log = holder.log_text();
+    assert!(log.contains("lease released"), "{log}");
+    let started = Instant::now();
+    let rows = loop {
+        let rows = witness.rows().await.unwrap();
+        if rows.iter().any(|r| r.epoch > 1) || started.elapsed() > Duration::from_secs(10) {
+            break rows;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let commits = witness::fenced_commits(&url).await.unwrap();
+    let verdict = check(&rows, &commits);
+    assert!(verdict.is_safe(), "{verdict}");
+    let epochs: std::collections::BTreeSet<i64> = rows.iter().map(|r| r.epoch).collect();
+    assert_eq!(
+        epochs.into_iter().collect::<Vec<_>>(),
+        [1, 3],
+        "the holder's work at 1, the next in line's at 3 (2 went to the frozen replica and lapsed)"
+    );
+    let _ = holder.wait_exit(Duration::from_secs(10)).await;
+}
