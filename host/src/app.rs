@@ -681,7 +681,7 @@ mod tests {
     use super::*;
 
     /// The families, in the order `/metrics` has always listed them: their names are a contract.
-    const FAMILIES: [&str; 38] = [
+    const FAMILIES: [&str; 40] = [
         "leasehold_lease_is_leader",
         "leasehold_lease_epoch",
         "leasehold_lease_transitions",
@@ -690,6 +690,8 @@ mod tests {
         "leasehold_lease_expires_in_seconds",
         "leasehold_lease_ttl_seconds",
         "leasehold_lease_loss_to_stop_seconds",
+        "leasehold_lease_grants",
+        "leasehold_lease_preemptions",
         "leasehold_group_count_conflicts",
         "leasehold_store_errors",
         "leasehold_plugin_calls",

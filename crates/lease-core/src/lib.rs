@@ -50,7 +50,7 @@ pub use instant::Instant;
 pub use name::{LeaseName, LeaseNameError};
 pub use record::{
     Campaigned, CampaignedMany, DbMillis, GrantSeen, GroupMember, GroupView, LeaseRecord,
-    MemberRecord, ReleaseNotice, RenewRequest, Renewed, RenewedOne, WaiterRecord,
+    MemberRecord, ReleaseNotice, Released, RenewRequest, Renewed, RenewedOne, WaiterRecord,
 };
 pub use role::{EndReason, Role};
 pub use timing::{Timing, TimingError};

@@ -81,6 +81,12 @@ pub struct CampaignedMany {
     /// statement read it. The campaign takes them up as a read would: a term may run until
     /// `sent + left − margin`, and the first renewal makes it a ttl.
     pub granted: Vec<(String, Epoch, Duration)>,
+    /// The leases of `lost` this campaign found free and gave to another waiter, the head of
+    /// their lines.
+    pub gave: Vec<String>,
+    /// The leases whose holder, of lower priority, this waiter asked to hand over (a
+    /// preemption, [`crate::queue::may_preempt`]).
+    pub asked: Vec<String>,
     /// The database's clock while the statement ran; `None` when the backend cannot tell.
     pub db_now: Option<DbMillis>,
     /// How much longer the database holds campaigns off, after it changed incarnation (a promoted
@@ -102,6 +108,16 @@ impl CampaignedMany {
                 .and_then(|(_, w)| *w),
         }
     }
+}
+
+/// A lease a release let go of (`LeaseStore::release_giving`): to whom it went, if the
+/// release gave it to the head of its line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Released {
+    /// The lease.
+    pub name: String,
+    /// The waiter it was given to; `None` when it was expired for any campaign.
+    pub given_to: Option<String>,
 }
 
 /// What the read of a grant found (`LeaseStore::read_grant`).

@@ -328,16 +328,22 @@ impl Driver {
                 let span =
                     info_span!("release", lease = %lease, epoch = epoch.get(), holder = %holder);
                 let recorder = self.recorder();
+                let metrics = self.metrics.clone();
                 self.call(span, async move {
+                    let leases = [(lease.clone(), epoch)];
                     let result = within(
                         timeout,
                         "release",
-                        store.release(&lease, holder.as_str(), epoch),
+                        store.release_giving(holder.as_str(), &leases),
                     )
                     .await;
-                    if let Ok(ours) = &result {
-                        logs::released(&holder, &lease, epoch, *ours);
+                    if let Ok(released) = &result {
+                        logs::released(&holder, &lease, epoch, !released.is_empty());
+                        if released.iter().any(|r| r.given_to.is_some()) {
+                            metrics.count_grant(&lease, "release");
+                        }
                     }
+                    let result = result.map(|released| !released.is_empty());
                     Event::ReleaseDone {
                         lease,
                         result: recorder.outcome("release", result),
@@ -351,13 +357,21 @@ impl Driver {
                 let span = info_span!("release", leases = leases.len(), holder = %holder);
                 let events = self.events_tx.clone();
                 let recorder = self.recorder();
+                let metrics = self.metrics.clone();
                 let work = async move {
                     let result = within(
                         timeout,
                         "release",
-                        store.release_many(holder.as_str(), &leases),
+                        store.release_giving(holder.as_str(), &leases),
                     )
                     .await;
+                    if let Ok(released) = &result {
+                        for given in released.iter().filter(|r| r.given_to.is_some()) {
+                            metrics.count_grant(&given.name, "release");
+                        }
+                    }
+                    let result = result
+                        .map(|released| released.into_iter().map(|r| r.name).collect::<Vec<_>>());
                     let result = recorder.outcome("release", result);
                     let released: BTreeSet<String> = match &result {
                         Ok(names) => names.iter().cloned().collect(),
@@ -465,6 +479,7 @@ impl Driver {
         let (store, holder) = (self.store.clone(), self.holder.clone());
         let span = info_span!("campaign", lease = %logs::some(&leases), leases = leases.len(), holder = %holder);
         let recorder = self.recorder();
+        let metrics = self.metrics.clone();
         self.call(span, async move {
             let result = within(
                 timeout,
@@ -472,6 +487,9 @@ impl Driver {
                 store.campaign_in_line(holder.as_str(), &bids, ttl),
             )
             .await;
+            if let Ok(campaigned) = &result {
+                metrics.count_campaign(&campaigned.gave, &campaigned.asked);
+            }
             Event::CampaignDone {
                 result: recorder.outcome("campaign", result),
             }

@@ -415,6 +415,7 @@ impl LeaseStore for MemoryStore {
                     match preempt {
                         Preempt::Now => {
                             wrote = true;
+                            out.asked.push(name.clone());
                             if let Some(row) = tables.rows.get(name) {
                                 notices.push(ReleaseNotice::HandoffRequested {
                                     lease: name.clone(),
@@ -456,6 +457,7 @@ impl LeaseStore for MemoryStore {
                         epoch,
                     });
                     out.lost.push((name.clone(), Some(head.line.alive_for)));
+                    out.gave.push(name.clone());
                 }
                 _ => {
                     let epoch = tables.win(name, holder, ttl, incarnation.floor(), now);
@@ -583,6 +585,15 @@ impl LeaseStore for MemoryStore {
         holder: &str,
         leases: &[(String, Epoch)],
     ) -> Result<Vec<String>, StoreError> {
+        let released = self.release_rows("release", holder, leases).await?;
+        Ok(released.into_iter().map(|r| r.name).collect())
+    }
+
+    async fn release_giving(
+        &self,
+        holder: &str,
+        leases: &[(String, Epoch)],
+    ) -> Result<Vec<super::store::Released>, StoreError> {
         self.release_rows("release", holder, leases).await
     }
 
@@ -863,7 +874,7 @@ impl MemoryStore {
         op: &'static str,
         holder: &str,
         leases: &[(String, Epoch)],
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<Vec<super::store::Released>, StoreError> {
         self.gate(op).await?;
         let targets = |tables: &Tables, now| {
             leases
@@ -923,6 +934,15 @@ impl MemoryStore {
             };
             let _ = self.releases.send(notice);
         }
-        Ok(released.into_iter().map(|(name, _)| name).collect())
+        Ok(released
+            .into_iter()
+            .map(|(name, done)| super::store::Released {
+                name,
+                given_to: match done {
+                    Released::Granted { holder, .. } => Some(holder),
+                    Released::Freed => None,
+                },
+            })
+            .collect())
     }
 }

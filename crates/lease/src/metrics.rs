@@ -49,6 +49,17 @@ pub struct LeaseLabel {
     pub lease: LabelText,
 }
 
+/// Labels of a count of grants: the lease, and what gave it away.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GrantLabel {
+    /// The lease name.
+    pub lease: LabelText,
+    /// `release`: this replica's release gave it to the head of its line; `expiry`: this
+    /// replica's campaign found it free (its holder's lease ran out, or it was released without
+    /// a line) and gave it to the head.
+    pub cause: LabelText,
+}
+
 /// Labels of a per-group metric.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GroupLabel {
@@ -126,6 +137,10 @@ pub struct LeaseMetrics {
     pub group_gated: Family<GroupLabel, Gauge>,
     /// The lease loop's store calls that failed, by operation and cause.
     pub store_errors: Family<StoreErrorLabel, Counter>,
+    /// Leases this replica gave to the head of their line, by cause.
+    pub grants: Family<GrantLabel, Counter>,
+    /// Holders of lower priority this replica asked to hand a lease over (preemptions).
+    pub preemptions: Family<LeaseLabel, Counter>,
     /// Live members of the group configured with another shard count than the one in force.
     pub group_count_conflicts: Family<GroupLabel, Gauge>,
 }
@@ -149,6 +164,8 @@ impl Default for LeaseMetrics {
             group_takeovers: Family::default(),
             group_gated: Family::default(),
             store_errors: Family::default(),
+            grants: Family::default(),
+            preemptions: Family::default(),
             group_count_conflicts: Family::default(),
         }
     }
@@ -220,6 +237,41 @@ impl LeaseMetrics {
             "From the end of a term until all of its plugin tasks have stopped, over every lease",
             self.loss_to_stop_seconds.clone(),
         );
+        registry.register(
+            "leasehold_lease_grants",
+            "Leases this replica gave to the head of their line, by cause: release (its own release) or expiry (its campaign found the lease free)",
+            self.grants.clone(),
+        );
+        registry.register(
+            "leasehold_lease_preemptions",
+            "Holders of lower priority this replica asked to hand the lease over, having waited preempt_after in line",
+            self.preemptions.clone(),
+        );
+    }
+
+    /// Counts the leases a campaign gave to the head of their line (`gave`), and the holders it
+    /// asked to step aside (`asked`).
+    pub fn count_campaign(&self, gave: &[String], asked: &[String]) {
+        for lease in gave {
+            self.count_grant(lease, "expiry");
+        }
+        for lease in asked {
+            self.preemptions
+                .get_or_create(&LeaseLabel {
+                    lease: lease.as_str().into(),
+                })
+                .inc();
+        }
+    }
+
+    /// Counts a lease given to the head of its line, for `cause`.
+    pub fn count_grant(&self, lease: &str, cause: &str) {
+        self.grants
+            .get_or_create(&GrantLabel {
+                lease: lease.into(),
+                cause: cause.into(),
+            })
+            .inc();
     }
 
     /// Registers what keeps this replica out of the lease work: members of a group configured with

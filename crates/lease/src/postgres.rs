@@ -29,7 +29,7 @@ use super::history::{PRUNE_EVERY, TERMS_KEPT, TermRecord};
 use super::protocol;
 use super::store::{
     Bid, CampaignedMany, DbMillis, Epoch, GrantSeen, GroupView, LeaseRecord, LeaseStore,
-    ReleaseNotice, RenewRequest, Renewed, RenewedOne, StoreError, ttl_ms,
+    ReleaseNotice, Released, RenewRequest, Renewed, RenewedOne, StoreError, ttl_ms,
 };
 use super::store::{TermRow, is_permission_denied, shard_count, to_term};
 use super::url::DatabaseUrl;
@@ -586,6 +586,7 @@ type CampaignRow = (
     Option<Vec<i32>>,
     Option<i64>,
     Option<i64>,
+    bool,
 );
 
 /// What a campaign found, from [`statements::CAMPAIGN`]'s rows and [`line::PREEMPT`]'s. See the
@@ -594,12 +595,22 @@ type CampaignRow = (
 /// failover's hold-off alone, and a lease whose holder this waiter may preempt is campaigned
 /// for again when it may, if that comes first.
 fn campaigned(rows: Vec<CampaignRow>, preempt: Vec<(String, i64, bool)>) -> CampaignedMany {
-    let mut out = CampaignedMany::default();
+    let mut out = CampaignedMany {
+        asked: preempt
+            .iter()
+            .filter(|(_, _, asked)| *asked)
+            .map(|(name, _, _)| name.clone())
+            .collect(),
+        ..CampaignedMany::default()
+    };
     let soonest: std::collections::BTreeMap<String, i64> = preempt
         .into_iter()
         .map(|(name, in_ms, _)| (name, in_ms.max(0)))
         .collect();
-    for (name, epoch, wait_ms, held_off_ms, db_now, locked_by, granted, left_ms) in rows {
+    for (name, epoch, wait_ms, held_off_ms, db_now, locked_by, granted, left_ms, gave) in rows {
+        if gave {
+            out.gave.push(name.clone());
+        }
         out.db_now = Some(out.db_now.map_or(db_now, |t: DbMillis| t.max(db_now)));
         if let (Some(granted), Some(left)) = (granted, super::store::wait_ms(left_ms)) {
             out.granted.push((name, Epoch::new(granted), left));
@@ -852,6 +863,15 @@ impl LeaseStore for PostgresStore {
         holder: &str,
         leases: &[(String, Epoch)],
     ) -> Result<Vec<String>, StoreError> {
+        let released = self.release_giving(holder, leases).await?;
+        Ok(released.into_iter().map(|r| r.name).collect())
+    }
+
+    async fn release_giving(
+        &self,
+        holder: &str,
+        leases: &[(String, Epoch)],
+    ) -> Result<Vec<Released>, StoreError> {
         // One statement: each lease goes to the head of its line or is expired, and the
         // notification is sent when (and only if) that commits (`line::RELEASE`).
         let (names, epochs): (Vec<&str>, Vec<i64>) =
@@ -869,7 +889,10 @@ impl LeaseStore for PostgresStore {
                     .fetch_all(&self.few),
             )
             .await?;
-        Ok(rows.into_iter().map(|(name, _)| name).collect())
+        Ok(rows
+            .into_iter()
+            .map(|(name, given_to)| Released { name, given_to })
+            .collect())
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError> {

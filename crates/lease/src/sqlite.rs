@@ -25,7 +25,7 @@ use tracing::{debug, warn};
 use super::history::{PRUNE_EVERY, TERMS_KEPT, TermEnd, TermRecord};
 use super::store::{
     Bid, CampaignedMany, Epoch, GrantSeen, GroupView, LeaseRecord, LeaseStore, ReleaseNotice,
-    RenewRequest, Renewed, StoreError, is_reserved_for, ttl_ms,
+    Released, RenewRequest, Renewed, StoreError, is_reserved_for, ttl_ms,
 };
 use super::store::{TermRow, to_term};
 use super::url::DatabaseUrl;
@@ -620,6 +620,7 @@ impl LeaseStore for SqliteStore {
                 epoch,
             });
             given.insert(name.to_string(), head.alive_ms);
+            out.gave.push(name.to_string());
         }
         // Every lease not won is held (by this boot's clock) until its expiry, or reserved for
         // another replica by a handoff until the reservation ends (`?4` is the holder: a
@@ -657,10 +658,13 @@ impl LeaseStore for SqliteStore {
                     .await
                     .map_err(err)?
                 {
-                    Preempt::Now => wakeups.push(Wakeup::Handoff {
-                        lease: name.to_string(),
-                        epoch: Epoch::new(row.epoch),
-                    }),
+                    Preempt::Now => {
+                        out.asked.push(name.to_string());
+                        wakeups.push(Wakeup::Handoff {
+                            lease: name.to_string(),
+                            epoch: Epoch::new(row.epoch),
+                        })
+                    }
                     Preempt::At(at) => wait = Some(wait.map_or(at - now, |w| w.min(at - now))),
                     Preempt::Never => {}
                 }
@@ -756,6 +760,15 @@ impl LeaseStore for SqliteStore {
         holder: &str,
         leases: &[(String, Epoch)],
     ) -> Result<Vec<String>, StoreError> {
+        let released = self.release_giving(holder, leases).await?;
+        Ok(released.into_iter().map(|r| r.name).collect())
+    }
+
+    async fn release_giving(
+        &self,
+        holder: &str,
+        leases: &[(String, Epoch)],
+    ) -> Result<Vec<Released>, StoreError> {
         // One transaction: one write lock and one commit for the lot.
         let err = StoreError::query("release");
         let mut tx = self.write().await.map_err(err)?;
@@ -783,7 +796,6 @@ impl LeaseStore for SqliteStore {
             .await
             .map_err(err)?;
             let Some(named) = ours else { continue };
-            released.push(name.clone());
             // To the head of the line (the replica the request named, if it waits in line).
             let waiting = lines.get(name).map_or(&[][..], Vec::as_slice);
             if let Some(head) = line::head(waiting, now, holder, named.as_deref()) {
@@ -794,6 +806,10 @@ impl LeaseStore for SqliteStore {
                     lease: name.clone(),
                     holder: head.waiter.holder.clone(),
                     epoch: given,
+                });
+                released.push(Released {
+                    name: name.clone(),
+                    given_to: Some(head.waiter.holder.clone()),
                 });
                 continue;
             }
@@ -816,6 +832,10 @@ impl LeaseStore for SqliteStore {
             .await
             .map_err(err)?;
             wakeups.push(Wakeup::Released(name.clone()));
+            released.push(Released {
+                name: name.clone(),
+                given_to: None,
+            });
         }
         tx.commit().await.map_err(err)?;
         self.announce(&wakeups);

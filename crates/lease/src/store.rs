@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 use super::history::{RecordedTerm, TermEnd, TermRecord};
 pub use crate::record::{
     Campaigned, CampaignedMany, DbMillis, GrantSeen, GroupMember, GroupView, LeaseRecord,
-    MemberRecord, ReleaseNotice, RenewRequest, Renewed, RenewedOne, WaiterRecord, is_reserved_for,
+    MemberRecord, ReleaseNotice, Released, RenewRequest, Renewed, RenewedOne, WaiterRecord,
+    is_reserved_for,
 };
 pub use leasehold_lease_core::epoch::Epoch;
 pub use leasehold_lease_core::queue::Place;
@@ -435,6 +436,23 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
             }
         }
         Ok(released)
+    }
+
+    /// [`LeaseStore::release_many`], saying of each lease released whether it went to the head
+    /// of its line, and to whom. The default gives nothing away.
+    async fn release_giving(
+        &self,
+        holder: &str,
+        leases: &[(String, Epoch)],
+    ) -> Result<Vec<Released>, StoreError> {
+        let names = self.release_many(holder, leases).await?;
+        Ok(names
+            .into_iter()
+            .map(|name| Released {
+                name,
+                given_to: None,
+            })
+            .collect())
     }
 
     /// Break-glass: expires `name` now whoever holds it, keeping its holder and epoch (so the next

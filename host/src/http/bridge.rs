@@ -215,6 +215,16 @@ impl LeaseStore for OnLoop {
             .await
     }
 
+    async fn release_giving(
+        &self,
+        holder: &str,
+        leases: &[(String, crate::lease::Epoch)],
+    ) -> Result<Vec<crate::lease::store::Released>, StoreError> {
+        let (holder, leases) = (holder.to_string(), leases.to_vec());
+        self.run(|s| async move { s.release_giving(&holder, &leases).await })
+            .await
+    }
+
     async fn line(
         &self,
         names: &[String],

@@ -193,6 +193,33 @@ async fn a_preferred_replica_takes_over(url: &str) {
         between >= after - Duration::from_millis(200),
         "two moves {between:?} apart, preempt_after {after:?}"
     );
+    // Each move counted: the preempting replica's request, the holder's release giving it away.
+    let release = "cause=\"release\"";
+    assert_eq!(
+        counted(&low, "leasehold_lease_grants_total", release).await,
+        1.0
+    );
+    assert_eq!(
+        counted(&high, "leasehold_lease_preemptions_total", "").await,
+        1.0
+    );
+    assert_eq!(
+        counted(&high, "leasehold_lease_grants_total", release).await,
+        1.0
+    );
+    assert_eq!(
+        counted(&top, "leasehold_lease_preemptions_total", "").await,
+        1.0
+    );
+}
+
+/// The sum of `host`'s series of `family` (a counter's `_total`) whose labels contain `labels`.
+async fn counted(host: &Host, family: &str, labels: &str) -> f64 {
+    let (_, text) = host.get("/metrics").await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")) && l.contains(labels))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// Waits until `hosts[want]` is the single leader; returns how long that took.

@@ -90,7 +90,9 @@ async fn a_release_gives_the_lease_to_the_live_waiter_of_highest_priority_then_e
     }
 
     // h lets go: b is first (priority 3, before c), at the next epoch, told by a notice.
-    assert!(s.release("q", "h", e).await.unwrap());
+    let released = s.release_giving("h", &[("q".into(), e)]).await.unwrap();
+    assert_eq!(released.len(), 1);
+    assert_eq!(released[0].given_to.as_deref(), Some("b"), "{backend:?}");
     assert_eq!(next_notice(&mut notices).await, granted("q", "b", e.next()));
     let seen = s.read_grant("q", "b", e.next()).await.unwrap();
     let left = seen.left.expect("the grant is b's");
@@ -185,8 +187,12 @@ async fn a_campaign_that_finds_the_lease_free_gives_it_to_the_head_of_the_line(b
 
     // The holder's lease ran out (it crashed): a campaign from outside the line wins nothing,
     // and gives the lease to the head.
-    let outside = s.campaign("q", "outsider", LONG).await.unwrap();
-    assert_eq!(outside.epoch, None, "{backend:?}");
+    let outside = s
+        .campaign_many("outsider", &["q".to_string()], LONG)
+        .await
+        .unwrap();
+    assert!(outside.won.is_empty(), "{backend:?}: {outside:?}");
+    assert_eq!(outside.gave, ["q"], "{backend:?}");
     assert_eq!(
         next_notice(&mut notices).await,
         granted("q", "first", e.next())
@@ -269,7 +275,8 @@ async fn a_waiter_of_higher_priority_asks_the_holder_to_step_aside_once_per_pree
 
     // Waited long enough: the holder is asked, as by `leases handoff`, and its release gives
     // the lease to p, the head.
-    wait_in_line(s.as_ref(), "q", "p", at(5)).await;
+    let asking = wait_in_line(s.as_ref(), "q", "p", at(5)).await;
+    assert_eq!(asking.asked, ["q"], "{backend:?}");
     assert_eq!(
         next_notice(&mut notices).await,
         ReleaseNotice::HandoffRequested {

@@ -165,6 +165,8 @@ fn campaigned_many(won: &[(&str, Epoch)], lost: &[(&str, Option<Duration>)]) -> 
         lost: lost.iter().map(|(n, w)| (n.to_string(), *w)).collect(),
         locked: Vec::new(),
         granted: Vec::new(),
+        gave: Vec::new(),
+        asked: Vec::new(),
         db_now: None,
         held_off_for: None,
     }

@@ -451,6 +451,26 @@ impl LeaseStore for FaultyStore {
         .await
     }
 
+    async fn release_giving(
+        &self,
+        holder: &str,
+        leases: &[(String, Epoch)],
+    ) -> Result<Vec<crate::store::Released>, StoreError> {
+        self.call(
+            "release",
+            self.inner.release_giving(holder, leases),
+            |released: &Vec<crate::store::Released>| {
+                for (name, epoch) in leases
+                    .iter()
+                    .filter(|(n, _)| released.iter().any(|r| &r.name == n))
+                {
+                    self.history.released(name, *epoch);
+                }
+            },
+        )
+        .await
+    }
+
     async fn force_release(&self, name: &str) -> Result<Option<(String, Epoch)>, StoreError> {
         self.call("force_release", self.inner.force_release(name), |had| {
             if let Some((_, epoch)) = had {

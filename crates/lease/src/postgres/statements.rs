@@ -198,7 +198,7 @@ pub const CAMPAIGN: &str = concat!(
                AND p.database = (SELECT o.oid FROM pg_database AS o
                                   WHERE o.datname = current_database())),
             '{}') END,
-        NULL::bigint, NULL::bigint
+        NULL::bigint, NULL::bigint, coalesce(w.holder <> $1, false)
    FROM snap AS s JOIN held_off AS h ON h.name = s.name
    LEFT JOIN due AS d ON d.name = s.name
    LEFT JOIN claimed AS c ON c.name = s.name
@@ -208,7 +208,7 @@ pub const CAMPAIGN: &str = concat!(
  UNION ALL
  SELECT m.name, NULL::bigint, NULL::bigint, NULL::bigint, ",
     db_now_ms!(),
-    ", NULL::int4[], m.epoch, m.left_ms FROM mine AS m"
+    ", NULL::int4[], m.epoch, m.left_ms, false FROM mine AS m"
 );
 
 /// `renew`: $1 holder, $2 names, $3 epochs, $4 ttls in ms. Each renewed lease says whether an
