@@ -831,6 +831,17 @@ impl Coordinator {
             }
             if let Some(&(epoch, left)) = granted.get(&name) {
                 self.take_grant(&name, epoch, sent, left, now, fx);
+                // Not taken up (an epoch this replica held before, the row of a term of its own
+                // that a failover brought back): it lapses by itself, and the lease can be
+                // campaigned for then; campaigning again at once would find the same row.
+                let taken = self
+                    .leases
+                    .get(&name)
+                    .is_none_or(|s| !matches!(s.phase, Phase::Standby { .. }));
+                if !taken {
+                    let next_campaign = self.after_loss(Some(left), now);
+                    self.campaign_again(&name, next_campaign);
+                }
                 continue;
             }
             if let Some(locked_by) = locked.get(&name) {

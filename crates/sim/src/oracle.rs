@@ -73,19 +73,22 @@ fn a_handoff_goes_where_it_was_asked(history: &History, reservation: Duration) {
             record.store_events.clone(),
         )
     };
-    // The last request for a term is the one its release answers.
-    let mut last: BTreeMap<(&str, Epoch), (Option<&str>, Duration)> = BTreeMap::new();
-    for (lease, epoch, to, at) in &handoffs {
-        last.insert((lease.as_str(), *epoch), (to.as_deref(), *at));
-    }
-    for ((lease, epoch), to, asked) in last
-        .into_iter()
-        .filter_map(|(k, (to, at))| Some((k, to?, at)))
-    {
-        let Some(&(_, _, released)) = releases.iter().find(|(l, e, _)| l == lease && *e == epoch)
+    // A release answers the last request for its term made before it: a failover that loses the
+    // release can leave the term held, and a later request for it is no request that release
+    // answered.
+    for &(ref lease, epoch, released) in &releases {
+        let Some((to, asked)) = handoffs
+            .iter()
+            .filter(|(l, e, _, at)| l == lease && *e == epoch && *at <= released)
+            .max_by_key(|(_, _, _, at)| *at)
+            .map(|(_, _, to, at)| (to.as_deref(), *at))
         else {
             continue;
         };
+        let Some(to) = to else {
+            continue;
+        };
+        let lease = lease.as_str();
         let next = wins
             .iter()
             .find(|w| w.lease == lease && w.epoch > epoch && w.at.t >= released);

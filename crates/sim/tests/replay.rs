@@ -74,8 +74,13 @@ fn the_seeds_that_found_the_first_lines_wrong_stay_clean() {
     //   (`coordinator` test `a_campaign_answer_that_comes_after_a_grant_was_taken_up_changes_nothing`);
     // - 1497: a grant read across a database clock step started a term that the step had
     //   already shortened (`a_grant_read_across_a_clock_step_starts_no_term_until_the_quiet_ends`);
-    // - 759: a waiter's preemption request replaced an operator's handoff naming another replica.
-    for seed in [759, 1172, 1497] {
+    // - 759: a waiter's preemption request replaced an operator's handoff naming another replica;
+    // - 2379 (the oracle's): a failover lost a handoff's release, and the oracle matched that
+    //   release to a request for the same term made after it;
+    // - 2574: a campaign found a grant of an epoch the replica had held (its own row, brought
+    //   back by a failover), left it, and campaigned again at once, forever, at one instant
+    //   (`a_campaign_that_finds_a_grant_of_an_epoch_held_here_before_waits_for_it_to_lapse`).
+    for seed in [759, 1172, 1497, 2379, 2574] {
         let outcome = run(seed, None, false).unwrap();
         assert!(
             outcome.violations.is_empty(),

@@ -238,3 +238,44 @@ fn a_grant_read_across_a_clock_step_starts_no_term_until_the_quiet_ends() {
     assert_eq!(renewal(&fx).0, [req("a", Epoch::new(4))]);
     assert_eq!(c.view("a").unwrap().0, Role::Uncertain);
 }
+
+#[test]
+fn a_campaign_that_finds_a_grant_of_an_epoch_held_here_before_waits_for_it_to_lapse() {
+    let t0 = start();
+    let mut c = coordinator(&["a"], t0);
+    c.step(Event::Tick, t0);
+    c.step(campaign_done("a", Ok(Some(Epoch::new(6)))), t0 + ms(5));
+    // The term ends and the lease is lost; a failover then brings back a row granting epoch 6
+    // to this replica, untaken.
+    c.step(Event::StepDown { lease: "a".into() }, t0 + ms(10));
+    c.step(
+        Event::TermStopped {
+            lease: "a".into(),
+            epoch: Epoch::new(6),
+        },
+        t0 + ms(20),
+    );
+    c.step(
+        Event::ReleaseDone {
+            lease: "a".into(),
+            result: Ok(true),
+        },
+        t0 + ms(30),
+    );
+    let at = c.next_deadline().unwrap();
+    assert_eq!(campaigns(&c.step(Event::Tick, at)), ["a"]);
+    let fx = c.step(
+        Event::CampaignDone {
+            result: Ok(CampaignedMany {
+                granted: vec![("a".into(), Epoch::new(6), ms(400))],
+                ..campaigned_many(&[], &[])
+            }),
+        },
+        at + ms(1),
+    );
+    assert!(start_terms(&fx).is_empty(), "{fx:?}");
+    // Not at once again (the same row would answer the same): once the grant has lapsed.
+    let next = c.next_deadline().unwrap();
+    assert!(next > at + ms(1), "{:?}", next - at);
+    assert!(next <= at + ms(1) + ms(400) + CAMPAIGN_SLACK);
+}
