@@ -329,22 +329,6 @@ impl LeaseStore for MemoryStore {
         "memory"
     }
 
-    async fn campaign_many(
-        &self,
-        holder: &str,
-        names: &[String],
-        ttl: Duration,
-    ) -> Result<CampaignedMany, StoreError> {
-        let bids: Vec<Bid> = names
-            .iter()
-            .map(|name| Bid {
-                name: name.clone(),
-                line: None,
-            })
-            .collect();
-        self.campaign_in_line(holder, &bids, ttl).await
-    }
-
     async fn campaign_in_line(
         &self,
         holder: &str,
@@ -572,21 +556,6 @@ impl LeaseStore for MemoryStore {
         // It waits for the row's lock, as PostgreSQL's does, 9/10 of its caller's timeout at most.
         let budget = crate::server_budget(timeout);
         self.write_rows("renew", budget, targets, write).await
-    }
-
-    async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
-        let leases = [(name.to_string(), epoch)];
-        let released = self.release_rows("release", holder, &leases).await?;
-        Ok(!released.is_empty())
-    }
-
-    async fn release_many(
-        &self,
-        holder: &str,
-        leases: &[(String, Epoch)],
-    ) -> Result<Vec<String>, StoreError> {
-        let released = self.release_rows("release", holder, leases).await?;
-        Ok(released.into_iter().map(|r| r.name).collect())
     }
 
     async fn release_giving(

@@ -652,22 +652,6 @@ impl LeaseStore for PostgresStore {
         "postgres"
     }
 
-    async fn campaign_many(
-        &self,
-        holder: &str,
-        names: &[String],
-        ttl: Duration,
-    ) -> Result<CampaignedMany, StoreError> {
-        let bids: Vec<Bid> = names
-            .iter()
-            .map(|name| Bid {
-                name: name.clone(),
-                line: None,
-            })
-            .collect();
-        self.campaign_in_line(holder, &bids, ttl).await
-    }
-
     async fn campaign_in_line(
         &self,
         holder: &str,
@@ -851,20 +835,6 @@ impl LeaseStore for PostgresStore {
             db_now: Some(db_now),
             handoff,
         })
-    }
-
-    async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
-        let leases = [(name.to_string(), epoch)];
-        Ok(!self.release_many(holder, &leases).await?.is_empty())
-    }
-
-    async fn release_many(
-        &self,
-        holder: &str,
-        leases: &[(String, Epoch)],
-    ) -> Result<Vec<String>, StoreError> {
-        let released = self.release_giving(holder, leases).await?;
-        Ok(released.into_iter().map(|r| r.name).collect())
     }
 
     async fn release_giving(

@@ -330,36 +330,44 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
     /// The backend's short name (`postgres`, `sqlite`, `memory`).
     fn backend(&self) -> &'static str;
 
-    /// Acquires, for `holder`, every lease of `names` whose row is absent or expired by the
+    /// Acquires, for `holder`, every lease of `bids` whose row is absent or expired by the
     /// database clock, in one statement (or one short transaction) that takes no lock on a row
     /// someone holds: their renewals and fenced writes never wait for a standby. Each lease won
     /// gets the previous epoch + 1 (1 for a new row); of concurrent campaigns for a lease exactly
     /// one wins it. For every lease not won it reports how long until a campaign could win it, so
     /// that a standby sleeps until its holder's expiry instead of polling
     /// (docs/ARCHITECTURE.md §5.1).
-    async fn campaign_many(
-        &self,
-        holder: &str,
-        names: &[String],
-        ttl: Duration,
-    ) -> Result<CampaignedMany, StoreError>;
-
-    /// [`LeaseStore::campaign_many`] for standbys that wait in line ([`leasehold_lease_core::queue`]):
-    /// each bid with a place joins the lease's line (or keeps its place alive, updating its
-    /// priority), and a lease found free goes to the head of its line: won by this holder when
-    /// it is the head (or the line is empty), else given to the head with a new epoch, which is
-    /// notified ([`ReleaseNotice::Granted`]); a lease already given to this holder and not taken
-    /// up yet is reported in [`CampaignedMany::granted`]. A waiter whose place allows it asks
-    /// a holder of lower priority to hand the lease over. The default, for stores without a
-    /// line, campaigns as [`LeaseStore::campaign_many`] does.
+    ///
+    /// The line ([`leasehold_lease_core::queue`]): each bid with a place joins the lease's line
+    /// (or keeps its place alive, updating its priority), and a lease found free goes to the head
+    /// of its line: won by this holder when it is the head (or nobody alive waits), else given to
+    /// the head with a new epoch, which is notified ([`ReleaseNotice::Granted`]) and reported in
+    /// [`CampaignedMany::gave`]; a lease already given to this holder and not taken up yet is
+    /// reported in [`CampaignedMany::granted`]. A waiter whose place allows it asks a holder of
+    /// lower priority to hand the lease over ([`CampaignedMany::asked`]).
     async fn campaign_in_line(
         &self,
         holder: &str,
         bids: &[Bid],
         ttl: Duration,
+    ) -> Result<CampaignedMany, StoreError>;
+
+    /// [`LeaseStore::campaign_in_line`] from outside the line (an operator's tool, a test): it
+    /// joins no line, and still never wins ahead of a live waiter.
+    async fn campaign_many(
+        &self,
+        holder: &str,
+        names: &[String],
+        ttl: Duration,
     ) -> Result<CampaignedMany, StoreError> {
-        let names: Vec<String> = bids.iter().map(|b| b.name.clone()).collect();
-        self.campaign_many(holder, &names, ttl).await
+        let bids: Vec<Bid> = names
+            .iter()
+            .map(|name| Bid {
+                name: name.clone(),
+                line: None,
+            })
+            .collect();
+        self.campaign_in_line(holder, &bids, ttl).await
     }
 
     /// Whether `name` is given to `holder` at `epoch` and not expired, for how long by the
@@ -416,43 +424,32 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
         })
     }
 
-    /// Expires `name` now if `holder` holds it at `epoch`, keeping the row and its epoch, and tells
-    /// listening standbys. Returns whether the row was ours to release.
-    async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError>;
+    /// Lets go of each lease of `leases` that `holder` holds at its epoch, in one round trip (a
+    /// replica that gives up many shards in one go, a lease group rebalancing or a shutdown, does
+    /// it in one statement or transaction): each goes to the head of its line at the next epoch
+    /// ([`leasehold_lease_core::queue`]), or, with nobody alive in line, is expired now, keeping
+    /// the row and its epoch; listening standbys are told either way. Returns the leases that were
+    /// ours to release, each with the waiter it went to, if any.
+    async fn release_giving(
+        &self,
+        holder: &str,
+        leases: &[(String, Epoch)],
+    ) -> Result<Vec<Released>, StoreError>;
 
-    /// [`LeaseStore::release`] for several leases of `holder` at once, each at its epoch: a
-    /// replica that gives up many shards in one go (a lease group rebalancing, or a shutdown)
-    /// does it in one round trip instead of one per lease. Returns the names that were ours to
-    /// release. The default releases them one by one.
+    /// [`LeaseStore::release_giving`], returning the names alone.
     async fn release_many(
         &self,
         holder: &str,
         leases: &[(String, Epoch)],
     ) -> Result<Vec<String>, StoreError> {
-        let mut released = Vec::new();
-        for (name, epoch) in leases {
-            if self.release(name, holder, *epoch).await? {
-                released.push(name.clone());
-            }
-        }
-        Ok(released)
+        let released = self.release_giving(holder, leases).await?;
+        Ok(released.into_iter().map(|r| r.name).collect())
     }
 
-    /// [`LeaseStore::release_many`], saying of each lease released whether it went to the head
-    /// of its line, and to whom. The default gives nothing away.
-    async fn release_giving(
-        &self,
-        holder: &str,
-        leases: &[(String, Epoch)],
-    ) -> Result<Vec<Released>, StoreError> {
-        let names = self.release_many(holder, leases).await?;
-        Ok(names
-            .into_iter()
-            .map(|name| Released {
-                name,
-                given_to: None,
-            })
-            .collect())
+    /// [`LeaseStore::release_giving`] for one lease: whether it was ours to release.
+    async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
+        let leases = [(name.to_string(), epoch)];
+        Ok(!self.release_giving(holder, &leases).await?.is_empty())
     }
 
     /// Break-glass: expires `name` now whoever holds it, keeping its holder and epoch (so the next

@@ -94,17 +94,6 @@ impl LeaseStore for OnLoop {
         self.store.backend()
     }
 
-    async fn campaign_many(
-        &self,
-        holder: &str,
-        names: &[String],
-        ttl: Duration,
-    ) -> Result<CampaignedMany, StoreError> {
-        let (holder, names) = (holder.to_string(), names.to_vec());
-        self.run(|s| async move { s.campaign_many(&holder, &names, ttl).await })
-            .await
-    }
-
     async fn campaign_in_line(
         &self,
         holder: &str,
@@ -141,22 +130,6 @@ impl LeaseStore for OnLoop {
     ) -> Result<RenewedOne, StoreError> {
         let (holder, lease) = (holder.to_string(), lease.clone());
         self.run(|s| async move { s.renew_one(&holder, &lease, timeout).await })
-            .await
-    }
-
-    async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
-        let (name, holder) = (name.to_string(), holder.to_string());
-        self.run(|s| async move { s.release(&name, &holder, epoch).await })
-            .await
-    }
-
-    async fn release_many(
-        &self,
-        holder: &str,
-        leases: &[(String, Epoch)],
-    ) -> Result<Vec<String>, StoreError> {
-        let (holder, leases) = (holder.to_string(), leases.to_vec());
-        self.run(|s| async move { s.release_many(&holder, &leases).await })
             .await
     }
 

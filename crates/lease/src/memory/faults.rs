@@ -324,22 +324,6 @@ impl LeaseStore for FaultyStore {
         "memory"
     }
 
-    async fn campaign_many(
-        &self,
-        holder: &str,
-        names: &[String],
-        ttl: Duration,
-    ) -> Result<CampaignedMany, StoreError> {
-        let bids: Vec<Bid> = names
-            .iter()
-            .map(|name| Bid {
-                name: name.clone(),
-                line: None,
-            })
-            .collect();
-        self.campaign_in_line(holder, &bids, ttl).await
-    }
-
     async fn campaign_in_line(
         &self,
         holder: &str,
@@ -419,36 +403,6 @@ impl LeaseStore for FaultyStore {
             )
             .await;
         self.answered(result, |a| a.db_now, &applied_at)
-    }
-
-    async fn release(&self, name: &str, holder: &str, epoch: Epoch) -> Result<bool, StoreError> {
-        self.call(
-            "release",
-            self.inner.release(name, holder, epoch),
-            |ours: &bool| {
-                if *ours {
-                    self.history.released(name, epoch);
-                }
-            },
-        )
-        .await
-    }
-
-    async fn release_many(
-        &self,
-        holder: &str,
-        leases: &[(String, Epoch)],
-    ) -> Result<Vec<String>, StoreError> {
-        self.call(
-            "release",
-            self.inner.release_many(holder, leases),
-            |released: &Vec<String>| {
-                for (name, epoch) in leases.iter().filter(|(n, _)| released.contains(n)) {
-                    self.history.released(name, *epoch);
-                }
-            },
-        )
-        .await
     }
 
     async fn release_giving(
