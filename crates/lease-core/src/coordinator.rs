@@ -435,6 +435,23 @@ impl LeaseState {
         }
     }
 
+    /// Releases `lease` at `epoch` now (the statement; its answer moves the lease to `then`).
+    fn release(
+        &mut self,
+        lease: &str,
+        epoch: Epoch,
+        then: After,
+        timeout: Duration,
+        fx: &mut Vec<Effect>,
+    ) {
+        self.phase = Phase::Releasing { epoch, then };
+        fx.push(Effect::Release {
+            lease: lease.to_string(),
+            epoch,
+            timeout,
+        });
+    }
+
     /// A release was announced (or notifications may have been lost): a standby campaigns now,
     /// unless it is holding off after its own step-down.
     fn campaign_now(&mut self, now: Instant) {
@@ -889,15 +906,7 @@ impl Coordinator {
         }));
         if shutting_down {
             // Won a campaign sent before the shutdown: hand it straight back.
-            state.phase = Phase::Releasing {
-                epoch,
-                then: After::Done,
-            };
-            fx.push(Effect::Release {
-                lease: lease.to_string(),
-                epoch,
-                timeout: timing.store_timeout,
-            });
+            state.release(lease, epoch, After::Done, timing.store_timeout, fx);
             return;
         }
         let from = match planted(Planted::DeadlineFromReply) {
@@ -1029,19 +1038,12 @@ impl Coordinator {
         let safe_until = (from + left).checked_sub(timing.margin);
         let usable = safe_until.is_some_and(|t| t > now);
         if shutting_down || state.gated() || state.unassigned || !usable {
-            state.phase = Phase::Releasing {
-                epoch,
-                then: if shutting_down {
-                    After::Done
-                } else {
-                    After::Standby
-                },
+            let then = if shutting_down {
+                After::Done
+            } else {
+                After::Standby
             };
-            fx.push(Effect::Release {
-                lease: lease.to_string(),
-                epoch,
-                timeout: timing.store_timeout,
-            });
+            state.release(lease, epoch, then, timing.store_timeout, fx);
             return;
         }
         let safe_until = safe_until.unwrap_or(now);
@@ -1143,12 +1145,7 @@ impl Coordinator {
         } = state.phase
             && held == epoch
         {
-            state.phase = Phase::Releasing { epoch, then };
-            fx.push(Effect::Release {
-                lease: lease.to_string(),
-                epoch,
-                timeout,
-            });
+            state.release(lease, epoch, then, timeout, fx);
         }
     }
 
@@ -1254,12 +1251,7 @@ impl Coordinator {
             Phase::Held {
                 epoch, term: false, ..
             } => {
-                state.phase = Phase::Releasing { epoch, then };
-                fx.push(Effect::Release {
-                    lease: lease.to_string(),
-                    epoch,
-                    timeout,
-                });
+                state.release(lease, epoch, then, timeout, fx);
             }
             // A grant being read is taken up or declined by its answer (`take_grant`).
             Phase::Standby { .. }
