@@ -1042,7 +1042,7 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn line(&self, names: &[String]) -> Result<Vec<super::store::WaiterRecord>, StoreError> {
-        let rows: Vec<(String, String, i64, i64, i64)> = self
+        let rows: Vec<super::store::WaiterRow> = self
             .gate
             .call(
                 "line",
@@ -1061,18 +1061,7 @@ impl LeaseStore for PostgresStore {
                 .fetch_all(&self.observers),
             )
             .await?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(lease, holder, priority, waited_ms, alive_for_ms)| super::store::WaiterRecord {
-                    lease,
-                    holder,
-                    priority,
-                    waited_ms,
-                    alive_for_ms,
-                },
-            )
-            .collect())
+        Ok(rows.into_iter().map(super::store::to_waiter).collect())
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -1042,7 +1042,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn line(&self, names: &[String]) -> Result<Vec<super::store::WaiterRecord>, StoreError> {
-        let rows: Vec<(String, String, i64, i64, i64)> = sqlx::query_as(
+        let rows: Vec<super::store::WaiterRow> = sqlx::query_as(
             "SELECT w.name, w.holder, w.priority, ?2 - w.joined_at_ms, w.alive_until_ms - ?2
                FROM leasehold_waiters AS w
                LEFT JOIN leasehold_leases AS k
@@ -1058,18 +1058,7 @@ impl LeaseStore for SqliteStore {
         .fetch_all(&self.observers)
         .await
         .map_err(StoreError::query("line"))?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(lease, holder, priority, waited_ms, alive_for_ms)| super::store::WaiterRecord {
-                    lease,
-                    holder,
-                    priority,
-                    waited_ms,
-                    alive_for_ms,
-                },
-            )
-            .collect())
+        Ok(rows.into_iter().map(super::store::to_waiter).collect())
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

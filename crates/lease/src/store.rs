@@ -59,6 +59,22 @@ pub(crate) fn to_member(
     }
 }
 
+/// One row of [`LeaseStore::line`]: lease, holder, priority, ms waited, ms its place has left.
+pub(crate) type WaiterRow = (String, String, i64, i64, i64);
+
+/// A [`WaiterRecord`] from the row every backend's line listing returns.
+pub(crate) fn to_waiter(
+    (lease, holder, priority, waited_ms, alive_for_ms): WaiterRow,
+) -> WaiterRecord {
+    WaiterRecord {
+        lease,
+        holder,
+        priority,
+        waited_ms,
+        alive_for_ms,
+    }
+}
+
 /// One row of a heartbeat's answer: a member or lease name, the shard's holder (`None` for a
 /// member), the member's age and time left in ms, the clock, and the member's shard count.
 pub(crate) type GroupRow = (
