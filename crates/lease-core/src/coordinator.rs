@@ -435,6 +435,34 @@ impl LeaseState {
         }
     }
 
+    /// Holds `lease` at `epoch` until `safe_until` (the database has expired it by `expires_by`
+    /// unless a renewal lands), starting its term unless held back (`term` false: a clock step's
+    /// quiet).
+    fn hold(
+        &mut self,
+        lease: &str,
+        epoch: Epoch,
+        safe_until: Instant,
+        expires_by: Instant,
+        term: bool,
+        fx: &mut Vec<Effect>,
+    ) {
+        self.phase = Phase::Held {
+            epoch,
+            safe_until,
+            expires_by,
+            term,
+            failing: false,
+        };
+        if term {
+            fx.push(Effect::StartTerm {
+                lease: lease.to_string(),
+                epoch,
+                safe_until,
+            });
+        }
+    }
+
     /// Releases `lease` at `epoch` now (the statement; its answer moves the lease to `then`).
     fn release(
         &mut self,
@@ -915,20 +943,8 @@ impl Coordinator {
         };
         let safe_until = from + timing.ttl - timing.margin;
         let term = safe_until > now && !quiet;
-        state.phase = Phase::Held {
-            epoch,
-            safe_until,
-            expires_by: now + timing.ttl + timing.margin,
-            term,
-            failing: false,
-        };
-        if term {
-            fx.push(Effect::StartTerm {
-                lease: lease.to_string(),
-                epoch,
-                safe_until,
-            });
-        }
+        let expires_by = now + timing.ttl + timing.margin;
+        state.hold(lease, epoch, safe_until, expires_by, term, fx);
         let due = sent + timing.renew_interval;
         self.renewal.next_at = Some(self.renewal.next_at.map_or(due, |n| n.min(due)));
     }
@@ -1051,21 +1067,14 @@ impl Coordinator {
             lease: lease.to_string(),
             epoch,
         }));
-        let term = !quiet;
-        state.phase = Phase::Held {
+        state.hold(
+            lease,
             epoch,
             safe_until,
-            expires_by: now + left + timing.margin,
-            term,
-            failing: false,
-        };
-        if term {
-            fx.push(Effect::StartTerm {
-                lease: lease.to_string(),
-                epoch,
-                safe_until,
-            });
-        }
+            now + left + timing.margin,
+            !quiet,
+            fx,
+        );
         self.renewal.next_at = Some(now);
     }
 
