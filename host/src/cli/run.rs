@@ -59,8 +59,8 @@ pub fn main() -> ExitCode {
     };
     let outcome = runtime.block_on(async {
         match cli.command {
-            Command::Run(args) => run(args).await,
-            Command::Exec(args) => exec(args).await,
+            Command::Run(args) => on_a_worker(run(args)).await,
+            Command::Exec(args) => on_a_worker(exec(args)).await,
             Command::Check(args) => check(args),
             Command::Leases(LeasesCommand::List(args)) => {
                 admin::list(args).await.map(|()| ExitCode::SUCCESS)
@@ -315,6 +315,19 @@ fn init_logging(
         LogFormat::Json => builder.json().init(),
     }
     (guard, dropped)
+}
+
+/// Runs a command that holds leases on a worker of the runtime rather than on the thread that
+/// blocks on it. Its signal task then wakes the lease driver and the plugins' tasks into its own
+/// worker's queue, where a wake from outside the workers must first unpark one: on an idle
+/// machine that took 0.2-1 ms, on the path of every graceful handoff.
+async fn on_a_worker<F>(command: F) -> anyhow::Result<ExitCode>
+where
+    F: Future<Output = anyhow::Result<ExitCode>> + Send + 'static,
+{
+    tokio::spawn(command)
+        .await
+        .unwrap_or_else(|e| Err(anyhow::anyhow!("the command's task ended abnormally: {e}")))
 }
 
 /// `leasehold run`: the app until SIGTERM or SIGINT, then its ordered shutdown. A second signal
