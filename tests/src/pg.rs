@@ -153,17 +153,20 @@ impl Postgres {
     }
 
     /// Makes the server log every statement with its duration, stamped to the millisecond
-    /// ([`crate::statement_log`]), from now on.
-    pub async fn log_every_statement(&self) -> anyhow::Result<()> {
+    /// ([`crate::statement_log`]), from now on; or, with `on` false, log none of them again. The
+    /// log slows every statement a little: a benchmark turns it on only to check its figures.
+    pub async fn log_every_statement(&self, on: bool) -> anyhow::Result<()> {
         let mut conn = sqlx::PgConnection::connect(&self.admin_url).await?;
         // A constant of this crate, not outside text.
         let prefix = format!(
             "ALTER SYSTEM SET log_line_prefix = '{}'",
             crate::statement_log::LINE_PREFIX
         );
-        sqlx::query("ALTER SYSTEM SET log_min_duration_statement = 0")
-            .execute(&mut conn)
-            .await?;
+        let every = match on {
+            true => "ALTER SYSTEM SET log_min_duration_statement = 0",
+            false => "ALTER SYSTEM RESET log_min_duration_statement",
+        };
+        sqlx::query(every).execute(&mut conn).await?;
         sqlx::query(sqlx::AssertSqlSafe(prefix))
             .execute(&mut conn)
             .await?;

@@ -2,11 +2,16 @@
 //! - graceful: SIGTERM to the leader → the next holder's plugin runs its first call;
 //! - crash: SIGKILL to the leader → the same (the ttl must run out first);
 //!
-//! then the graceful trials again on one SQLite file (`BENCH_SQLITE_TRIALS`, default 30), and
-//! a table of the release → acquired part on both stores.
+//! then the graceful trials again beside idle `LISTEN` sessions of another application
+//! (`BENCH_OTHER_LISTENERS`, default 100), a few more (`BENCH_STATEMENT_LOG_TRIALS`, default 10)
+//! with the server logging every statement to check the hosts' figures against, the graceful
+//! trials on one SQLite file (`BENCH_SQLITE_TRIALS`, default 30), and a table of the release →
+//! acquired part on both stores. First it times what one synchronous commit costs on the
+//! server (`BENCH_COMMITS`, default 20): a handoff's grant is one, so that is its floor.
 //!
 //! Each is read from the processes' own log timestamps (the signal's time from this process's
 //! clock, the same wall clock), so no polling of `/status` loads the machine during a handoff.
+//! The statement log is on only for its own series: it slows every statement.
 //! Three replicas; after each trial the stopped one is started again. Prints median, p99 and
 //! worst per kind. `BENCH_TRIALS` (graceful, default 30), `BENCH_CRASH_TRIALS` (default 20) and
 //! `BENCH_TTL` (default 2s) change the run; `LEASEHOLD_BIN` measures another build.
@@ -337,7 +342,8 @@ fn print_trials(trials: &mut Trials) {
             &mut trials.db_campaign,
         ),
     ];
-    for line in lines {
+    // A series measures some of these only (no crashes, no statement log): the rest say nothing.
+    for line in lines.iter().filter(|l| !l.ends_with(": no samples")) {
         println!("{line}");
     }
     if !trials.db_woken.is_empty() {
@@ -357,12 +363,19 @@ async fn main() -> anyhow::Result<()> {
     let ttl = env_duration("BENCH_TTL", Duration::from_secs(2))?;
     let db = Db::new(Backend::Postgres).await?;
     let url = db.url().context("postgres url")?;
-    // The database's own record of the handoff, to check the hosts' logs against.
-    let statements = leasehold_tests::pg::server().log_file();
-    match &statements {
-        Some(_) => leasehold_tests::pg::server().log_every_statement().await?,
-        None => println!("database statement log: not read (DATABASE_URL names the server)"),
-    }
+    // What one synchronous commit costs on this server's disk: the floor under a handoff, whose
+    // grant is one. Alone (as a release comes, after the database sat idle) and back to back.
+    let (mut lone, mut back_to_back) =
+        commits(&url, env_count("BENCH_COMMITS", 20), ttl / 3).await?;
+    let lone_line = summary(
+        "a lone synchronous commit on this server (one-row UPDATE after ttl/3 idle, client's view)",
+        &mut lone,
+    );
+    println!("{lone_line}");
+    println!(
+        "{}",
+        summary("the same commits back to back", &mut back_to_back)
+    );
     // Every replica runs the hello reconciler: a handoff ends when its first call runs.
     let plugins = leasehold_tests::host::plugin_dir(&[(
         "hello-reconciler",
@@ -386,15 +399,7 @@ async fn main() -> anyhow::Result<()> {
         "handoff benchmark: 3 replicas on PostgreSQL, ttl {ttl:?}, {graceful_trials} graceful and {crash_trials} crash trials; leasehold {}",
         leasehold_tests::host::binary()?.display()
     );
-    let mut postgres = run_trials(
-        "r",
-        &args,
-        ttl,
-        graceful_trials,
-        crash_trials,
-        statements.as_deref(),
-    )
-    .await?;
+    let mut postgres = run_trials("r", &args, ttl, graceful_trials, crash_trials, None).await?;
     print_trials(&mut postgres);
 
     // The same graceful trials with idle `LISTEN` sessions of another application on the same
@@ -407,9 +412,29 @@ async fn main() -> anyhow::Result<()> {
         println!(
             "handoff benchmark: the same {graceful_trials} graceful trials beside {others} idle LISTEN sessions of another application on the database"
         );
-        crowded = run_trials("l", &args, ttl, graceful_trials, 0, statements.as_deref()).await?;
+        crowded = run_trials("l", &args, ttl, graceful_trials, 0, None).await?;
         print_trials(&mut crowded);
         drop(listeners);
+    }
+
+    // The database's own record of a few more graceful trials, to check the hosts' logs against:
+    // the statement log slows every statement, so the figures above run without it.
+    let statements = leasehold_tests::pg::server().log_file();
+    let check_trials = env_count("BENCH_STATEMENT_LOG_TRIALS", 10);
+    let mut logged = Trials::default();
+    match &statements {
+        Some(path) if check_trials > 0 => {
+            let server = leasehold_tests::pg::server();
+            server.log_every_statement(true).await?;
+            println!(
+                "handoff benchmark: {check_trials} more graceful trials with the server logging every statement, to check the hosts' figures against the database's own record"
+            );
+            logged = run_trials("c", &args, ttl, check_trials, 0, Some(path)).await?;
+            server.log_every_statement(false).await?;
+            print_trials(&mut logged);
+        }
+        Some(_) => println!("database statement log: not read (BENCH_STATEMENT_LOG_TRIALS=0)"),
+        None => println!("database statement log: not read (DATABASE_URL names the server)"),
     }
 
     // The same graceful trials on one SQLite file (the default store, `make run`): the release
@@ -445,22 +470,64 @@ async fn main() -> anyhow::Result<()> {
     };
     print_table(&leasehold, etcd.as_ref());
     print_stores(&postgres.takeover_part, &sqlite.takeover_part);
-    println!(
-        "{:<58} | {} | not logged",
-        "released -> acquired, database's statement log -> new holder's",
-        median_p99_max(&postgres.db_takeover),
+    let row = |figure: &str, samples: &[Duration]| {
+        println!("{figure:<58} | {}", median_p99_max(samples));
+    };
+    row(
+        &format!("the same beside {others} idle LISTEN sessions"),
+        &crowded.takeover_part,
     );
-    println!(
-        "{:<58} | {}",
-        format!("the same beside {others} idle LISTEN sessions"),
-        median_p99_max(&crowded.db_takeover)
+    row(
+        &format!("SIGTERM -> plugin running, beside {others} LISTEN sessions"),
+        &crowded.graceful,
     );
-    println!(
-        "{:<58} | {}",
-        format!("SIGTERM -> plugin running, beside {others} LISTEN sessions"),
-        median_p99_max(&crowded.graceful)
+    row(
+        "checked: released -> acquired, hosts' logs (statement log on)",
+        &logged.takeover_part,
     );
+    row(
+        "checked: the database's release -> acquired (same trials)",
+        &logged.db_takeover,
+    );
+    row(
+        "checked: the database's release -> old holder's `released`",
+        &logged.released_logged_after,
+    );
+    println!("floor: {lone_line}");
     Ok(())
+}
+
+/// `count` one-row updates on the database at `url`, each committed alone after `gap` idle, then
+/// `count` back to back: what the client waits for each (one round trip, one synchronous commit).
+async fn commits(
+    url: &str,
+    count: usize,
+    gap: Duration,
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    sqlx::query("CREATE TABLE IF NOT EXISTS handoff_bench_commit (n BIGINT NOT NULL)")
+        .execute(&mut conn)
+        .await?;
+    sqlx::query("INSERT INTO handoff_bench_commit SELECT 0 WHERE NOT EXISTS (SELECT FROM handoff_bench_commit)")
+        .execute(&mut conn)
+        .await?;
+    let update = "UPDATE handoff_bench_commit SET n = n + 1";
+    // Prepared first, so that every one timed is the statement alone.
+    sqlx::query(update).execute(&mut conn).await?;
+    let (mut lone, mut back_to_back) = (Vec::new(), Vec::new());
+    for _ in 0..count {
+        tokio::time::sleep(gap).await;
+        let started = Instant::now();
+        sqlx::query(update).execute(&mut conn).await?;
+        lone.push(started.elapsed());
+    }
+    for _ in 0..count {
+        let started = Instant::now();
+        sqlx::query(update).execute(&mut conn).await?;
+        back_to_back.push(started.elapsed());
+    }
+    Ok((lone, back_to_back))
 }
 
 /// `count` sessions on the database at `url` that `LISTEN` on a channel of their own and then
