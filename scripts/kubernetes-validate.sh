@@ -6,7 +6,8 @@
 # The validator is kubernetes-validate from PyPI, which ships the JSON schemas of every
 # Kubernetes release it knows, so a check needs no cluster and no network. It is pinned below and
 # installed into a virtual environment under target/tools/kubernetes-validate/ on first use
-# (idempotent: reinstalled only when the pin changes or the environment is broken).
+# (idempotent: reinstalled only when the pin changes or the environment is broken;
+# scripts/lib/pip-tool.sh).
 #
 # Strict means: a field the schema does not know is an error (a misspelt `runAsNonroot` would
 # otherwise pass, and the API server would drop it or refuse the object), an object whose kind or
@@ -29,10 +30,6 @@ pin=1.37.0
 # newest, catches a field that only newer API servers know. KUBERNETES_VERSION overrides it.
 kubernetes_version=${KUBERNETES_VERSION:-1.31.0}
 
-tools="${CARGO_TARGET_DIR:-$root/target}/tools/kubernetes-validate"
-venv="$tools/venv"
-stamp="$venv/.kubernetes-validate-version"
-
 say() { echo "kubernetes-validate: $*" >&2; }
 die() {
   say "$*"
@@ -49,43 +46,8 @@ for file in "$@"; do
   [ -f "$file" ] || die "$file: no such file"
 done
 
-installed() {
-  [ -x "$venv/bin/kubernetes-validate" ] &&
-    [ "$(cat "$stamp" 2>/dev/null)" = "$pin" ] &&
-    "$venv/bin/python" -c 'import kubernetes_validate, yaml' 2>/dev/null
-}
-
-install() {
-  command -v python3 >/dev/null 2>&1 ||
-    die "python3 is missing: install Python 3 with venv (Debian: apt-get install python3 python3-venv)"
-  rm -rf "$venv"
-  say "installing kubernetes-validate==$pin into ${venv#"$root"/}"
-  python3 -m venv "$venv" >/dev/null 2>&1 ||
-    die "python3 cannot create a virtual environment (Debian: apt-get install python3-venv)"
-  # pip retries each request itself; these rounds cover a connection that drops for longer.
-  local attempt
-  for attempt in 1 2 3; do
-    if "$venv/bin/pip" install --quiet --disable-pip-version-check --retries 3 --timeout 30 \
-      "kubernetes-validate==$pin" >"$tools/pip.log" 2>&1; then
-      echo "$pin" >"$stamp"
-      return 0
-    fi
-    [ "$attempt" -eq 3 ] || sleep $((attempt * 5))
-  done
-  tail -n 5 "$tools/pip.log" >&2
-  die "pip could not install kubernetes-validate==$pin after 3 attempts (is PyPI reachable?); log: ${tools#"$root"/}/pip.log"
-}
-
-if ! installed; then
-  mkdir -p "$tools"
-  # Tests call this script in parallel: one installs, the others wait and then reuse it.
-  exec 9>"$tools/lock"
-  if command -v flock >/dev/null 2>&1; then
-    flock -w 600 9 || die "timed out waiting for another install into ${tools#"$root"/}"
-  fi
-  installed || install
-  exec 9>&-
-fi
+. "$root/scripts/lib/pip-tool.sh"
+venv=$(pip_tool kubernetes-validate "kubernetes-validate==$pin" 'import kubernetes_validate, yaml')
 
 # How many documents one file holds, loaded as the validator loads them but refusing repeated
 # keys. Empty documents (a file's leading comment block) are not counted.

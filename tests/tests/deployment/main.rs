@@ -2,6 +2,8 @@
 //! README's steps, the first day, least privilege and upgrades. One test binary, a module
 //! per file:
 //!
+//! - `chart`: the Helm chart, rendered by Helm's library for every mode and size, validated, and
+//!   held to a rollout and a drain that can always proceed.
 //! - `compose`: the compose example up and down with podman-compose.
 //! - `containers`: real podman containers of the project's image.
 //! - `deploy_files`: the example config, the systemd unit and the Dockerfile stay true to the
@@ -14,6 +16,7 @@
 //! - `upgrades`: this release beside the previous one, and a newer protocol refused.
 //! - `version`: `leasehold --version` names the release and the commit.
 
+mod chart;
 mod compose;
 mod containers;
 mod deploy_files;

@@ -86,6 +86,15 @@ fn the_changelog_the_version_and_the_deployed_image_tags_agree() {
             assert_eq!(tag, *newest, "{file} deploys {tag}, not the newest release");
         }
     }
+    // The chart is versioned with the workspace, and deploys the newest release by default.
+    let chart: serde_norway::Value =
+        serde_norway::from_str(&read("charts/leasehold/Chart.yaml")).unwrap();
+    assert_eq!(chart["version"], version.as_str(), "the chart's version");
+    assert_eq!(
+        chart["appVersion"],
+        newest.to_string().as_str(),
+        "the chart's appVersion is the newest release"
+    );
     // A plain `docker build` (no --build-arg) labels the image with the newest release.
     assert!(
         read("examples/docker/Dockerfile").contains(&format!("ARG VERSION={newest}\n")),
