@@ -26,27 +26,6 @@ const TTL: Duration = Duration::from_secs(10);
 /// takes and far below the ttl a missed one costs, on a loaded two-core machine.
 const WOKEN: Duration = Duration::from_secs(1);
 
-/// Two tests of one specification `$spec(url)`: on a SQLite file, and on a fresh database of
-/// the harness's PostgreSQL.
-macro_rules! on_both_stores {
-    ($sqlite:ident, $postgres:ident, $spec:ident) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $sqlite() {
-            let (_dir, url) = sqlite_file();
-            $spec(&url).await;
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $postgres() {
-            let url = leasehold_tests::pg::server()
-                .fresh_database()
-                .await
-                .unwrap();
-            $spec(&url).await;
-        }
-    };
-}
-
 fn sqlite_file() -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("leases.db").display());

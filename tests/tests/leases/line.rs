@@ -12,28 +12,6 @@ use leasehold_tests::log::Logged;
 
 const TTL: Duration = Duration::from_secs(2);
 
-/// Two tests of one specification `$spec(url)`: on a SQLite file, and on a fresh database of
-/// the harness's PostgreSQL.
-macro_rules! on_both_stores {
-    ($sqlite:ident, $postgres:ident, $spec:ident) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $sqlite() {
-            let dir = tempfile::tempdir().unwrap();
-            let url = format!("sqlite:{}", dir.path().join("leases.db").display());
-            $spec(&url).await;
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $postgres() {
-            let url = leasehold_tests::pg::server()
-                .fresh_database()
-                .await
-                .unwrap();
-            $spec(&url).await;
-        }
-    };
-}
-
 /// A replica `name` at `priority`, started and in line: it has campaigned once (a standby joins
 /// the line with its first campaign, as it starts).
 async fn start(url: &str, name: &str, priority: i64, more: &[&str]) -> Host {

@@ -31,6 +31,28 @@
 //! (`leasehold_tests::pg::server`), which every other test of a binary shares, and which another
 //! test stopping it at the same time would start again under it.
 
+/// Two tests of one specification `$spec(url)` (in `handoff` and `line`): on a SQLite file, and
+/// on a fresh database of the harness's PostgreSQL.
+macro_rules! on_both_stores {
+    ($sqlite:ident, $postgres:ident, $spec:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $sqlite() {
+            let dir = tempfile::tempdir().unwrap();
+            let url = format!("sqlite:{}", dir.path().join("leases.db").display());
+            $spec(&url).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $postgres() {
+            let url = leasehold_tests::pg::server()
+                .fresh_database()
+                .await
+                .unwrap();
+            $spec(&url).await;
+        }
+    };
+}
+
 mod capabilities;
 mod chaos;
 mod chaos_history;
