@@ -62,6 +62,10 @@ ever (the deadlock of readiness tied to leadership).
 {{- if and (eq .Values.mode "replicas") .Values.app.image -}}
 {{- fail "app.image is set but mode is replicas: set mode: beside-app to run the app beside leasehold" -}}
 {{- end -}}
+{{- $np := .Values.networkPolicy -}}
+{{- if and $np.enabled (eq .Values.mode "replicas") (not $np.database.cidr) -}}
+{{- fail "networkPolicy.enabled needs networkPolicy.database.cidr, the database's address block: the pods may connect to it and the cluster's DNS alone" -}}
+{{- end -}}
 {{- $pdb := .Values.podDisruptionBudget -}}
 {{- if and (not (kindIs "invalid" $pdb.minAvailable)) (not (kindIs "invalid" $pdb.maxUnavailable)) -}}
 {{- fail "podDisruptionBudget.minAvailable and podDisruptionBudget.maxUnavailable are both set: a budget takes one of them" -}}

@@ -4,7 +4,8 @@
 //! strictly (`scripts/kubernetes-validate.sh`); a rollout never waits for a standby to become
 //! Ready and a disruption budget never keeps the holder's node from being drained; the Services
 //! select the pods and name their ports; no RBAC object is needed; the config each pod gets
-//! loads in the host's own loader; a bad or contradictory value fails the render naming it.
+//! loads in the host's own loader; the optional NetworkPolicy opens the database and DNS alone;
+//! a bad or contradictory value fails the render naming it.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -102,18 +103,8 @@ fn count(v: &Value, of: u64, round_up: bool) -> u64 {
 
 #[test]
 fn every_case_renders_and_every_manifest_passes_the_api_schemas_strictly() {
-    let dir = tempfile::tempdir().unwrap();
     for (mode, replicas, traffic) in cases() {
-        let objects = render(&case(&mode, replicas, &traffic)).unwrap();
-        let stream: Vec<String> = objects
-            .iter()
-            .map(|o| serde_norway::to_string(o).unwrap())
-            .collect();
-        let file = dir.path().join(format!("{mode}-{replicas}-{traffic}.yaml"));
-        std::fs::write(&file, format!("---\n{}", stream.join("---\n"))).unwrap();
-        if let Err(said) = script("kubernetes-validate.sh", &[file.as_os_str()]) {
-            panic!("{mode}, {replicas} replicas, traffic {traffic}: {said}");
-        }
+        render_valid(&case(&mode, replicas, &traffic));
     }
 }
 
@@ -273,6 +264,89 @@ fn the_database_url_comes_from_a_secret_given_or_made_from_the_value() {
     assert_eq!(env_of(&objects)["name"], secret["metadata"]["name"]);
 }
 
+/// The chart rendered with `values`, every manifest validated strictly: its objects.
+fn render_valid(values: &str) -> Vec<Value> {
+    let objects = render(values).unwrap();
+    let stream: Vec<String> = objects
+        .iter()
+        .map(|o| serde_norway::to_string(o).unwrap())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rendered.yaml");
+    std::fs::write(&file, format!("---\n{}", stream.join("---\n"))).unwrap();
+    if let Err(said) = script("kubernetes-validate.sh", &[file.as_os_str()]) {
+        panic!("{values}: {said}");
+    }
+    objects
+}
+
+#[test]
+fn a_network_policy_lets_the_pods_reach_the_database_and_dns_alone_and_metrics_from_the_peers_named()
+ {
+    let monitoring = "kubernetes.io/metadata.name: monitoring";
+    let objects = render_valid(&format!(
+        "networkPolicy:\n  enabled: true\n  database:\n    cidr: 10.0.12.0/24\n    port: 6432\n  metricsFrom:\n    - namespaceSelector:\n        matchLabels:\n          {monitoring}\n"
+    ));
+    let policy = &one(&objects, "NetworkPolicy")["spec"];
+    let pod = &one(&objects, "Deployment")["spec"]["template"]["metadata"]["labels"];
+    for (key, value) in policy["podSelector"]["matchLabels"].as_mapping().unwrap() {
+        assert_eq!(&pod[key], value, "the policy selects the pods");
+    }
+    let egress = policy["egress"].as_sequence().unwrap();
+    assert_eq!(egress.len(), 2, "{egress:?}");
+    assert_eq!(egress[0]["to"][0]["ipBlock"]["cidr"], "10.0.12.0/24");
+    assert_eq!(egress[0]["ports"][0]["port"], 6432);
+    assert_eq!(
+        egress[1]["to"][0]["podSelector"]["matchLabels"]["k8s-app"],
+        "kube-dns"
+    );
+    assert!(
+        egress[1]["ports"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .all(|p| p["port"] == 53)
+    );
+    let ingress = policy["ingress"].as_sequence().unwrap();
+    assert_eq!(ingress.len(), 1, "{ingress:?}");
+    assert_eq!(ingress[0]["ports"][0]["port"], 9464);
+    assert_eq!(
+        ingress[0]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "monitoring"
+    );
+
+    // Nobody named: no rule opens the port (a rule without `from` would open it to all).
+    let objects =
+        render_valid("networkPolicy:\n  enabled: true\n  database:\n    cidr: 10.0.12.7/32\n");
+    let policy = &one(&objects, "NetworkPolicy")["spec"];
+    assert!(
+        policy["ingress"].as_sequence().is_none_or(Vec::is_empty),
+        "{policy:?}"
+    );
+
+    // Beside an app the policy would bind the app's egress too: ingress alone, the app's port
+    // open to its Service's traffic.
+    let objects = render_valid(
+        "mode: beside-app\napp:\n  image: web:1\n  port: 8081\nnetworkPolicy:\n  enabled: true\n",
+    );
+    let policy = &one(&objects, "NetworkPolicy")["spec"];
+    assert_eq!(
+        policy["policyTypes"],
+        serde_norway::from_str::<Value>("[Ingress]").unwrap()
+    );
+    let ingress = policy["ingress"].as_sequence().unwrap();
+    assert!(
+        ingress
+            .iter()
+            .any(|r| r["ports"][0]["port"] == 8081 && r.get("from").is_none()),
+        "{ingress:?}"
+    );
+    assert!(
+        of_kind(&render_valid("{}\n"), "NetworkPolicy").is_empty(),
+        "off by default"
+    );
+}
+
 #[test]
 fn a_bad_value_fails_the_render_naming_it() {
     let refused = [
@@ -305,6 +379,14 @@ fn a_bad_value_fails_the_render_naming_it() {
         (
             "app:\n  image: web:1\n",
             "app.image is set but mode is replicas",
+        ),
+        (
+            "networkPolicy:\n  enabled: true\n",
+            "networkPolicy.enabled needs networkPolicy.database.cidr",
+        ),
+        (
+            "networkPolicy:\n  database:\n    cidr: 10.0.12.0\n",
+            "/networkPolicy/database/cidr",
         ),
     ];
     for (values, says) in refused {
