@@ -38,6 +38,30 @@ fn standby(t0: Instant) -> Coordinator {
     c
 }
 
+/// A coordinator for lease `a` that won it at epoch 6, stepped down and released it by `t0 + 30
+/// ms`; with the step-down's effects.
+fn held_at_6_then_released(t0: Instant) -> (Coordinator, Vec<Effect>) {
+    let mut c = coordinator(&["a"], t0);
+    c.step(Event::Tick, t0);
+    c.step(campaign_done("a", Ok(Some(Epoch::new(6)))), t0 + ms(5));
+    let fx = c.step(Event::StepDown { lease: "a".into() }, t0 + ms(10));
+    c.step(
+        Event::TermStopped {
+            lease: "a".into(),
+            epoch: Epoch::new(6),
+        },
+        t0 + ms(20),
+    );
+    c.step(
+        Event::ReleaseDone {
+            lease: "a".into(),
+            result: Ok(true),
+        },
+        t0 + ms(30),
+    );
+    (c, fx)
+}
+
 #[test]
 fn a_grant_notice_reads_the_row_and_starts_a_term_from_when_the_read_was_sent() {
     let t0 = start();
@@ -109,26 +133,9 @@ fn a_notice_the_row_does_not_confirm_starts_nothing_and_the_campaigns_go_on() {
 #[test]
 fn an_epoch_held_here_before_is_never_taken_up_again() {
     let t0 = start();
-    let mut c = coordinator(&["a"], t0);
-    c.step(Event::Tick, t0);
-    c.step(campaign_done("a", Ok(Some(Epoch::new(6)))), t0 + ms(5));
     // The term ends (a step-down), and the lease is released.
-    let fx = c.step(Event::StepDown { lease: "a".into() }, t0 + ms(10));
+    let (mut c, fx) = held_at_6_then_released(t0);
     assert_eq!(end_terms(&fx).len(), 1);
-    c.step(
-        Event::TermStopped {
-            lease: "a".into(),
-            epoch: Epoch::new(6),
-        },
-        t0 + ms(20),
-    );
-    c.step(
-        Event::ReleaseDone {
-            lease: "a".into(),
-            result: Ok(true),
-        },
-        t0 + ms(30),
-    );
     // A notice heard late, for the epoch this replica held: no read at all.
     assert!(reads(&c.step(grant_noticed("a", 6), t0 + ms(40))).is_empty());
     assert!(reads(&c.step(grant_noticed("a", 5), t0 + ms(41))).is_empty());
@@ -242,26 +249,9 @@ fn a_grant_read_across_a_clock_step_starts_no_term_until_the_quiet_ends() {
 #[test]
 fn a_campaign_that_finds_a_grant_of_an_epoch_held_here_before_waits_for_it_to_lapse() {
     let t0 = start();
-    let mut c = coordinator(&["a"], t0);
-    c.step(Event::Tick, t0);
-    c.step(campaign_done("a", Ok(Some(Epoch::new(6)))), t0 + ms(5));
     // The term ends and the lease is lost; a failover then brings back a row granting epoch 6
     // to this replica, untaken.
-    c.step(Event::StepDown { lease: "a".into() }, t0 + ms(10));
-    c.step(
-        Event::TermStopped {
-            lease: "a".into(),
-            epoch: Epoch::new(6),
-        },
-        t0 + ms(20),
-    );
-    c.step(
-        Event::ReleaseDone {
-            lease: "a".into(),
-            result: Ok(true),
-        },
-        t0 + ms(30),
-    );
+    let (mut c, _) = held_at_6_then_released(t0);
     let at = c.next_deadline().unwrap();
     assert_eq!(campaigns(&c.step(Event::Tick, at)), ["a"]);
     let fx = c.step(
