@@ -4,7 +4,7 @@
 use clap::{Parser, Subcommand};
 
 use super::args::*;
-use super::{admin, dev, groups, new};
+use super::{admin, dev, groups, new, peers};
 
 /// leasehold: replicas compete for named leases; the holder runs the work bound to each lease.
 #[derive(Debug, Parser)]
@@ -72,6 +72,9 @@ pub(crate) enum LeasesCommand {
     /// and wakes the standbys (with --to, one replica takes it); waits and prints old holder and
     /// epoch -> new.
     Handoff(admin::HandoffArgs),
+    /// Ask every replica behind a name (a headless Service) who holds each lease: exit 0 when
+    /// each lease has exactly one holder and every replica names it, 1 with each fault otherwise.
+    Check(peers::CheckArgs),
     /// Break-glass, for a holder that is gone: expire a lease now whoever holds it, keeping its
     /// epoch. A holder still running keeps running the lease's plugins beside the next holder's
     /// until its next renewal is refused (within ttl/3); its fenced writes are refused at once.

@@ -9,12 +9,13 @@
 //! 4. [`admin`]: `leases list`, `leases handoff`, `leases release --force`, `status --url`,
 //!    `migrate`, `config check`;
 //! 5. [`groups`]: `leases groups`, the lease groups' members as the database has them;
-//! 6. [`new`]: `new`, a plugin project to start from;
-//! 7. [`dev`]: `dev`, a project rebuilt, checked and copied into a plugin directory on each
+//! 6. [`peers`]: `leases check`, every replica behind one name asked who holds each lease;
+//! 7. [`new`]: `new`, a plugin project to start from;
+//! 8. [`dev`]: `dev`, a project rebuilt, checked and copied into a plugin directory on each
 //!    change;
-//! 8. [`command`]: `leasehold` and its subcommands, as clap reads them;
-//! 9. [`run`]: the program's entry (parse, log, run, exit code) and `run`, the host until a
-//!    signal.
+//! 9. [`command`]: `leasehold` and its subcommands, as clap reads them;
+//! 10. [`run`]: the program's entry (parse, log, run, exit code) and `run`, the host until a
+//!     signal.
 
 mod admin;
 mod args;
@@ -24,6 +25,7 @@ mod dev;
 mod groups;
 pub mod log;
 mod new;
+mod peers;
 pub mod run;
 
 pub use run::{DEFAULT_LOG_FILTER, main};

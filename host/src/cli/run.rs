@@ -13,7 +13,7 @@ use tracing::{error, info, warn};
 use super::args::*;
 use super::check::check;
 use super::command::*;
-use super::{admin, dev, groups, log, new};
+use super::{admin, dev, groups, log, new, peers};
 use crate::app::App;
 use crate::config::{Config, Layer};
 
@@ -68,6 +68,7 @@ pub fn main() -> ExitCode {
             Command::Leases(LeasesCommand::Release(args)) => admin::release(args).await,
             Command::Leases(LeasesCommand::Handoff(args)) => admin::handoff(args).await,
             Command::Leases(LeasesCommand::Groups(args)) => groups::groups(args).await,
+            Command::Leases(LeasesCommand::Check(args)) => peers::check(args).await,
             Command::Status(args) => admin::status(args).await,
             Command::Migrate(args) => admin::migrate(args).await,
             Command::Config(ConfigCommand::Check(args)) => admin::config_check(args),
