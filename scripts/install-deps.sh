@@ -47,6 +47,9 @@ for arg in "$@"; do
       for tool in podman runc slirp4netns mmdebstrap; do
         command -v "$tool" >/dev/null 2>&1 || need_pkgs+=("$tool")
       done
+      # The init of a pod's infra container, which podman builds its pause image around (the
+      # chart's pods run under `podman kube play`).
+      command -v catatonit >/dev/null 2>&1 || [ -x /usr/libexec/podman/catatonit ] || need_pkgs+=(catatonit)
       # newuidmap, for podman run by a user other than root.
       command -v newuidmap >/dev/null 2>&1 || need_pkgs+=(uidmap)
       # Service names on a compose project's network, with podman's CNI backend.

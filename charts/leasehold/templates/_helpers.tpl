@@ -56,6 +56,18 @@ ever (the deadlock of readiness tied to leadership).
 {{- if and (eq .Values.traffic "holder") (lt (int .Values.replicas) 2) -}}
 {{- fail "traffic: holder with replicas: 1 leaves no standby to take the traffic while the pod is replaced: set replicas to 2 or more, or traffic: all" -}}
 {{- end -}}
+{{- if and (not .Values.leases) (not .Values.groups) -}}
+{{- fail "leases and groups are both empty: name at least one lease or group to campaign for" -}}
+{{- end -}}
+{{- if and (not .Values.leases) (or (eq .Values.mode "beside-app") (eq .Values.traffic "holder")) -}}
+{{- fail (printf "leases is empty: mode %s with traffic %s binds the app or the traffic to the first lease" .Values.mode .Values.traffic) -}}
+{{- end -}}
+{{- if and .Values.plugins.claimName .Values.plugins.image.repository -}}
+{{- fail "plugins.claimName and plugins.image.repository are both set: the plugin directory comes from one of them" -}}
+{{- end -}}
+{{- if and (eq .Values.mode "beside-app") (or .Values.plugins.claimName .Values.plugins.image.repository) -}}
+{{- fail "plugins are set but mode is beside-app: plugins run in replicas mode" -}}
+{{- end -}}
 {{- if and (eq .Values.mode "beside-app") (not .Values.app.image) -}}
 {{- fail "mode: beside-app needs app.image, the app container leasehold runs beside" -}}
 {{- end -}}
@@ -81,5 +93,12 @@ ever (the deadlock of readiness tied to leadership).
 {{- fail (printf "podDisruptionBudget.maxUnavailable %v with traffic: holder and replicas: %v: only the holder is Ready, so a budget below all the replicas never lets its node be drained; leave it unset" $pdb.maxUnavailable .Values.replicas) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the pods get a plugin directory, and from where. */}}
+{{- define "leasehold.plugins" -}}
+{{- if eq .Values.mode "replicas" -}}
+{{- if .Values.plugins.claimName -}}claim{{- else if .Values.plugins.image.repository -}}image{{- end -}}
 {{- end -}}
 {{- end -}}

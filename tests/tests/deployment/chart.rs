@@ -38,7 +38,7 @@ fn script(name: &str, args: &[&OsStr]) -> Result<String, String> {
 }
 
 /// The chart rendered with `values` (YAML) over its defaults: its objects, or Helm's message.
-fn render(values: &str) -> Result<Vec<Value>, String> {
+pub(super) fn render(values: &str) -> Result<Vec<Value>, String> {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("values.yaml");
     std::fs::write(&file, values).unwrap();
@@ -81,7 +81,7 @@ fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
     objects.iter().filter(|o| o["kind"] == kind).collect()
 }
 
-fn one<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+pub(super) fn one<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
     match of_kind(objects, kind).as_slice() {
         [only] => only,
         found => panic!("{} objects of kind {kind}", found.len()),
@@ -163,9 +163,18 @@ fn the_services_select_the_pods_by_their_own_labels_and_ports_and_no_rbac_is_ren
             .map(|p| &p["name"])
             .collect();
         let services = of_kind(&objects, "Service");
-        let expected = if mode == "beside-app" { 2 } else { 1 };
+        // leasehold's port, the headless peers, and the app's in beside-app mode.
+        let expected = if mode == "beside-app" { 3 } else { 2 };
         assert_eq!(services.len(), expected, "{at}");
+        let test_pod = one(&objects, "Pod")["metadata"]["labels"]
+            .as_mapping()
+            .unwrap();
         for service in services {
+            let selector = service["spec"]["selector"].as_mapping().unwrap();
+            assert!(
+                selector.iter().any(|(k, v)| test_pod.get(k) != Some(v)),
+                "{at}: the test pod is not one of the Service's endpoints"
+            );
             for (key, value) in service["spec"]["selector"].as_mapping().unwrap() {
                 assert_eq!(labels.get(key), Some(value), "{at}: selector {key:?}");
             }
@@ -308,21 +317,27 @@ fn a_network_policy_lets_the_pods_reach_the_database_and_dns_alone_and_metrics_f
             .all(|p| p["port"] == 53)
     );
     let ingress = policy["ingress"].as_sequence().unwrap();
-    assert_eq!(ingress.len(), 1, "{ingress:?}");
-    assert_eq!(ingress[0]["ports"][0]["port"], 9464);
+    assert_eq!(ingress.len(), 2, "{ingress:?}");
+    assert_eq!(ingress[1]["ports"][0]["port"], 9464);
     assert_eq!(
-        ingress[0]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        ingress[1]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
         "monitoring"
     );
 
-    // Nobody named: no rule opens the port (a rule without `from` would open it to all).
+    // Nobody named: the port opens to `helm test`'s pod alone (a rule without `from` would open
+    // it to all).
     let objects =
         render_valid("networkPolicy:\n  enabled: true\n  database:\n    cidr: 10.0.12.7/32\n");
     let policy = &one(&objects, "NetworkPolicy")["spec"];
-    assert!(
-        policy["ingress"].as_sequence().is_none_or(Vec::is_empty),
-        "{policy:?}"
-    );
+    let ingress = policy["ingress"].as_sequence().unwrap();
+    assert_eq!(ingress.len(), 1, "{policy:?}");
+    let test_pod = &one(&objects, "Pod")["metadata"]["labels"];
+    for (key, value) in ingress[0]["from"][0]["podSelector"]["matchLabels"]
+        .as_mapping()
+        .unwrap()
+    {
+        assert_eq!(&test_pod[key], value, "the rule admits the test pod");
+    }
 
     // Beside an app the policy would bind the app's egress too: ingress alone, the app's port
     // open to its Service's traffic.
@@ -355,7 +370,35 @@ fn a_bad_value_fails_the_render_naming_it() {
         ("ttl: 15 seconds\n", "/ttl"),
         ("mode: sidecar\n", "/mode"),
         ("traffic: leader\n", "/traffic"),
-        ("leases: []\n", "/leases"),
+        ("leases: [\"\"]\n", "/leases/0"),
+        ("leases: []\n", "leases and groups are both empty"),
+        (
+            "leases: []\ngroups:\n  orders: 4\ntraffic: holder\n",
+            "leases is empty: mode replicas with traffic holder",
+        ),
+        ("groups:\n  orders: 0\n", "/groups/orders"),
+        ("groups:\n  a/b: 2\n", "invalid propertyName 'a/b'"),
+        (
+            "plugins:\n  claimName: p\n  image:\n    repository: reg/plugins\n",
+            "plugins.claimName and plugins.image.repository are both set",
+        ),
+        (
+            "mode: beside-app\napp:\n  image: web:1\nplugins:\n  claimName: p\n",
+            "plugins are set but mode is beside-app",
+        ),
+        (
+            "plugins:\n  image:\n    path: plugins\n",
+            "/plugins/image/path",
+        ),
+        (
+            "app:\n  resources:\n    limits:\n      gpu: 1\n",
+            "'gpu' not allowed",
+        ),
+        (
+            "monitoring:\n  serviceMonitor:\n    interval: 30 seconds\n",
+            "/monitoring/serviceMonitor/interval",
+        ),
+        ("monitoring:\n  grafana: {}\n", "'grafana' not allowed"),
         ("database:\n  url: mysql://db\n", "/database/url"),
         ("image:\n  pullPolicy: Sometimes\n", "/image/pullPolicy"),
         ("resources:\n  limits:\n    gpu: 1\n", "'gpu' not allowed"),
@@ -402,5 +445,195 @@ fn helm_lints_the_chart_without_an_error() {
     let chart = root().join(CHART);
     if let Err(said) = script("helm-render.sh", &[OsStr::new("--lint"), chart.as_os_str()]) {
         panic!("{said}");
+    }
+}
+
+/// Runs `promtool ARGS` in `dir`; fails with its output.
+fn promtool(dir: &std::path::Path, args: &[&str]) {
+    let out = Command::new("promtool")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("promtool: {e} (scripts/install-deps.sh installs it)"));
+    assert!(
+        out.status.success(),
+        "promtool {args:?}:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_service_monitor_rules_and_dashboard_validate_and_are_the_projects_own() {
+    let objects = render_valid(
+        "monitoring:\n  serviceMonitor:\n    enabled: true\n    interval: 15s\n    labels:\n      release: kube-prometheus-stack\n  prometheusRule:\n    enabled: true\n  dashboard:\n    enabled: true\n",
+    );
+    // The ServiceMonitor selects the headless Service, which selects every pod, Ready or not.
+    let monitor = one(&objects, "ServiceMonitor");
+    assert_eq!(
+        monitor["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    let services = of_kind(&objects, "Service");
+    let selected: Vec<&&Value> = services
+        .iter()
+        .filter(|s| {
+            let labels = s["metadata"]["labels"].as_mapping().unwrap();
+            monitor["spec"]["selector"]["matchLabels"]
+                .as_mapping()
+                .unwrap()
+                .iter()
+                .all(|(k, v)| labels.get(k) == Some(v))
+        })
+        .collect();
+    assert_eq!(selected.len(), 1, "{selected:?}");
+    let peers = &selected[0]["spec"];
+    assert_eq!(peers["clusterIP"], "None");
+    assert_eq!(peers["publishNotReadyAddresses"], true);
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["port"], peers["ports"][0]["name"]);
+    assert_eq!(
+        (endpoint["path"].as_str(), endpoint["interval"].as_str()),
+        (Some("/metrics"), Some("15s"))
+    );
+
+    // The rules are the example's, and pass promtool and the example's unit tests as rendered.
+    let rules = &one(&objects, "PrometheusRule")["spec"];
+    let example: Value = serde_norway::from_str(
+        &std::fs::read_to_string(root().join("examples/prometheus/leasehold-alerts.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(rules, &example);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("leasehold-alerts.yaml"),
+        serde_norway::to_string(rules).unwrap(),
+    )
+    .unwrap();
+    std::fs::copy(
+        root().join("examples/prometheus/leasehold-alerts.test.yaml"),
+        dir.path().join("leasehold-alerts.test.yaml"),
+    )
+    .unwrap();
+    promtool(dir.path(), &["check", "rules", "leasehold-alerts.yaml"]);
+    promtool(dir.path(), &["test", "rules", "leasehold-alerts.test.yaml"]);
+
+    // The dashboard is the example's, byte for byte, under the sidecar's label.
+    let dashboards: Vec<&Value> = of_kind(&objects, "ConfigMap")
+        .into_iter()
+        .filter(|c| c["metadata"]["labels"]["grafana_dashboard"] == "1")
+        .collect();
+    assert_eq!(dashboards.len(), 1);
+    let json = dashboards[0]["data"]["leasehold-dashboard.json"]
+        .as_str()
+        .unwrap();
+    let file =
+        std::fs::read_to_string(root().join("examples/grafana/leasehold-dashboard.json")).unwrap();
+    assert_eq!(json.trim_end(), file.trim_end());
+    serde_json::from_str::<serde_json::Value>(json).unwrap();
+
+    let objects = render("{}\n").unwrap();
+    for kind in ["ServiceMonitor", "PrometheusRule"] {
+        assert!(of_kind(&objects, kind).is_empty(), "{kind} off by default");
+    }
+    assert_eq!(
+        of_kind(&objects, "ConfigMap").len(),
+        1,
+        "no dashboard by default"
+    );
+}
+
+#[test]
+fn plugins_from_an_image_are_copied_where_the_host_reads_them_and_groups_reach_its_config() {
+    let objects = render_valid(
+        "groups:\n  orders: 12\n  billing: 3\nplugins:\n  image:\n    repository: registry.example.com/plugins\n    tag: \"1.4\"\n    path: /opt/plugins/\n",
+    );
+    let config = pod_config(&objects);
+    assert_eq!(config.plugins, Some(PathBuf::from("/plugins")));
+    let groups: Vec<(String, u32)> = config
+        .groups
+        .iter()
+        .map(|g| (g.name.to_string(), g.shards))
+        .collect();
+    assert_eq!(groups, [("billing".into(), 3), ("orders".into(), 12)]);
+    let pod = &one(&objects, "Deployment")["spec"]["template"]["spec"];
+    let init = &pod["initContainers"][0];
+    assert_eq!(init["image"], "registry.example.com/plugins:1.4");
+    assert_eq!(
+        init["command"],
+        serde_norway::from_str::<Value>(r#"["cp", "-R", "/opt/plugins/.", "/copy-to/"]"#).unwrap()
+    );
+    let copied_to = &init["volumeMounts"][0];
+    let read_from = pod["containers"][0]["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == "/plugins")
+        .unwrap();
+    assert_eq!(copied_to["name"], read_from["name"], "one volume");
+    assert_eq!(read_from["readOnly"], true);
+    let volume = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == read_from["name"])
+        .unwrap();
+    assert!(volume.get("emptyDir").is_some(), "{volume:?}");
+
+    // Groups alone: no `leases` key, the shards only.
+    let config = pod_config(&render_valid("leases: []\ngroups:\n  orders: 4\n"));
+    assert!(config.leases.is_empty());
+
+    // The app's resources, beside leasehold's own.
+    let objects = render_valid(
+        "mode: beside-app\napp:\n  image: web:1\n  resources:\n    requests:\n      cpu: 250m\n      memory: 256Mi\n",
+    );
+    let containers = &one(&objects, "Deployment")["spec"]["template"]["spec"]["containers"];
+    assert_eq!(containers[0]["name"], "app");
+    assert_eq!(containers[0]["resources"]["requests"]["memory"], "256Mi");
+}
+
+#[test]
+fn helm_test_asks_every_replica_through_the_peers_service_for_one_holder_per_lease() {
+    for replicas in [1, 3] {
+        let objects = render_valid(&format!("replicas: {replicas}\n"));
+        let pod = one(&objects, "Pod");
+        assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+        let container = &pod["spec"]["containers"][0];
+        assert_eq!(
+            container["image"],
+            one(&objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"],
+            "the release's own image"
+        );
+        let args: Vec<&str> = container["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        let peers = of_kind(&objects, "Service")
+            .into_iter()
+            .find(|s| s["spec"]["clusterIP"] == "None")
+            .unwrap();
+        let url = format!(
+            "http://{}:9464",
+            peers["metadata"]["name"].as_str().unwrap()
+        );
+        assert_eq!(
+            args,
+            [
+                "leases",
+                "check",
+                url.as_str(),
+                &format!("--replicas={replicas}"),
+                "--wait=60s"
+            ]
+        );
+        // The Deployment's selector does not count the test pod as a replica.
+        let selector = one(&objects, "Deployment")["spec"]["selector"]["matchLabels"]
+            .as_mapping()
+            .unwrap();
+        let labels = pod["metadata"]["labels"].as_mapping().unwrap();
+        assert!(selector.iter().any(|(k, v)| labels.get(k) != Some(v)));
     }
 }

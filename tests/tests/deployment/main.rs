@@ -4,6 +4,8 @@
 //!
 //! - `chart`: the Helm chart, rendered by Helm's library for every mode and size, validated, and
 //!   held to a rollout and a drain that can always proceed.
+//! - `chart_on_podman`: the chart's pods run by `podman kube play`, handing a lease over when the
+//!   holder's pod stops.
 //! - `compose`: the compose example up and down with podman-compose.
 //! - `containers`: real podman containers of the project's image.
 //! - `deploy_files`: the example config, the systemd unit and the Dockerfile stay true to the
@@ -17,6 +19,7 @@
 //! - `version`: `leasehold --version` names the release and the commit.
 
 mod chart;
+mod chart_on_podman;
 mod compose;
 mod containers;
 mod deploy_files;
