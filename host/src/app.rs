@@ -205,6 +205,8 @@ impl Metrics {
         lease.register_group(&mut registry);
         process.register(&mut registry);
         http.register(&mut registry);
+        // Last, and only while trace export is on: its queue's drops and failures.
+        crate::telemetry::register(&mut registry);
         Metrics {
             lease,
             plugin,
@@ -404,6 +406,9 @@ impl App {
         .map_err(AppError::HttpThread)?;
         let http = tasks.spawn(served);
         let driver = tasks.spawn(driver.run());
+        // Under the app's tasks, which a shutdown waits for: every ended term's span is queued
+        // before the last flush.
+        crate::telemetry::follow_terms(&leases, &root, &tasks);
         tasks.close();
         Ok(App {
             addr,

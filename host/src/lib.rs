@@ -17,20 +17,22 @@
 //!    time, and the report of what it dropped;
 //! 4. [`lease`]: lease rows and names, the stores that keep them, the coordinator state machine
 //!    and its driver;
-//! 5. [`manifest`]: what a plugin's `NAME.toml` declares (lease, schedule, limits, grants);
-//! 6. [`capability`]: what plugins may be granted: fenced kv, sql, events;
-//! 7. [`runtime`]: the WebAssembly engine, compiled components, stores and guarded calls;
-//! 8. [`plugin`]: the plugin directory: plugin names, loading files and watching for changes;
-//! 9. [`process`]: OS processes under a lease, run by a keeper process that holds their deadline
-//!    apart from the host;
-//! 10. [`supervisor`]: the work bound to the lifecycle of a lease: plugins, processes, services;
-//! 11. [`http`]: `/healthz`, `/readyz`, `/status`, `/metrics` and the page, from one snapshot of
+//! 5. [`telemetry`]: OpenTelemetry trace export, off unless an OTLP endpoint is set: a span per
+//!    leadership term, the host's `tracing` spans under it, a bounded queue to the collector;
+//! 6. [`manifest`]: what a plugin's `NAME.toml` declares (lease, schedule, limits, grants);
+//! 7. [`capability`]: what plugins may be granted: fenced kv, sql, events;
+//! 8. [`runtime`]: the WebAssembly engine, compiled components, stores and guarded calls;
+//! 9. [`plugin`]: the plugin directory: plugin names, loading files and watching for changes;
+//! 10. [`process`]: OS processes under a lease, run by a keeper process that holds their deadline
+//!     apart from the host;
+//! 11. [`supervisor`]: the work bound to the lifecycle of a lease: plugins, processes, services;
+//! 12. [`http`]: `/healthz`, `/readyz`, `/status`, `/metrics` and the page, from one snapshot of
 //!     the store, on a thread of its own, bounded and answering only to its own names;
-//! 12. [`config`]: the settings of `leasehold run`, from file, environment and flags;
-//! 13. [`app`]: the composition root: one running host, started from a config and shut down in
+//! 13. [`config`]: the settings of `leasehold run`, from file, environment and flags;
+//! 14. [`app`]: the composition root: one running host, started from a config and shut down in
 //!     order;
-//! 14. [`cli`]: the command line (`run`, `check`, `leases`, …): flags, signals and exit codes;
-//! 15. [`testing`](#layers) (with the `testing` feature only, which the test suite turns on): the
+//! 15. [`cli`]: the command line (`run`, `check`, `leases`, …): flags, signals and exit codes;
+//! 16. [`testing`](#layers) (with the `testing` feature only, which the test suite turns on): the
 //!     host's bounds, named once so that tests check the figures the host enforces.
 
 pub mod app;
@@ -47,5 +49,6 @@ pub mod process;
 pub mod report;
 pub mod runtime;
 pub mod supervisor;
+pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -43,6 +43,14 @@ pub fn main() -> ExitCode {
         Command::Check(_) | Command::Config(ConfigCommand::Check(_)) => CHECK_LOG_FILTER,
         _ => DEFAULT_LOG_FILTER,
     };
+    // Before the log, whose subscriber carries its layer: off unless an endpoint is set.
+    if let Err(e) = start_telemetry(&cli.command) {
+        eprintln!(
+            "leasehold: error: {}",
+            crate::report::escape_controls(&crate::report::chain(&e))
+        );
+        return ExitCode::FAILURE;
+    }
     let (log_writer, log_dropped) = init_logging(format, filter);
     undumpable();
     if password_on_command_line(std::env::args_os()) {
@@ -79,6 +87,10 @@ pub fn main() -> ExitCode {
     });
     // Store calls abandoned at a timeout may still be parked on a socket: do not wait for them.
     runtime.shutdown_timeout(Duration::from_millis(100));
+    // The spans of the terms this stop ended, and whatever else is queued, before the exit.
+    if let Some(Err(e)) = crate::telemetry::flush() {
+        warn!(error = %e, "trace export: what was queued could not all be sent before the exit");
+    }
     // Through the queue too: a direct write to a stderr still not read would never return.
     let dropped = log_dropped.dropped_lines();
     if dropped > 0 {
@@ -268,6 +280,20 @@ fn file_log_format(command: &Command) -> Option<LogFormat> {
     Layer::load(path).ok()?.log_format
 }
 
+/// Starts trace export for the commands that hold leases, from the file's `[telemetry]` table
+/// and the standard variables. A file that cannot be read says so later, as `run` reads it.
+fn start_telemetry(command: &Command) -> Result<(), crate::telemetry::TelemetryError> {
+    let path = match command {
+        Command::Run(args) | Command::Exec(ExecArgs { run: args, .. }) => args.config.as_ref(),
+        _ => return Ok(()),
+    };
+    let settings = path
+        .and_then(|path| Layer::load(path).ok())
+        .map(|layer| layer.telemetry.settings())
+        .unwrap_or_default();
+    crate::telemetry::start(&settings, |name| std::env::var(name).ok()).map(|_| ())
+}
+
 /// Logs to stderr from a thread of its own; the returned guard writes out what is queued when
 /// dropped. A lease loop that logs never waits on stderr: a log reader that falls behind (a full
 /// pipe to a container runtime) would otherwise stall renewals, and every line's write was a
@@ -307,13 +333,23 @@ fn init_logging(
         .thread_name("leasehold-log")
         .finish(std::io::stderr());
     let dropped = writer.error_counter();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let lines = tracing_subscriber::fmt::layer()
         .with_writer(writer)
         .with_ansi(std::io::stderr().is_terminal());
+    // Layers on a registry rather than fmt's own subscriber: the trace export's layer (`None`
+    // when it is off, no layer at all) has a filter of its own, which only a registry carries.
+    let registry = tracing_subscriber::registry().with(filter);
     match format {
-        LogFormat::Text => builder.fmt_fields(log::EscapedFields).init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => registry
+            .with(lines.fmt_fields(log::EscapedFields))
+            .with(crate::telemetry::layer())
+            .init(),
+        LogFormat::Json => registry
+            .with(lines.json())
+            .with(crate::telemetry::layer())
+            .init(),
     }
     (guard, dropped)
 }

@@ -90,6 +90,34 @@ pub struct RuntimeLayer {
     pub fuel: Option<bool>,
 }
 
+/// The `[telemetry]` table of a [`Layer`]: OpenTelemetry trace export. File only; each key has
+/// its standard variable, which wins over it. Export is off unless an endpoint is set, here or
+/// in `OTEL_EXPORTER_OTLP_ENDPOINT`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryLayer {
+    /// The OTLP/HTTP collector's base URL, e.g. `http://127.0.0.1:4318` (`/v1/traces` is added),
+    /// as `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub endpoint: Option<String>,
+    /// The service name, as `OTEL_SERVICE_NAME` [default: leasehold]. Replicas that hand leases
+    /// to each other must share it: their terms' trace ids derive from it.
+    pub service_name: Option<String>,
+    /// Resource attributes, as `OTEL_RESOURCE_ATTRIBUTES` (which wins key by key).
+    #[serde(default)]
+    pub resource_attributes: std::collections::BTreeMap<String, String>,
+}
+
+impl TelemetryLayer {
+    /// The settings trace export starts from.
+    pub fn settings(&self) -> crate::telemetry::Settings {
+        crate::telemetry::Settings {
+            endpoint: self.endpoint.clone(),
+            service_name: self.service_name.clone(),
+            resource_attributes: self.resource_attributes.clone(),
+        }
+    }
+}
+
 /// One layer of settings, every key optional: the config file as an operator writes it, or the
 /// flags and `LEASEHOLD_*` variables of `leasehold run` (clap reads both). The doc line of each
 /// flag is its `--help` text; keys without a flag are `#[arg(skip)]`.
@@ -225,6 +253,11 @@ pub struct Layer {
     /// `LEASEHOLD_LOG_FORMAT` are global flags of every command, and win over it).
     #[arg(skip)]
     pub log_format: Option<LogFormat>,
+    /// OpenTelemetry trace export: the `[telemetry]` table (read before the log starts, as
+    /// `log_format` is).
+    #[serde(default)]
+    #[arg(skip)]
+    pub telemetry: TelemetryLayer,
     /// OS processes bound to leases: `[[process]]` tables (`leasehold exec` adds one).
     #[serde(default)]
     #[arg(skip)]

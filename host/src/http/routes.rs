@@ -1,5 +1,5 @@
 //! The routes of the endpoint, and the handlers small enough to live beside them: `/healthz`,
-//! `/readyz`, `/status` (the shared snapshot) and `/metrics`.
+//! `/readyz`, `/status` (the shared snapshot) and `/metrics`; a `/v1` request's trace span.
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -26,7 +26,26 @@ pub fn router(state: AppState) -> Router {
         .route(admin::PREFIX, any(admin::serve))
         .route(&format!("{}/{{*rest}}", admin::PREFIX), any(admin::serve))
         .merge(page::routes())
+        .layer(axum::middleware::from_fn(traced))
         .with_state(state)
+}
+
+/// A `/v1` request's span, under the caller's W3C `traceparent`, while trace export is on; any
+/// other request, or any request with export off, passes untouched.
+async fn traced(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if !crate::telemetry::enabled() || !request.uri().path().starts_with("/v1/") {
+        return next.run(request).await;
+    }
+    let span = tracing::info_span!(
+        "http request",
+        method = %request.method(),
+        path = %request.uri().path()
+    );
+    crate::telemetry::request_parent(&span, request.headers());
+    tracing::Instrument::instrument(next.run(request), span).await
 }
 
 /// `GET /v1/leases/{path}`: one lease, or its watch stream. A lease name may hold `/` (a group's

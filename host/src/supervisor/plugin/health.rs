@@ -224,6 +224,7 @@ impl Check {
     fn enter_role(&mut self) -> Span {
         let (role, term) = self.subject.role();
         let epoch = term.as_ref().map(|t| t.epoch.get());
+        let within = term.as_ref().map(|t| (t.lease.clone(), t.epoch));
         self.role = role;
         self.due = None;
         let at = term.map(|t| (t, SystemTime::now()));
@@ -233,7 +234,12 @@ impl Check {
         let plugin = &*self.plugin.name;
         match &self.subject {
             Subject::Lease { name, .. } => {
-                info_span!("health", plugin = %plugin, lease = %name, epoch)
+                let span = info_span!("health", plugin = %plugin, lease = %name, epoch);
+                // A check while this replica holds the lease belongs to the term's trace.
+                if let Some((lease, epoch)) = &within {
+                    crate::telemetry::within_term(&span, lease, *epoch);
+                }
+                span
             }
             Subject::Group { name, .. } => info_span!("health", plugin = %plugin, group = %name),
         }

@@ -219,6 +219,7 @@ impl Supervisor {
                     .replica
                     .view(&entry, lease, Some((term.clone(), acquired_at)));
                 let span = info_span!("plugin", plugin = %entry.name, lease = %lease, epoch = term.epoch.get());
+                crate::telemetry::within_term(&span, &term.lease, term.epoch);
                 let plugin = Plugin::new(self.runtime.clone(), entry, self.board.clone(), retire);
                 let (capabilities, term) = (self.capabilities.clone(), term.clone());
                 let task = async move {

@@ -96,6 +96,7 @@ async fn follow_lease(
     let on_term = |term: Term| {
         let span =
             info_span!("process", process = %bound.name, lease = %lease, epoch = term.epoch.get());
+        crate::telemetry::within_term(&span, &term.lease, term.epoch);
         let exec = Exec::new(
             bound.clone(),
             term,

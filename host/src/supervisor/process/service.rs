@@ -75,6 +75,7 @@ pub async fn follow(
     let gated = AtomicBool::new(scripts.service.health.is_some());
     let on_term = |term: Term| {
         let span = info_span!("service", service = %scripts.service.name, lease = %lease, epoch = term.epoch.get());
+        crate::telemetry::within_term(&span, &term.lease, term.epoch);
         // Under the term's tracker: the release waits for `deactivate`.
         scripts.clone().active(term).instrument(span)
     };
