@@ -32,6 +32,8 @@
 //!     writes.
 //! 28. [`stats`]: small statistics for the benchmarks' figures, and the settings they read.
 //! 29. [`statement_log`]: PostgreSQL's log of the statements it ran, read by the benchmarks.
+//! 30. [`otlp`]: an OTLP/HTTP receiver for the trace export, and collectors that never answer or
+//!     are down.
 //!
 //! The integration tests are in `tests/`, a few test binaries by topic (each topic's `main.rs`
 //! maps its modules); the benchmarks are binaries in `src/bin/`.
@@ -65,6 +67,7 @@ pub mod leader;
 pub mod log;
 pub mod memory;
 pub mod openapi;
+pub mod otlp;
 pub mod pg;
 pub mod pgbouncer;
 pub mod procstat;

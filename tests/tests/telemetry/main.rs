@@ -1,0 +1,13 @@
+//! OpenTelemetry trace export of real `leasehold` processes on a real PostgreSQL, read by a real
+//! OTLP/HTTP receiver (`leasehold_tests::otlp`). One test binary, a module per file:
+//!
+//! - `terms`: a handoff's two terms arrive linked, with their attributes; the acquisition within
+//!   seconds, the whole term at a graceful stop; a term's plugin under it; a `/v1` request under
+//!   the caller's `traceparent`.
+//! - `collector`: a collector that never answers, or is down, costs a host of 1,000 leases none
+//!   of them, and its spans are counted as dropped.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod collector;
+mod terms;
