@@ -36,13 +36,25 @@ pub const PATHS: [&str; 8] = [
 /// Starts `leasehold run` on `url` holding `shards` shards of [`GROUP`] at `ttl`, logging each
 /// renewal's round trip, and waits (at most a minute) until it leads them all.
 pub async fn start_holder(url: &str, shards: usize, ttl: Duration) -> anyhow::Result<Host> {
-    let host = HostBuilder::new("a")
+    start_holder_with(url, shards, ttl, &[]).await
+}
+
+/// [`start_holder`], with the variables `env` set for the host besides.
+pub async fn start_holder_with(
+    url: &str,
+    shards: usize,
+    ttl: Duration,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Host> {
+    let mut builder = HostBuilder::new("a")
         .database_url(url)
         .ttl(ttl)
         .args(&["--group", &format!("{GROUP}={shards}")])
-        .env("RUST_LOG", "info,leasehold::lease::driver=debug")
-        .spawn()
-        .await?;
+        .env("RUST_LOG", "info,leasehold::lease::driver=debug");
+    for (key, value) in env {
+        builder = builder.env(key, value);
+    }
+    let host = builder.spawn().await?;
     eventually_every(
         format!("a to lead all {shards} shards"),
         Duration::from_secs(60),
