@@ -4,7 +4,8 @@
 //! so that a handoff or a takeover reads as one chain across replicas.
 //!
 //! A term's span is sent when the term ends; a short "lease acquired" child goes out at once, so
-//! a collector sees the acquisition within the queue's batch delay.
+//! a collector sees the acquisition within the queue's batch delay, and an "ordered stop" child
+//! covers the end to the lease's release (or loss).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -18,7 +19,7 @@ use tokio_util::task::TaskTracker;
 
 use super::ids::term_context;
 use super::queue::Queue;
-use crate::lease::{Leadership, Leases, Term};
+use crate::lease::{Leadership, Leases, Role, Term};
 
 /// Where the term spans go: the namespace of their ids and the export queue, both the
 /// process's for its whole life.
@@ -132,13 +133,37 @@ async fn report(
         false => Vec::new(),
     };
     sink.queue.push(span(
-        context,
+        context.clone(),
         SpanId::INVALID,
         "term",
         (term.began, at),
-        attributes,
+        attributes.clone(),
         links,
     ));
+    // The ordered stop: from the term's end until the driver publishes the lease as no longer
+    // held here (released once the term's work has stopped, or lost), or a new term of it.
+    // Never waited for past the ttl.
+    let not_held = |l: &Leadership| {
+        l.role == Role::Standby || l.term.as_ref().is_some_and(|t| t.change != term.change)
+    };
+    if let Ok(Ok(_)) = tokio::time::timeout(ttl, rx.wait_for(not_held)).await {
+        let stop = SpanContext::new(
+            context.trace_id(),
+            RandomIdGenerator::default().new_span_id(),
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::default(),
+        );
+        let now = SystemTime::now().max(at);
+        sink.queue.push(span(
+            stop,
+            context.span_id(),
+            "ordered stop",
+            (at, now),
+            attributes,
+            Vec::new(),
+        ));
+    }
 }
 
 /// A finished span, as the SDK's tracer would build it.

@@ -2,10 +2,10 @@
 //! OTLP/HTTP receiver (`leasehold_tests::otlp`). One test binary, a module per file:
 //!
 //! - `terms`: a handoff's two terms arrive linked, with their attributes; the acquisition within
-//!   seconds, the whole term at a graceful stop; a term's plugin under it; a `/v1` request under
-//!   the caller's `traceparent`.
+//!   seconds, the whole term at a graceful stop; its ordered stop and plugin under it; a `/v1`
+//!   request under the caller's `traceparent`.
 //! - `collector`: a collector that never answers, or is down, costs a host of 1,000 leases none
-//!   of them, and its spans are counted as dropped.
+//!   of them, and the spans it could not send are counted.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 

@@ -107,6 +107,14 @@ async fn a_handoffs_two_terms_arrive_linked_with_their_attributes_and_a_graceful
         (old.trace_id.as_str(), old.span_id.as_str()),
         "the acquisition is a child of its term"
     );
+    // Its ordered stop, from the term's end to the release, is under it too.
+    let stop = arrived(&receiver, "ordered stop", first).await;
+    assert_eq!(
+        (stop.trace_id.as_str(), stop.parent_span_id.as_str()),
+        (old.trace_id.as_str(), old.span_id.as_str())
+    );
+    assert_eq!(stop.attribute("ended"), Some("released"));
+    assert!(stop.times.0 >= old.times.1 && stop.times.1 >= stop.times.0);
     // Its plugin ran under it.
     let plugin: Vec<_> = receiver
         .spans()
