@@ -85,13 +85,14 @@ sim:
 # 10,000 shards in groups over five replicas cost; renewals of 1,000 shards with and without
 # hundreds of clients flooding /status, / and /metrics, on SQLite and PostgreSQL; the lease API's watch
 # streams (term start/end to the event at its client, memory and CPU per watcher); a database outage
-# behind a proxy that accepts and closes (warnings, failed campaigns a second, restart to leader); the image under podman: `podman run` to
+# behind a proxy that accepts and closes (warnings, failed campaigns a second, restart to leader); renewal p99
+# of 1,000 shards with trace export off, exporting, and exporting to a collector that never answers; the image under podman: `podman run` to
 # leading, and the handoff between containers beside the same between processes.
 # handoff-bench also runs the same handoff and failover trials with etcd's own lock CLI
 # (`etcdctl lock --ttl`, a single-node etcd it starts itself) and prints both side by side, and
 # exec-bench the kill and freeze of `leasehold exec`'s host beside the same of etcdctl's;
 # scripts/install-deps.sh --bench installs etcd if it is missing (BENCH_ETCD=0 skips it).
-BENCHES := handoff-bench exec-bench plugin-bench lang-bench fence-bench freeze-bench memory-bench scale-bench group-bench flood-bench watch-bench outage-bench container-bench
+BENCHES := handoff-bench exec-bench plugin-bench lang-bench fence-bench freeze-bench memory-bench scale-bench group-bench flood-bench watch-bench outage-bench otel-bench container-bench
 bench: build guests
 	@scripts/install-deps.sh --bench --containers
 	$(CARGO) build -p leasehold-tests --bins
