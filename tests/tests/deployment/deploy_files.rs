@@ -92,6 +92,10 @@ fn the_example_config_loads_and_documents_the_defaults() {
         "store_timeout",
         "[runtime]",
         "fuel",
+        "[telemetry]",
+        "endpoint",
+        "service_name",
+        "resource_attributes",
     ] {
         let documented = text.lines().any(|l| {
             let l = l.trim_start_matches('#').trim_start();
