@@ -82,6 +82,11 @@ pub enum TelemetryError {
     /// The exporter refused its settings (an endpoint that is not a URL, say).
     #[error("cannot set up OTLP trace export: {0}")]
     Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+    /// The endpoint is `https://`, which the exporter's client does not speak.
+    #[error(
+        "the OTLP endpoint {0} is https, which leasehold's exporter does not speak: point it at a local collector or agent over http://"
+    )]
+    Https(String),
     /// The export thread could not be started.
     #[error("cannot start the OTLP export thread: {0}")]
     Thread(#[source] std::io::Error),
@@ -129,6 +134,10 @@ pub fn start(
     };
     if ACTIVE.get().is_some() {
         return Ok(true);
+    }
+    // Refused at start rather than failing every export in silence.
+    if endpoint.trim().to_ascii_lowercase().starts_with("https:") {
+        return Err(TelemetryError::Https(endpoint));
     }
     let resource = resource(settings, &env);
     let namespace = resource
@@ -309,6 +318,20 @@ mod tests {
             file.endpoint(env(&[("OTEL_SDK_DISABLED", "true")])),
             None,
             "the standard switch turns it off whatever is set"
+        );
+    }
+
+    #[test]
+    fn an_https_endpoint_is_refused_at_start_naming_it() {
+        let e = start(
+            &Settings::default(),
+            env(&[(ENDPOINT_VARIABLE, "https://c:4318")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("https://c:4318/v1/traces") && e.contains("http://"),
+            "{e}"
         );
     }
 
