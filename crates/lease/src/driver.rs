@@ -325,8 +325,7 @@ impl Driver {
             [] => {}
             [(lease, epoch, timeout)] => {
                 let (lease, epoch, timeout) = (lease.clone(), *epoch, *timeout);
-                let span =
-                    info_span!("release", lease = %lease, epoch = epoch.get(), holder = %holder);
+                let span = info_span!("release", lease = %lease, epoch = epoch.get(), holder = %holder, outcome = tracing::field::Empty);
                 let recorder = self.recorder();
                 let metrics = self.metrics.clone();
                 self.call(span, async move {
@@ -354,7 +353,7 @@ impl Driver {
                 let timeout = several.iter().map(|r| r.2).max().unwrap_or_default();
                 let leases: Vec<(String, Epoch)> =
                     several.iter().map(|(l, e, _)| (l.clone(), *e)).collect();
-                let span = info_span!("release", leases = leases.len(), holder = %holder);
+                let span = info_span!("release", leases = leases.len(), holder = %holder, outcome = tracing::field::Empty);
                 let events = self.events_tx.clone();
                 let recorder = self.recorder();
                 let metrics = self.metrics.clone();
@@ -445,7 +444,7 @@ impl Driver {
     /// Reads whether `lease` is given to this replica at `epoch`, for how long.
     fn read_grant(&self, lease: String, epoch: Epoch, timeout: Duration) {
         let (store, holder) = (self.store.clone(), self.holder.clone());
-        let span = info_span!("read grant", lease = %lease, epoch = epoch.get(), holder = %holder);
+        let span = info_span!("read grant", lease = %lease, epoch = epoch.get(), holder = %holder, outcome = tracing::field::Empty);
         let recorder = self.recorder();
         self.call(span, async move {
             let result = within(
@@ -477,7 +476,7 @@ impl Driver {
             })
             .collect();
         let (store, holder) = (self.store.clone(), self.holder.clone());
-        let span = info_span!("campaign", lease = %logs::some(&leases), leases = leases.len(), holder = %holder);
+        let span = info_span!("campaign", lease = %logs::some(&leases), leases = leases.len(), holder = %holder, outcome = tracing::field::Empty);
         let recorder = self.recorder();
         let metrics = self.metrics.clone();
         self.call(span, async move {

@@ -355,11 +355,20 @@ impl Recorder {
 
     /// Records how call `op` ended, and gives its result on with the error as text (what the
     /// coordinator's events carry).
+    ///
+    /// The call's span (the driver's, entered around it) gets the outcome too, `ok` or the cause,
+    /// for whoever follows spans (the host's trace export); a renewal's is left alone, as its
+    /// path must cost nothing more.
     pub fn outcome<T>(&self, op: &'static str, result: Result<T, StoreError>) -> Result<T, String> {
+        let span = (op != "renew").then(tracing::Span::current);
         match result {
             Ok(value) => {
                 if let Some((failures, lasted)) = self.health.landed() {
                     info!(op, failures, lasted = ?lasted, "lease store calls land again after {} ({failures} failed in a row)", crate::text::duration(lasted));
+                }
+                // After the log line, which reads as it always did.
+                if let Some(span) = &span {
+                    span.record("outcome", "ok");
                 }
                 Ok(value)
             }
@@ -378,6 +387,9 @@ impl Recorder {
                     Say::Quiet => {
                         tracing::debug!(op, cause = cause.as_str(), error = %text, "{op} failed")
                     }
+                }
+                if let Some(span) = &span {
+                    span.record("outcome", cause.as_str());
                 }
                 Err(text)
             }

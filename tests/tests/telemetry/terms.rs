@@ -115,6 +115,15 @@ async fn a_handoffs_two_terms_arrive_linked_with_their_attributes_and_a_graceful
     );
     assert_eq!(stop.attribute("ended"), Some("released"));
     assert!(stop.times.0 >= old.times.1 && stop.times.1 >= stop.times.0);
+    // The store calls are spans with their outcome: a's release among them.
+    assert!(
+        receiver
+            .spans()
+            .iter()
+            .any(|s| s.name == "release" && s.attribute("outcome") == Some("ok")),
+        "no release span with its outcome: {:?}",
+        receiver.spans()
+    );
     // Its plugin ran under it.
     let plugin: Vec<_> = receiver
         .spans()
