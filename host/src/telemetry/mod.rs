@@ -207,11 +207,15 @@ where
 {
     let telemetry = ACTIVE.get()?;
     let tracer = telemetry.provider.tracer("leasehold");
+    // Decided once per callsite (the filter reads metadata alone); the level hint keeps the
+    // subscriber's maximum level where the log's filter has it, so the debug and trace
+    // callsites of the dependencies stay off.
     let filter = tracing_subscriber::filter::filter_fn(|meta| {
         meta.target().starts_with("leasehold")
             && *meta.level() <= tracing::Level::INFO
             && !(meta.is_span() && meta.name() == "renew")
-    });
+    })
+    .with_max_level_hint(tracing::Level::INFO);
     Some(
         tracing_opentelemetry::layer()
             .with_tracer(tracer)
