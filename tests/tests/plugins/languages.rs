@@ -125,6 +125,29 @@ async fn postgres_plugins_in_python_javascript_and_rust_run_only_on_the_holder_a
     }
     assert_eq!(b.role("leader").await, Some(Role::Standby));
 
+    // Just after one of the holder's renewals (its deadline moves out), so that its next one is
+    // ttl/3 = 3 s away whatever the phase the test reached this point at: released a moment
+    // before a renewal, the holder would stop its plugins before one of them wrote again.
+    let mut last = u64::MAX;
+    leasehold_tests::eventually::eventually(
+        "a renewal of a's to land",
+        Duration::from_secs(10),
+        async || {
+            let (_, body) = a.get("/v1/leases/leader").await?;
+            let left = serde_json::from_str::<serde_json::Value>(&body)?["stop_within_ms"]
+                .as_u64()
+                .unwrap_or_default();
+            let renewed = left > last.saturating_add(1_000);
+            last = left;
+            match renewed {
+                true => Ok(()),
+                false => Err(anyhow::anyhow!("stop_within_ms {left}")),
+            }
+        },
+    )
+    .await
+    .unwrap();
+
     // Break-glass: the standby hears the release and campaigns at once; the holder learns of it
     // only at its next renewal, seconds away.
     let (exit, out) = run_to_exit(
