@@ -108,6 +108,16 @@ impl Holding {
             transitions,
         })
     }
+
+    /// How many of the shards held `before` are no longer held at the same epoch now: lost,
+    /// or moved and back.
+    pub fn lost_since(&self, before: &Holding) -> usize {
+        before
+            .epochs
+            .iter()
+            .filter(|(shard, epoch)| self.epochs.get(*shard) != Some(epoch))
+            .count()
+    }
 }
 
 /// What a flood got from the host.

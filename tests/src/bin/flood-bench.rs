@@ -31,11 +31,7 @@ async fn trial(
     let flooded = flood(host.addr(), clients, window).await?;
     let (mut during, during_failed) = renewals(&host, flood_from);
     let after = Holding::of(&host).await?;
-    let lost = before
-        .epochs
-        .iter()
-        .filter(|(shard, epoch)| after.epochs.get(*shard) != Some(epoch))
-        .count();
+    let lost = after.lost_since(&before);
     println!("{backend}, {shards} shards, ttl {ttl:?}:");
     println!(
         "  {} (failed {quiet_failed})",

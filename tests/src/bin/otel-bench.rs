@@ -36,11 +36,7 @@ async fn trial(
     tokio::time::sleep(window).await;
     let (mut took, failed) = renewals(&host, from);
     let after = Holding::of(&host).await?;
-    let lost = before
-        .epochs
-        .iter()
-        .filter(|(shard, epoch)| after.epochs.get(*shard) != Some(epoch))
-        .count();
+    let lost = after.lost_since(&before);
     let metrics = host.metrics().await?;
     let counter = |name: &str| {
         let line = format!("leasehold_trace_spans_{name}_total ");

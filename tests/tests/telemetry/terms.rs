@@ -81,13 +81,7 @@ async fn a_handoffs_two_terms_arrive_linked_with_their_attributes_and_a_graceful
     );
 
     // A graceful stop: a's term span is at the receiver by the time a has exited.
-    a.signal("TERM").unwrap();
-    assert!(
-        a.wait_exit(Duration::from_secs(20))
-            .await
-            .unwrap()
-            .success()
-    );
+    assert!(a.stop(Duration::from_secs(20)).await.unwrap().success());
     let old = receiver.find("term", "epoch", &first.to_string());
     assert_eq!(
         old.len(),
@@ -147,13 +141,7 @@ async fn a_handoffs_two_terms_arrive_linked_with_their_attributes_and_a_graceful
     let second = epoch_of(&b).await;
     assert_eq!(second, first + 1);
     let mut b = b;
-    b.signal("TERM").unwrap();
-    assert!(
-        b.wait_exit(Duration::from_secs(20))
-            .await
-            .unwrap()
-            .success()
-    );
+    assert!(b.stop(Duration::from_secs(20)).await.unwrap().success());
     let new = arrived(&receiver, "term", second).await;
     assert!(
         new.attribute("holder").is_some_and(|h| h.starts_with("b")),
@@ -214,11 +202,5 @@ async fn a_v1_request_with_a_traceparent_is_traced_under_it() {
         (trace, parent)
     );
     assert_eq!(request.attribute("path"), Some("/v1/leases"));
-    a.signal("TERM").unwrap();
-    assert!(
-        a.wait_exit(Duration::from_secs(20))
-            .await
-            .unwrap()
-            .success()
-    );
+    assert!(a.stop(Duration::from_secs(20)).await.unwrap().success());
 }
