@@ -92,13 +92,7 @@ async fn report(
         attributes.push(KeyValue::new("group", group.to_string()));
         attributes.push(KeyValue::new("shard", shard));
     }
-    let acquired = SpanContext::new(
-        context.trace_id(),
-        RandomIdGenerator::default().new_span_id(),
-        TraceFlags::SAMPLED,
-        false,
-        TraceState::default(),
-    );
+    let acquired = child_of(&context);
     sink.queue.push(span(
         acquired,
         context.span_id(),
@@ -147,13 +141,7 @@ async fn report(
         l.role == Role::Standby || l.term.as_ref().is_some_and(|t| t.change != term.change)
     };
     if let Ok(Ok(_)) = tokio::time::timeout(ttl, rx.wait_for(not_held)).await {
-        let stop = SpanContext::new(
-            context.trace_id(),
-            RandomIdGenerator::default().new_span_id(),
-            TraceFlags::SAMPLED,
-            false,
-            TraceState::default(),
-        );
+        let stop = child_of(&context);
         let now = SystemTime::now().max(at);
         sink.queue.push(span(
             stop,
@@ -164,6 +152,17 @@ async fn report(
             Vec::new(),
         ));
     }
+}
+
+/// A new span of the term's trace, for one of the term's children.
+fn child_of(term: &SpanContext) -> SpanContext {
+    SpanContext::new(
+        term.trace_id(),
+        RandomIdGenerator::default().new_span_id(),
+        TraceFlags::SAMPLED,
+        false,
+        TraceState::default(),
+    )
 }
 
 /// A finished span, as the SDK's tracer would build it.
