@@ -13,6 +13,7 @@ use serde_json::Value;
 use tracing::warn;
 
 use super::args::{ListArgs, RunArgs};
+use crate::config::error::ConfigError;
 use crate::config::{Config, Layer};
 use crate::http::status::Waiting;
 use crate::lease::handoff::{self, HandoffError, Outcome};
@@ -562,13 +563,13 @@ pub(crate) fn render_status(status: &Value) -> String {
 }
 
 /// `leasehold config check [FILE]`: exit 0 and print the effective configuration when valid.
-pub(crate) fn config_check(args: ConfigCheckArgs) -> anyhow::Result<ExitCode> {
+/// `file` is the file `args` name, as the entry read it (an error it met is this command's).
+pub(crate) fn config_check(
+    args: ConfigCheckArgs,
+    file: Option<Result<Layer, ConfigError>>,
+) -> anyhow::Result<ExitCode> {
     let path = args.file.clone().or(args.run.config.clone());
-    let file = match &path {
-        Some(path) => Layer::load(path)?,
-        None => Layer::default(),
-    };
-    let config = Config::resolve(file, args.run.settings)?;
+    let config = Config::resolve(file.transpose()?.unwrap_or_default(), args.run.settings)?;
     if let Some(dir) = config.plugins.as_ref().filter(|d| !d.is_dir()) {
         bail!(
             "plugin directory {} does not exist or is not a directory",
@@ -584,6 +585,9 @@ pub(crate) fn config_check(args: ConfigCheckArgs) -> anyhow::Result<ExitCode> {
     let shown = path.map_or("built-in defaults".to_string(), |p| p.display().to_string());
     println!("# {shown}: ok; the effective configuration (password redacted):");
     print!("{}", config.to_toml());
+    // What the standard variables make of the `[telemetry]` table, as `run` would start it.
+    let export = config.telemetry.describe(|k| std::env::var(k).ok())?;
+    println!("# trace export: {export}");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -15,6 +15,7 @@ use super::check::check;
 use super::command::*;
 use super::{admin, dev, groups, log, new, peers};
 use crate::app::App;
+use crate::config::error::ConfigError;
 use crate::config::{Config, Layer};
 
 /// Parses the command line, runs it and turns the outcome into an exit code.
@@ -33,9 +34,10 @@ pub fn main() -> ExitCode {
     if let Command::Keeper(args) = cli.command {
         return keeper(args);
     }
+    let file = config_file(&cli.command);
     let format = cli
         .log_format
-        .or_else(|| file_log_format(&cli.command))
+        .or_else(|| file.as_ref()?.as_ref().ok()?.log_format)
         .unwrap_or(LogFormat::Text);
     // A check's output is its verdict alone: what `run` logs on the way (a relative SQLite path
     // made absolute) shows in the verdict's effective configuration instead. Warnings still show.
@@ -44,7 +46,7 @@ pub fn main() -> ExitCode {
         _ => DEFAULT_LOG_FILTER,
     };
     // Before the log, whose subscriber carries its layer: off unless an endpoint is set.
-    if let Err(e) = start_telemetry(&cli.command) {
+    if let Err(e) = start_telemetry(&cli.command, file.as_ref()) {
         eprintln!(
             "leasehold: error: {}",
             crate::report::escape_controls(&crate::report::chain(&e))
@@ -67,8 +69,8 @@ pub fn main() -> ExitCode {
     };
     let outcome = runtime.block_on(async {
         match cli.command {
-            Command::Run(args) => on_a_worker(run(args)).await,
-            Command::Exec(args) => on_a_worker(exec(args)).await,
+            Command::Run(args) => on_a_worker(run(args, file)).await,
+            Command::Exec(args) => on_a_worker(exec(args, file)).await,
             Command::Check(args) => check(args),
             Command::Leases(LeasesCommand::List(args)) => {
                 admin::list(args).await.map(|()| ExitCode::SUCCESS)
@@ -79,7 +81,7 @@ pub fn main() -> ExitCode {
             Command::Leases(LeasesCommand::Check(args)) => peers::check(args).await,
             Command::Status(args) => admin::status(args).await,
             Command::Migrate(args) => admin::migrate(args).await,
-            Command::Config(ConfigCommand::Check(args)) => admin::config_check(args),
+            Command::Config(ConfigCommand::Check(args)) => admin::config_check(args, file),
             Command::New(args) => new::run(args),
             Command::Dev(args) => dev::run(args).await,
             Command::Keeper(_) => Ok(ExitCode::FAILURE),
@@ -163,7 +165,10 @@ fn password_on_command_line(argv: impl IntoIterator<Item = std::ffi::OsString>) 
 }
 
 /// `leasehold exec`: `run` with one `[[process]]` table made of its flags.
-async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
+async fn exec(
+    args: ExecArgs,
+    file: Option<Result<Layer, ConfigError>>,
+) -> anyhow::Result<ExitCode> {
     let ExecArgs {
         mut run,
         stop_signal,
@@ -194,7 +199,7 @@ async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
             on_exit,
             max_failures,
         });
-    self::run(run).await
+    self::run(run, file).await
 }
 
 /// `leasehold keeper`: the keeper itself, or, with `--child-of`, its child's own start.
@@ -267,9 +272,10 @@ fn from_variable(
     ))
 }
 
-/// The `log_format` of the config file a command reads, if it names one. A file that cannot be
-/// read says so later, in the format of the flags.
-fn file_log_format(command: &Command) -> Option<LogFormat> {
+/// The config file a command reads, read once: its `log_format` and `[telemetry]` table are
+/// needed before the log starts, the rest by the command. A file that cannot be read or parsed
+/// is the command's error, which it reports in the log's format (the flags' one, then).
+fn config_file(command: &Command) -> Option<Result<Layer, ConfigError>> {
     let path = match command {
         Command::Run(args) | Command::Exec(ExecArgs { run: args, .. }) => args.config.as_ref(),
         Command::Config(ConfigCommand::Check(args)) => {
@@ -277,18 +283,20 @@ fn file_log_format(command: &Command) -> Option<LogFormat> {
         }
         _ => None,
     }?;
-    Layer::load(path).ok()?.log_format
+    Some(Layer::load(path))
 }
 
 /// Starts trace export for the commands that hold leases, from the file's `[telemetry]` table
-/// and the standard variables. A file that cannot be read says so later, as `run` reads it.
-fn start_telemetry(command: &Command) -> Result<(), crate::telemetry::TelemetryError> {
-    let path = match command {
-        Command::Run(args) | Command::Exec(ExecArgs { run: args, .. }) => args.config.as_ref(),
-        _ => return Ok(()),
-    };
-    let settings = path
-        .and_then(|path| Layer::load(path).ok())
+/// and the standard variables.
+fn start_telemetry(
+    command: &Command,
+    file: Option<&Result<Layer, ConfigError>>,
+) -> Result<(), crate::telemetry::TelemetryError> {
+    if !matches!(command, Command::Run(_) | Command::Exec(_)) {
+        return Ok(());
+    }
+    let settings = file
+        .and_then(|file| file.as_ref().ok())
         .map(|layer| layer.telemetry.settings())
         .unwrap_or_default();
     crate::telemetry::start(&settings, |name| std::env::var(name).ok()).map(|_| ())
@@ -338,16 +346,18 @@ fn init_logging(
     let lines = tracing_subscriber::fmt::layer()
         .with_writer(writer)
         .with_ansi(std::io::stderr().is_terminal());
-    // Layers on a registry rather than fmt's own subscriber: the trace export's layer (`None`
-    // when it is off, no layer at all) has a filter of its own, which only a registry carries.
-    let registry = tracing_subscriber::registry().with(filter);
+    // Layers on a registry rather than fmt's own subscriber, each with a filter of its own: the
+    // log's level (`RUST_LOG`) decides its lines alone, not which spans the trace export (`None`
+    // when it is off, no layer at all) sends.
+    use tracing_subscriber::Layer as _;
+    let registry = tracing_subscriber::registry();
     match format {
         LogFormat::Text => registry
-            .with(lines.fmt_fields(log::EscapedFields))
+            .with(lines.fmt_fields(log::EscapedFields).with_filter(filter))
             .with(crate::telemetry::layer())
             .init(),
         LogFormat::Json => registry
-            .with(lines.json())
+            .with(lines.json().with_filter(filter))
             .with(crate::telemetry::layer())
             .init(),
     }
@@ -372,12 +382,13 @@ where
 /// every lease held was released, [`EXIT_LEFT_TO_EXPIRE`] when some were left to expire, and
 /// [`EXIT_SECOND_SIGNAL`] when a second signal cut the shutdown short; the last line logged
 /// says what became of each lease.
-pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let file = match &args.config {
-        Some(path) => Layer::load(path)?,
-        None => Layer::default(),
-    };
-    let config = Config::resolve(file, args.settings)?;
+///
+/// `file` is the file `args.config` names, as the entry read it.
+pub(crate) async fn run(
+    args: RunArgs,
+    file: Option<Result<Layer, ConfigError>>,
+) -> anyhow::Result<ExitCode> {
+    let config = Config::resolve(file.transpose()?.unwrap_or_default(), args.settings)?;
     let grace = config.shutdown_grace;
     // Installed before the app starts, so a signal sent as soon as "http listening" is logged is
     // already ours; one that comes while it starts (nothing is held yet) exits at once.

@@ -83,6 +83,10 @@ pub struct Config {
     pub timing: Timing,
     /// The WebAssembly engine.
     pub runtime: RuntimeConfig,
+    /// Trace export: the file's `[telemetry]` table. Export starts from it before the log does,
+    /// the standard `OTEL_*` variables winning key by key; shown here as the file sets it.
+    #[serde(skip_serializing_if = "crate::telemetry::Settings::is_empty")]
+    pub telemetry: crate::telemetry::Settings,
     /// The OS processes bound to leases.
     #[serde(rename = "process", skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<crate::process::bound::BoundProcess>,
@@ -386,6 +390,7 @@ impl Config {
                 // (docs/ARCHITECTURE.md §7.5).
                 fuel: flags.runtime.fuel.or(file.runtime.fuel).unwrap_or(true),
             },
+            telemetry: file.telemetry.settings(),
             processes,
             services,
         })

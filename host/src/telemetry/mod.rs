@@ -65,14 +65,17 @@ pub(crate) const EXPORT_TIMEOUT: Duration = Duration::from_secs(3);
 pub(crate) const FLUSH_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The file's `[telemetry]` table, as the composition root hands it over; the standard
-/// variables win over each key.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// variables win over each key. Serialised as the effective configuration shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Settings {
     /// The collector's base URL, as `OTEL_EXPORTER_OTLP_ENDPOINT` gives it.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
     /// The service name, as `OTEL_SERVICE_NAME` gives it.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub service_name: Option<String>,
     /// Resource attributes, as `OTEL_RESOURCE_ATTRIBUTES` gives them.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub resource_attributes: BTreeMap<String, String>,
 }
 
@@ -121,6 +124,35 @@ impl Settings {
             .or_else(|| self.endpoint.clone())
             .map(|base| format!("{}/v1/traces", base.trim_end_matches('/')))
     }
+
+    /// Whether the file sets nothing (the effective configuration then leaves the table out).
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+
+    /// Where spans would go and under which service name, as `start` would set it up, for
+    /// `leasehold config check`; an endpoint `start` would refuse is the same error here.
+    pub fn describe(&self, env: impl Fn(&str) -> Option<String>) -> Result<String, TelemetryError> {
+        let Some(endpoint) = self.endpoint(&env) else {
+            return Ok("off (no OTLP endpoint is set, or OTEL_SDK_DISABLED is true)".to_string());
+        };
+        refuse_https(&endpoint)?;
+        let service = resource(self, &env)
+            .get(&opentelemetry::Key::new("service.name"))
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_string());
+        Ok(format!(
+            "spans go to {endpoint} over OTLP/HTTP as service {service:?}"
+        ))
+    }
+}
+
+/// Refused at start rather than failing every export in silence.
+fn refuse_https(endpoint: &str) -> Result<(), TelemetryError> {
+    match endpoint.trim().to_ascii_lowercase().starts_with("https:") {
+        true => Err(TelemetryError::Https(endpoint.to_string())),
+        false => Ok(()),
+    }
 }
 
 /// Starts export when an endpoint is set (see [`Settings::endpoint`]); says whether it did.
@@ -135,10 +167,7 @@ pub fn start(
     if ACTIVE.get().is_some() {
         return Ok(true);
     }
-    // Refused at start rather than failing every export in silence.
-    if endpoint.trim().to_ascii_lowercase().starts_with("https:") {
-        return Err(TelemetryError::Https(endpoint));
-    }
+    refuse_https(&endpoint)?;
     let resource = resource(settings, &env);
     let namespace = resource
         .get(&opentelemetry::Key::new("service.name"))

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use leasehold_tests::eventually::eventually;
 use leasehold_tests::host::{Host, HostBuilder, plugin_dir, wait_for_single_leader};
+use leasehold_tests::log::Logged;
 use leasehold_tests::otlp::{ARRIVAL, Received, Receiver};
 use leasehold_tests::status::{Role, StatusExt};
 use leasehold_tests::stores::{Backend, Db};
@@ -18,8 +19,18 @@ const PLUGIN: &str = "lease = \"leader\"\n[schedule]\ninterval = \"1s\"\n";
 
 /// A host exporting to `receiver` as the service `service`.
 async fn exporting(name: &str, url: &str, receiver: &Receiver, service: &str) -> Host {
+    exporting_with(HostBuilder::new(name), url, receiver, service).await
+}
+
+/// `builder`'s host exporting to `receiver` as the service `service`.
+async fn exporting_with(
+    builder: HostBuilder,
+    url: &str,
+    receiver: &Receiver,
+    service: &str,
+) -> Host {
     let plugins = plugin_dir(&[("hello-reconciler", PLUGIN)]).unwrap();
-    let host = HostBuilder::new(name)
+    let host = builder
         .database_url(url)
         .ttl(TTL)
         .plugins(plugins.path())
@@ -203,4 +214,44 @@ async fn a_v1_request_with_a_traceparent_is_traced_under_it() {
     );
     assert_eq!(request.attribute("path"), Some("/v1/leases"));
     assert!(a.stop(Duration::from_secs(20)).await.unwrap().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_logs_warnings_only_still_exports_its_plugin_and_store_call_spans() {
+    let receiver = Receiver::start().await.unwrap();
+    let db = Db::new(Backend::Postgres).await.unwrap();
+    let url = db.url().unwrap();
+    // The log's level is the log's alone; the start's info lines are let through for the
+    // address the harness reads.
+    let builder = HostBuilder::new("a").env("RUST_LOG", "warn,leasehold::app=info");
+    let service = format!("quiet-{}", std::process::id());
+    let mut a = exporting_with(builder, &url, &receiver, &service).await;
+    wait_for_single_leader(&[&a], "leader", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let acquired = arrived(&receiver, "lease acquired", epoch_of(&a).await).await;
+    // A plugin's span covers its run, so it ends with the term: after a graceful stop.
+    assert!(a.stop(Duration::from_secs(20)).await.unwrap().success());
+    let spans = receiver.spans();
+    assert!(
+        spans
+            .iter()
+            .any(|s| s.name == "plugin" && s.trace_id == acquired.trace_id),
+        "no plugin span under the term: {spans:?}"
+    );
+    assert!(
+        spans
+            .iter()
+            .any(|s| s.name == "campaign" && s.attribute("outcome").is_some()),
+        "no campaign span with its outcome: {spans:?}"
+    );
+    let log = a.log_text();
+    let info: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" INFO ") && !l.contains(" leasehold::app: "))
+        .collect();
+    assert!(
+        info.is_empty(),
+        "info lines logged at RUST_LOG=warn: {info:?}"
+    );
 }
