@@ -1,9 +1,11 @@
 //! A collector that accepts and never answers, or is down, costs no lease: a host holding 1,000
 //! leases exports to it for a minute, keeps every lease at its epoch, and counts what it could
-//! not send in `/metrics`.
+//! not send in `/metrics`; a burst of spans beyond the queue is dropped and counted, not waited
+//! for.
 
 use std::time::Duration;
 
+use leasehold_tests::endpoint::Endpoint;
 use leasehold_tests::flood::{Holding, renewals, start_holder_with};
 use leasehold_tests::host::Host;
 use leasehold_tests::log::Logged;
@@ -35,15 +37,45 @@ async fn counter(host: &Host, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {line} in /metrics:\n{metrics}")) as u64
 }
 
+/// More traced requests than the span queue holds (2,048): their spans must overflow it.
+const BURST: usize = 4_000;
+
+/// Sends [`BURST`] `/v1` requests to `host`, 16 at a time, each of which makes a span; says how
+/// many were answered 200.
+async fn burst(host: &Host) -> usize {
+    let endpoint: Endpoint = host.as_ref().clone();
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let endpoint = endpoint.clone();
+        workers.spawn(async move {
+            let mut ok = 0;
+            for _ in 0..BURST / 16 {
+                if let Ok((200, _)) = endpoint.get("/v1/leases/orders/0").await {
+                    ok += 1;
+                }
+            }
+            ok
+        });
+    }
+    workers.join_all().await.into_iter().sum()
+}
+
 /// Holds 1,000 shards for `window` while exporting to `endpoint`; not one is lost or changes
 /// epoch, no renewal fails, and every span the host made is counted as lost, none as sent.
-async fn costs_no_lease(endpoint: &str, window: Duration) {
+/// With `overflow`, a burst of [`BURST`] traced requests then overflows the span queue: the
+/// requests are all answered, the overflow counted as dropped, and no lease is lost.
+async fn costs_no_lease(endpoint: &str, window: Duration, overflow: bool) {
     let db = Db::new(Backend::Postgres).await.unwrap();
     let mut host = holder(&db.url().unwrap(), endpoint).await;
     let before = Holding::of(&host).await.unwrap();
     assert_eq!(before.epochs.len(), SHARDS);
     let from = host.log_len();
     tokio::time::sleep(window).await;
+    let dropped_before = counter(&host, "dropped").await;
+    if overflow {
+        let answered = burst(&host).await;
+        assert_eq!(answered, BURST, "traced requests went unanswered");
+    }
     let after = Holding::of(&host).await.unwrap();
     let (mut took, failed) = renewals(&host, from);
     let (dropped, lost, exported) = (
@@ -66,6 +98,17 @@ async fn costs_no_lease(endpoint: &str, window: Duration) {
         dropped + lost >= SHARDS as u64 / 2,
         "the spans that could not be sent are not counted: dropped={dropped} export_failed={lost}"
     );
+    if overflow {
+        // The export thread takes 512 at most every 3 s from a collector that never answers.
+        println!(
+            "a burst of {BURST} traced requests: {} spans dropped",
+            dropped - dropped_before
+        );
+        assert!(
+            dropped > dropped_before,
+            "{BURST} spans into a queue of 2,048 stuck on the collector, yet none dropped"
+        );
+    }
     // And the stop is not held by the collector: the flush gives up within its bound.
     host.signal("TERM").unwrap();
     let status = host.wait_exit(Duration::from_secs(30)).await.unwrap();
@@ -73,14 +116,15 @@ async fn costs_no_lease(endpoint: &str, window: Duration) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_collector_that_never_answers_for_a_minute_costs_a_host_of_1000_leases_none() {
+async fn a_collector_that_never_answers_for_a_minute_costs_a_host_of_1000_leases_none_and_the_overflow_is_counted()
+ {
     let hole = black_hole().await.unwrap();
-    costs_no_lease(&hole.endpoint(), Duration::from_secs(60)).await;
+    costs_no_lease(&hole.endpoint(), Duration::from_secs(60), true).await;
 }
 
 /// Shorter: a collector that is down refuses each request at once, so the host reaches its
 /// steady state (every export failing) within a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_collector_that_is_down_costs_a_host_of_1000_leases_none() {
-    costs_no_lease(&down().unwrap(), Duration::from_secs(15)).await;
+    costs_no_lease(&down().unwrap(), Duration::from_secs(15), false).await;
 }
