@@ -46,15 +46,19 @@ run: build guests
 # fault points are compiled into the lease crates only for it, never into the binary the other
 # tests run.
 # Every test binary, and the guests' tests, run to the end however many fail before them, so one
-# failure hides no other; make still fails if any did.
+# failure hides no other; make still fails if any did, and then ends with why each failing test
+# failed and the state of the machine (scripts/test-report.sh), where a log's tail shows them.
 test: build guests
 	@scripts/install-deps.sh --containers
 	failed=0; \
 	scripts/build-release.sh || failed=1; \
-	$(CARGO) test --workspace --exclude leasehold-sim --no-fail-fast || failed=1; \
+	{ $(CARGO) test --workspace --exclude leasehold-sim --no-fail-fast 2>&1; echo $$? > target/test-status; } \
+		| tee target/test-output.log; \
+	[ "$$(cat target/test-status)" = 0 ] || failed=1; \
 	(cd guests && $(CARGO) test --workspace --locked --no-fail-fast) || failed=1; \
 	$(MAKE) --no-print-directory sim || failed=1; \
 	$(MAKE) --no-print-directory sim MUTANTS=all || failed=1; \
+	[ $$failed = 0 ] || scripts/test-report.sh target/test-output.log; \
 	exit $$failed
 
 # The lease simulator (crates/sim; README, "Proof by simulation"):
