@@ -216,3 +216,12 @@ pub fn down() -> anyhow::Result<String> {
 
 /// How long a test waits for spans that should come within the export's batch delay (~1 s).
 pub const ARRIVAL: Duration = Duration::from_secs(10);
+
+/// A `leasehold_trace_spans_{name}_total` counter (`exported`, `dropped`, `export_failed`) of
+/// a host's `/metrics` text, if it has one.
+pub fn span_counter(metrics: &str, name: &str) -> Option<f64> {
+    let line = format!("leasehold_trace_spans_{name}_total ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&line)?.trim().parse::<f64>().ok())
+}

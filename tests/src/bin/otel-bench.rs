@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use leasehold_tests::flood::{Holding, renewals, start_holder_with};
 use leasehold_tests::log::Logged;
-use leasehold_tests::otlp::{Receiver, black_hole};
+use leasehold_tests::otlp::{Receiver, black_hole, span_counter};
 use leasehold_tests::pg::Postgres;
-use leasehold_tests::stats::{env_count, env_duration, summary};
+use leasehold_tests::stats::{env_count, env_duration, quantile, summary};
 
 /// One mode's windows, pooled.
 #[derive(Default)]
@@ -56,11 +56,7 @@ async fn window(
     let after = Holding::of(&host).await?;
     let metrics = host.metrics().await?;
     for (i, name) in ["exported", "dropped", "export_failed"].iter().enumerate() {
-        let line = format!("leasehold_trace_spans_{name}_total ");
-        mode.spans[i] += metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(&line)?.trim().parse::<f64>().ok())
-            .unwrap_or(0.0);
+        mode.spans[i] += span_counter(&metrics, name).unwrap_or(0.0);
     }
     mode.took.extend(took);
     mode.failed += failed;
@@ -69,13 +65,10 @@ async fn window(
     Ok(())
 }
 
-/// The p99 as [`summary`] picks it.
+/// The p99 of `samples`, sorted in place.
 fn p99(samples: &mut [Duration]) -> Duration {
     samples.sort();
-    match samples.len() {
-        0 => Duration::ZERO,
-        n => samples[((n - 1) as f64 * 0.99).round() as usize],
-    }
+    quantile(samples, 0.99)
 }
 
 #[tokio::main]

@@ -9,7 +9,8 @@ use leasehold_tests::endpoint::Endpoint;
 use leasehold_tests::flood::{Holding, renewals, start_holder_with};
 use leasehold_tests::host::Host;
 use leasehold_tests::log::Logged;
-use leasehold_tests::otlp::{black_hole, down};
+use leasehold_tests::otlp::{black_hole, down, span_counter};
+use leasehold_tests::stats::quantile;
 use leasehold_tests::stores::{Backend, Db};
 
 const SHARDS: usize = 1_000;
@@ -30,11 +31,8 @@ async fn holder(url: &str, endpoint: &str) -> Host {
 /// A `leasehold_trace_spans_*` counter of `host`'s `/metrics`.
 async fn counter(host: &Host, name: &str) -> u64 {
     let metrics = host.metrics().await.unwrap();
-    let line = format!("leasehold_trace_spans_{name}_total ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&line)?.trim().parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("no {line} in /metrics:\n{metrics}")) as u64
+    span_counter(&metrics, name)
+        .unwrap_or_else(|| panic!("no spans {name} counter in /metrics:\n{metrics}")) as u64
 }
 
 /// More traced requests than the span queue holds (2,048): their spans must overflow it.
@@ -84,7 +82,7 @@ async fn costs_no_lease(endpoint: &str, window: Duration, overflow: bool) {
         counter(&host, "exported").await,
     );
     took.sort();
-    let p99 = took.get(took.len() * 99 / 100).copied().unwrap_or_default();
+    let p99 = quantile(&took, 0.99);
     println!(
         "{endpoint} for {window:?}: renewals n={} p99={p99:?} failed={failed}; spans dropped={dropped} export_failed={lost} exported={exported}",
         took.len()
