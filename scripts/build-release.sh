@@ -8,11 +8,15 @@
 #
 # A release is the commit tagged vVERSION, or else the commit whose message is "Release
 # VERSION" (a clone that fetched no tags still finds it). Its tree is exported with git archive
-# and built against this tree's target directory, so only the leasehold crate itself compiles
-# (~20-40 s) when the release's Cargo.lock matches; the dev binary that build replaced in
-# target/debug is built again from this tree afterwards. Cached: a binary that names the
-# release's commit is kept. Prints the binary's path last; prints nothing and succeeds when the
-# changelog names no earlier release.
+# and built against this tree's target directory and lock file, beside a package that asks for
+# every dependency this tree's build asks for (scripts/lib/same-deps.py): so the release gets
+# the dependency builds already in target/, and only its own crate compiles (~1-2 minutes on two
+# cores) where a build of its own would compile most dependencies again (~10). If that build
+# fails (a release whose code needs a dependency this tree no longer has), the release is built
+# alone, as it was released. Either way the dev binary it replaced in target/debug is put back
+# from this tree's build afterwards. Cached: a binary that names the release's commit is kept.
+# Prints the binary's path last; prints nothing and succeeds when the changelog names no earlier
+# release.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -70,15 +74,29 @@ mkdir -p "$dir/src"
 git archive "$commit" | tar -x -C "$dir/src"
 # The release's build script asks git for the commit; the export has no .git, and the one
 # above it is this tree's, so git must not look past the export: it names the commit given.
-(
-  cd "$dir/src"
-  GIT_CEILING_DIRECTORIES=$dir LEASEHOLD_COMMIT=$short CARGO_TARGET_DIR=$root/target \
-    cargo build --locked -p leasehold --bin leasehold >&2
-)
+build() { # cargo arguments
+  (
+    cd "$dir/src"
+    GIT_CEILING_DIRECTORIES=$dir LEASEHOLD_COMMIT=$short CARGO_TARGET_DIR=$root/target \
+      cargo build "$@" >&2
+  )
+}
+cp "$dir/src/Cargo.toml" "$dir/src/Cargo.toml.released"
+cp "$dir/src/Cargo.lock" "$dir/src/Cargo.lock.released"
+python3 scripts/lib/same-deps.py "$root" "$dir/src/same-deps"
+sed -i 's/^members = \[/members = ["same-deps", /' "$dir/src/Cargo.toml"
+cp "$root/Cargo.lock" "$dir/src/Cargo.lock"
+if ! build -p leasehold -p leasehold-same-deps; then
+  echo "build-release: $version did not build with this tree's dependencies; building it alone" >&2
+  mv "$dir/src/Cargo.toml.released" "$dir/src/Cargo.toml"
+  mv "$dir/src/Cargo.lock.released" "$dir/src/Cargo.lock"
+  build --locked -p leasehold --bin leasehold
+fi
 cp "$root/target/debug/leasehold" "$bin.tmp"
 mv "$bin.tmp" "$bin"
 rm -rf "$dir/src"
-# That build replaced this tree's dev binary in target/debug: build it again.
-cargo build -p leasehold >&2
+# That build replaced this tree's dev binary in target/debug: cargo puts it back (as `make build`
+# builds it, so nothing compiles that was built already).
+cargo build -p leasehold -p leasehold-tests >&2
 "$bin" --version >&2
 echo "$bin"

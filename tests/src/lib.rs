@@ -36,7 +36,7 @@
 //!     are down.
 //!
 //! The integration tests are in `tests/`, a few test binaries by topic (each topic's `main.rs`
-//! maps its modules); the benchmarks are binaries in `src/bin/`.
+//! maps its modules); the benchmarks are programs of their own crate, `bench/` (`make bench`).
 //!
 //! A test that cannot run in some setting is ignored there, with the reason, so that the runner
 //! counts it as ignored rather than passed: `build.rs` sets `cfg(given_server)` when
