@@ -7,13 +7,16 @@ BIN := target/debug/leasehold
 
 PREFIX ?= $(HOME)/.local
 
-.PHONY: deps build install run test sim bench bench-release chaos lint fmt clean guests image screenshot
+.PHONY: deps build install run test test-fast sim sim-suite bench bench-release chaos lint fmt clean guests image screenshot
 
 deps:
 	@scripts/install-deps.sh
 
+# The binary and the test harness's library, in one build: cargo picks each dependency's features
+# from the packages a command names, so building the host alone would compile most of its
+# dependencies a second time for `make test`, with the features the test crates add.
 build: deps
-	$(CARGO) build -p leasehold
+	$(CARGO) build -p leasehold -p leasehold-tests
 
 # `leasehold` on PATH for `leasehold new`, `check` and `status` from any directory: the dev
 # binary `make run` builds, copied to $(PREFIX)/bin (~/.local/bin, which Debian's ~/.profile
@@ -33,33 +36,27 @@ run: build guests
 	cp -u guests/dist/hello-reconciler.wasm guests/dist/hello-reconciler.toml guests/dist/flaky-health.wasm guests/dist/flaky-health.toml plugins/
 	$(BIN) run --plugins plugins
 
-# The whole suite: unit tests, the store conformance suite (memory, SQLite, a PostgreSQL the
-# harness starts itself unless DATABASE_URL is set), the process tests and the plugin tests with
-# real compiled guests; then the guests' own unit tests, natively (the SDK, its testing fakes,
-# the examples' logic).
+# The whole suite (scripts/test-suite.sh): unit tests, the store conformance suite (memory,
+# SQLite, a PostgreSQL the harness starts itself unless DATABASE_URL is set), the process tests and
+# the plugin tests with real compiled guests, the guests' own unit tests natively (the SDK, its
+# testing fakes, the examples' logic), and the lease simulator (`make sim-suite`).
 # The mixed-version test (tests/tests/deployment/upgrades.rs) runs the previous release beside this
 # build: scripts/build-release.sh builds it from the repository's history, once.
 # The container tests (tests/tests/deployment/containers.rs, compose.rs) build the image from the
 # dev binary with scripts/image.sh and run it with podman, which the first line installs.
-# Then the lease simulator: 20,000 seeds (a sample of them replayed for the same hash) and every
-# planted bug, which must be caught. The simulator builds apart from the rest (`--exclude`): its
-# fault points are compiled into the lease crates only for it, never into the binary the other
-# tests run.
-# Every test binary, and the guests' tests, run to the end however many fail before them, so one
-# failure hides no other; make still fails if any did, and then ends with why each failing test
-# failed and the state of the machine (scripts/test-report.sh), where a log's tail shows them.
+# The test binaries run side by side (SUITE_JOBS at once), each to its end however many fail, so
+# one failure hides no other; the run ends with a table of every step's wall time, and, when
+# anything failed, with why each failing test failed and the state of the machine.
 test: build guests
 	@scripts/install-deps.sh --containers
-	failed=0; \
-	scripts/build-release.sh || failed=1; \
-	{ $(CARGO) test --workspace --exclude leasehold-sim --no-fail-fast 2>&1; echo $$? > target/test-status; } \
-		| tee target/test-output.log; \
-	[ "$$(cat target/test-status)" = 0 ] || failed=1; \
-	(cd guests && $(CARGO) test --workspace --locked --no-fail-fast) || failed=1; \
-	$(MAKE) --no-print-directory sim || failed=1; \
-	$(MAKE) --no-print-directory sim MUTANTS=all || failed=1; \
-	[ $$failed = 0 ] || scripts/test-report.sh target/test-output.log; \
-	exit $$failed
+	@scripts/test-suite.sh
+
+# The inner loop, under 3 minutes after `make build`: the unit tests of every crate (the lease
+# core, the host, the harness), the store conformance suite and the simulator's quick sweep.
+test-fast: build
+	$(CARGO) test --workspace --exclude leasehold-sim --lib --bins
+	$(CARGO) test -p leasehold-tests --test leases -- store_conformance
+	$(MAKE) --no-print-directory sim SEEDS=2000
 
 # The lease simulator (crates/sim; README, "Proof by simulation"):
 #   make sim                       SEEDS seeds from FROM (20,000 from 0: what CI runs); the last
@@ -71,12 +68,23 @@ test: build guests
 SEEDS ?= 20000
 FROM ?= 0
 MUTANT_SEEDS ?= 2000
-SIM = $(CARGO) run --quiet -p leasehold-sim --
+# The simulator builds in a target directory of its own: its fault points change the lease
+# crates, and with them the features cargo picks for their dependencies, so sharing target/ would
+# only make the two builds take turns evicting each other's fingerprints and cargo's lock.
+SIM_TARGET_DIR ?= target/sim
+SIM = CARGO_TARGET_DIR=$(SIM_TARGET_DIR) $(CARGO) run --quiet -p leasehold-sim --
 sim:
-	$(CARGO) test --quiet -p leasehold-sim
+	CARGO_TARGET_DIR=$(SIM_TARGET_DIR) $(CARGO) test --quiet -p leasehold-sim
 	@if [ -n "$(SEED)" ]; then $(SIM) --seed $(SEED) $(if $(PLANT),--plant $(PLANT)); \
 	elif [ -n "$(MUTANTS)" ]; then $(SIM) --mutants $(MUTANTS) --seeds $(MUTANT_SEEDS) --from $(FROM); \
 	else $(SIM) --seeds $(SEEDS) --from $(FROM); fi
+
+# What `make test` runs of the simulator: the sweep, then every planted bug, both to the end.
+sim-suite:
+	@failed=0; \
+	$(MAKE) --no-print-directory sim || failed=1; \
+	$(MAKE) --no-print-directory sim MUTANTS=all || failed=1; \
+	exit $$failed
 
 # Figures: handoff, failover and plugin activation between real processes on PostgreSQL (and
 # the handoff between processes on one SQLite file, beside it), the
@@ -99,7 +107,7 @@ sim:
 BENCHES := handoff-bench exec-bench plugin-bench lang-bench fence-bench freeze-bench memory-bench scale-bench group-bench flood-bench watch-bench outage-bench otel-bench container-bench
 bench: build guests
 	@scripts/install-deps.sh --bench --containers
-	$(CARGO) build -p leasehold-tests --bins
+	$(CARGO) build -p leasehold-bench
 	@for b in $(BENCHES); do RUST_BACKTRACE=0 target/debug/$$b || exit 1; done
 
 # The same figures from the release build, as examples/docker/Dockerfile ships it, with the
@@ -107,7 +115,7 @@ bench: build guests
 # cores they measure on. The README's figures come from here; the first build takes ~20 minutes.
 bench-release: guests
 	@scripts/install-deps.sh --bench --containers
-	$(CARGO) build --release -p leasehold -p leasehold-tests --bins
+	$(CARGO) build --release -p leasehold -p leasehold-bench
 	@for b in $(BENCHES); do RUST_BACKTRACE=0 target/release/$$b || exit 1; done
 
 # The fault suite in full: black-hole partitions, PostgreSQL restarts, primary failover, clock
@@ -115,7 +123,7 @@ bench-release: guests
 # (`tests/tests/leases/chaos.rs` runs 2 of each in `make test`). CHAOS_TRIALS, CHAOS_TTL and
 # CHAOS_FAULT (a substring of a fault's name) change the run. About half an hour on two cores.
 chaos: build guests
-	$(CARGO) build -p leasehold-tests --bins
+	$(CARGO) build -p leasehold-bench --bin chaos
 	RUST_BACKTRACE=0 target/debug/chaos
 
 # The guest SDK, example plugins and test plugins, as components in guests/dist/ (NAME.wasm with

@@ -15,6 +15,10 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb 
   need_pkgs+=(postgresql)
 fi
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
+# jq reads cargo's list of the test binaries it built, and GNU time counts each test job's CPU
+# (scripts/test-suite.sh).
+command -v jq >/dev/null 2>&1 || need_pkgs+=(jq)
+[ -x /usr/bin/time ] || need_pkgs+=(time)
 # psql takes row locks from outside in the lease tests; libfaketime steps a process's wall clock.
 command -v psql >/dev/null 2>&1 || need_pkgs+=(postgresql-client)
 # openssl makes the test server's TLS certificate, which the sslmode test connects with.

@@ -15,6 +15,7 @@
 //! - `kubernetes_leader_only`: the active/passive example, validated, its sidecar config run.
 //! - `least_privilege`: the documented least-privilege setup of `examples/postgres/`.
 //! - `readme_steps`: the README's "Write a plugin" steps and its `toml` blocks, run as written.
+//! - `suite`: the test suite's own promises: no test binary without tests, its table, its counts.
 //! - `upgrades`: this release beside the previous one, and a newer protocol refused.
 //! - `version`: `leasehold --version` names the release and the commit.
 
@@ -28,5 +29,6 @@ mod kubernetes;
 mod kubernetes_leader_only;
 mod least_privilege;
 mod readme_steps;
+mod suite;
 mod upgrades;
 mod version;
