@@ -54,7 +54,7 @@ test: build guests
 # The inner loop, under 3 minutes after `make build`: the unit tests of every crate (the lease
 # core, the host, the harness), the store conformance suite and the simulator's quick sweep.
 test-fast: build
-	$(CARGO) test --workspace --exclude leasehold-sim --lib --bins
+	$(CARGO) test --workspace --exclude leasehold-sim --lib
 	$(CARGO) test -p leasehold-tests --test leases -- store_conformance
 	$(MAKE) --no-print-directory sim SEEDS=2000
 

@@ -29,17 +29,15 @@ fn declares_a_test(path: &Path) -> bool {
 fn cargo_test_builds_a_test_harness_only_for_targets_that_declare_a_test() {
     // `cargo metadata` takes no build lock, so this runs beside a build. It lists each target with
     // `test`: whether `cargo test` builds a test harness for it.
-    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["metadata", "--no-deps", "--format-version", "1"])
-        .current_dir(root())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let metadata = stdout(
+        Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())).args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+        ]),
     );
-    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let metadata: serde_json::Value = serde_json::from_str(&metadata).unwrap();
     let mut harnesses = Vec::new();
     let mut empty = Vec::new();
     for package in metadata["packages"].as_array().unwrap() {
@@ -89,20 +87,24 @@ fn cargo_test_builds_a_test_harness_only_for_targets_that_declare_a_test() {
     );
 }
 
-/// Runs `script` in bash with scripts/lib/timing.sh sourced; returns stdout.
-fn bash(script: &str) -> String {
-    let out = Command::new("bash")
-        .arg("-c")
-        .arg(format!(". scripts/lib/timing.sh\n{script}"))
-        .current_dir(root())
-        .output()
-        .unwrap();
+/// Runs `cmd` in the repository's root; fails the test with its stderr unless it succeeds.
+fn stdout(cmd: &mut Command) -> String {
+    let out = cmd.current_dir(root()).output().unwrap();
     assert!(
         out.status.success(),
-        "{}",
+        "{cmd:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs `script` in bash with scripts/lib/timing.sh sourced; returns stdout.
+fn bash(script: &str) -> String {
+    stdout(
+        Command::new("bash")
+            .arg("-c")
+            .arg(format!(". scripts/lib/timing.sh\n{script}")),
+    )
 }
 
 #[test]
@@ -116,13 +118,11 @@ fn the_suites_table_lists_each_step_slowest_first_with_its_cpu_and_counts_then_t
          61.0\ttest build\tok\t\t140\n",
     )
     .unwrap();
-    let out = Command::new(root().join("scripts/suite-table.sh"))
-        .arg("400")
-        .arg(&table)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = stdout(
+        Command::new(root().join("scripts/suite-table.sh"))
+            .arg("400")
+            .arg(&table),
+    );
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 5, "{text}");
     assert!(lines[0].starts_with("step"), "{text}");
