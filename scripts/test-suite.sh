@@ -95,13 +95,14 @@ start_job() { # name dir command
   log="$dir/logs/$(slug "$name").log"
   rm -f "$log.status"
   # The job's status goes to a file of its own when it ends: that file, not the pid, says a job
-  # has ended (a suite starts tens of thousands of processes, and pids are reused).
+  # has ended (a suite starts tens of thousands of processes, and pids are reused). Its input is
+  # nothing: what a test starts (psql, a shell) would otherwise read the list of jobs to come.
   # shellcheck disable=SC2086 # the command is a list of words, split on purpose
   (
     cd "$cwd" && /usr/bin/time -q -f '%U %S' -o "$root/$log.cpu" \
       timeout -k 30 "$job_timeout" $cmd
     echo $? >"$root/$log.status"
-  ) >"$log" 2>&1 &
+  ) </dev/null >"$log" 2>&1 &
   running[$!]=$name
   begun[$!]=$(now_s)
 }

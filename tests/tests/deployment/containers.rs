@@ -269,8 +269,18 @@ async fn a_container_runs_as_its_fixed_uid_answers_on_its_port_and_exits_within_
             && ids.trim_end().ends_with("leasehold"),
         "PID 1:\n{ids}"
     );
-    // Probes and Prometheus reach it through the published port.
-    assert_eq!(c.role("leader").await, Some(Role::Leader));
+    // Probes and Prometheus reach it through the published port, once it leads: serving HTTP
+    // comes before the first campaign's answer, which a busy machine can delay.
+    leasehold_tests::eventually::eventually(
+        "the container to lead",
+        Duration::from_secs(20),
+        async || match c.role("leader").await {
+            Some(Role::Leader) => Ok(()),
+            other => Err(other),
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(c.get("/readyz").await.unwrap().0, 200);
     let metrics = c.metrics().await.unwrap();
     assert!(
