@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use leasehold_tests::eventually::{eventually, when};
+use leasehold_tests::eventually::{eventually, eventually_every, when};
 use leasehold_tests::exec::{command_name, descendants, is_running, signal};
 use leasehold_tests::host::HostBuilder;
 use leasehold_tests::log::Logged;
@@ -140,8 +140,28 @@ async fn a_worker_frozen_with_its_host_past_the_ttl_has_its_commit_refused_when_
     a.wait_for_log("wrote 1 at epoch 1", Duration::from_secs(30))
         .await
         .unwrap();
-    // The next transaction has begun and called the fence by now, and holds for a second.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Freeze as soon as the next transaction has called the fence and sleeps in it (for a
+    // second): a fixed wait for that missed it on a busy machine, with the worker still between
+    // its fence call and its sleep.
+    let mut owner = PgConnection::connect(&url).await.unwrap();
+    eventually_every(
+        "the worker's next transaction to sleep after its fence call",
+        Duration::from_secs(20),
+        Duration::from_millis(10),
+        async || {
+            let sleeping: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND pid <> pg_backend_pid()
+                    AND query LIKE '%pg_sleep%' AND state = 'active'",
+            )
+            .fetch_one(&mut owner)
+            .await
+            .unwrap();
+            if sleeping == 1 { Ok(()) } else { Err(sleeping) }
+        },
+    )
+    .await
+    .unwrap();
     let frozen: Vec<u32> = std::iter::once(a.pid())
         .chain(descendants(a.pid()))
         .collect();
@@ -157,7 +177,6 @@ async fn a_worker_frozen_with_its_host_past_the_ttl_has_its_commit_refused_when_
         !psql.is_empty(),
         "no psql of the worker's to freeze: {frozen:?}"
     );
-    let mut owner = PgConnection::connect(&url).await.unwrap();
     let open: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity
           WHERE datname = current_database() AND pid <> pg_backend_pid()
