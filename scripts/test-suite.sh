@@ -63,15 +63,16 @@ finish() {
 }
 
 # The order the test binaries start in: the longest first, so that the run ends with short ones
-# (seconds each took in a full run on two cores). `tests/http` goes first all the same: its flood
-# test is a load test of its own, and lost watchers when it ran beside the plugins' and the
-# deployment's builds of guest projects and images. A job not listed is taken as short.
+# (about the seconds each took in a full run on two cores). `tests/http` goes first all the same,
+# beside the leases' tests, which wait more than they compute: its flood test is a load test of
+# its own, and lost watchers when it ran beside the plugins' and the deployment's builds of guest
+# projects and images. A job not listed is taken as short.
 weight() {
   case "$1" in
     tests/http) echo 700 ;;
     tests/plugins) echo 600 ;;
-    tests/deployment) echo 420 ;;
-    tests/leases) echo 360 ;;
+    tests/leases) echo 420 ;;
+    tests/deployment) echo 360 ;;
     tests/processes) echo 140 ;;
     tests/telemetry) echo 70 ;;
     *) echo 10 ;;
