@@ -68,9 +68,10 @@ test-fast: build
 SEEDS ?= 20000
 FROM ?= 0
 MUTANT_SEEDS ?= 2000
-# The simulator builds in a target directory of its own: its fault points change the lease
-# crates, and with them the features cargo picks for their dependencies, so sharing target/ would
-# only make the two builds take turns evicting each other's fingerprints and cargo's lock.
+# The simulator builds in a target directory of its own: its fault points change the features
+# cargo picks for the lease crates' dependencies, so it would share few builds with target/
+# anyway, and a directory of its own lets it build while the suite builds and runs the test
+# binaries (cargo locks a target directory for each build).
 SIM_TARGET_DIR ?= target/sim
 # The simulator runs the memory store alone: the database drivers, TLS, Unicode and URL code and
 # the file watcher it links but never runs are built unoptimised in its target directory, while
