@@ -17,7 +17,7 @@
 # failed and the state of the machine (scripts/test-report.sh).
 #
 #   SUITE_JOBS=N          test binaries at once (default 3), beside the niced jobs
-#   SUITE_ONLY=REGEX      only the jobs whose name matches (e.g. 'leases|plugins'); no release build
+#   SUITE_ONLY=REGEX      only the jobs whose name matches (e.g. 'leases|plugins')
 #   SUITE_JOB_TIMEOUT=S   a job still running after S seconds is stopped and fails (default 1500)
 #   SUITE_TEST_ARGS=…     more arguments for every test binary (e.g. a filter, or --nocapture)
 set -uo pipefail
@@ -161,7 +161,8 @@ for early in simulator "guests' tests"; do
 done
 
 # 1. The previous release. Its build shares target/ and cargo's lock, so it goes before the rest.
-if [ -z "$only" ]; then
+# Only the deployment tests run it (tests/deployment/upgrades.rs).
+if [ -z "$only" ] || [[ tests/deployment =~ $only ]]; then
   timed "$table" "previous release, from history" scripts/build-release.sh >/dev/null || failed=1
 fi
 
