@@ -374,7 +374,14 @@ async fn freeze_trial(
         Ok(found) => found,
         Err(e) => {
             host.signal("CONT")?;
-            return Err(e);
+            // What each other replica said meanwhile: why none of them took the lease.
+            let said: Vec<String> = hosts
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != holder)
+                .map(|(i, h)| format!("r{i}:\n{}", h.log_lines_from(offsets[i]).join("\n")))
+                .collect();
+            return Err(anyhow::anyhow!("{e:#}\n{}", said.join("\n")));
         }
     };
     if let Some(rest) = settings.freeze.checked_sub(frozen.elapsed()) {

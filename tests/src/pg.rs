@@ -490,9 +490,35 @@ fn spawn_watchdog(run_as: &Option<String>, bin: &Path, dir: &Path) -> anyhow::Re
     Ok(())
 }
 
-/// A loopback port nothing listens on right now (another process may still take it before the
-/// caller binds it: callers retry).
+/// A loopback port nothing listens on right now, for a server the caller starts later.
+///
+/// It is taken below the kernel's ephemeral range: a port from `bind(0)` is one that every
+/// outgoing connection of every process (the suite runs test binaries side by side) may take as
+/// its local port before the server binds it. Below that range only another caller of this
+/// function can, and each process starts at its own place in the range. Without a range to read,
+/// or with one that starts too low, the kernel picks.
 pub fn free_port() -> anyhow::Result<u16> {
+    const LOWEST: u32 = 10_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .filter(|&from| from > LOWEST + 1_000 && from <= 65_536);
+    if let Some(from) = ephemeral_from {
+        let span = from - LOWEST;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let start = std::process::id().wrapping_mul(7_919).wrapping_add(nanos);
+        for _ in 0..64 {
+            let port = LOWEST
+                + start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(97)) % span;
+            let port = u16::try_from(port).context("a port below 65536")?;
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
