@@ -22,7 +22,7 @@ use anyhow::{Context, ensure};
 use tempfile::TempDir;
 
 use crate::eventually::{eventually, eventually_every, when};
-use crate::host::{Host, now_time_of_day, plugin_dir, time_of_day};
+use crate::host::{Host, now_time_of_day, plugin_dir, seconds_between, time_of_day};
 use crate::stats::summary;
 use crate::status::{Role, StatusExt};
 use crate::stores::{Backend, Db};
@@ -104,7 +104,7 @@ pub struct FreezeTrial {
 impl FreezeTrial {
     /// How long the successor had held the lease when the frozen holder resumed.
     pub fn acquired_before_resume(&self) -> Duration {
-        secs(since(self.resumed_at, self.acquired_at))
+        secs(seconds_between(self.resumed_at, self.acquired_at))
     }
 }
 
@@ -406,7 +406,7 @@ async fn freeze_trial(
     .await?;
     let ended_at = time_of_day(&ended).context("term ended line without a time")?;
     ensure!(
-        since(ended_at, resumed_at) >= 0.0,
+        seconds_between(ended_at, resumed_at) >= 0.0,
         "the term ended before the freeze: {ended}"
     );
     // …and settles as a standby, still running.
@@ -423,11 +423,11 @@ async fn freeze_trial(
         epoch,
         successor,
         successor_epoch,
-        frozen_for: secs(since(resumed_at, stopped_at)),
-        stop_after_last_call: secs(since(stopped_at, last_call)),
+        frozen_for: secs(seconds_between(resumed_at, stopped_at)),
+        stop_after_last_call: secs(seconds_between(stopped_at, last_call)),
         resumed_at,
         acquired_at,
-        resume_to_term_end: secs(since(ended_at, resumed_at)),
+        resume_to_term_end: secs(seconds_between(ended_at, resumed_at)),
         end_reason: string_field(&ended, "reason").unwrap_or_default(),
         late_calls: late_calls(&log, epoch, resumed_at, acquired_at),
         refused: log
@@ -478,7 +478,7 @@ async fn freeze_between_calls(
             .find(|l| l.contains(&tag))
             .and_then(|l| time_of_day(l))
             .context("call line without a time")?;
-        if since(stopped_at, last_call) < interval.as_secs_f64() / 2.0 {
+        if seconds_between(stopped_at, last_call) < interval.as_secs_f64() / 2.0 {
             return Ok((stopped_at, last_call));
         }
         host.signal("CONT")?;
@@ -503,9 +503,9 @@ fn late_calls(log: &[String], epoch: u64, resumed_at: f64, acquired_at: f64) -> 
         .filter(|l| l.contains(&tag))
         .filter_map(|l| {
             let t = time_of_day(l)?;
-            (since(t, resumed_at) >= 0.0).then(|| LateCall {
-                after_resume: secs(since(t, resumed_at)),
-                after_acquired: secs(since(t, acquired_at)),
+            (seconds_between(t, resumed_at) >= 0.0).then(|| LateCall {
+                after_resume: secs(seconds_between(t, resumed_at)),
+                after_acquired: secs(seconds_between(t, acquired_at)),
                 message: l.find(&tag).map_or(l.as_str(), |at| &l[at..]).to_string(),
             })
         })
@@ -524,18 +524,6 @@ fn field_u64(line: &str, name: &str) -> Option<u64> {
 fn string_field(line: &str, name: &str) -> Option<String> {
     let rest = &line[line.rfind(&format!(" {name}=\""))? + name.len() + 3..];
     Some(rest.split('"').next()?.to_string())
-}
-
-/// `a − b` in seconds for two times of day, across midnight.
-fn since(a: f64, b: f64) -> f64 {
-    let d = a - b;
-    if d < -43_200.0 {
-        d + 86_400.0
-    } else if d > 43_200.0 {
-        d - 86_400.0
-    } else {
-        d
-    }
 }
 
 fn secs(s: f64) -> Duration {

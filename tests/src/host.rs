@@ -526,6 +526,19 @@ pub fn now_time_of_day() -> f64 {
     since_epoch.as_secs_f64().rem_euclid(86_400.0)
 }
 
+/// `later - earlier` in seconds, for two times of day (as [`time_of_day`] reads them) less than
+/// twelve hours apart, across midnight too.
+pub fn seconds_between(later: f64, earlier: f64) -> f64 {
+    let d = later - earlier;
+    if d < -43_200.0 {
+        d + 86_400.0
+    } else if d > 43_200.0 {
+        d - 86_400.0
+    } else {
+        d
+    }
+}
+
 /// Seconds since midnight UTC of one log line, from its RFC 3339 timestamp.
 pub fn time_of_day(line: &str) -> Option<f64> {
     // 2026-11-22T04:11:59.302550Z ...
