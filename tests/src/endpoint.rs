@@ -59,6 +59,44 @@ impl Endpoint {
         Ok((code, response.text().await?))
     }
 
+    /// Waits up to `timeout` until each of `replicas` (the names their ids begin with) holds
+    /// `lease` or has a place in its line, as this host's lease API shows them. A replica's first
+    /// campaign places it, so this is the moment a standby has campaigned once.
+    pub async fn wait_placed(
+        &self,
+        lease: &str,
+        replicas: &[&str],
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
+        let path = format!("/v1/leases/{lease}");
+        eventually(
+            format!("{replicas:?} holding {lease} or in its line (the lease API)"),
+            timeout,
+            async || {
+                let (code, body) = self.get(&path).await.map_err(|e| format!("{e:#}"))?;
+                let view: serde_json::Value =
+                    serde_json::from_str(&body).map_err(|e| format!("{code} {body}: {e}"))?;
+                let placed: Vec<&str> = view["line"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|w| &w["holder"])
+                    .chain([&view["holder"]])
+                    .filter_map(|h| h.as_str())
+                    .collect();
+                let all = replicas
+                    .iter()
+                    .all(|n| placed.iter().any(|h| h.starts_with(&format!("{n}-"))));
+                if all {
+                    Ok(())
+                } else {
+                    Err(format!("{code} {body}"))
+                }
+            },
+        )
+        .await
+    }
+
     /// The role of `lease` in `/status`, or `None` if the host does not answer.
     pub async fn role(&self, lease: &str) -> Option<Role> {
         let status = self.status().await.ok()?;

@@ -238,7 +238,9 @@ async fn handoff(command: &[String]) {
     on_b.line("connected role=standby", WAIT).await;
     // A replica that has just started hears of releases once its LISTEN connection is up, a
     // moment after its lease loop: before that it would take the lease at its expiry instead.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    leasehold_tests::pg::wait_for_listeners(&db.owner, 2, WAIT)
+        .await
+        .unwrap();
 
     let term = now_ms();
     a.signal("TERM").unwrap();
@@ -469,7 +471,10 @@ async fn a_python_client_told_it_leads_at_an_epoch_that_has_moved_on_is_refused_
     let db = Database::new().await;
     let mut a = replica("a", &db).spawn_leading(LEASE).await.unwrap();
     let b = replica("b", &db).spawn().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // b hears of a's release (its LISTEN connection is up), and takes the lease at once.
+    leasehold_tests::pg::wait_for_listeners(&db.owner, 2, WAIT)
+        .await
+        .unwrap();
     a.stop(WAIT).await.unwrap();
     wait_for_single_leader(&[&b], LEASE, WAIT).await.unwrap();
     let (liar, _server) = lying_stream(1).await;

@@ -54,7 +54,9 @@ async fn the_stream_reports_a_handoff_on_both_replicas_the_old_end_stamped_befor
     assert_eq!(state_b.field("role"), "standby");
     // A replica that has just started hears of releases once its LISTEN connection is up, a
     // moment after its lease loop: before that it would take the lease at its expiry instead.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    leasehold_tests::pg::wait_for_listeners(&url, 2, WAIT)
+        .await
+        .unwrap();
 
     a.signal("TERM").unwrap();
     let (ended, _) = on_a.until("ended", WAIT).await.unwrap();

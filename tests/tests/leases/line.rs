@@ -7,7 +7,6 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold_tests::eventually::eventually;
 use leasehold_tests::host::{
     Host, HostBuilder, seconds_between, time_of_day, wait_for_single_leader,
 };
@@ -31,43 +30,10 @@ async fn start(url: &str, name: &str, priority: i64, more: &[&str]) -> Host {
     host.wait_for_log("http listening", Duration::from_secs(20))
         .await
         .unwrap();
-    until_placed(&host, &[name]).await;
+    host.wait_placed("leader", &[name], Duration::from_secs(20))
+        .await
+        .unwrap();
     host
-}
-
-/// Waits until each of `names` holds the lease or has a place in its line, as `host`'s lease API
-/// shows them (a replica's first campaign, which places it, goes out as it starts).
-async fn until_placed(host: &Host, names: &[&str]) {
-    eventually(
-        format!("{names:?} holding or in the line (the lease API)"),
-        Duration::from_secs(20),
-        async || {
-            let (code, body) = host
-                .get("/v1/leases/leader")
-                .await
-                .map_err(|e| e.to_string())?;
-            let view: serde_json::Value =
-                serde_json::from_str(&body).map_err(|e| format!("{code} {body}: {e}"))?;
-            let placed: Vec<&str> = view["line"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|w| &w["holder"])
-                .chain([&view["holder"]])
-                .filter_map(|h| h.as_str())
-                .collect();
-            let all = names
-                .iter()
-                .all(|n| placed.iter().any(|h| h.starts_with(&format!("{n}-"))));
-            if all {
-                Ok(())
-            } else {
-                Err(format!("{code} {body}"))
-            }
-        },
-    )
-    .await
-    .unwrap();
 }
 
 async fn stops_go_to_the_highest_priority(url: &str) {
@@ -303,7 +269,10 @@ async fn a_successor_killed_right_after_its_grant_leaves_the_lease_to_the_next_i
             .unwrap();
     }
     // Both have joined the line; then the first of it is frozen.
-    until_placed(&holder, &["doomed", "next"]).await;
+    holder
+        .wait_placed("leader", &["doomed", "next"], Duration::from_secs(20))
+        .await
+        .unwrap();
     doomed.signal("STOP").unwrap();
     holder.signal("TERM").unwrap();
     holder

@@ -36,7 +36,10 @@ async fn hosts(url: &str, file: &Path) -> (Host, Host) {
     let a = replica("a").spawn_leading("nightly").await.unwrap();
     let b = replica("b").spawn().await.unwrap();
     started(file, 1).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // b has campaigned once: it stands in the line, ready to take over.
+    b.wait_placed("nightly", &["b"], Duration::from_secs(10))
+        .await
+        .unwrap();
     (a, b)
 }
 

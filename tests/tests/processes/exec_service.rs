@@ -93,6 +93,10 @@ async fn holder_and_standby(dir: &Path, deactivate: &str) -> (Host, Host) {
     b.wait_for_log("campaigning allowed", Duration::from_secs(10))
         .await
         .unwrap();
+    // b has campaigned once: it stands in the line, ready to take over.
+    b.wait_placed("relay", &["b"], Duration::from_secs(10))
+        .await
+        .unwrap();
     (a, b)
 }
 
@@ -100,7 +104,6 @@ async fn holder_and_standby(dir: &Path, deactivate: &str) -> (Host, Host) {
 async fn the_holder_activates_and_deactivates_before_the_next_holder_activates() {
     let dir = tempfile::tempdir().unwrap();
     let (mut a, b) = holder_and_standby(dir.path(), "").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let last = a.stop_for_last_line().await.unwrap();
     let deactivated = in_history(dir.path(), 1, "deactivate").await;
     let next = in_history(dir.path(), 2, "activate").await;
@@ -679,7 +682,9 @@ async fn an_http_health_probe_that_fails_three_times_makes_the_holder_step_down_
     b.wait_for_log("standby health probe passes", Duration::from_secs(10))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    b.wait_placed("relay", &["b"], Duration::from_secs(10))
+        .await
+        .unwrap();
     assert!(holds(&a).await && !holds(&b).await);
 
     // Each app is asked in its replica's role, in the query (after its own) and the headers.
