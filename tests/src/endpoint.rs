@@ -60,7 +60,7 @@ impl Endpoint {
     }
 
     /// Waits up to `timeout` until each of `replicas` (the names their ids begin with) holds
-    /// `lease` or has a place in its line, as this host's lease API shows them. A replica's first
+    /// `lease` or has a place in its line, as this host's `/status` shows them. A replica's first
     /// campaign places it, so this is the moment a standby has campaigned once.
     pub async fn wait_placed(
         &self,
@@ -68,21 +68,17 @@ impl Endpoint {
         replicas: &[&str],
         timeout: Duration,
     ) -> anyhow::Result<()> {
-        let path = format!("/v1/leases/{lease}");
         eventually(
-            format!("{replicas:?} holding {lease} or in its line (the lease API)"),
+            format!("{replicas:?} holding {lease} or in its line (/status)"),
             timeout,
             async || {
-                let (code, body) = self.get(&path).await.map_err(|e| format!("{e:#}"))?;
-                let view: serde_json::Value =
-                    serde_json::from_str(&body).map_err(|e| format!("{code} {body}: {e}"))?;
-                let placed: Vec<&str> = view["line"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|w| &w["holder"])
-                    .chain([&view["holder"]])
-                    .filter_map(|h| h.as_str())
+                let status = self.status().await.map_err(|e| format!("{e:#}"))?;
+                let entry = status.lease(lease).ok_or("no such lease in /status")?;
+                let placed: Vec<&str> = entry
+                    .line
+                    .iter()
+                    .map(|w| w.holder.as_str())
+                    .chain(entry.holder.as_deref())
                     .collect();
                 let all = replicas
                     .iter()
@@ -90,7 +86,7 @@ impl Endpoint {
                 if all {
                     Ok(())
                 } else {
-                    Err(format!("{code} {body}"))
+                    Err(format!("holder {:?}, line {:?}", entry.holder, entry.line))
                 }
             },
         )
