@@ -34,6 +34,10 @@ pub struct FaultRun {
     /// Per trial, the longest the lease went without work from before the fault until work
     /// resumed after it (`None`: it never resumed within the fault's bound).
     pub pauses: Vec<Option<Duration>>,
+    /// Per trial, how long the server took to stop and start again in a restart: time outside the
+    /// hosts' doing (a crash recovery syncs every file of the data directory, seconds when the
+    /// disk is busy), which each trial's bound allows on top of the fault's own.
+    pub server_time: Vec<Duration>,
     /// Hosts that exited during the run, with their logs: must be empty.
     pub exits: Vec<String>,
 }
@@ -44,7 +48,8 @@ impl FaultRun {
         let bound = self.fault.bound(ttl);
         self.pauses
             .iter()
-            .filter(|p| p.is_none_or(|p| p > bound))
+            .zip(&self.server_time)
+            .filter(|(p, server)| p.is_none_or(|p| p > bound + **server))
             .count()
     }
 }
@@ -147,29 +152,41 @@ impl Cluster {
     }
 
     /// One trial: returns the longest pause of work from just before the fault until the
-    /// cluster is steady again (`None`: it was not within the fault's bound).
-    async fn trial(&mut self, fault: Fault, ttl: Duration) -> anyhow::Result<Option<Duration>> {
+    /// cluster is steady again (`None`: it was not within the fault's bound), and the time the
+    /// server took to stop and start ([`FaultRun::server_time`]).
+    async fn trial(
+        &mut self,
+        fault: Fault,
+        ttl: Duration,
+    ) -> anyhow::Result<(Option<Duration>, Duration)> {
         let holder = self.steady(ttl).await?;
         let start = self.witness.now().await?;
-        self.inject(fault, holder, ttl).await?;
+        let server_time = self.inject(fault, holder, ttl).await?;
         // Some effects come after healing (a holder learns of a failover at its next renewal,
         // the database holds campaigns off a ttl): let them play out, then wait for one holder
         // working again.
         tokio::time::sleep(ttl).await;
         let settled = self.witness.now().await?;
-        let steady = tokio::time::timeout(fault.bound(ttl) + ttl * 5, self.steady(ttl)).await;
+        let steady =
+            tokio::time::timeout(fault.bound(ttl) + server_time + ttl * 5, self.steady(ttl)).await;
         if matches!(fault, Fault::Failover { .. }) {
             // The next trial's standby, once this one has recovered.
             self.standby = Some(self.primary.start_standby()?);
         }
         if !matches!(steady, Ok(Ok(_))) {
-            return Ok(None);
+            return Ok((None, server_time));
         }
         let rows = self.witness.rows().await?;
-        Ok(longest_pause(&rows, start, settled))
+        Ok((longest_pause(&rows, start, settled), server_time))
     }
 
-    async fn inject(&mut self, fault: Fault, holder: usize, ttl: Duration) -> anyhow::Result<()> {
+    /// Injects `fault` and heals it; returns the time a restarted server took to stop and start.
+    async fn inject(
+        &mut self,
+        fault: Fault,
+        holder: usize,
+        ttl: Duration,
+    ) -> anyhow::Result<Duration> {
         let lasts = fault.duration(ttl);
         match fault {
             Fault::BlackHole {
@@ -195,13 +212,17 @@ impl Cluster {
                 }
             }
             Fault::Restart { immediate } => {
+                let stopping = std::time::Instant::now();
                 if immediate {
                     self.primary.kill()?;
                 } else {
                     self.primary.stop()?;
                 }
+                let stopped = stopping.elapsed();
                 tokio::time::sleep(lasts).await;
+                let starting = std::time::Instant::now();
                 self.primary.restart()?;
+                return Ok(stopped + starting.elapsed());
             }
             Fault::Failover { missed_takeover } => {
                 self.failover(missed_takeover, holder, ttl).await?
@@ -245,7 +266,7 @@ impl Cluster {
                     .await?;
             }
         }
-        Ok(())
+        Ok(Duration::ZERO)
     }
 
     /// The standby stops receiving, the primary goes on for a while (renewals, and with
@@ -340,9 +361,12 @@ pub async fn run_fault(fault: Fault, trials: usize, ttl: Duration) -> anyhow::Re
     }
     let mut cluster = Cluster::start(fault, ttl).await?;
     let mut pauses = Vec::with_capacity(trials);
+    let mut server_time = Vec::with_capacity(trials);
     let mut exits = Vec::new();
     for _ in 0..trials {
-        pauses.push(cluster.trial(fault, ttl).await?);
+        let (pause, server) = cluster.trial(fault, ttl).await?;
+        pauses.push(pause);
+        server_time.push(server);
         exits = cluster.exited();
         if !exits.is_empty() {
             break;
@@ -354,6 +378,7 @@ pub async fn run_fault(fault: Fault, trials: usize, ttl: Duration) -> anyhow::Re
         fault,
         verdict,
         pauses,
+        server_time,
         exits,
     })
 }

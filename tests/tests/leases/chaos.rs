@@ -25,9 +25,10 @@ async fn survives(fault: Fault) {
     assert_eq!(
         run.over_bound(TTL),
         0,
-        "pauses {:?}, bound {:?}",
+        "pauses {:?}, bound {:?}, plus the server's own stop and start {:?}",
         run.pauses,
-        fault.bound(TTL)
+        fault.bound(TTL),
+        run.server_time
     );
 }
 
