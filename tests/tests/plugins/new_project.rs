@@ -4,12 +4,13 @@
 //! syntax error as Python does, without its build tool's own backtrace; two Python builds may
 //! share one virtual environment from their first run.
 //!
-//! What is slow to build is kept between runs under target/tmp/new-project: one
-//! CARGO_TARGET_DIR for every Rust project (the SDK and, on the Debian recipe, std are built
-//! once), one Python virtual environment with componentize-py (`LEASEHOLD_PY_VENV`, which the
-//! projects' scripts honour), and the host's compile cache for `leasehold check`. npm installs
-//! from its own cache. The first run takes about three minutes on two cores, later ones well
-//! under one.
+//! What is slow to build is shared. The Rust projects build in the checkout's guests/target,
+//! where `make guests` and the guests' own tests have built the SDK's dependencies (and, on the
+//! Debian recipe, std) with the same toolchain, profile and lock: from a clean clone the first
+//! Rust project otherwise spent 100 s of CPU building them again. Kept between runs under
+//! target/tmp/new-project: one Python virtual environment with componentize-py
+//! (`LEASEHOLD_PY_VENV`, which the projects' scripts honour) and the host's compile cache for
+//! `leasehold check`. npm installs from its own cache.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -21,6 +22,11 @@ use std::time::{Duration, Instant};
 use leasehold_tests::host::binary;
 
 const WORLDS: [&str; 3] = ["reconciler", "event-reconciler", "health-check"];
+
+/// The checkout's guests' build directory, which the Rust projects share (see the module's head).
+fn guests_target() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../guests/target")
+}
 
 /// A directory kept between runs of this test.
 fn shared(name: &str) -> PathBuf {
@@ -161,7 +167,7 @@ fn rust_projects_build_pass_their_tests_and_check_as_their_world() {
         // Offline: the project's own lock and SDK copy need no registry, only the crates the
         // guests' build downloaded.
         let env = [
-            ("CARGO_TARGET_DIR", shared("cargo-target")),
+            ("CARGO_TARGET_DIR", guests_target()),
             ("CARGO_NET_OFFLINE", PathBuf::from("true")),
         ];
         new_build_test_check("rust", world, extra, &env, "test tests::");
@@ -381,7 +387,7 @@ async fn a_template_that_uses_kv_without_the_grant_fails_in_one_line_naming_the_
                 "        info!(\"{} from epoch {epoch}, tick {tick}\", self.greeting);\n        leasehold_guest::kv::get(\"greeting\")?;\n",
             )],
             vec![
-                ("CARGO_TARGET_DIR", shared("cargo-target")),
+                ("CARGO_TARGET_DIR", guests_target()),
                 ("CARGO_NET_OFFLINE", PathBuf::from("true")),
             ],
         ),
