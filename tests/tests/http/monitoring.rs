@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use leasehold_tests::eventually::eventually;
 use leasehold_tests::host::{HostBuilder, plugin_dir};
 
 const RULES: &str = "examples/prometheus/leasehold-alerts.yaml";
@@ -104,7 +105,22 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exposed_by_a_running_h
     )
     .await
     .unwrap();
-    let exposition = host.metrics().await.unwrap();
+    // The group's families appear with its runner's first look, which on a loaded machine comes
+    // after the plugin's first calls.
+    let exposition = eventually(
+        "the group's metrics in the exposition",
+        Duration::from_secs(20),
+        async || {
+            let exposition = host.metrics().await.map_err(|e| format!("{e:#}"))?;
+            if families(&exposition).contains("leasehold_group_members") {
+                Ok(exposition)
+            } else {
+                Err(format!("{:?}", families(&exposition)))
+            }
+        },
+    )
+    .await
+    .unwrap();
     let known = families(&exposition);
     // The yardstick the rules measure against: the default ttl, 15 s.
     assert_eq!(

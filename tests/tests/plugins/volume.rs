@@ -359,7 +359,7 @@ async fn wait_for_state_and_stores(
         },
     )
     .await
-    .unwrap();
+    .unwrap_or_else(|e| panic!("{e:#}\nthe host's log:\n{}", host.log_text()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
