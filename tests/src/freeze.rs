@@ -216,6 +216,8 @@ impl FreezeSummary {
 pub struct FreezeCluster {
     /// The replicas, named `r0`, `r1`, …
     pub hosts: Vec<Host>,
+    /// The lease database's URL.
+    url: String,
     _plugins: TempDir,
     _db: Db,
 }
@@ -251,6 +253,7 @@ impl FreezeCluster {
         }
         Ok(FreezeCluster {
             hosts,
+            url,
             _plugins: plugins,
             _db: db,
         })
@@ -317,7 +320,7 @@ pub async fn run_freeze_trials(settings: &FreezeSettings) -> anyhow::Result<Free
             .holder(settle)
             .await
             .with_context(|| format!("before trial {trial}"))?;
-        let t = freeze_trial(&cluster.hosts, holder, epoch, settings)
+        let t = freeze_trial(&cluster.hosts, &cluster.url, holder, epoch, settings)
             .await
             .with_context(|| format!("trial {trial}: r{holder} at epoch {epoch}"))?;
         trials.push(t);
@@ -335,9 +338,28 @@ pub async fn run_freeze_trials(settings: &FreezeSettings) -> anyhow::Result<Free
     })
 }
 
+/// The sessions of the database `url` points at, one line each, with what they wait on.
+async fn sessions(url: &str) -> anyhow::Result<Vec<String>> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    let rows: Vec<String> = sqlx::query_scalar(
+        r"SELECT format('%s %s %s %s %s', pid, coalesce(state, '-'),
+                        coalesce(wait_event_type || ':' || wait_event, '-'),
+                        coalesce((clock_timestamp() - xact_start)::text, '-'),
+                        left(regexp_replace(query, '\s+', ' ', 'g'), 160))
+             FROM pg_stat_activity
+            WHERE datname = current_database() AND pid <> pg_backend_pid()
+            ORDER BY xact_start NULLS LAST",
+    )
+    .fetch_all(&mut conn)
+    .await?;
+    Ok(rows)
+}
+
 /// One trial on `hosts[holder]`, which holds the lease at `epoch`.
 async fn freeze_trial(
     hosts: &[Host],
+    url: &str,
     holder: usize,
     epoch: u64,
     settings: &FreezeSettings,
@@ -377,6 +399,11 @@ async fn freeze_trial(
     let (successor, successor_epoch, acquired_at) = match acquired {
         Ok(found) => found,
         Err(e) => {
+            // The database's sessions while the holder is still frozen: what the campaigns
+            // waited on, if anything.
+            let sessions = sessions(url)
+                .await
+                .unwrap_or_else(|e| vec![format!("sessions unknown: {e:#}")]);
             host.signal("CONT")?;
             // What each other replica said meanwhile: why none of them took the lease.
             let said: Vec<String> = hosts
@@ -385,7 +412,11 @@ async fn freeze_trial(
                 .filter(|(i, _)| *i != holder)
                 .map(|(i, h)| format!("r{i}:\n{}", h.log_lines_from(offsets[i]).join("\n")))
                 .collect();
-            return Err(anyhow::anyhow!("{e:#}\n{}", said.join("\n")));
+            return Err(anyhow::anyhow!(
+                "{e:#}\n{}\nthe database's sessions (pid, state, wait, transaction age, query):\n{}",
+                said.join("\n"),
+                sessions.join("\n")
+            ));
         }
     };
     if let Some(rest) = settings.freeze.checked_sub(frozen.elapsed()) {
