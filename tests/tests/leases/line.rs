@@ -13,9 +13,10 @@ use leasehold_tests::host::{
 use leasehold_tests::log::Logged;
 
 const TTL: Duration = Duration::from_secs(2);
-/// The ttl of the test of a lapsed grant, whose bound (ttl/2 and a campaign) must stay apart from
-/// the whole ttl it would take if the grant did not lapse: at 2 s they were 20 ms apart once half a
-/// second was left for a loaded machine, and a run under the whole suite took 2.01 s.
+/// The ttl of the test of a lapsed grant, whose bound (ttl/2, a campaign and a second for the
+/// machine) stays clear of the whole ttl it would take if the grant did not lapse. Under the whole
+/// suite the next in line has led after the whole ttl (2.01 s at a 2 s ttl, 4.03 s at 4 s): the
+/// lease sat out a ttl, which is what this test is there to catch; the cause is not yet known.
 const GRANT_TTL: Duration = Duration::from_secs(4);
 
 /// A replica `name` at `priority`, started and in line: it has campaigned once (a standby joins
