@@ -16,6 +16,8 @@ use leasehold_tests::stores::{Backend, Db};
 use tokio::time::Instant;
 
 const GROUP: &str = "orders";
+/// The shards of the group [`start`] joins.
+const SHARDS: usize = 12;
 const TTL: Duration = Duration::from_millis(1_500);
 /// The ttl of the tests on PostgreSQL, whose store calls wait on the server's fsync: on a loaded
 /// machine that stalls for hundreds of milliseconds, and at 1.5 s the store timeout is 300 ms, so
@@ -31,18 +33,17 @@ async fn start(url: &str, name: &str, ttl: Duration) -> Host {
     HostBuilder::new(name)
         .database_url(url)
         .ttl(ttl)
-        .args(&["--group", "orders=12"])
+        .args(&["--group", &format!("{GROUP}={SHARDS}")])
         .spawn()
         .await
         .unwrap()
 }
 
-/// Who leads each of the group's `shards`, by replica name, as the replicas' own `/status` say:
-/// once they show a leader for every one (a shard whose renewal is late shows as uncertain, not
-/// led, for a beat).
-async fn leaders(hosts: &[&Host], shards: usize) -> BTreeMap<String, String> {
+/// Who leads each shard, by replica name, as the replicas' own `/status` say: once they show a
+/// leader for every one (a shard whose renewal is late shows as uncertain, not led, for a beat).
+async fn leaders(hosts: &[&Host]) -> BTreeMap<String, String> {
     eventually(
-        format!("a leader for each of {shards} shards"),
+        format!("a leader for each of {SHARDS} shards"),
         Duration::from_secs(10),
         async || {
             let mut out = BTreeMap::new();
@@ -53,7 +54,7 @@ async fn leaders(hosts: &[&Host], shards: usize) -> BTreeMap<String, String> {
                     }
                 }
             }
-            when(out, |out| out.len() == shards)
+            when(out, |out| out.len() == SHARDS)
         },
     )
     .await
@@ -135,7 +136,7 @@ async fn postgres_a_group_spreads_over_the_replicas_and_moves_by_handoff_as_they
         .until_seen_leading(&["a", "b", "c"], SEEN, Duration::from_secs(10))
         .await
         .unwrap();
-    let before = leaders(&[&a, &b, &c], 12).await;
+    let before = leaders(&[&a, &b, &c]).await;
 
     // A fourth joins: three shards move to it, one from each, by the ordered release.
     let joined = Instant::now();
@@ -143,7 +144,7 @@ async fn postgres_a_group_spreads_over_the_replicas_and_moves_by_handoff_as_they
     checker.add(&d.name, &d);
     until_shares(&[&a, &b, &c, &d], 3, Duration::from_secs(30)).await;
     let took = joined.elapsed();
-    let after = leaders(&[&a, &b, &c, &d], 12).await;
+    let after = leaders(&[&a, &b, &c, &d]).await;
     assert_eq!(
         moved(&before, &after),
         3,
@@ -168,7 +169,7 @@ async fn postgres_a_group_spreads_over_the_replicas_and_moves_by_handoff_as_they
         .await
         .unwrap();
     let (_, takeovers) = arrivals(&[&a, &b, &c]).await;
-    let before = leaders(&[&a, &b, &c, &d], 12).await;
+    let before = leaders(&[&a, &b, &c, &d]).await;
     let d_id = d.status().await.unwrap().replica;
     let mut d = d;
     let stopped = Instant::now();
@@ -178,7 +179,7 @@ async fn postgres_a_group_spreads_over_the_replicas_and_moves_by_handoff_as_they
     d.wait_exit(Duration::from_secs(10)).await.unwrap();
     checker.remove(&d.name);
     eprintln!("d stopped: its shards taken over after {took:?}");
-    let after = leaders(&[&a, &b, &c], 12).await;
+    let after = leaders(&[&a, &b, &c]).await;
     assert_eq!(
         moved(&before, &after),
         3,

@@ -58,10 +58,8 @@ async fn stops_go_to_the_highest_priority(url: &str) {
     // A place lives ttl/2 (1 s) from its standby's last campaign: on a loaded machine a late
     // campaign lets it lapse for a moment (the line was read empty once under the whole suite),
     // and the next campaign places it again.
-    let names: Vec<String> = (0..hosts.len()).map(|i| format!("p{i}")).collect();
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
     hosts[leader]
-        .wait_placed("leader", &names, Duration::from_secs(20))
+        .wait_placed("leader", &["p0", "p1", "p2"], Duration::from_secs(20))
         .await
         .unwrap();
     let (code, body) = hosts[leader].get("/v1/leases/leader").await.unwrap();
