@@ -364,9 +364,9 @@ impl LeaseStore for MemoryStore {
         let mut notices = Vec::new();
         for bid in bids.iter().filter(|b| asked.insert(b.name.as_str())) {
             let name = &bid.name;
-            // Given to this holder already, and not taken up: reported, and out of the line.
+            // This holder's already (given to it and not taken up, or won by a campaign whose
+            // answer it missed): reported, and out of the line.
             if let Some(row) = tables.rows.get(name)
-                && row.granted
                 && row.holder == holder
                 && row.expires_at > now
             {

@@ -468,18 +468,15 @@ impl LeaseStore for SqliteStore {
             ..CampaignedMany::default()
         };
         let mut wakeups = Vec::new();
-        // The line (`line`): leases given to this holder and not taken up are reported, and
-        // out of its line; for the rest it keeps its place. Every lease found free goes to the
+        // The line (`line`): leases this holder holds already (given to it and not taken up,
+        // or won by a campaign whose answer it missed) are reported, and out of its line; for the rest it keeps its place. Every lease found free goes to the
         // head of its line, unless a handoff reserved it for this holder.
         let rows = line::rows(&mut tx, &names_json).await.map_err(err)?;
         let mut rest: Vec<&Bid> = Vec::new();
         for bid in bids {
             match rows.get(&bid.name) {
                 Some(row)
-                    if row.granted
-                        && row.holder == holder
-                        && row.boot == boot
-                        && row.expires_at_ms > now =>
+                    if row.holder == holder && row.boot == boot && row.expires_at_ms > now =>
                 {
                     let left =
                         Duration::from_millis(u64::try_from(row.expires_at_ms - now).unwrap_or(0));

@@ -358,8 +358,9 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug + 'static {
     /// (or keeps its place alive, updating its priority), and a lease found free goes to the head
     /// of its line: won by this holder when it is the head (or nobody alive waits), else given to
     /// the head with a new epoch, which is notified ([`ReleaseNotice::Granted`]) and reported in
-    /// [`CampaignedMany::gave`]; a lease already given to this holder and not taken up yet is
-    /// reported in [`CampaignedMany::granted`]. A waiter whose place allows it asks a holder of
+    /// [`CampaignedMany::gave`]; a lease this holder holds already (given to it and not taken
+    /// up yet, or won by an earlier campaign of its own whose answer it never got) is reported
+    /// in [`CampaignedMany::granted`]. A waiter whose place allows it asks a holder of
     /// lower priority to hand the lease over ([`CampaignedMany::asked`]).
     async fn campaign_in_line(
         &self,

@@ -206,6 +206,38 @@ async fn a_campaign_that_finds_the_lease_free_gives_it_to_the_head_of_the_line(b
     stop.cancel();
 }
 
+/// A campaign the server committed as the call timed out: the replica never learnt it won, and
+/// campaigns again. That campaign takes the lease up at the epoch it won, with the time its row
+/// has left, instead of waiting a whole ttl for its own row to expire and winning a later epoch.
+async fn a_lease_won_by_a_campaign_whose_answer_was_lost_comes_back_to_its_next_campaign(
+    backend: Backend,
+) {
+    let db = Db::new(backend).await.unwrap();
+    let s = db.open().await.unwrap();
+    let ttl = Duration::from_secs(30);
+    let bid = |name: &str| Bid {
+        name: name.to_string(),
+        line: Some(place(0, ttl)),
+    };
+    let first = s.campaign_in_line("h", &[bid("q")], ttl).await.unwrap();
+    let [(_, e)] = first.won.as_slice() else {
+        panic!("{backend:?}: {first:?}")
+    };
+    // The answer above is the one the replica never got.
+    let again = s.campaign_in_line("h", &[bid("q")], ttl).await.unwrap();
+    assert!(
+        again.won.is_empty() && again.lost.is_empty(),
+        "{backend:?}: {again:?}"
+    );
+    assert_eq!(again.granted.len(), 1, "{backend:?}: {again:?}");
+    let (name, epoch, left) = &again.granted[0];
+    assert_eq!((name.as_str(), epoch), ("q", e), "{backend:?}");
+    assert!(*left <= ttl && *left > ttl / 2, "{backend:?}: {left:?}");
+    // Taken up, it is renewed at that epoch like any other.
+    let renewed = s.renew("h", &[renew("q", *e)]).await.unwrap();
+    assert_eq!(renewed.landed, ["q"], "{backend:?}");
+}
+
 async fn a_waiter_whose_place_lapsed_is_passed_over(backend: Backend) {
     let db = Db::new(backend).await.unwrap();
     let s = db.open().await.unwrap();
@@ -331,6 +363,7 @@ queue_conformance!(
     a_release_gives_the_lease_to_the_live_waiter_of_highest_priority_then_earliest,
     a_grant_nobody_takes_up_lapses_and_the_next_live_waiter_gets_the_lease,
     a_campaign_that_finds_the_lease_free_gives_it_to_the_head_of_the_line,
+    a_lease_won_by_a_campaign_whose_answer_was_lost_comes_back_to_its_next_campaign,
     a_waiter_whose_place_lapsed_is_passed_over,
     a_handoff_naming_a_waiter_gives_it_the_lease_before_the_head,
     a_waiter_of_higher_priority_asks_the_holder_to_step_aside_once_per_preempt_after,

@@ -27,7 +27,8 @@ macro_rules! named_by_handoff {
 /// `campaign_in_line`'s first statement: $1 holder, $2 names, $3 priorities, $4 how long each
 /// place lasts in ms, $5 the ttl in ms. Joins this holder to the line of each lease, or keeps its
 /// place alive (a place that lapsed joins at the end again), with its priority as given now;
-/// not for a lease already given to it, which its campaign takes up instead.
+/// not for a lease it already holds (given to it, or won by a campaign whose answer it missed),
+/// which its campaign takes up instead.
 pub const JOIN: &str = "INSERT INTO leasehold_waiters AS w
        (name, holder, priority, joined_at, alive_until, alive_ms, ttl_ms)
 SELECT b.name, $1, b.priority, clock_timestamp(),
@@ -37,8 +38,7 @@ SELECT b.name, $1, b.priority, clock_timestamp(),
          ORDER BY b.name) AS b
  WHERE NOT EXISTS (
         SELECT 1 FROM leasehold_leases AS k
-         WHERE k.name = b.name AND k.holder = $1 AND k.granted
-           AND k.expires_at > clock_timestamp())
+         WHERE k.name = b.name AND k.holder = $1 AND k.expires_at > clock_timestamp())
  ORDER BY b.name
 ON CONFLICT (name, holder) DO UPDATE
    SET priority = EXCLUDED.priority, alive_ms = EXCLUDED.alive_ms, ttl_ms = EXCLUDED.ttl_ms,

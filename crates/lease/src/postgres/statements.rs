@@ -41,8 +41,12 @@ macro_rules! reserved_for_holder {
 /// This holder wins it when it is the head, when nobody alive waits, or when a handoff reserved
 /// it for this holder; otherwise the lease is given to the head (`gives`): the same upsert with
 /// the head as holder, an expiry of its place's time (`alive_ms`) and `granted` set, announced
-/// on $6 (`EPOCH NAME HOLDER`). A lease already given to this holder and not taken up comes
-/// back with its epoch and time left (`mine`). Waiters given or winning a lease leave the line
+/// on $6 (`EPOCH NAME HOLDER`). A lease this holder holds unexpired and is campaigning for comes
+/// back with its epoch and time left (`mine`): one given to it and not taken up, or one an
+/// earlier campaign of its own won after the replica had given up waiting for the answer (a
+/// commit the server made as the call timed out). The replica takes either up unless it ran a
+/// term at that epoch already; otherwise the lease would sit a whole ttl with a holder that
+/// believes it lost, and go at a later epoch. Waiters given or winning a lease leave the line
 /// (`taken`), lapsed places are swept, both skipping rows another session keeps locked, so that
 /// no two campaigns wait for each other. One reading of the clock (`t`) stamps a row's
 /// acquisition, renewal and expiry, so that a term's expiry is exactly its ttl after its renewal
@@ -94,8 +98,7 @@ pub const CAMPAIGN: &str = concat!(
     SELECT k.name, k.epoch,
            floor(extract(epoch FROM k.expires_at - clock_timestamp()) * 1000)::bigint AS left_ms
       FROM leasehold_leases AS k
-     WHERE k.name = ANY($2) AND k.holder = $1 AND k.granted
-       AND k.expires_at > clock_timestamp()),
+     WHERE k.name = ANY($2) AND k.holder = $1 AND k.expires_at > clock_timestamp()),
  snap AS (
     SELECT r.name, k.expires_at, k.name IS NOT NULL AS present, k.holder AS last_holder,
            greatest(k.expires_at, CASE WHEN k.reserved_for IS NOT NULL AND NOT ",

@@ -27,7 +27,6 @@ pub(super) struct Waiting {
 #[derive(Debug, Clone)]
 pub(super) struct Row {
     pub(super) holder: String,
-    pub(super) granted: bool,
     pub(super) reserved: Option<(String, i64)>,
     pub(super) epoch: i64,
     pub(super) expires_at_ms: i64,
@@ -148,13 +147,12 @@ pub(super) async fn rows(
         i64,
         Option<i64>,
         Option<i64>,
-        bool,
         Option<String>,
         Option<i64>,
     );
     let rows: Vec<Read> = sqlx::query_as(
         "SELECT name, holder, epoch, expires_at_ms, boot, priority, preempted_at_ms,
-                handoff_epoch, granted, reserved_for, reserved_until_ms
+                handoff_epoch, reserved_for, reserved_until_ms
            FROM leasehold_leases WHERE name IN (SELECT value FROM json_each(?1))",
     )
     .bind(names_json)
@@ -166,10 +164,9 @@ pub(super) async fn rows(
             let (name, holder, epoch, expires_at_ms, boot, priority, preempted, handoff) = (
                 read.0, read.1, read.2, read.3, read.4, read.5, read.6, read.7,
             );
-            let reserved = read.9.zip(read.10);
+            let reserved = read.8.zip(read.9);
             let row = Row {
                 holder,
-                granted: read.8,
                 reserved,
                 epoch,
                 expires_at_ms,
