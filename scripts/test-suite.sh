@@ -43,6 +43,9 @@ only=${SUITE_ONLY:-}
 max_jobs=${SUITE_JOBS:-3}
 job_timeout=${SUITE_JOB_TIMEOUT:-1500}
 export RUST_BACKTRACE=${RUST_BACKTRACE:-0}
+# The tests' own PostgreSQL servers without fsync (tests/src/pg.rs says why): beside the suite's
+# builds one commit's flush took up to 240 ms, over the store timeout of the tests' short ttls.
+export LEASEHOLD_TEST_PG_FSYNC=${LEASEHOLD_TEST_PG_FSYNC:-off}
 
 say() { printf '%s\n' "$*" | tee -a "$output"; }
 

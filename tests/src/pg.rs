@@ -262,12 +262,23 @@ impl Postgres {
     }
 }
 
-/// Loopback only, sockets in the private directory, room for many test processes' pools.
+/// Loopback only, sockets in the private directory, room for many test processes' pools; and
+/// without fsync when `LEASEHOLD_TEST_PG_FSYNC=off` (what `make test` sets).
+///
+/// The whole suite writes gigabytes beside its servers (builds, links, images): there, one commit's
+/// fsync took up to 240 ms, and a campaign or renewal behind it ran over a 1 s or 2 s ttl's store
+/// timeout (200 and 400 ms). The tests are about the hosts, not the disk: a server they throw away
+/// needs no flush to survive a power cut, and a server process killed or stopped keeps every commit
+/// (the writes are in the kernel's cache); so `make test` turns fsync off. Benchmarks and a
+/// developer's `cargo test` keep PostgreSQL's default, whose figures are a real server's.
 fn server_options(port: u16, dir: &Path) -> String {
     let mut options = format!(
         "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=400",
         dir.display()
     );
+    if std::env::var("LEASEHOLD_TEST_PG_FSYNC").is_ok_and(|v| v == "off") {
+        options.push_str(" -c fsync=off");
+    }
     // TLS when a certificate could be made: clients choose with sslmode (default: prefer).
     let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
     if cert.is_file() && key.is_file() {
