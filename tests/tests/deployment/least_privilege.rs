@@ -167,9 +167,11 @@ async fn a_role_that_cannot_write_the_lease_table_is_not_ready_and_says_why() {
     .unwrap();
     let app = url.replacen("postgres://postgres@", &format!("postgres://{role}@"), 1);
 
+    // A 6 s ttl: its store timeout (1.2 s) keeps a campaign slowed by the machine from failing
+    // as timed out, which would show as the latest failure in place of the permission one.
     let host = HostBuilder::new("readonly")
         .database_url(&app)
-        .ttl(Duration::from_secs(2))
+        .ttl(Duration::from_secs(6))
         .spawn()
         .await
         .unwrap();
