@@ -117,7 +117,8 @@ impl Postgres {
                 .arg("-w")
                 .arg("-t")
                 .arg("60");
-            ctl.arg("-o").arg(server_options(port, &dir));
+            ctl.arg("-o")
+                .arg(server_options(port, &dir, fsync_wanted()));
             ctl.arg("start").envs(env.iter().copied());
             match run(&mut ctl) {
                 Ok(()) => {
@@ -256,10 +257,15 @@ impl Postgres {
             .arg("-l")
             .arg(dir.join("server.log"))
             .args(["-w", "-o"]);
-        ctl.arg(server_options(local.port, dir));
+        ctl.arg(server_options(local.port, dir, fsync_wanted()));
         ctl.arg("start");
         run(&mut ctl)
     }
+}
+
+/// Whether the servers flush their commits: unless `LEASEHOLD_TEST_PG_FSYNC=off`.
+fn fsync_wanted() -> bool {
+    !std::env::var("LEASEHOLD_TEST_PG_FSYNC").is_ok_and(|v| v == "off")
 }
 
 /// Loopback only, sockets in the private directory, room for many test processes' pools; and
@@ -271,12 +277,12 @@ impl Postgres {
 /// needs no flush to survive a power cut, and a server process killed or stopped keeps every commit
 /// (the writes are in the kernel's cache); so `make test` turns fsync off. Benchmarks and a
 /// developer's `cargo test` keep PostgreSQL's default, whose figures are a real server's.
-fn server_options(port: u16, dir: &Path) -> String {
+fn server_options(port: u16, dir: &Path, fsync: bool) -> String {
     let mut options = format!(
         "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=400",
         dir.display()
     );
-    if std::env::var("LEASEHOLD_TEST_PG_FSYNC").is_ok_and(|v| v == "off") {
+    if !fsync {
         options.push_str(" -c fsync=off");
     }
     // TLS when a certificate could be made: clients choose with sslmode (default: prefer).
@@ -594,6 +600,13 @@ mod tests {
             super::database_url("postgres://u@h:1", "x"),
             "postgres://u@h:1/x"
         );
+    }
+
+    #[test]
+    fn a_server_flushes_its_commits_unless_told_not_to() {
+        let dir = std::path::Path::new("/tmp/x");
+        assert!(!super::server_options(5432, dir, true).contains("fsync"));
+        assert!(super::server_options(5432, dir, false).contains(" -c fsync=off"));
     }
 
     #[test]

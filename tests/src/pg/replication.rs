@@ -47,7 +47,7 @@ impl Postgres {
             .arg("-l")
             .arg(dir.join("server.log"))
             .args(["-w", "-t", "60", "-o"])
-            .arg(server_options(port, &dir))
+            .arg(server_options(port, &dir, super::fsync_wanted()))
             .arg("start");
         run(&mut ctl).context("starting the standby")?;
         Ok(Postgres {
