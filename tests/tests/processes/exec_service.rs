@@ -295,11 +295,11 @@ async fn when_renewals_fail_the_holder_deactivates_before_the_next_holder_activa
         "epoch 1 deactivated {:.0} ms before epoch 2 activated",
         (next - deactivated) as f64 / 1e6
     );
-    assert!(
-        a.log_text().contains("service deactivated"),
-        "{}",
-        a.log_text()
-    );
+    // The line comes once the keeper has seen the service's tree gone, which on a loaded
+    // machine can be after the next holder's start; the order above is the history's.
+    a.wait_for_log("service deactivated", Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
     proxy.set(Fault::None);
     drop(b);
 }
@@ -477,9 +477,11 @@ deactivate = ["sh", "-c", "kill $(cat {d}/daemon) $(cat {d}/chatty)"]
 grace = "500ms"
 "#
     );
+    // A 4 s ttl: at 2 s, a host starved of the CPU under the whole suite saw its deactivate's
+    // end after the term's deadline ("stop unconfirmed"), which this test is not about.
     let mut host = HostBuilder::new("daemon")
         .database_url(&url)
-        .ttl(Duration::from_secs(2))
+        .ttl(Duration::from_secs(4))
         .config(&config)
         .spawn_leading("relay")
         .await
@@ -496,8 +498,8 @@ grace = "500ms"
     };
     let alive = |pid: i32| std::path::Path::new(&format!("/proc/{pid}")).exists();
     let (daemon, chatty) = (pid("daemon"), pid("chatty"));
-    // Two terms' worth of renewals: nothing kills them, and the lease stays.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // More than a ttl of renewals: nothing kills them, and the lease stays.
+    tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(alive(daemon) && alive(chatty), "{}", host.log_text());
     let log = host.log_text();
     assert!(
@@ -509,7 +511,11 @@ grace = "500ms"
     assert!(!log.contains("killed"), "{log}");
     assert_eq!(log.matches("lease acquired").count(), 1, "{log}");
     let last = host.stop_for_last_line().await.unwrap();
-    assert!(last.contains("relay (relay) deactivated"), "{last}");
+    assert!(
+        last.contains("relay (relay) deactivated"),
+        "{last}\n{}",
+        host.log_text()
+    );
     eventually(
         "the daemon stopped by deactivate",
         Duration::from_secs(5),
