@@ -160,16 +160,12 @@ wait_one() {
   done
 }
 
-# The jobs that need nothing of the test build start first, niced, each in a target directory of
-# its own: they compute while the builds below wait on their one crate or their linker.
-for early in simulator "guests' tests"; do
-  [ -n "$only" ] && ! [[ $early =~ $only ]] && continue
-  case "$early" in
-    simulator) start_job simulator "$root" "nice -n 19 make --no-print-directory sim-suite" ;;
-    *) start_job "$early" "$root/guests" "nice -n 19 cargo test --workspace --locked --no-fail-fast" ;;
-  esac
+# The guests' tests need nothing of the test build and build in a target directory of their own:
+# they start first, niced, and compute while the builds below wait on one crate or the linker.
+if [ -z "$only" ] || [[ "guests' tests" =~ $only ]]; then
+  start_job "guests' tests" "$root/guests" "nice -n 19 cargo test --workspace --locked --no-fail-fast"
   niced[$!]=1
-done
+fi
 
 # 1. The previous release. Its build shares target/ and cargo's lock, so it goes before the rest.
 # Only the deployment tests run it (tests/deployment/upgrades.rs).
@@ -183,6 +179,14 @@ if ! timed "$table" "test build" \
   >"$dir/build.json"; then
   failed=1
   finish
+fi
+
+# The simulator, niced beside the rest, once the test build is done: it builds in target/ too
+# (the dependencies it shares with the test build are built once; only sqlx and the lease crates
+# build again, with its fault points), and cargo locks target/ for each build.
+if [ -z "$only" ] || [[ simulator =~ $only ]]; then
+  start_job simulator "$root" "nice -n 19 make --no-print-directory sim-suite"
+  niced[$!]=1
 fi
 
 # The compiled-component cache every `leasehold` process of the suite shares, as the default
