@@ -280,7 +280,14 @@ fn keep_time(
             if now >= until {
                 killing = Some(Why::Deadline);
             } else if asked_by.is_some_and(|at| now >= at) {
-                killing = Some(Why::Grace);
+                if exited && tree::children().is_empty() {
+                    // The child ended on its signal and left nothing: the reaper's word that no
+                    // child is left is on its way (late on a loaded machine); a kill now would
+                    // report one that never happened.
+                    asked_by = None;
+                } else {
+                    killing = Some(Why::Grace);
+                }
             }
             if let Some(why) = killing {
                 reports.say(Report::Killed(why));
