@@ -70,8 +70,8 @@ FROM ?= 0
 MUTANT_SEEDS ?= 2000
 # The simulator builds in target/ beside the host and the tests: its fault points give the lease
 # crates (and sqlx, through them) builds of their own, and every other dependency is the one the
-# test build made. From a clean clone after `make build`, 13 crates and 149 s of CPU, where a
-# target directory of its own took ~300 s (in `make test`, a third of the simulator's CPU).
+# test build made: after it, 13 crates and 149 s of CPU, where a target directory of its own took
+# ~300 s from nothing (in `make test`, a third of the simulator's CPU).
 SIM = $(CARGO) run --quiet -p leasehold-sim --
 sim:
 	$(CARGO) test --quiet -p leasehold-sim

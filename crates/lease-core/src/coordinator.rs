@@ -878,8 +878,8 @@ impl Coordinator {
                 self.take_grant(&name, epoch, sent, left, now, fx);
                 // Not taken up (an epoch this replica held before: the row of a term of its own
                 // that a failover brought back, or a renewal that landed after the term ended):
-                // it lapses by itself, and the lease can be
-                // campaigned for then; campaigning again at once would find the same row.
+                // it lapses by itself, and the lease can be campaigned for then; campaigning
+                // again at once would find the same row.
                 let taken = self
                     .leases
                     .get(&name)

@@ -78,8 +78,8 @@ pub struct CampaignedMany {
     /// The leases given to this holder (by a release, or by another standby's campaign that found
     /// the lease free with this holder at the head of its line, [`crate::queue`]) and not taken
     /// up yet, or won by an earlier campaign of this holder whose answer it never got (the call
-    /// timed out as the server committed): each with its epoch and how long the grant lasts by the database's clock, as the
-    /// statement read it. The campaign takes them up as a read would: a term may run until
+    /// timed out as the server committed): each with its epoch and how long the row lasts by the
+    /// database's clock, as the statement read it. The campaign takes them up as a read would: a term may run until
     /// `sent + left − margin`, and the first renewal makes it a ttl.
     pub granted: Vec<(String, Epoch, Duration)>,
     /// The leases of `lost` this campaign found free and gave to another waiter, the head of

@@ -469,8 +469,9 @@ impl LeaseStore for SqliteStore {
         };
         let mut wakeups = Vec::new();
         // The line (`line`): leases this holder holds already (given to it and not taken up,
-        // or won by a campaign whose answer it missed) are reported, and out of its line; for the rest it keeps its place. Every lease found free goes to the
-        // head of its line, unless a handoff reserved it for this holder.
+        // or won by a campaign whose answer it missed) are reported, and out of its line; for
+        // the rest it keeps its place. Every lease found free goes to the head of its line,
+        // unless a handoff reserved it for this holder.
         let rows = line::rows(&mut tx, &names_json).await.map_err(err)?;
         let mut rest: Vec<&Bid> = Vec::new();
         for bid in bids {
