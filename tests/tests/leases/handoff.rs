@@ -13,7 +13,8 @@ use leasehold_tests::admin;
 use leasehold_tests::eventually::{eventually, when};
 use leasehold_tests::groups::led;
 use leasehold_tests::host::{
-    Host, HostBuilder, binary, plugin_dir, seconds_between, time_of_day, wait_for_single_leader,
+    Host, HostBuilder, binary, log_time, now_time_of_day, plugin_dir, seconds_between, time_of_day,
+    wait_for_single_leader,
 };
 use leasehold_tests::log::Logged;
 use leasehold_tests::status::{Role, StatusExt};
@@ -193,14 +194,6 @@ async fn led_epoch(host: &Host) -> Epoch {
     epoch_of(host).await
 }
 
-/// Seconds since midnight UTC now, as [`time_of_day`] reads a log line's.
-fn now_of_day() -> f64 {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    since.as_secs_f64() % 86_400.0
-}
-
 /// The epoch of `leader` as `host` reads it from the store.
 async fn epoch_of(host: &Host) -> Epoch {
     host.status()
@@ -240,7 +233,7 @@ async fn a_handoff_stops_the_holder_s_plugins_before_the_standby_starts_its_own(
     let (mut a, mut b, epoch) = holder_at_work_and_standby(host).await;
 
     let asked = Instant::now();
-    let asked_at = now_of_day();
+    let asked_at = now_time_of_day();
     let (code, out, err) = leasehold(&["leases", "handoff", "leader", "--database-url", url]).await;
     let took = asked.elapsed();
     assert_eq!(code, Some(0), "{out}{err}");
@@ -255,11 +248,7 @@ async fn a_handoff_stops_the_holder_s_plugins_before_the_standby_starts_its_own(
     // The holder heard of it at once, not at its next renewal (a third of the ttl away): from
     // the ask to the line the holder logged as it heard, the command's own start included, not
     // the stop of the holder's plugins and the standby's start that the command waits for too.
-    let heard = a
-        .log_lines_from(0)
-        .iter()
-        .find(|l| l.contains("handoff requested"))
-        .and_then(|l| time_of_day(l))
+    let heard = log_time(&a.log_text(), "handoff requested")
         .map(|t| seconds_between(t, asked_at))
         .unwrap_or_else(|| panic!("the holder logged no handoff request:\n{}", a.log_text()));
     assert!(

@@ -315,14 +315,12 @@ async fn a_successor_killed_right_after_its_grant_leaves_the_lease_to_the_next_i
     if took > bound {
         // Who held which epoch when, by the database, and what the other two logged: the
         // failures so far took the whole ttl, and their cause is not known yet.
-        let pool = sqlx::PgPool::connect(&url).await.unwrap();
-        let terms: Vec<String> = sqlx::query_scalar(
-            "SELECT format('%s %s %s..%s %s', epoch, holder, started_at, ended_at, ended_by)
-               FROM leasehold_terms WHERE name = 'leader' ORDER BY epoch",
-        )
-        .fetch_all(&pool)
-        .await
-        .unwrap();
+        let wait = Duration::from_secs(10);
+        let parsed = leasehold::lease::DatabaseUrl::parse(&url).unwrap();
+        let store = leasehold::lease::open_store(&parsed, wait, wait)
+            .await
+            .unwrap();
+        let terms = store.terms(&["leader".to_string()], 10).await.unwrap();
         let mut epochs = std::collections::BTreeMap::<i64, usize>::new();
         for row in witness.rows().await.unwrap() {
             *epochs.entry(row.epoch).or_default() += 1;
